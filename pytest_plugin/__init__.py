@@ -1,0 +1,1 @@
+"""pytest-simloop: the pytest plugin for simloop (thin: all logic lives in `simloop`)."""

@@ -1,0 +1,67 @@
+"""The exceptions simloop raises at its users.
+
+One misuse exception (`UsageError`) for every mistake a user can make, so that
+``except simloop.UsageError`` catches them all; `ScenarioError` narrows it to a
+bad scenario file and always names the file and line.  `InvariantViolation`
+is the assertion a failing check raises: it carries the evidence.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from simloop.invariants import Violation
+
+__all__ = ["InvariantViolation", "ScenarioError", "SimloopInternalError", "UsageError"]
+
+
+class UsageError(ValueError):
+    """simloop was called in a way it does not support; the message says how to fix it."""
+
+
+class ScenarioError(UsageError):
+    """A scenario file (or dict) is malformed.
+
+    ``path`` and ``line`` (1-based) say where; ``message`` says what was expected.
+    """
+
+    def __init__(self, message: str, *, path: str | Path | None = None, line: int | None = None) -> None:
+        self.path = str(path) if path is not None else None
+        self.line = line
+        self.message = message
+        where = self.path or "<scenario>"
+        if line is not None:
+            where = f"{where}:{line}"
+        super().__init__(f"{where}: {message}")
+
+
+class SimloopInternalError(RuntimeError):
+    """A bug in simloop itself, reported as such (never disguised as an API or tool failure)."""
+
+
+class InvariantViolation(AssertionError):
+    """The loop under test broke one or more invariants.
+
+    Attributes: ``violations`` (list of `simloop.Violation`), ``scenario`` (the
+    minimal scenario, when known), ``scenario_path`` (where it was written),
+    ``timeline`` (the rendered run) and ``replay`` (the command that replays it).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        violations: list[Violation],
+        scenario: Any = None,
+        scenario_path: str | None = None,
+        timeline: str | None = None,
+        replay: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.violations = violations
+        self.scenario = scenario
+        self.scenario_path = scenario_path
+        self.timeline = timeline
+        self.replay = replay

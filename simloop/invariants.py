@@ -1,0 +1,757 @@
+"""The invariant catalogue (DESIGN §4): pure functions from a `Transcript` to violations.
+
+Each invariant is a function ``Transcript -> list[Violation]``.  They read the
+recorded run only and never import the simulator, so a transcript written to
+disk (or built by hand in a test) is checked exactly like a live one, and a new
+invariant is one more function in `CATALOGUE`.
+
+Conventions shared by every invariant:
+
+* A *step* is a logical model call: a `Request` to ``/v1/messages``, numbered
+  by ``Request.call``.  SDK retries keep the call number, so they count once.
+* A violation names the step, a message path (``messages[4].content[0]``)
+  when there is one, and says what a correct loop does instead.
+* Rules only flag clear faults.  A loop may stop early for its own reasons;
+  it may not claim a reason the transcript contradicts.
+
+Example::
+
+    report = check(transcript)                      # every invariant
+    report = check(transcript, invariants=["pairing", "no_rerun"])
+    report.raise_for_violations()                   # InvariantViolation if any
+"""
+
+from __future__ import annotations
+
+import bisect
+import difflib
+import json
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from simloop.errors import InvariantViolation, SimloopInternalError, UsageError
+from simloop.scenario import INVARIANT_IDS
+from simloop.transcript import OutcomeEvent, Request, Response, ToolEnd, ToolStart, Transcript
+
+__all__ = ["CATALOGUE", "REASONS", "Invariant", "Report", "Violation", "check"]
+
+#: The outcome reasons a loop may declare (DESIGN §3).
+REASONS = (
+    "final", "max_steps", "deadline", "aborted", "error_budget", "token_budget", "refusal", "truncated",
+    "repetition", "error",
+)
+MESSAGES_PATH = "/v1/messages"
+_FINAL_STOPS = ("end_turn", "stop_sequence")
+# Body fields a loop may change when it resends a request without making it a different request.
+_VOLATILE_BODY = frozenset({"messages", "stream", "metadata", "max_tokens"})
+_SIZE_HINTS = ("prompt is too long", "context window", "request_too_large", "too large")
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One broken invariant: which (an id from DESIGN §4), what and where, and the evidence.
+
+    ``step`` is the logical model call (1-based) where it happened, or None.
+    ``evidence`` holds the transcript coordinates: ``request`` (a request index),
+    ``path``, ``tool_use_id``, ``tool``, ``exec`` (a tool execution number)...
+    """
+
+    invariant: str
+    message: str
+    step: int | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        where = [f"step {self.step}"] if self.step is not None else []
+        if self.evidence.get("path"):
+            where.append(str(self.evidence["path"]))
+        return f"[{self.invariant}] " + (", ".join(where) + ": " if where else "") + self.message
+
+
+@dataclass
+class Report:
+    """The result of `check`: the violations found and the invariant ids that were checked."""
+
+    violations: list[Violation]
+    checked: tuple[str, ...]
+    transcript: Transcript | None = field(default=None, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        """True when no checked invariant was violated."""
+        return not self.violations
+
+    def raise_for_violations(self) -> None:
+        """Raise `simloop.InvariantViolation` (an AssertionError) listing every violation; do nothing if ok."""
+        if self.violations:
+            raise InvariantViolation(str(self), violations=list(self.violations))
+
+    def __str__(self) -> str:
+        run = ""
+        if self.transcript is not None:
+            run = f" in scenario {self.transcript.header.scenario!r} (seed {self.transcript.header.seed})"
+        if self.ok:
+            return f"simloop: all {len(self.checked)} invariants hold{run}: {', '.join(self.checked)}"
+        broken = list(dict.fromkeys(v.invariant for v in self.violations))
+        head = (
+            f"simloop: {len(self.violations)} violation(s) of {len(broken)} invariant(s){run} "
+            f"({', '.join(broken)}; {len(self.checked)} checked)"
+        )
+        return "\n".join([head, *(f"  {v}" for v in self.violations)])
+
+
+Invariant = Callable[[Transcript], list[Violation]]
+
+
+# -- a positional view of the transcript, shared by the invariants ----------------------------------------------
+
+
+@dataclass
+class _View:
+    """Event positions and lookups the invariants need (built per call: invariants stay pure)."""
+
+    t: Transcript
+    model_requests: list[tuple[int, Request]] = field(default_factory=list)
+    request_at: dict[int, Request] = field(default_factory=dict)  # request index -> request
+    replies: list[tuple[int, Response]] = field(default_factory=list)  # model replies that arrived
+    starts: list[tuple[int, ToolStart]] = field(default_factory=list)
+    ends: dict[int, tuple[int, ToolEnd]] = field(default_factory=dict)  # exec -> (position, end)
+    issued: dict[str, tuple[int, Response]] = field(default_factory=dict)  # tool_use id -> its reply
+    outcome_pos: int | None = None
+
+    def step_at(self, pos: int) -> int | None:
+        """The logical model call in progress at event position ``pos`` (the last one sent before it)."""
+        i = bisect.bisect_right([p for p, _ in self.model_requests], pos)
+        return self.model_requests[i - 1][1].call if i else None
+
+    @property
+    def outcome(self) -> OutcomeEvent | None:
+        return self.t.outcome
+
+    def before_outcome(self, pos: int) -> bool:
+        return self.outcome_pos is None or pos < self.outcome_pos
+
+
+def _view(t: Transcript) -> _View:
+    v = _View(t)
+    for pos, e in enumerate(t.events):
+        if isinstance(e, Request):
+            v.request_at[e.index] = e
+            if e.path == MESSAGES_PATH:
+                v.model_requests.append((pos, e))
+        elif isinstance(e, Response) and _is_reply(e):
+            req = v.request_at.get(e.index)
+            if req is None or req.path == MESSAGES_PATH:
+                v.replies.append((pos, e))
+                for block in e.tool_uses:
+                    v.issued.setdefault(str(block.get("id")), (pos, e))
+        elif isinstance(e, ToolStart):
+            v.starts.append((pos, e))
+        elif isinstance(e, ToolEnd):
+            v.ends[e.exec] = (pos, e)
+        elif isinstance(e, OutcomeEvent):
+            v.outcome_pos = pos
+    return v
+
+
+def _is_reply(r: Response) -> bool:
+    return r.kind not in ("error", "rejected") and r.stop_reason is not None
+
+
+def _canon(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr)
+
+
+def _is_write(t: Transcript, s: ToolStart) -> bool:
+    return t.header.tools.get(s.tool, s.kind) == "write"
+
+
+# -- stops ------------------------------------------------------------------------------------------------------
+
+
+def stops(t: Transcript) -> list[Violation]:
+    """The loop returned on its own: no `Halt` (runaway budget) in the transcript."""
+    halt = t.halt
+    if halt is None:
+        return []
+    v = _view(t)
+    step = v.model_requests[-1][1].call if v.model_requests else None
+    ran_out = {
+        "model_calls": f"the loop made {t.model_calls} model calls without stopping",
+        "virtual_time": f"the loop ran for {halt.t:g} virtual seconds without stopping",
+        "watchdog": "the loop did not return before the real-time watchdog fired",
+    }.get(halt.budget, f"simloop halted the loop (budget {halt.budget!r})")
+    fix = {
+        "virtual_time": "a correct loop enforces a deadline and bounds its retries, backoff and tool timeouts",
+        "watchdog": "a correct loop never blocks or spins without a bound: every wait has a timeout",
+    }.get(halt.budget, "a correct loop caps its steps (max_steps) and stops on repeated identical tool calls")
+    message = f"{ran_out}; {_runaway(v)}; {fix}"
+    evidence = {"budget": halt.budget, "model_calls": t.model_calls, "t": halt.t, "detail": halt.detail}
+    return [Violation("stops", message, step, evidence)]
+
+
+def _runaway(v: _View) -> str:
+    """What the loop kept doing before it was halted, in a phrase."""
+    if not v.model_requests:
+        return "it made no model call at all (it was blocked or busy elsewhere)"
+    calls = Counter(
+        (str(b.get("name")), _canon(b.get("input"))) for _, r in v.replies for b in r.tool_uses
+    )
+    if calls:
+        (name, _), n = calls.most_common(1)[0]
+        if n >= 3:
+            return f"the model kept asking for {name} with the same input ({n} times)"
+    responses = v.t.responses
+    failed = 0
+    for r in reversed(responses):
+        if _is_reply(r):
+            break
+        failed += 1
+    if failed >= 2:
+        kinds = ", ".join(sorted({r.fault or r.kind for r in responses[-failed:]}))
+        return f"the last {failed} model calls failed ({kinds}) and the loop kept retrying"
+    if calls:
+        return f"the model kept asking for tools ({sum(calls.values())} tool calls) and the loop kept running them"
+    return "the loop kept calling the model"
+
+
+# -- pairing ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Offence:
+    kind: str  # missing_result | result_not_first | orphan_result | duplicate_result | duplicate_tool_use
+    order: tuple[int, int]
+    path: str
+    tool_use_id: str
+    tool: str | None
+    what: str
+
+
+_PAIRING_FIX = {
+    "missing_result": "a correct loop answers every tool_use with a tool_result at the start of the very next "
+    "user message, also when the tool failed (is_error: true) or was not run",
+    "result_not_first": "a correct loop puts the tool_result blocks first in the user message, any text after them",
+    "orphan_result": "a correct loop sends each tool_result right after the assistant message that asked for it "
+    "and keeps that assistant message in the history",
+    "duplicate_result": "a correct loop sends exactly one tool_result per tool_use",
+    "duplicate_tool_use": "a correct loop appends each assistant reply to the history once, as received",
+}
+
+
+def _turns(conversation: list[Any]) -> list[tuple[str, list[tuple[tuple[int, int], str, dict[str, Any]]]]]:
+    """Messages with consecutive same-role messages merged (as the API merges them); blocks keep their paths."""
+    turns: list[tuple[str, list[tuple[tuple[int, int], str, dict[str, Any]]]]] = []
+    for i, msg in enumerate(conversation):
+        if not isinstance(msg, dict):
+            continue
+        role, content = str(msg.get("role")), msg.get("content")
+        if isinstance(content, str):
+            blocks = [((i, -1), f"messages[{i}].content", {"type": "text", "text": content})]
+        elif isinstance(content, list):
+            blocks = [((i, j), f"messages[{i}].content[{j}]", b) for j, b in enumerate(content) if isinstance(b, dict)]
+        else:
+            blocks = []
+        if turns and turns[-1][0] == role:
+            turns[-1][1].extend(blocks)
+        else:
+            turns.append((role, blocks))
+    return turns
+
+
+def _pairing_offences(conversation: list[Any]) -> list[_Offence]:
+    """Every tool_use/tool_result pairing problem of one conversation, in message order."""
+    found: list[_Offence] = []
+    uses_seen: dict[str, tuple[str, str]] = {}  # id -> (path, tool name)
+    results_seen: dict[str, str] = {}
+    pending: dict[str, tuple[tuple[int, int], str, str]] = {}  # tool_uses of the previous assistant message
+    turns = _turns(conversation)
+    for k, (role, blocks) in enumerate(turns):
+        if role == "assistant":
+            pending = {}
+            for order, path, b in blocks:
+                if b.get("type") != "tool_use":
+                    continue
+                uid, name = str(b.get("id")), str(b.get("name"))
+                if uid in uses_seen:
+                    what = f"the tool_use id {uid} appears twice (first at {uses_seen[uid][0]})"
+                    found.append(_Offence("duplicate_tool_use", order, path, uid, name, what))
+                    continue
+                uses_seen[uid] = (path, name)
+                pending[uid] = (order, path, name)
+            if k == len(turns) - 1:  # a final assistant message is a prefill: fine unless it asks for tools
+                for uid, (order, path, name) in pending.items():
+                    what = f"the tool_use {uid} ({name}) ends the conversation with no tool_result after it"
+                    found.append(_Offence("missing_result", order, path, uid, name, what))
+            continue
+        answered: set[str] = set()
+        leading = True
+        for order, path, b in blocks:
+            if b.get("type") != "tool_result":
+                leading = False
+                continue
+            uid = str(b.get("tool_use_id"))
+            name = uses_seen.get(uid, ("", None))[1]
+            if uid in results_seen:
+                what = f"a second tool_result for {uid} (the first is at {results_seen[uid]})"
+                found.append(_Offence("duplicate_result", order, path, uid, name, what))
+            elif uid not in pending:
+                where = f"it was asked for at {uses_seen[uid][0]}" if uid in uses_seen else "no tool_use has that id"
+                what = f"a tool_result answers {uid}, which is not a tool_use of the previous assistant message ({where})"
+                found.append(_Offence("orphan_result", order, path, uid, name, what))
+            else:
+                answered.add(uid)
+                if not leading:
+                    what = f"the tool_result for {uid} comes after other content in its message"
+                    found.append(_Offence("result_not_first", order, path, uid, name, what))
+            results_seen.setdefault(uid, path)
+        for uid, (order, path, name) in pending.items():
+            if uid not in answered:
+                what = f"the tool_use {uid} ({name}) has no tool_result at the start of the next message"
+                found.append(_Offence("missing_result", order, path, uid, name, what))
+        pending = {}
+    return sorted(found, key=lambda o: o.order)
+
+
+def pairing(t: Transcript) -> list[Violation]:
+    """Every tool_use is answered by exactly one tool_result at the start of the next message; no strays, no dups.
+
+    The first new offence of each request is reported; an offence re-sent in
+    later requests (the same broken history, every step) is reported once.
+    """
+    out: list[Violation] = []
+    seen: set[tuple[str, str]] = set()
+    for r in t.requests:
+        offences = _pairing_offences(r.conversation)
+        new = [o for o in offences if (o.kind, o.tool_use_id) not in seen]
+        seen.update((o.kind, o.tool_use_id) for o in offences)
+        if not new:
+            continue
+        o = new[0]
+        more = f" ({len(new) - 1} more pairing problem(s) in this request)" if len(new) > 1 else ""
+        evidence: dict[str, Any] = {"request": r.index, "path": o.path, "kind": o.kind, "tool_use_id": o.tool_use_id}
+        if o.tool:
+            evidence["tool"] = o.tool
+        out.append(Violation("pairing", f"{o.what}{more}; {_PAIRING_FIX[o.kind]}", r.call, evidence))
+    return out
+
+
+# -- request_valid ----------------------------------------------------------------------------------------------
+
+
+def _api_path(path: Any) -> str | None:
+    """``messages.4.content.0`` (the API's form) -> ``messages[4].content[0]``."""
+    if not path:
+        return None
+    return re.sub(r"\.(\d+)", r"[\1]", str(path))
+
+
+def request_valid(t: Transcript) -> list[Violation]:
+    """No request is rejected by the API for a reason other than pairing (its own invariant) or size.
+
+    The same rejection coming back for later requests is reported once, with the count.
+    """
+    groups: dict[tuple[str, str, str | None], list[Response]] = {}
+    for resp in t.responses:
+        if resp.kind != "rejected":
+            continue
+        rej = resp.rejection or {}
+        text = str(rej.get("message", ""))
+        status = int(rej.get("status") or resp.status)
+        if status == 413 or any(h in f"{text} {rej.get('type', '')}".lower() for h in _SIZE_HINTS):
+            continue  # answered as the real API does; not a malformed request
+        req = next((r for r in t.requests if r.index == resp.index), None)
+        if req is not None and _pairing_offences(req.conversation):
+            continue  # reported (once) by `pairing`
+        groups.setdefault((str(rej.get("type")), text, _api_path(rej.get("path"))), []).append(resp)
+    out: list[Violation] = []
+    for (kind, text, path), resps in groups.items():
+        resp = resps[0]
+        req = next((r for r in t.requests if r.index == resp.index), None)
+        status = int((resp.rejection or {}).get("status") or resp.status)
+        again = f" (the same rejection came back {len(resps) - 1} more time(s))" if len(resps) > 1 else ""
+        message = (
+            f'the API rejected the request with {status} {kind}: "{text}"{again}; a correct loop builds requests '
+            "the API accepts (fix the part the API names) and does not resend one the API rejected"
+        )
+        evidence = {"request": resp.index, "path": path, "status": status, "type": kind, "api_message": text}
+        out.append(Violation("request_valid", message, req.call if req else resp.call, evidence))
+    return out
+
+
+# -- no_rerun ---------------------------------------------------------------------------------------------------
+
+
+def _result_seen_at(v: _View, tool_use_id: str | None, after: int) -> int | None:
+    """Position of the first model request after ``after`` that carries a tool_result for ``tool_use_id``."""
+    if tool_use_id is None:
+        return None
+    for pos, r in v.model_requests:
+        if pos > after and any(
+            b.get("tool_use_id") == tool_use_id
+            for m in r.conversation if isinstance(m, dict) and isinstance(m.get("content"), list)
+            for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result"
+        ):
+            return pos
+    return None
+
+
+def no_rerun(t: Transcript) -> list[Violation]:
+    """Each execution answers a tool_use not executed before; a committed write never runs again.
+
+    Documented simplification: re-running a committed write with the same input
+    is a violation unless it answers a *new* tool_use that the model issued
+    after the committed execution's result was sent back to it.
+    """
+    v = _view(t)
+    out: list[Violation] = []
+    by_tool_use: dict[str, ToolStart] = {}
+    committed: list[tuple[int, ToolStart]] = []  # (position of the ToolEnd, the write that committed)
+    for pos, s in v.starts:
+        step = v.step_at(pos)
+        ev: dict[str, Any] = {"exec": s.exec, "tool": s.tool, "tool_use_id": s.matched or s.tool_use_id}
+        for end_pos, prior in committed:
+            if end_pos > pos or prior.tool != s.tool or _canon(prior.input) != _canon(s.input):
+                continue
+            seen_at = _result_seen_at(v, prior.matched, end_pos)
+            asked_at = v.issued[s.matched][0] if s.matched in v.issued else -1
+            if s.matched is not None and s.matched != prior.matched and seen_at is not None and asked_at > seen_at:
+                continue  # the model saw the result and asked again: its call, not the loop's
+            if s.matched == prior.matched:
+                why = f" for the same tool_use {s.matched}"
+            elif s.matched is None:
+                why = " without a tool_use asking for it"
+            else:
+                why = f", answering tool_use {s.matched}, which the model issued before it saw that result"
+            message = (
+                f"{s.tool} ran again with the same input (exec {s.exec}) after exec {prior.exec} had committed"
+                f"{why}; a correct loop never re-executes a completed write: it reports the first result (or error)"
+                " to the model and lets the model decide, with an idempotency key if it must retry"
+            )
+            out.append(Violation("no_rerun", message, step, {**ev, "first_exec": prior.exec}))
+            break
+        else:
+            if s.matched is None:
+                given = f" (the loop passed id {s.tool_use_id}, which matches none)" if s.tool_use_id else ""
+                message = (
+                    f"{s.tool} was executed (exec {s.exec}) but no tool_use asked for it{given}; a correct loop only "
+                    "runs tools the model asked for, once per tool_use block"
+                )
+                out.append(Violation("no_rerun", message, step, ev))
+            elif s.matched in by_tool_use:
+                prior = by_tool_use[s.matched]
+                message = (
+                    f"{s.tool} ran twice for tool_use {s.matched} (exec {prior.exec} and exec {s.exec}); a correct "
+                    "loop runs each tool_use once and reports a failure as an is_error tool_result instead of retrying"
+                )
+                out.append(Violation("no_rerun", message, step, {**ev, "first_exec": prior.exec}))
+        if s.matched is not None:
+            by_tool_use.setdefault(s.matched, s)
+        end = v.ends.get(s.exec)
+        if end is not None and end[1].committed and _is_write(t, s):
+            committed.append((end[0], s))
+    return out
+
+
+# -- truncation -------------------------------------------------------------------------------------------------
+
+
+def truncation(t: Transcript) -> list[Violation]:
+    """No tool from a max_tokens reply runs, and a max_tokens reply is not reported as final."""
+    v = _view(t)
+    out: list[Violation] = []
+    for _, s in v.starts:
+        if s.matched in v.issued and v.issued[s.matched][1].stop_reason == "max_tokens":
+            reply = v.issued[s.matched][1]
+            message = (
+                f"{s.tool} was executed (exec {s.exec}) from a reply cut off at max_tokens; its input may be "
+                "partial. A correct loop never runs tool calls from a max_tokens reply: it retries the turn with a "
+                "larger max_tokens or stops with reason 'truncated'"
+            )
+            evidence = {"request": reply.index, "exec": s.exec, "tool": s.tool, "tool_use_id": s.matched}
+            out.append(Violation("truncation", message, reply.call, evidence))
+    last = _last_reply(v)
+    outcome = v.outcome
+    if outcome is not None and outcome.reason == "final" and last is not None and last.stop_reason == "max_tokens":
+        message = (
+            "the loop reported 'final' but the last reply was cut off at max_tokens; a correct loop treats "
+            "max_tokens as unfinished: it continues or retries with more room, or stops with reason 'truncated'"
+        )
+        evidence = {"request": last.index, "reason": "final", "last_stop_reason": "max_tokens"}
+        out.append(Violation("truncation", message, last.call, evidence))
+    return out
+
+
+def _last_reply(v: _View) -> Response | None:
+    replies = [r for pos, r in v.replies if v.before_outcome(pos)]
+    return replies[-1] if replies else None
+
+
+# -- refusal ----------------------------------------------------------------------------------------------------
+
+
+def _signature(r: Request) -> str:
+    body = r.body if isinstance(r.body, dict) else {}
+    return _canon({"conversation": r.conversation, "body": {k: x for k, x in body.items() if k not in _VOLATILE_BODY}})
+
+
+def refusal(t: Transcript) -> list[Violation]:
+    """After a refusal, the loop does not send the same request again (as a new model call)."""
+    v = _view(t)
+    out: list[Violation] = []
+    reported: set[str] = set()
+    for pos, reply in v.replies:
+        req = v.request_at.get(reply.index)
+        if reply.stop_reason != "refusal" or req is None or _signature(req) in reported:
+            continue
+        sig = _signature(req)
+        again = [r for p, r in v.model_requests if p > pos and r.call > req.call and r.attempt == 0
+                 and _signature(r) == sig]
+        if not again:
+            continue
+        reported.add(sig)
+        message = (
+            f"the model refused at step {req.call} and the loop sent the same request again "
+            f"({len(again)} time(s)); a correct loop stops on a refusal and reports reason 'refusal' "
+            "(or changes the conversation), it does not resend the same request"
+        )
+        evidence = {"request": again[0].index, "refused_request": req.index, "resends": len(again)}
+        out.append(Violation("refusal", message, again[0].call, evidence))
+    return out
+
+
+# -- honest_outcome ---------------------------------------------------------------------------------------------
+
+
+def honest_outcome(t: Transcript) -> list[Violation]:
+    """The declared reason is not contradicted by the transcript (only clear lies are flagged)."""
+    v = _view(t)
+    outcome = v.outcome
+    if outcome is None or outcome.exception is not None:
+        return []  # an escaped exception is not a declared reason
+    last = _last_reply(v)
+    replies = [r for pos, r in v.replies if v.before_outcome(pos)]
+    step = last.call if last else (v.model_requests[-1][1].call if v.model_requests else None)
+    evidence = {
+        "reason": outcome.reason,
+        "last_stop_reason": last.stop_reason if last else None,
+        "request": last.index if last else None,
+    }
+    lie: str | None = None
+    if outcome.reason not in REASONS:
+        lie = f"the loop declared reason {outcome.reason!r}, which is not one of {', '.join(REASONS)}"
+    elif outcome.reason == "final" and (last is None or last.stop_reason not in _FINAL_STOPS):
+        lie = "the loop reported 'final' but " + {
+            None: "the model never replied",
+            "pause_turn": "the last reply was pause_turn, which is continued (send it back), not final",
+            "max_tokens": "the last reply was cut off at max_tokens",
+            "tool_use": "the last reply asked for tools and the loop never sent their results back",
+            "refusal": "the last reply was a refusal (reason 'refusal')",
+        }.get(last.stop_reason if last else None, f"the last reply stopped with {last and last.stop_reason}")
+    elif outcome.reason == "refusal" and not any(r.stop_reason == "refusal" for r in replies):
+        lie = "the loop reported 'refusal' but no reply was a refusal"
+    elif outcome.reason == "truncated" and not any(r.stop_reason == "max_tokens" for r in replies):
+        lie = "the loop reported 'truncated' but no reply was cut off at max_tokens"
+    if lie is None:
+        return []
+    fix = "a correct loop reports why it actually stopped: 'final' only after end_turn or stop_sequence"
+    return [Violation("honest_outcome", f"{lie}; {fix}", step, evidence)]
+
+
+# -- limits -----------------------------------------------------------------------------------------------------
+
+
+def limits(t: Transcript) -> list[Violation]:
+    """The loop honours the limits it declared: max_steps, deadline_s, max_total_tokens (each only if declared)."""
+    v = _view(t)
+    declared = t.header.limits
+    max_steps, deadline, budget = declared.get("max_steps"), declared.get("deadline_s"), declared.get("max_total_tokens")
+    out: list[Violation] = []
+    done: set[str] = set()
+    calls_seen: set[int] = set()
+    used = 0
+    replies = {id(r) for _, r in v.replies}
+    for e in t.events:
+        if isinstance(e, Response) and id(e) in replies:
+            used += e.input_tokens + e.output_tokens
+        if not isinstance(e, Request) or e.path != MESSAGES_PATH or e.call in calls_seen:
+            continue
+        calls_seen.add(e.call)  # the first attempt of a logical call; SDK retries are the same call
+        if max_steps is not None and e.call > max_steps and "max_steps" not in done:
+            done.add("max_steps")
+            message = (
+                f"the loop declared max_steps={max_steps} but made model call {e.call} ({t.model_calls} in all); "
+                "a correct loop checks its step count before each call and stops with reason 'max_steps'"
+            )
+            evidence = {"request": e.index, "max_steps": max_steps, "model_calls": t.model_calls}
+            out.append(Violation("limits", message, e.call, evidence))
+        if deadline is not None and e.t >= deadline and "deadline_s" not in done:
+            done.add("deadline_s")
+            message = (
+                f"model call {e.call} started at t={e.t:g}s, at or after the declared deadline_s={deadline:g}; a "
+                "correct loop checks the clock before each call and stops with reason 'deadline'"
+            )
+            out.append(Violation("limits", message, e.call, {"request": e.index, "deadline_s": deadline, "t": e.t}))
+        if budget is not None and used >= budget and "max_total_tokens" not in done:
+            done.add("max_total_tokens")
+            message = (
+                f"model call {e.call} started after {used} tokens were used, reaching the declared "
+                f"max_total_tokens={budget}; a correct loop sums usage.input_tokens + usage.output_tokens after "
+                "each reply and stops with reason 'token_budget' once the budget is reached"
+            )
+            evidence = {"request": e.index, "max_total_tokens": budget, "used": used}
+            out.append(Violation("limits", message, e.call, evidence))
+    return out
+
+
+# -- tool_errors ------------------------------------------------------------------------------------------------
+
+
+_EXC = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(?::\s*(.*)|\((.*)\))?\s*$", re.S)
+
+
+def _same_exception(error: str | None, escaped: str | None) -> bool:
+    """Does the escaped exception's text name the tool's exception (type and message)?"""
+    if not error or not escaped or not error.strip():
+        return False
+    if error.strip() in escaped:
+        return True
+    lines = [ln for ln in escaped.strip().splitlines() if ln.strip()]
+    a, b = _EXC.match(error.strip()), _EXC.match(lines[-1]) if lines else None
+    if a is None or b is None:
+        return False
+    def msg(m: re.Match[str]) -> str:
+        return (m.group(2) or m.group(3) or "").strip().strip("'\"")
+    return a.group(1).rsplit(".", 1)[-1] == b.group(1).rsplit(".", 1)[-1] and msg(a) == msg(b)
+
+
+def tool_errors(t: Transcript) -> list[Violation]:
+    """A tool's exception becomes an is_error tool_result; it does not escape the loop."""
+    v = _view(t)
+    out: list[Violation] = []
+    outcome = v.outcome
+    raised = [(v.ends[s.exec], s) for _, s in v.starts if s.exec in v.ends and v.ends[s.exec][1].status == "raised"]
+    escaped = next(
+        (s.exec for (_, end), s in reversed(raised) if outcome and _same_exception(end.error, outcome.exception)), None
+    )
+    for (pos, end), s in raised:
+        uid = s.matched or s.tool_use_id
+        ev = {"exec": s.exec, "tool": s.tool, "tool_use_id": uid, "error": end.error}
+        if s.exec == escaped:
+            message = (
+                f"{s.tool} raised ({end.error}) and the exception escaped the loop; a correct loop catches a tool's "
+                "exception and sends it back as a tool_result with is_error: true"
+            )
+            out.append(Violation("tool_errors", message, v.step_at(pos), ev))
+            continue
+        later = [r for p, r in v.model_requests if p > pos]
+        if uid is None or not later:
+            continue
+        results = [
+            b for r in later for m in r.conversation if isinstance(m, dict) and isinstance(m.get("content"), list)
+            for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result" and b.get("tool_use_id") == uid
+        ]
+        if any(b.get("is_error") is True for b in results):
+            continue
+        how = "was reported as a success (no is_error)" if results else "was never reported to the model"
+        message = (
+            f"{s.tool} raised ({end.error}) and the error {how}; the error should be an observation: a tool_result "
+            "with is_error: true"
+        )
+        out.append(Violation("tool_errors", message, v.step_at(pos), ev))
+    return out
+
+
+# -- no_work_after_return ---------------------------------------------------------------------------------------
+
+
+def no_work_after_return(t: Transcript) -> list[Violation]:
+    """When the loop returns, nothing it started is still running and nothing new starts."""
+    v = _view(t)
+    at = v.outcome_pos
+    if at is None:
+        return []
+    out: list[Violation] = []
+    fix = "a correct loop waits for (or cancels and awaits) every tool and model call it started before it returns"
+    for pos, s in v.starts:
+        end = v.ends.get(s.exec)
+        if end is not None and end[0] < at:
+            continue
+        state = "started after the loop returned" if pos > at else (
+            "was still running when the loop returned" + ("" if end else " (it never ended)")
+        )
+        message = f"{s.tool} (exec {s.exec}) {state}; {fix}"
+        out.append(Violation("no_work_after_return", message, v.step_at(pos), {"exec": s.exec, "tool": s.tool}))
+    reported: set[int] = set()
+    for e in t.events[at + 1:]:
+        if isinstance(e, (Request, Response)) and e.index not in reported:
+            reported.add(e.index)
+            req = v.request_at.get(e.index)
+            state = "started after the loop returned" if isinstance(e, Request) else "was still running when it returned"
+            message = f"model call {req.call if req else e.call} (request {e.index}) {state}; {fix}"
+            out.append(Violation("no_work_after_return", message, req.call if req else e.call, {"request": e.index}))
+    return out
+
+
+# -- the catalogue and check() ----------------------------------------------------------------------------------
+
+CATALOGUE: dict[str, Invariant] = {
+    "stops": stops,
+    "pairing": pairing,
+    "request_valid": request_valid,
+    "no_rerun": no_rerun,
+    "truncation": truncation,
+    "refusal": refusal,
+    "honest_outcome": honest_outcome,
+    "limits": limits,
+    "tool_errors": tool_errors,
+    "no_work_after_return": no_work_after_return,
+}
+if tuple(CATALOGUE) != INVARIANT_IDS:  # pragma: no cover - a development-time consistency check
+    raise SimloopInternalError("simloop.invariants.CATALOGUE is out of step with scenario.INVARIANT_IDS")
+
+
+def _resolve(invariants: Iterable[str] | None) -> tuple[str, ...]:
+    known = ", ".join(CATALOGUE)
+    if invariants is None:
+        return tuple(CATALOGUE)
+    if isinstance(invariants, str):
+        raise UsageError(f"invariants= takes a list of ids, not the string {invariants!r}; try [{invariants!r}]")
+    wanted = list(invariants)
+    for name in wanted:
+        if name not in CATALOGUE:
+            close = difflib.get_close_matches(str(name), CATALOGUE, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise UsageError(
+                f"unknown invariant id {name!r}{hint}; the known ids are: {known}. "
+                "Pass a subset of them as invariants=, or None to check all."
+            )
+    return tuple(i for i in CATALOGUE if i in wanted)
+
+
+def check(transcript: Transcript, *, invariants: Iterable[str] | None = None) -> Report:
+    """Check a transcript against the catalogue (all invariants, or the ids in ``invariants``).
+
+    Returns a `Report`; raises `simloop.UsageError` for an unknown invariant id.
+    When both ``truncation`` and ``honest_outcome`` are checked, "final after a
+    max_tokens reply" is reported once, under ``truncation``.
+
+    Example: ``check(sim.transcript, invariants=["pairing"]).raise_for_violations()``
+    """
+    if not isinstance(transcript, Transcript):
+        raise UsageError(
+            f"check() takes a simloop Transcript, got {type(transcript).__name__}; "
+            "pass sim.transcript or Transcript.read(path)"
+        )
+    ids = _resolve(invariants)
+    violations = [v for i in ids for v in CATALOGUE[i](transcript)]
+    if "truncation" in ids:
+        violations = [
+            v for v in violations
+            if not (v.invariant == "honest_outcome" and v.evidence.get("last_stop_reason") == "max_tokens"
+                    and v.evidence.get("reason") == "final")
+        ]
+    return Report(violations, ids, transcript)

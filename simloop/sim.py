@@ -1,0 +1,309 @@
+"""`Sim`: one simulated run of a loop under test, assembled from a Scenario.
+
+A Sim owns the world of one run: the simulated API (`SimServer`) behind real
+``anthropic`` clients, the fault-injecting tools (`ToolBox`), the virtual
+clock, the runaway budgets and the transcript.  `Sim.run` drives the loop
+(sync or async), keeps whatever escapes it in the `Outcome`, and `Sim.check`
+hands the transcript to the invariants.
+
+Example::
+
+    with simloop.Sim("scenarios/stuck-search.yaml", seed=0) as sim:
+        outcome = sim.run(drive)
+    sim.check(outcome).raise_for_violations()
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+import threading
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Union
+
+from simloop._watchdog import LoopHalted, Watchdog
+from simloop.clock import VirtualClock
+from simloop.errors import SimloopInternalError, UsageError
+from simloop.invariants import Report, check
+from simloop.models import Ids, ModelPolicy, Script, ScriptExhausted
+from simloop.outcome import Outcome
+from simloop.scenario import Limits, Scenario, load_scenario
+from simloop.tools import ToolBox
+from simloop.transcript import Halt, Header, OutcomeEvent, Transcript
+from simloop.wire.server import Budget, InternalFailure, SimServer
+
+if TYPE_CHECKING:
+    import anthropic
+    import httpx2
+
+__all__ = ["DEFAULT_MODEL", "ScriptExhaustedError", "Sim"]
+
+DEFAULT_MODEL = "claude-sonnet-5"
+API_KEY = "sk-ant-simloop-0000000000000000000000000000000000000000"  # a fake key: the simulator accepts any
+BASE_URL = "https://api.anthropic.com"
+
+Drive = Callable[["Sim"], Union[Outcome, tuple[str, str], Awaitable[Any]]]
+ScenarioLike = Union[Scenario, str, Path, dict[str, Any]]
+
+
+class ScriptExhaustedError(UsageError):
+    """The loop asked for more model replies than the scenario scripts (``then: fail``)."""
+
+
+class Sim:
+    """The simulated world for one run of a loop.
+
+    Args:
+        scenario: a `Scenario`, a path to a scenario file, or a dict in the file format.
+        seed: all randomness of the run (ids, the SDK's retry jitter) flows from it.
+        model: a model policy replacing the scenario's script (`FunctionModel`, a generated or recorded model).
+        limits: the limits the loop declares, replacing the scenario's ``limits``.
+        budget: when to unwind a loop that does not stop (model calls); virtual time is capped by ``max_virtual_s``.
+        watchdog_s: real seconds a loop may spin without calling the model or a tool before it is unwound.
+    """
+
+    def __init__(
+        self,
+        scenario: ScenarioLike,
+        *,
+        seed: int = 0,
+        model: ModelPolicy | None = None,
+        limits: Limits | None = None,
+        budget: Budget | None = None,
+        max_virtual_s: float | None = None,
+        watchdog_s: float = 10.0,
+    ) -> None:
+        self.scenario = _as_scenario(scenario)
+        if limits is not None:
+            self.scenario = self.scenario.model_copy(update={"limits": limits})
+        self.seed = int(seed)
+        self.limits: Limits = self.scenario.limits
+        self.policy: ModelPolicy = model if model is not None else Script.from_scenario(self.scenario)
+        self.budget = budget or _default_budget(self.limits)
+        deadline = self.limits.deadline_s
+        self.max_virtual_s = max_virtual_s or max(6 * 3600.0, 10 * deadline if deadline else 0.0)
+        self.clock = VirtualClock()
+        self.watchdog = Watchdog(seconds=watchdog_s)
+        self.transcript = Transcript(
+            header=Header(
+                scenario=self.scenario.name,
+                seed=self.seed,
+                limits=self.limits.model_dump(exclude_none=True),
+                tools={t.name: t.kind for t in self.scenario.tools},
+            )
+        )
+        self.server = SimServer(
+            self.policy, self.transcript, ids=Ids(random.Random(self.seed)), now=self.clock.now,
+            on_request=self._on_request,
+        )
+        self.tools = ToolBox(
+            self.scenario, self.transcript, now=self.clock.now, sleep=self._sleep, on_call=self._on_tool
+        )
+        self.model = DEFAULT_MODEL
+        self._clients: dict[str, Any] = {}
+        self._ran = False
+
+    # -- what the drive uses ---------------------------------------------------------
+
+    @property
+    def task(self) -> str:
+        """The user's task text, the first user message."""
+        return self.scenario.task
+
+    @property
+    def system(self) -> str | None:
+        return self.scenario.system
+
+    @property
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """The tools as the API's ``tools`` parameter takes them."""
+        return [t.schema_dict() for t in self.scenario.tools]
+
+    def run_tool(self, name: str, input: Any, *, tool_use_id: str | None = None) -> str:
+        """Run a tool as the scenario defines it (faults included); may raise what the tool raises."""
+        return self.tools.run(name, input, tool_use_id=tool_use_id)
+
+    async def arun_tool(self, name: str, input: Any, *, tool_use_id: str | None = None) -> str:
+        """Async twin of `run_tool`: latency is a timer on the (virtual) event loop, so calls can overlap."""
+        return await self.tools.arun(name, input, tool_use_id=tool_use_id)
+
+    @property
+    def http_client(self) -> httpx2.Client:
+        """An httpx2 client whose requests reach the simulated API (for frameworks that take one)."""
+        if "http" not in self._clients:
+            import httpx2
+
+            from simloop.wire.transport import SimTransport
+
+            self._clients["http"] = httpx2.Client(
+                transport=SimTransport(self.server, sleep=self._sleep), base_url=BASE_URL
+            )
+        return self._clients["http"]  # type: ignore[no-any-return]
+
+    @property
+    def async_http_client(self) -> httpx2.AsyncClient:
+        if "ahttp" not in self._clients:
+            import httpx2
+
+            from simloop.wire.transport import AsyncSimTransport
+
+            self._clients["ahttp"] = httpx2.AsyncClient(
+                transport=AsyncSimTransport(self.server, sleep=self._sleep), base_url=BASE_URL
+            )
+        return self._clients["ahttp"]  # type: ignore[no-any-return]
+
+    @property
+    def client(self) -> anthropic.Anthropic:
+        """An `anthropic.Anthropic` client talking to the simulated API (SDK defaults, retries included)."""
+        if "sync" not in self._clients:
+            import anthropic
+
+            self._clients["sync"] = anthropic.Anthropic(
+                api_key=API_KEY, base_url=BASE_URL, http_client=self.http_client
+            )
+        return self._clients["sync"]  # type: ignore[no-any-return]
+
+    @property
+    def async_client(self) -> anthropic.AsyncAnthropic:
+        """An `anthropic.AsyncAnthropic` client talking to the simulated API."""
+        if "async" not in self._clients:
+            import anthropic
+
+            self._clients["async"] = anthropic.AsyncAnthropic(
+                api_key=API_KEY, base_url=BASE_URL, http_client=self.async_http_client
+            )
+        return self._clients["async"]  # type: ignore[no-any-return]
+
+    # -- running and checking ------------------------------------------------------------
+
+    def run(self, drive: Drive) -> Outcome:
+        """Run the loop under test once; returns its `Outcome`.
+
+        An exception escaping ``drive`` is kept in the outcome (reason ``error``),
+        not raised.  Raises `ScriptExhaustedError` when the loop outlives a
+        ``then: fail`` script, and `SimloopInternalError` for a bug in simloop.
+        """
+        if self._ran:
+            raise UsageError("a Sim runs one loop; make a new Sim (same scenario and seed) to run it again")
+        self._ran = True
+        state = random.getstate()
+        random.seed(self.seed)  # the SDK's retry jitter reads the global PRNG
+        try:
+            with self.clock.patched(), self.watchdog.watching(threading.get_ident()):
+                try:
+                    if inspect.iscoroutinefunction(drive):
+                        result = self.clock.run(self._arun(drive))
+                    else:
+                        result = self._record(drive(self))
+                except LoopHalted as halted:
+                    self.transcript.append(Halt(t=self.clock.now(), budget=halted.reason, detail=halted.detail))
+                    result = self._record_error(halted)
+                except ScriptExhausted as e:
+                    self._record_error(e)
+                    raise ScriptExhaustedError(e.message) from None
+                except InternalFailure as e:
+                    raise SimloopInternalError(f"simloop failed while simulating the API: {e.error!r}") from e.error
+                except (UsageError, KeyboardInterrupt):
+                    raise
+                except Exception as e:  # the loop raised: that is an outcome, not a crash
+                    result = self._record_error(e)
+        finally:
+            random.setstate(state)
+        return result
+
+    async def _arun(self, drive: Drive) -> Outcome:
+        try:
+            returned = await drive(self)  # type: ignore[misc]
+        except LoopHalted:
+            raise
+        return self._record(returned)
+
+    def _record(self, returned: Any) -> Outcome:
+        outcome = Outcome.coerce(returned)
+        if self.transcript.outcome is None:
+            self.transcript.append(OutcomeEvent(t=self.clock.now(), reason=outcome.reason, text=outcome.text))
+        return outcome
+
+    def _record_error(self, error: BaseException) -> Outcome:
+        text = f"{type(error).__name__}: {error}"
+        if self.transcript.outcome is None:
+            self.transcript.append(OutcomeEvent(t=self.clock.now(), reason="error", text=text, exception=text))
+        return Outcome(reason="error", text=text, exception=error)
+
+    def check(self, outcome: Outcome | None = None, *, invariants: Iterable[str] | None = None) -> Any:
+        """Check the run's transcript against the invariants; returns a `Report`.
+
+        ``outcome`` is what `run` returned (already in the transcript; accepted for readability).
+        """
+        report: Report = check(self.transcript, invariants=invariants)
+        return report
+
+    def leftovers(self) -> list[str]:
+        """What the scenario scripted and the run never used: unserved replies, faults that never fired."""
+        return [*self.policy.leftovers(), *self.tools.unfired_faults()]
+
+    # -- budgets ---------------------------------------------------------------------------
+
+    def _on_request(self, server: SimServer) -> None:
+        self.watchdog.feed()
+        if server.calls > self.budget.model_calls or server.requests > self.budget.requests:
+            raise LoopHalted(
+                "model_calls",
+                f"the loop made {server.calls} model calls ({server.requests} requests) without stopping; "
+                f"simloop stops a run after {self.budget.model_calls}",
+            )
+        self._check_time()
+
+    def _on_tool(self) -> None:
+        self.watchdog.feed()
+        self._check_time()
+
+    def _sleep(self, seconds: float) -> None:
+        self.clock.sleep(seconds)
+        self._check_time()
+
+    def _check_time(self) -> None:
+        if self.clock.now() > self.max_virtual_s:
+            raise LoopHalted(
+                "virtual_time",
+                f"the run passed {self.max_virtual_s:g} virtual seconds without stopping",
+            )
+
+    # -- life cycle ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the clients (idempotent)."""
+        for key in ("sync", "http"):
+            client = self._clients.pop(key, None)
+            if client is not None:
+                client.close()
+        self._clients.pop("async", None)
+        self._clients.pop("ahttp", None)
+
+    def __enter__(self) -> Sim:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Sim({self.scenario.name!r}, seed={self.seed})"
+
+
+def _as_scenario(scenario: ScenarioLike) -> Scenario:
+    if isinstance(scenario, Scenario):
+        return scenario
+    if isinstance(scenario, (str, Path)):
+        return load_scenario(scenario)
+    if isinstance(scenario, dict):
+        return Scenario._from_data(scenario, path=None)
+    raise UsageError(
+        f"Sim(scenario) takes a simloop.Scenario, a path to a scenario file or a dict; got {type(scenario).__name__}"
+    )
+
+
+def _default_budget(limits: Limits) -> Budget:
+    steps = limits.max_steps or 0
+    calls = max(50, 3 * steps)
+    return Budget(model_calls=calls, requests=4 * calls + 8)

@@ -1,0 +1,252 @@
+"""Fault-injecting tools and the execution ledger.
+
+`ToolBox.run` / `ToolBox.arun` execute the scenario's tools for the loop under
+test (``sim.run_tool`` / ``await sim.arun_tool``): a canned result, or the
+ToolSpec's function, with the scenario's faults injected per execution:
+
+* ``raise`` — a realistic exception (``ConnectionError`` unless ``error:`` names another builtin type);
+* ``timeout`` — waits ``latency`` virtual seconds (default 30), then raises ``TimeoutError``;
+* ``slow`` — waits ``latency`` virtual seconds (default 30), then answers;
+* ``huge_output`` — answers ``size`` characters (default 400,000: about 100k tokens);
+* ``commit_then_raise`` — the effect happens, then the reply is lost (``ConnectionError``):
+  the classic cause of double writes.
+
+Every execution is written to the transcript (`ToolStart` / `ToolEnd`) and
+matched to the tool_use block it answers: by id when the loop passes one,
+else by name and input among the tool_use blocks not yet executed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import importlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+from simloop.errors import UsageError
+from simloop.scenario import Fault, Scenario, ToolSpec
+from simloop.transcript import Response, ToolEnd, ToolStart, Transcript
+
+__all__ = ["ToolBox", "UnknownToolError"]
+
+DEFAULT_LATENCY = 30.0
+DEFAULT_HUGE = 400_000
+_RAISABLE = {
+    "ConnectionError", "TimeoutError", "ValueError", "KeyError", "PermissionError", "RuntimeError", "OSError",
+    "FileNotFoundError", "LookupError", "ConnectionResetError",
+}
+
+
+class UnknownToolError(LookupError):
+    """The loop asked to run a tool the scenario does not define (the model may have made it up)."""
+
+
+class ToolBox:
+    """The scenario's tools for one run, with their faults and the ledger in ``transcript``.
+
+    ``now`` reads the virtual clock; ``sleep`` spends virtual time for sync
+    executions; ``on_call`` runs before each execution (the Sim's budgets).
+    """
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        transcript: Transcript,
+        *,
+        now: Callable[[], float],
+        sleep: Callable[[float], None],
+        on_call: Callable[[], None] | None = None,
+    ) -> None:
+        self.scenario = scenario
+        self.transcript = transcript
+        self.now = now
+        self.sleep = sleep
+        self.on_call = on_call
+        self.executions = 0
+        self._nth: dict[str, int] = {}
+        self._fired: set[int] = set()
+        self._executed: set[str] = set()
+        self._seen_events = 0
+        self._pending: list[dict[str, Any]] = []  # tool_use blocks issued, not yet executed
+        self._issued: dict[str, dict[str, Any]] = {}
+        self._functions: dict[str, Callable[..., Any]] = {}
+
+    # -- public -----------------------------------------------------------------
+
+    def run(self, name: str, input: Any, *, tool_use_id: str | None = None) -> str:
+        """Execute one tool call now (sync); returns its output or raises its fault."""
+        start, spec, fault = self._begin(name, input, tool_use_id)
+        if fault is not None and fault.kind in ("slow", "timeout"):
+            self.sleep(fault.latency if fault.latency is not None else DEFAULT_LATENCY)
+        return self._finish(start, spec, fault, input)
+
+    async def arun(self, name: str, input: Any, *, tool_use_id: str | None = None) -> str:
+        """Execute one tool call on the running event loop; latency is a (virtual) timer, so calls overlap."""
+        start, spec, fault = self._begin(name, input, tool_use_id)
+        try:
+            if fault is not None and fault.kind in ("slow", "timeout"):
+                await asyncio.sleep(fault.latency if fault.latency is not None else DEFAULT_LATENCY)
+            else:
+                await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            self.transcript.append(ToolEnd(t=self.now(), exec=start.exec, status="cancelled"))
+            raise
+        return self._finish(start, spec, fault, input)
+
+    def unfired_faults(self) -> list[str]:
+        """Faults for a given execution number that never fired (strict teardown reports them)."""
+        return [
+            f"faults[{i}] ({f.kind} on {f.tool} call {f.call}) never fired: {f.tool} ran "
+            f"{self._nth.get(f.tool, 0)} time(s)"
+            for i, f in enumerate(self.scenario.faults)
+            if f.call is not None and i not in self._fired
+        ]
+
+    # -- internals ------------------------------------------------------------------
+
+    def _begin(self, name: str, input: Any, tool_use_id: str | None) -> tuple[ToolStart, ToolSpec | None, Fault | None]:
+        if self.on_call is not None:
+            self.on_call()
+        if not isinstance(name, str):
+            raise UsageError(f"run_tool(name, input): name must be the tool's name as a string, got {name!r}")
+        self.executions += 1
+        nth = self._nth[name] = self._nth.get(name, 0) + 1
+        spec = next((t for t in self.scenario.tools if t.name == name), None)
+        fault = self._fault_for(name, nth)
+        start = ToolStart(
+            t=self.now(), exec=self.executions, tool=name, input=_jsonable(input), nth=nth,
+            kind=spec.kind if spec else "read", tool_use_id=tool_use_id,
+            matched=self._match(name, input, tool_use_id), fault=fault.kind if fault else None,
+        )
+        self.transcript.append(start)
+        return start, spec, fault
+
+    def _finish(self, start: ToolStart, spec: ToolSpec | None, fault: Fault | None, input: Any) -> str:
+        end = ToolEnd(t=0.0, exec=start.exec, status="ok")
+        try:
+            if spec is None:
+                known = ", ".join(t.name for t in self.scenario.tools) or "none"
+                raise UnknownToolError(f"unknown tool {start.tool!r} (the tools are: {known})")
+            kind = fault.kind if fault else None
+            if kind == "raise":
+                raise _exception(fault, start.tool)
+            if kind == "timeout":
+                latency = fault.latency if fault and fault.latency is not None else DEFAULT_LATENCY
+                raise TimeoutError(f"{start.tool} timed out after {latency:g}s")
+            result = self._output(spec, input, start.nth)
+            if kind == "huge_output":
+                size = fault.size if fault and fault.size else DEFAULT_HUGE
+                result = _huge(result, size)
+            end.committed = spec.kind == "write"
+            if kind == "commit_then_raise":
+                end.committed = True
+                raise ConnectionResetError(f"{start.tool}: connection reset before the reply arrived (the effect was applied)")
+            end.result = result if len(result) <= 2000 else result[:2000] + f"... [{len(result)} chars]"
+            return result
+        except BaseException as e:
+            end.status = "raised"
+            end.error = f"{type(e).__name__}: {e}"
+            raise
+        finally:
+            end.t = self.now()
+            self.transcript.append(end)
+
+    def _fault_for(self, name: str, nth: int) -> Fault | None:
+        for i, f in enumerate(self.scenario.faults):
+            if f.tool == name and (f.call is None or f.call == nth):
+                self._fired.add(i)
+                return f
+        return None
+
+    def _output(self, spec: ToolSpec, input: Any, nth: int) -> str:
+        if spec.function is not None:
+            fn = self._function(spec)
+            out = fn(**input) if isinstance(input, dict) else fn(input)
+            return out if isinstance(out, str) else json.dumps(out, default=str)
+        if spec.results:
+            return spec.results[(nth - 1) % len(spec.results)]
+        shown = json.dumps(input, sort_keys=True, separators=(",", ":"), default=str)
+        return f"{spec.name} ok: {shown}" if spec.kind == "write" else f"result {nth} of {spec.name}({shown})"
+
+    def _function(self, spec: ToolSpec) -> Callable[..., Any]:
+        fn = spec.function
+        if callable(fn):
+            return fn
+        cached = self._functions.get(spec.name)
+        if cached is not None:
+            return cached
+        assert isinstance(fn, str)
+        module, _, attr = fn.partition(":")
+        try:
+            target: Any = importlib.import_module(module)
+            for part in attr.split("."):
+                target = getattr(target, part)
+        except (ImportError, AttributeError, ValueError) as e:
+            raise UsageError(
+                f"tool {spec.name!r}: cannot import function {fn!r} ({e}); use the form 'package.module:function'"
+            ) from None
+        self._functions[spec.name] = target
+        return target  # type: ignore[no-any-return]
+
+    def _match(self, name: str, input: Any, tool_use_id: str | None) -> str | None:
+        """The tool_use id this execution answers (None: the model never asked for it)."""
+        self._sync_issued()
+        if tool_use_id is not None:
+            block = self._issued.get(tool_use_id)
+            if block is None or block.get("name") != name:
+                return None
+            self._mark(tool_use_id)
+            return tool_use_id
+        for block in self._pending:
+            if block.get("name") == name and block.get("input") == input:
+                self._mark(block["id"])
+                return str(block["id"])
+        for tid, block in reversed(list(self._issued.items())):  # a rerun of something already executed
+            if block.get("name") == name and block.get("input") == input:
+                return tid
+        return None
+
+    def _mark(self, tid: str) -> None:
+        self._executed.add(tid)
+        self._pending = [b for b in self._pending if b.get("id") != tid]
+
+    def _sync_issued(self) -> None:
+        events = self.transcript.events
+        for event in events[self._seen_events :]:
+            if isinstance(event, Response):
+                for block in event.tool_uses:
+                    tid = block.get("id")
+                    if isinstance(tid, str) and tid not in self._issued:
+                        self._issued[tid] = block
+                        self._pending.append(block)
+        self._seen_events = len(events)
+
+
+def _exception(fault: Fault | None, tool: str) -> BaseException:
+    name = fault.error if fault and fault.error else "ConnectionError"
+    if name not in _RAISABLE:
+        name = "RuntimeError"
+    cls = getattr(builtins, name)
+    messages = {
+        "ConnectionError": f"{tool}: could not reach the backend",
+        "TimeoutError": f"{tool}: timed out",
+        "PermissionError": f"{tool}: permission denied",
+        "KeyError": f"{tool}: missing key",
+        "ValueError": f"{tool}: invalid input",
+    }
+    return cls(messages.get(name, f"{tool}: failed"))  # type: ignore[no-any-return]
+
+
+def _huge(seed: str, size: int) -> str:
+    unit = (seed or "x") + "\n"
+    return (unit * (size // len(unit) + 1))[:size]
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)

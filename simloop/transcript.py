@@ -1,0 +1,299 @@
+"""The transcript: everything one simulated run did, in order, on virtual time.
+
+A `Transcript` is the only thing the invariants see.  It holds a header (the
+scenario's name, seed, declared limits and tool kinds) and a list of events:
+
+* `Request`   — a request the loop sent (one per HTTP attempt; SDK retries share ``call``)
+* `Response`  — what the simulated API answered (a message, an error, a cut stream, a 400)
+* `ToolStart` / `ToolEnd` — one tool execution, matched to the tool_use it answers
+* `OutcomeEvent` — what the loop said it did when it returned (or the exception that escaped)
+* `Halt`      — simloop unwound a runaway loop (model-call budget, virtual time, watchdog)
+
+Times ``t`` are virtual seconds since the run started, so a transcript is a
+pure function of the scenario and seed: it serialises to JSONL byte for byte
+the same on every run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Union
+
+from simloop.errors import UsageError
+
+__all__ = [
+    "Event",
+    "Halt",
+    "Header",
+    "OutcomeEvent",
+    "Request",
+    "Response",
+    "ToolEnd",
+    "ToolStart",
+    "Transcript",
+    "TranscriptError",
+]
+
+VERSION = 1
+
+
+@dataclass(slots=True)
+class Header:
+    """What the run was: scenario name, seed, the limits the loop declared, the tools' kinds."""
+
+    scenario: str
+    seed: int
+    limits: dict[str, Any] = field(default_factory=dict)
+    tools: dict[str, str] = field(default_factory=dict)  # name -> "read" | "write"
+    version: int = VERSION
+    type: str = "header"
+
+
+@dataclass(slots=True)
+class Request:
+    """One HTTP request the loop sent to the simulated API.
+
+    ``call`` is the logical model call (1-based); an SDK retry (header
+    ``x-stainless-retry-count`` > 0) keeps the call number and bumps
+    ``attempt``.  ``body`` is the JSON body as sent; ``messages`` is the whole
+    conversation the request stands for (it differs from ``body["messages"]``
+    only for a message-thread continuation, which sends the new messages only).
+    """
+
+    t: float
+    index: int
+    call: int
+    attempt: int
+    path: str
+    stream: bool
+    body: Any
+    messages: list[Any] | None = None
+    input_tokens: int = 0
+    type: str = "request"
+
+    @property
+    def conversation(self) -> list[Any]:
+        """The full message list this request stands for."""
+        if self.messages is not None:
+            return self.messages
+        msgs = self.body.get("messages") if isinstance(self.body, dict) else None
+        return msgs if isinstance(msgs, list) else []
+
+
+@dataclass(slots=True)
+class Response:
+    """The simulated API's answer to the request with the same ``index``.
+
+    ``kind`` is the reply kind (``end_turn``, ``tool_use``, ``max_tokens``,
+    ``stop_sequence``, ``refusal``, ``pause_turn``), ``error`` for a scripted
+    API fault, or ``rejected`` for a request the real API would answer with a
+    400 (``rejection`` then holds the message and its path).  ``fault`` names
+    how an error reached the client: ``http``, ``connection``, ``timeout``,
+    ``stream_error`` or ``stream_cut``.
+    """
+
+    t: float
+    index: int
+    call: int
+    status: int
+    kind: str
+    stop_reason: str | None = None
+    message: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    fault: str | None = None
+    rejection: dict[str, Any] | None = None
+    latency: float = 0.0
+    type: str = "response"
+
+    @property
+    def tool_uses(self) -> list[dict[str, Any]]:
+        """The tool_use blocks of the reply (what the model asked to run)."""
+        if not self.message:
+            return []
+        return [b for b in self.message.get("content", []) if b.get("type") == "tool_use"]
+
+    @property
+    def output_tokens(self) -> int:
+        usage = (self.message or {}).get("usage") or {}
+        return int(usage.get("output_tokens") or 0)
+
+    @property
+    def input_tokens(self) -> int:
+        usage = (self.message or {}).get("usage") or {}
+        return int(usage.get("input_tokens") or 0)
+
+
+@dataclass(slots=True)
+class ToolStart:
+    """A tool execution began.
+
+    ``exec`` numbers executions in the run (1-based); ``nth`` is the execution
+    number of this tool; ``tool_use_id`` is the id the loop passed (or None);
+    ``matched`` is the tool_use id simloop matched it to (by id, else by name
+    and input among the not-yet-executed tool_use blocks), None if it answers
+    nothing the model asked for.
+    """
+
+    t: float
+    exec: int
+    tool: str
+    input: Any
+    nth: int
+    kind: str
+    tool_use_id: str | None = None
+    matched: str | None = None
+    fault: str | None = None
+    type: str = "tool_start"
+
+
+@dataclass(slots=True)
+class ToolEnd:
+    """A tool execution ended: ``status`` is ``ok``, ``raised`` or ``cancelled``.
+
+    ``committed`` says whether the tool's effect happened (true for every
+    completed write, and for a ``commit_then_raise`` fault even though it raised).
+    """
+
+    t: float
+    exec: int
+    status: str
+    result: str | None = None
+    error: str | None = None
+    committed: bool = False
+    type: str = "tool_end"
+
+
+@dataclass(slots=True)
+class OutcomeEvent:
+    """How the loop returned: its declared reason and text, or the exception that escaped it."""
+
+    t: float
+    reason: str
+    text: str = ""
+    exception: str | None = None
+    type: str = "outcome"
+
+
+@dataclass(slots=True)
+class Halt:
+    """simloop unwound the loop: ``budget`` is ``model_calls``, ``virtual_time`` or ``watchdog``."""
+
+    t: float
+    budget: str
+    detail: str = ""
+    type: str = "halt"
+
+
+Event = Union[Request, Response, ToolStart, ToolEnd, OutcomeEvent, Halt]
+_TYPES: dict[str, type[Any]] = {
+    c.__dataclass_fields__["type"].default: c  # type: ignore[attr-defined]
+    for c in (Header, Request, Response, ToolStart, ToolEnd, OutcomeEvent, Halt)
+}
+
+
+class TranscriptError(UsageError):
+    """A transcript file cannot be read; the message names the file and line."""
+
+
+@dataclass(slots=True)
+class Transcript:
+    """A header and the run's events in order."""
+
+    header: Header
+    events: list[Event] = field(default_factory=list)
+
+    def append(self, event: Event) -> None:
+        self.events.append(event)
+
+    # -- views the invariants and reports use -----------------------------------
+
+    def of(self, kind: type[Any]) -> list[Any]:
+        """The events of one class, in order."""
+        return [e for e in self.events if isinstance(e, kind)]
+
+    @property
+    def requests(self) -> list[Request]:
+        return self.of(Request)
+
+    @property
+    def responses(self) -> list[Response]:
+        return self.of(Response)
+
+    @property
+    def outcome(self) -> OutcomeEvent | None:
+        found = self.of(OutcomeEvent)
+        return found[-1] if found else None
+
+    @property
+    def halt(self) -> Halt | None:
+        found = self.of(Halt)
+        return found[0] if found else None
+
+    def response_to(self, index: int) -> Response | None:
+        """The response to request ``index``, if one was recorded."""
+        for e in self.events:
+            if isinstance(e, Response) and e.index == index:
+                return e
+        return None
+
+    @property
+    def model_calls(self) -> int:
+        """Logical model calls to ``/v1/messages`` (retries of one call count once)."""
+        return len({r.call for r in self.requests if r.path == "/v1/messages"})
+
+    # -- JSONL -------------------------------------------------------------------
+
+    def to_jsonl(self) -> str:
+        """One JSON object a line: the header first, then each event."""
+        return "".join(_line(x) for x in (self.header, *self.events))
+
+    def write(self, path: str | Path) -> Path:
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(self.to_jsonl(), encoding="utf-8")
+        return p
+
+    @classmethod
+    def from_jsonl(cls, text: str | Iterable[str], *, path: str | Path | None = None) -> Transcript:
+        """Read a transcript written by `to_jsonl`; errors name the file and line."""
+        lines: Iterator[str] = iter(text.splitlines() if isinstance(text, str) else text)
+        where = str(path) if path is not None else "<transcript>"
+        header: Header | None = None
+        events: list[Event] = []
+        for n, raw in enumerate(lines, start=1):
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw)
+                cls_ = _TYPES[obj["type"]]
+                names = {f.name for f in fields(cls_)}
+                item = cls_(**{k: v for k, v in obj.items() if k in names})
+            except (ValueError, KeyError, TypeError) as e:
+                raise TranscriptError(f"{where}:{n}: not a simloop transcript event ({e!r})") from None
+            if isinstance(item, Header):
+                if item.version != VERSION:
+                    raise TranscriptError(
+                        f"{where}:{n}: transcript version {item.version} is not supported; this simloop reads {VERSION}"
+                    )
+                header = item
+            else:
+                events.append(item)
+        if header is None:
+            raise TranscriptError(f"{where}:1: the transcript has no header line")
+        return cls(header=header, events=events)
+
+    @classmethod
+    def read(cls, path: str | Path) -> Transcript:
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as e:
+            raise TranscriptError(f"{p}: cannot read the transcript: {e}") from None
+        return cls.from_jsonl(text, path=p)
+
+
+def _line(obj: Any) -> str:
+    return json.dumps(asdict(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n"

@@ -1,0 +1,335 @@
+"""The simulated Messages API: routes, threads, usage, faults, and the transcript.
+
+`SimServer.handle` turns one HTTP request into a `Planned` response (what
+to send, after how much virtual latency, or which transport fault to raise).
+It knows nothing of httpx: the transports in `simloop.wire.transport` carry
+the plan out, sync or async, and call `deliver` when the reply is on the wire.
+
+Routes (on the URL path only; ``?beta=true`` is ignored, as by the real API):
+``POST /v1/messages`` (JSON or SSE) and ``POST /v1/messages/count_tokens``.
+Message threads (the beta the SDK's tool runner uses by default) are kept
+per reply id, so a ``continue`` request stands for its whole history.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from simloop.models import Ids, ModelPolicy, ModelRequest, turn_from_reply
+from simloop.scenario import Reply
+from simloop.transcript import Request, Response, Transcript
+from simloop.wire.errors import error_body, error_headers
+from simloop.wire.render import Turn, render_error_event, render_json, render_message, render_sse
+from simloop.wire.validate import Rejection, validate_count_tokens_request, validate_messages_request
+
+__all__ = ["Budget", "InternalFailure", "Planned", "SimServer", "estimate_tokens"]
+
+MESSAGES = "/v1/messages"
+COUNT_TOKENS = "/v1/messages/count_tokens"
+_JSON = ("content-type", "application/json")
+_SSE = ("content-type", "text/event-stream; charset=utf-8")
+
+
+class InternalFailure(BaseException):
+    """Carries a bug in simloop out through the SDK, which would otherwise retry it as a connection error."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(f"simloop internal error: {error!r}")
+        self.error = error
+
+
+@dataclass(slots=True)
+class Planned:
+    """What a transport must do for one request.
+
+    Either ``raise_`` (``connection``, ``timeout`` or ``cut``: no complete
+    response), or a response with ``status`` and ``headers`` and a ``body``
+    or SSE ``events``; ``cut_after`` ends a stream early with a transport
+    error, ``error_event`` is sent after ``cut_after`` events instead.
+    """
+
+    status: int = 200
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    body: bytes = b""
+    events: list[bytes] | None = None
+    cut_after: int | None = None
+    error_event: bytes | None = None
+    raise_: str | None = None
+    latency: float = 0.0
+    record: Response | None = None
+
+
+@dataclass(slots=True)
+class Budget:
+    """When simloop stops a loop that does not stop itself (the ``stops`` invariant)."""
+
+    model_calls: int = 50
+    requests: int = 200
+
+
+@dataclass(slots=True)
+class _Thread:
+    messages: list[Any]
+    fields: dict[str, Any]
+    continued: bool = False
+
+
+class SimServer:
+    """One run's simulated API.
+
+    ``policy`` answers model requests; every request and response is appended
+    to ``transcript`` at ``now()`` (virtual seconds); ``on_request`` is called
+    first for every request (the Sim feeds its watchdog and checks budgets there).
+    """
+
+    def __init__(
+        self,
+        policy: ModelPolicy,
+        transcript: Transcript,
+        *,
+        ids: Ids,
+        now: Callable[[], float],
+        on_request: Callable[[SimServer], None] | None = None,
+        sign_thinking: bool = True,
+    ) -> None:
+        self.policy = policy
+        self.transcript = transcript
+        self.ids = ids
+        self.now = now
+        self.on_request = on_request
+        self.sign_thinking = sign_thinking
+        self.calls = 0  # logical model calls
+        self.requests = 0
+        self._threads: dict[str, _Thread] = {}
+        self._last_call_by_body: dict[bytes, int] = {}
+
+    # -- entry point -----------------------------------------------------------
+
+    def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Planned:
+        """Plan the response to one HTTP request (never raises an Exception: see `InternalFailure`)."""
+        try:
+            return self._handle(method, path, headers, body)
+        except BaseException as e:
+            if isinstance(e, Exception):
+                raise InternalFailure(e) from e
+            raise
+
+    def deliver(self, planned: Planned) -> None:
+        """The response is on the wire now: record it at the current virtual time."""
+        rec = planned.record
+        if rec is not None:
+            rec.t = self.now()
+            self.transcript.append(rec)
+            planned.record = None
+
+    # -- routing -----------------------------------------------------------------
+
+    def _handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Planned:
+        self.requests += 1
+        index = self.requests - 1
+        attempt = _int(headers.get("x-stainless-retry-count"))
+        call = self._call_number(path, attempt, body)
+        try:
+            parsed = json.loads(body) if body else None
+        except ValueError:
+            parsed = None
+        req = Request(
+            t=self.now(), index=index, call=call, attempt=attempt, path=path,
+            stream=bool(isinstance(parsed, dict) and parsed.get("stream")), body=parsed,
+            input_tokens=0,
+        )
+        self.transcript.append(req)
+        if self.on_request is not None:
+            self.on_request(self)
+        request_id = self.ids.request()
+        if method != "POST" or path not in (MESSAGES, COUNT_TOKENS):
+            return self._error(req, 404, request_id, message=f"Not found: {method} {path}", type="not_found_error")
+        if not (headers.get("x-api-key") or headers.get("authorization", "").startswith("Bearer ")):
+            return self._error(
+                req, 401, request_id, message="x-api-key header is required", type="authentication_error"
+            )
+        if not isinstance(parsed, dict):
+            return self._error(req, 400, request_id, message="There was an error parsing the body of your request.")
+        if path == COUNT_TOKENS:
+            return self._count_tokens(req, parsed, body, request_id)
+        return self._messages(req, parsed, body, request_id)
+
+    def _call_number(self, path: str, attempt: int, body: bytes) -> int:
+        """SDK retries (retry count > 0) belong to the call whose body they repeat."""
+        if path != MESSAGES:
+            return self.calls
+        if attempt > 0 and body in self._last_call_by_body:
+            return self._last_call_by_body[body]
+        self.calls += 1
+        if len(self._last_call_by_body) > 64:
+            self._last_call_by_body.clear()
+        self._last_call_by_body[body] = self.calls
+        return self.calls
+
+    # -- endpoints -----------------------------------------------------------------
+
+    def _count_tokens(self, req: Request, body: dict[str, Any], raw: bytes, request_id: str) -> Planned:
+        rejection = validate_count_tokens_request(body)
+        if rejection is not None:
+            return self._reject(req, rejection, request_id)
+        tokens = estimate_tokens(len(raw))
+        req.input_tokens = tokens
+        payload = json.dumps({"input_tokens": tokens}).encode()
+        rec = Response(t=0.0, index=req.index, call=req.call, status=200, kind="count_tokens")
+        return Planned(headers=[_JSON, ("request-id", request_id)], body=payload, record=rec)
+
+    def _messages(self, req: Request, body: dict[str, Any], raw: bytes, request_id: str) -> Planned:
+        effective, history_bytes, thread_error = self._expand_thread(body)
+        if thread_error is not None:
+            return self._reject(req, thread_error, request_id)
+        if effective is not body:
+            req.messages = effective["messages"]
+        rejection = validate_messages_request(effective, signed_by_sim=self.sign_thinking)
+        if rejection is not None:
+            return self._reject(req, rejection, request_id)
+        req.input_tokens = estimate_tokens(len(raw) + history_bytes)
+        mreq = ModelRequest(
+            call=req.call, attempt=req.attempt, body=effective, conversation=effective["messages"], stream=req.stream
+        )
+        answer = self.policy.reply(mreq)
+        reply = answer if isinstance(answer, Reply) else None
+        if reply is not None and reply.kind == "error":
+            return self._fault(req, reply, mreq, request_id)
+        turn = answer if isinstance(answer, Turn) else turn_from_reply(answer, mreq, self.ids)
+        input_tokens = req.input_tokens
+        output_tokens: int | None = None
+        if reply is not None and reply.usage is not None:
+            input_tokens = reply.usage.input_tokens if reply.usage.input_tokens is not None else input_tokens
+            output_tokens = reply.usage.output_tokens
+        msg_id = turn.id or self.ids.message()
+        model = turn.model or str(effective.get("model", "claude-sonnet-5"))
+        kw: dict[str, Any] = {"id": msg_id, "model": model, "input_tokens": input_tokens, "output_tokens": output_tokens}
+        message = render_message(turn, **kw)
+        rec = Response(
+            t=0.0, index=req.index, call=req.call, status=200, kind=str(turn.stop_reason),
+            stop_reason=turn.stop_reason, message=message, latency=reply.latency if reply else 0.0,
+        )
+        self._store_thread(body, effective, message)
+        headers = [("request-id", request_id)]
+        if req.stream:
+            return Planned(headers=[_SSE, *headers], events=render_sse(turn, **kw), latency=rec.latency, record=rec)
+        return Planned(headers=[_JSON, *headers], body=render_json(turn, **kw), latency=rec.latency, record=rec)
+
+    def _fault(self, req: Request, reply: Reply, mreq: ModelRequest, request_id: str) -> Planned:
+        err = reply.error
+        rec = Response(t=0.0, index=req.index, call=req.call, status=0, kind="error", latency=reply.latency)
+        if isinstance(err, int):
+            rec.status = err
+            rec.fault = "http"
+            payload = error_body(err, request_id=request_id)
+            rec.error = json.loads(payload)
+            headers = error_headers(err, request_id=request_id, retry_after=reply.retry_after)
+            return Planned(status=err, headers=headers, body=payload, latency=reply.latency, record=rec)
+        rec.fault = err
+        if err in ("connection", "timeout") or (err == "stream_cut" and not req.stream):
+            return Planned(raise_="cut" if err == "stream_cut" else err, latency=reply.latency, record=rec)
+        if err == "stream_error" and not req.stream:
+            # A non-streaming request cannot fail mid-stream: the same overload reaches it as a 500.
+            rec.status = 500
+            payload = error_body(500, request_id=request_id)
+            rec.error = json.loads(payload)
+            return Planned(
+                status=500, headers=error_headers(500, request_id=request_id), body=payload,
+                latency=reply.latency, record=rec,
+            )
+        # A stream that starts well and then fails: the model was writing an answer.
+        partial = turn_from_reply(Reply(end_turn="Let me look into that and get back with the details."), mreq, self.ids)
+        events = render_sse(partial, id=self.ids.message(), model=str(mreq.body.get("model")), input_tokens=req.input_tokens)
+        cut = min(4, len(events) - 2)
+        rec.status = 200
+        planned = Planned(headers=[_SSE, ("request-id", request_id)], events=events, cut_after=cut,
+                          latency=reply.latency, record=rec)
+        if err == "stream_error":
+            rec.error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+            planned.error_event = render_error_event("overloaded_error", "Overloaded", request_id)
+        return planned
+
+    def _reject(self, req: Request, rejection: Rejection, request_id: str) -> Planned:
+        return self._error(
+            req, rejection.status, request_id, message=rejection.message, type=rejection.type,
+            details=rejection.details, rejection=rejection,
+        )
+
+    def _error(
+        self,
+        req: Request,
+        status: int,
+        request_id: str,
+        *,
+        message: str,
+        type: str = "invalid_request_error",
+        details: dict[str, Any] | None = None,
+        rejection: Rejection | None = None,
+    ) -> Planned:
+        payload = error_body(status, request_id=request_id, message=message, type=type, details=details)
+        rec = Response(
+            t=0.0, index=req.index, call=req.call, status=status, kind="rejected", error=json.loads(payload),
+            fault="http",
+        )
+        if rejection is not None:
+            rec.rejection = {"status": status, "type": type, "message": message, "path": rejection.path}
+        return Planned(status=status, headers=error_headers(status, request_id=request_id), body=payload, record=rec)
+
+    # -- message threads -------------------------------------------------------------
+
+    def _expand_thread(self, body: dict[str, Any]) -> tuple[dict[str, Any], int, Rejection | None]:
+        thread = body.get("thread")
+        if not isinstance(thread, dict) or thread.get("type") != "continue":
+            return body, 0, None
+        prev = thread.get("previous_message_id")
+        stored = self._threads.get(prev) if isinstance(prev, str) else None
+        if stored is None:
+            return body, 0, _thread_error("thread_not_found", f"thread.previous_message_id: no thread holds message {prev}")
+        if stored.continued:
+            return body, 0, _thread_error(
+                "thread_already_continued", f"thread.previous_message_id: the thread was already continued from {prev}"
+            )
+        for name in ("system", "tools"):
+            if name in body:
+                return body, 0, _thread_error(
+                    "thread_unsupported_request", f"{name}: cannot be changed when continuing a thread"
+                )
+        new = body.get("messages")
+        effective = {**stored.fields, **{k: v for k, v in body.items() if k != "messages"}}
+        effective["messages"] = [*stored.messages, *(new if isinstance(new, list) else [])]
+        history_bytes = len(json.dumps(stored.messages, separators=(",", ":")))
+        return effective, history_bytes, None
+
+    def _store_thread(self, body: dict[str, Any], effective: dict[str, Any], message: dict[str, Any]) -> None:
+        thread = body.get("thread")
+        if not isinstance(thread, dict) or message.get("stop_reason") == "refusal":
+            return
+        if thread.get("type") == "continue":
+            prev = thread.get("previous_message_id")
+            if isinstance(prev, str) and prev in self._threads:
+                self._threads[prev].continued = True
+        fields = {k: v for k, v in effective.items() if k in ("system", "tools")}
+        reply = {"role": "assistant", "content": message["content"]}
+        self._threads[message["id"]] = _Thread(messages=[*effective["messages"], reply], fields=fields)
+
+
+def estimate_tokens(nbytes: int) -> int:
+    """Input tokens for a request of ``nbytes`` JSON bytes: about four bytes a token, as for English text.
+
+    Deterministic and monotonic in the request size, so a growing history shows growing usage.
+    """
+    return max(1, (nbytes + 3) // 4)
+
+
+def _thread_error(code: str, message: str) -> Rejection:
+    return Rejection(status=400, type="invalid_request_error", message=message, details={"error_code": code})
+
+
+def _int(value: str | None) -> int:
+    try:
+        return int(value) if value is not None else 0
+    except ValueError:
+        return 0

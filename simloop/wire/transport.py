@@ -1,0 +1,109 @@
+"""httpx2 transports that carry the simulated API to the official SDK.
+
+They subclass httpx2's base transport classes directly (not
+`httpx2.MockTransport`, which vcrpy intercepts), so a client built as
+``anthropic.Anthropic(http_client=httpx2.Client(transport=SimTransport(...)))``
+talks to the simulator unmodified.  Latency is spent on the virtual clock:
+``sleep`` for sync code, the running loop's timers for async code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import httpx2
+
+from simloop.wire.server import Planned, SimServer
+
+__all__ = ["AsyncSimTransport", "SimTransport"]
+
+_CUT = "peer closed connection without sending complete message body (incomplete chunked read)"
+
+
+def _read_timeout(request: httpx2.Request) -> float:
+    timeout = request.extensions.get("timeout") or {}
+    value = timeout.get("read") if isinstance(timeout, dict) else None
+    return float(value) if value is not None else 600.0
+
+
+def _response(request: httpx2.Request, planned: Planned, content: Any) -> httpx2.Response:
+    return httpx2.Response(planned.status, headers=planned.headers, content=content, request=request)
+
+
+def _fault(request: httpx2.Request, kind: str | None) -> Exception:
+    if kind == "timeout":
+        return httpx2.ReadTimeout("The read operation timed out", request=request)
+    if kind == "cut":
+        return httpx2.RemoteProtocolError(_CUT, request=request)
+    return httpx2.ConnectError("[Errno 111] Connection refused", request=request)
+
+
+class SimTransport(httpx2.BaseTransport):
+    """Sync transport: ``sleep(seconds)`` spends virtual latency (the Sim passes its clock's sleep)."""
+
+    def __init__(self, server: SimServer, *, sleep: Callable[[float], None]) -> None:
+        self.server = server
+        self.sleep = sleep
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        body = request.read()
+        planned = self.server.handle(request.method, request.url.path, request.headers, body)
+        if planned.latency:
+            self.sleep(planned.latency)
+        if planned.raise_ is not None:
+            if planned.raise_ == "timeout":
+                self.sleep(_read_timeout(request))
+            self.server.deliver(planned)
+            raise _fault(request, planned.raise_)
+        self.server.deliver(planned)
+        if planned.events is None:
+            return _response(request, planned, planned.body)
+        return _response(request, planned, _iter_events(request, planned))
+
+
+def _iter_events(request: httpx2.Request, planned: Planned) -> Iterator[bytes]:
+    events = planned.events or []
+    stop = len(events) if planned.cut_after is None else planned.cut_after
+    yield from events[:stop]
+    if planned.error_event is not None:
+        yield planned.error_event
+    elif planned.cut_after is not None:
+        raise _fault(request, "cut")
+
+
+class AsyncSimTransport(httpx2.AsyncBaseTransport):
+    """Async transport: latency is a timer on the running loop (virtual inside a Sim)."""
+
+    def __init__(self, server: SimServer, *, sleep: Callable[[float], None]) -> None:
+        self.server = server
+        self.sleep = sleep  # used when the running loop is not virtual
+
+    async def _wait(self, seconds: float) -> None:
+        loop = asyncio.get_running_loop()
+        if getattr(loop, "simloop_clock", None) is not None:
+            await asyncio.sleep(seconds)
+        else:
+            self.sleep(seconds)
+            await asyncio.sleep(0)
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        body = await request.aread()
+        planned = self.server.handle(request.method, request.url.path, request.headers, body)
+        if planned.latency:
+            await self._wait(planned.latency)
+        if planned.raise_ is not None:
+            if planned.raise_ == "timeout":
+                await self._wait(_read_timeout(request))
+            self.server.deliver(planned)
+            raise _fault(request, planned.raise_)
+        self.server.deliver(planned)
+        if planned.events is None:
+            return _response(request, planned, planned.body)
+        return _response(request, planned, _aiter_events(request, planned))
+
+
+async def _aiter_events(request: httpx2.Request, planned: Planned) -> AsyncIterator[bytes]:
+    for chunk in _iter_events(request, planned):
+        yield chunk

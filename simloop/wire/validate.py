@@ -1,0 +1,582 @@
+"""The real Messages API's request rules, answered with its exact 400 texts.
+
+The simulator runs every request a loop sends through `validate_messages_request`
+(or `validate_count_tokens_request`).  A request the real API would refuse gets a
+`Rejection` carrying the status, error type and message text the real API uses
+(sources and confidence: ``shared/research/wire.md`` section 2), so a loop sees
+the same `anthropic.BadRequestError` it would see in production.  A request the
+real API accepts must pass: the fidelity test replays every recorded request in
+the cassette corpus through this module and demands zero false rejections.
+
+Why plain Python over the parsed dict and not pydantic models: this runs on every
+simulated request and the simulator's overhead budget is a few percent of an SDK
+call.  The messages are walked once; schema-style errors (pydantic-like paths such
+as ``messages.1.content.0.tool_use.id``) are raised at once, later rules remember
+the first offence and are decided after the walk, in the order the real API
+reports them (schema -> tool definitions -> block rules -> pairing -> thinking).
+
+Deliberately *not* modelled: per-model capabilities (prefill refused by newer
+models, effort levels, ``temperature`` deprecation, unknown model names), size
+and context-window limits, and the legacy rules the API has dropped (first
+message must be ``user``, roles must alternate: consecutive same-role turns are
+now merged).  Unknown top-level fields and unknown server tool types pass.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import hmac
+import re
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "Rejection",
+    "check_signatures",
+    "thinking_signature",
+    "validate_count_tokens_request",
+    "validate_messages_request",
+]
+
+_INVALID = "invalid_request_error"
+_ID_PATTERN = "^[a-zA-Z0-9_-]+$"
+_ID_RE = re.compile(r"[a-zA-Z0-9_-]+")
+_TOOL_NAME_PATTERN = "^[a-zA-Z0-9_-]{1,128}$"
+_TOOL_NAME_RE = re.compile(r"[a-zA-Z0-9_-]{1,128}")
+_NOT_OBJECT = "Input should be a valid dictionary or object to extract fields from"
+_NO_TAG = "Unable to extract tag using discriminator 'type'"
+
+# Content block types accepted inside user/assistant messages.  Server-tool
+# result kinds keep multiplying, so any ``*_tool_use`` / ``*_tool_result`` type is
+# accepted as well (the recorded corpus is the judge); output-only blocks such as
+# ``fallback`` are refused like the real API refuses them.
+_BLOCK_TYPES = frozenset(
+    {
+        "text", "image", "document", "search_result", "thinking", "redacted_thinking",
+        "tool_use", "tool_result", "server_tool_use", "mcp_tool_use", "mcp_tool_result",
+        "web_search_tool_result", "web_fetch_tool_result", "code_execution_tool_result",
+        "bash_code_execution_tool_result", "text_editor_code_execution_tool_result",
+        "tool_search_tool_result", "advisor_tool_result", "container_upload", "compaction",
+    }
+)  # fmt: skip
+_BLOCK_TAGS = ", ".join(f"'{t}'" for t in sorted(_BLOCK_TYPES))
+_TOOL_RESULT_CONTENT_TYPES = frozenset({"text", "image", "document", "search_result", "tool_reference", "browser_state"})
+_TOOL_RESULT_CONTENT_TAGS = ", ".join(f"'{t}'" for t in sorted(_TOOL_RESULT_CONTENT_TYPES))
+_THINKING_TYPES = ("adaptive", "between_tools", "disabled", "enabled")
+_THINKING_TAGS = ", ".join(f"'{t}'" for t in _THINKING_TYPES)
+_THINKING_BLOCKS = ("thinking", "redacted_thinking")
+
+_MSG_NONEMPTY_TEXT = "messages: text content blocks must be non-empty"
+_MSG_WHITESPACE_TEXT = "messages: text content blocks must contain non-whitespace text"
+_MSG_MUST_DEFINE_TOOLS = "Requests which include `tool_use` or `tool_result` blocks must define tools."
+_MSG_THINKING_FIRST = (
+    "Expected `thinking` or `redacted_thinking`, but found `{found}`. When `thinking` is enabled, a final "
+    "`assistant` message must start with a thinking block (preceeding the lastmost set of `tool_use` and "
+    "`tool_result` blocks). We recommend you include thinking blocks from previous turns. To avoid this "
+    "requirement, disable `thinking`. Please consult our documentation at "
+    "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
+)
+_MSG_THINKING_DISABLED = (
+    "When thinking is disabled, an `assistant` message in the final position cannot contain `thinking`. "
+    "To use thinking blocks, enable `thinking` in your request."
+)
+
+# Simulator-issued thinking signatures: an HMAC over the thinking text under a
+# fixed key, so a loop that edits a thinking block before sending it back is
+# caught exactly like the real API catches it.  Not a secret: determinism is the point.
+_SIGNING_KEY = b"simloop/thinking-signature/v1"
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """A request the real API refuses: status, error type and its exact message.
+
+    ``path`` is the machine-readable location for reports (``messages[1].content[0]``);
+    ``details`` is the envelope's optional ``error.details`` object.
+    """
+
+    status: int
+    type: str
+    message: str
+    details: dict[str, Any] | None = None
+    path: str | None = None
+
+
+class _Reject(Exception):
+    """Internal: unwinds the walk at the first schema-level error."""
+
+    def __init__(self, message: str, path: str | None) -> None:
+        super().__init__(message)
+        self.rejection = Rejection(400, _INVALID, message, None, path)
+
+
+class _Turn:
+    """Consecutive same-role messages merged into one turn, as the API merges them."""
+
+    __slots__ = ("role", "first", "uses", "results", "prefix_open")
+
+    def __init__(self, role: str) -> None:
+        self.role = role
+        self.first: tuple[int, int, str] | None = None  # (message, block, type) of the first block
+        self.uses: list[tuple[int, int, str]] = []  # tool_use blocks: (message, block, id)
+        self.results: list[tuple[int, int, str, bool]] = []  # tool_result: (message, block, id, leading)
+        self.prefix_open = True  # still inside the leading run of tool_result blocks
+
+
+@functools.lru_cache(maxsize=4096)  # a conversation resends its history: the same texts again and again
+def thinking_signature(thinking: str) -> str:
+    """Return the signature the simulator attaches to a thinking block with this text.
+
+    Deterministic and shaped like a real signature (base64), e.g.
+    ``thinking_signature("Let me check.")`` is the same string in every run.
+    """
+    mac = hmac.new(_SIGNING_KEY, thinking.encode("utf-8"), hashlib.sha256).digest()
+    tail = hashlib.sha256(mac).digest()
+    return base64.b64encode(b"\x12\x40" + mac + tail).decode("ascii")
+
+
+def validate_messages_request(body: Any, *, signed_by_sim: bool = False) -> Rejection | None:
+    """Check a ``POST /v1/messages`` body (already ``json.loads``-ed) like the real API.
+
+    Returns None when the real API would accept it, else the `Rejection` it would
+    answer.  With ``signed_by_sim=True`` every ``thinking`` block must carry the
+    signature `thinking_signature` gives its text (use it when the simulator produced
+    every assistant turn; real recorded signatures are Anthropic's and fail it).
+    """
+    try:
+        return _validate(body, needs_max_tokens=True, signed_by_sim=signed_by_sim)
+    except _Reject as exc:
+        return exc.rejection
+
+
+def validate_count_tokens_request(body: Any, *, signed_by_sim: bool = False) -> Rejection | None:
+    """Check a ``POST /v1/messages/count_tokens`` body: the messages rules without ``max_tokens``."""
+    try:
+        return _validate(body, needs_max_tokens=False, signed_by_sim=signed_by_sim)
+    except _Reject as exc:
+        return exc.rejection
+
+
+def check_signatures(body: Any) -> Rejection | None:
+    """Return the rejection for the first thinking block not signed by `thinking_signature`, if any.
+
+    For a body that already passed validation; it does not re-check anything else.
+    """
+    messages = body.get("messages") if type(body) is dict else None
+    if type(messages) is not list:
+        return None
+    for i, message in enumerate(messages):
+        content = message.get("content") if type(message) is dict else None
+        if type(content) is not list:
+            continue
+        for j, block in enumerate(content):
+            if type(block) is dict and block.get("type") == "thinking":
+                text, signature = block.get("thinking"), block.get("signature")
+                if type(text) is str and signature != thinking_signature(text):
+                    return _rejection(f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block", i, j)
+    return None
+
+
+# --------------------------------------------------------------------------- internals
+
+
+def _rejection(message: str, i: int | None = None, j: int | None = None, field: str | None = None) -> Rejection:
+    return Rejection(400, _INVALID, message, None, _path(i, j, field))
+
+
+def _path(i: int | None, j: int | None = None, field: str | None = None) -> str | None:
+    if i is None:
+        return field
+    path = f"messages[{i}]" if j is None else f"messages[{i}].content[{j}]"
+    return f"{path}.{field}" if field else path
+
+
+def _fail(message: str, i: int | None = None, j: int | None = None, field: str | None = None) -> _Reject:
+    return _Reject(message, _path(i, j, field))
+
+
+def _is_int(value: Any) -> bool:
+    # pydantic's lax int: JSON 1024.0 is an integer, true/false and strings are not.
+    return type(value) is int or (type(value) is float and value.is_integer())
+
+
+def _field_error(
+    block: dict[str, Any], tag: str, name: str, i: int, j: int, wrong: str = "Input should be a valid string"
+) -> _Reject:
+    """The pydantic-style error for a block field that is missing or of the wrong type."""
+    problem = "Field required" if block.get(name) is None else wrong
+    return _fail(f"messages.{i}.content.{j}.{tag}.{name}: {problem}", i, j, name)
+
+
+def _id_error(block: dict[str, Any], tag: str, name: str, i: int, j: int) -> _Reject:
+    if type(block.get(name)) is not str:
+        return _field_error(block, tag, name, i, j)
+    return _fail(f"messages.{i}.content.{j}.{tag}.{name}: String should match pattern '{_ID_PATTERN}'", i, j, name)
+
+
+def _validate(body: Any, *, needs_max_tokens: bool, signed_by_sim: bool) -> Rejection | None:
+    if type(body) is not dict:
+        raise _Reject(_NOT_OBJECT, None)
+    get = body.get
+    max_tokens = get("max_tokens")
+    messages = get("messages")
+    model = get("model")
+    if needs_max_tokens and max_tokens is None:
+        raise _fail("max_tokens: Field required", field="max_tokens")
+    if messages is None:
+        raise _fail("messages: Field required", field="messages")
+    if model is None:
+        raise _fail("model: Field required", field="model")
+    if needs_max_tokens and not _is_int(max_tokens):
+        raise _fail("max_tokens: Input should be a valid integer", field="max_tokens")
+    if type(messages) is not list:
+        raise _fail("messages: Input should be a valid list", field="messages")
+    if type(model) is not str:
+        raise _fail("model: Input should be a valid string", field="model")
+
+    count = len(messages)
+    last = count - 1
+    turns: list[_Turn] = []
+    turn: _Turn | None = None
+    block_error: Rejection | None = None  # first empty-text / empty-content / duplicate-id offence
+    seen_ids: set[str] = set()
+    any_tool_block = False
+    id_match = _ID_RE.fullmatch
+
+    for i, message in enumerate(messages):
+        if type(message) is not dict:
+            raise _fail(f"messages.{i}: {_NOT_OBJECT}", i)
+        role = message.get("role")
+        if role is None:
+            raise _fail(f"messages.{i}.role: Field required", i, field="role")
+        if role != "user" and role != "assistant":
+            if role != "system":
+                raise _fail(f"messages.{i}.role: Input should be 'user', 'assistant' or 'system'", i, field="role")
+            # System messages (SDK 1.x+) sit outside the user/assistant turn structure:
+            # they neither merge with nor separate the turns around them.
+            _check_system_message(message, i)
+            continue
+        content = message.get("content")
+        if content is None:
+            raise _fail(f"messages.{i}.content: Field required", i, field="content")
+        if turn is None or turn.role != role:
+            turn = _Turn(role)
+            turns.append(turn)
+        final_assistant = i == last and role == "assistant"
+
+        if type(content) is str:
+            if block_error is None:
+                if not content:
+                    if not final_assistant:
+                        block_error = _empty_content(i)
+                elif content.isspace() and not final_assistant:
+                    block_error = _rejection(_MSG_WHITESPACE_TEXT, i, 0)
+            if turn.first is None:
+                turn.first = (i, 0, "text")
+            turn.prefix_open = False
+            continue
+        if type(content) is not list:
+            raise _fail(f"messages.{i}.content: Input should be a valid string or a list of content blocks", i)
+        if not content:
+            if block_error is None and not final_assistant:
+                block_error = _empty_content(i)
+            continue
+
+        blank_text: int | None = None  # first whitespace-only text block of this message
+        substance = False  # anything in this message besides whitespace-only text
+        for j, block in enumerate(content):
+            if type(block) is not dict:
+                raise _fail(f"messages.{i}.content.{j}: {_NOT_OBJECT}", i, j)
+            btype = block.get("type")
+            if btype is None:
+                raise _fail(f"messages.{i}.content.{j}: {_NO_TAG}", i, j)
+            if turn.first is None:
+                turn.first = (i, j, btype)
+
+            if btype == "text":
+                text = block.get("text")
+                if type(text) is not str:
+                    raise _field_error(block, "text", "text", i, j)
+                if not text:
+                    if block.get("cache_control") is not None:
+                        raise _fail(
+                            f"messages.{i}.content.{j}.text: cache_control cannot be set for empty text blocks", i, j
+                        )
+                    if block_error is None:
+                        block_error = _rejection(_MSG_NONEMPTY_TEXT, i, j)
+                elif text.isspace():
+                    if blank_text is None:
+                        blank_text = j
+                else:
+                    substance = True
+                turn.prefix_open = False
+                continue
+            substance = True
+            if btype == "tool_result":
+                tool_use_id = block.get("tool_use_id")
+                if type(tool_use_id) is not str or id_match(tool_use_id) is None:
+                    raise _id_error(block, "tool_result", "tool_use_id", i, j)
+                result_content = block.get("content")
+                if type(result_content) is list:
+                    _check_tool_result_content(result_content, i, j)
+                any_tool_block = True
+                turn.results.append((i, j, tool_use_id, turn.prefix_open))
+            elif btype == "tool_use":
+                tool_use_id = block.get("id")
+                if type(tool_use_id) is not str or id_match(tool_use_id) is None:
+                    raise _id_error(block, "tool_use", "id", i, j)
+                if type(block.get("name")) is not str:
+                    raise _field_error(block, "tool_use", "name", i, j)
+                if type(block.get("input")) is not dict:
+                    raise _field_error(block, "tool_use", "input", i, j, "Input should be a valid dictionary")
+                if tool_use_id in seen_ids:
+                    if block_error is None:
+                        block_error = _rejection(f"messages.{i}.content.{j}: `tool_use` ids must be unique", i, j)
+                else:
+                    seen_ids.add(tool_use_id)
+                any_tool_block = True
+                turn.uses.append((i, j, tool_use_id))
+                turn.prefix_open = False
+            elif btype == "thinking":
+                if type(block.get("thinking")) is not str:
+                    raise _field_error(block, "thinking", "thinking", i, j)
+                if type(block.get("signature")) is not str:
+                    raise _field_error(block, "thinking", "signature", i, j)
+                turn.prefix_open = False
+            elif btype == "redacted_thinking":
+                if type(block.get("data")) is not str:
+                    raise _field_error(block, "redacted_thinking", "data", i, j)
+                turn.prefix_open = False
+            else:
+                if btype not in _BLOCK_TYPES and not _is_server_block(btype):
+                    raise _fail(
+                        f"messages.{i}.content.{j}: Input tag '{btype}' found using 'type' does not match any of "
+                        f"the expected tags: {_BLOCK_TAGS}",
+                        i,
+                        j,
+                    )
+                turn.prefix_open = False
+        # A whitespace-only text block next to other content passes (recorded: " " before
+        # tool_use blocks, answered 200); a message of nothing but blank text does not.
+        if blank_text is not None and not substance and block_error is None and not final_assistant:
+            block_error = _rejection(_MSG_WHITESPACE_TEXT, i, blank_text)
+
+    thinking_type = _check_thinking_config(get("thinking"), max_tokens if needs_max_tokens else None)
+    tool_names_error = _check_tools(get("tools"))
+
+    # Request-level semantic rules, then the conversation's, in the real API's order.
+    if not count:
+        return _rejection("messages: at least one message is required", field="messages")
+    if thinking_type == "enabled" or thinking_type == "adaptive":
+        temperature = get("temperature")
+        if temperature is not None and temperature != 1:
+            return _rejection("`temperature` may only be set to 1 when thinking is enabled.", field="temperature")
+    if tool_names_error is not None:
+        return tool_names_error
+    if block_error is not None:
+        return block_error
+    if any_tool_block and not get("tools"):
+        return _rejection(_MSG_MUST_DEFINE_TOOLS, field="tools")
+    pairing_error = _check_pairing(turns)
+    if pairing_error is not None:
+        return pairing_error
+    if thinking_type == "enabled" or thinking_type == "adaptive":
+        thinking_error = _check_thinking_turn(turns)
+        if thinking_error is not None:
+            return thinking_error
+    elif thinking_type != "between_tools" and count and turns:
+        thinking_error = _check_final_without_thinking(messages, turns)
+        if thinking_error is not None:
+            return thinking_error
+    if signed_by_sim:
+        return check_signatures(body)
+    return None
+
+
+def _is_server_block(btype: Any) -> bool:
+    return type(btype) is str and (btype.endswith("_tool_result") or btype.endswith("_tool_use"))
+
+
+def _empty_content(i: int) -> Rejection:
+    return _rejection(
+        f"messages.{i}: all messages must have non-empty content except for the optional final assistant message", i
+    )
+
+
+def _check_system_message(message: dict[str, Any], i: int) -> None:
+    content = message.get("content")
+    if content is None:
+        raise _fail(f"messages.{i}.content: Field required", i, field="content")
+    if type(content) is not str and type(content) is not list:
+        raise _fail(f"messages.{i}.content: Input should be a valid string or a list of content blocks", i)
+
+
+def _check_tool_result_content(content: list[Any], i: int, j: int) -> None:
+    for k, item in enumerate(content):
+        itype = item.get("type") if type(item) is dict else None
+        if itype not in _TOOL_RESULT_CONTENT_TYPES:
+            where = f"messages.{i}.content.{j}.tool_result.content.{k}"
+            if type(item) is not dict:
+                problem = _NOT_OBJECT
+            elif itype is None:
+                problem = _NO_TAG
+            else:
+                problem = f"Input tag '{itype}' found using 'type' does not match any of the expected tags: "
+                problem += _TOOL_RESULT_CONTENT_TAGS
+            raise _fail(f"{where}: {problem}", i, j, f"content[{k}]")
+
+
+def _check_thinking_config(thinking: Any, max_tokens: Any) -> str | None:
+    """Validate ``thinking``; return its type (None when absent).  Raises on schema errors."""
+    if thinking is None:
+        return None
+    if type(thinking) is not dict:
+        raise _fail(f"thinking: {_NOT_OBJECT}", field="thinking")
+    ttype = thinking.get("type")
+    if ttype is None:
+        raise _fail(f"thinking: {_NO_TAG}", field="thinking")
+    if ttype not in _THINKING_TYPES:
+        raise _fail(
+            f"thinking: Input tag '{ttype}' found using 'type' does not match any of the expected tags: {_THINKING_TAGS}",
+            field="thinking",
+        )
+    if ttype == "enabled":
+        budget = thinking.get("budget_tokens")
+        if budget is None:
+            raise _fail("thinking.enabled.budget_tokens: Field required", field="thinking.budget_tokens")
+        if not _is_int(budget):
+            raise _fail("thinking.enabled.budget_tokens: Input should be a valid integer", field="thinking.budget_tokens")
+        if budget < 1024:
+            raise _fail(
+                "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024",
+                field="thinking.budget_tokens",
+            )
+        if max_tokens is not None and budget >= max_tokens:
+            raise _fail("`max_tokens` must be greater than `thinking.budget_tokens`.", field="thinking.budget_tokens")
+    return str(ttype)
+
+
+def _check_tools(tools: Any) -> Rejection | None:
+    """Raise on tool schema errors; return the (later-ranked) duplicate-name rejection, if any."""
+    if tools is None:
+        return None
+    if type(tools) is not list:
+        raise _fail("tools: Input should be a valid list", field="tools")
+    names: set[str] = set()
+    duplicate = False
+    for k, tool in enumerate(tools):
+        if type(tool) is not dict:
+            raise _fail(f"tools.{k}: {_NOT_OBJECT}", field=f"tools[{k}]")
+        ttype = tool.get("type")
+        name = tool.get("name")
+        if (ttype is None or ttype == "custom") and not _valid_custom_tool(tool):
+            raise _custom_tool_error(tool, k)
+        # Server tools (any other ``type``) are Anthropic's to define: they pass.
+        if type(name) is str:
+            if name in names:
+                duplicate = True
+            names.add(name)
+    return _rejection("tools: Tool names must be unique.", field="tools") if duplicate else None
+
+
+def _valid_custom_tool(tool: dict[str, Any]) -> bool:
+    name = tool.get("name")
+    schema = tool.get("input_schema")
+    return (
+        type(name) is str
+        and _TOOL_NAME_RE.fullmatch(name) is not None
+        and type(schema) is dict
+        and schema.get("type") == "object"
+    )
+
+
+def _custom_tool_error(tool: dict[str, Any], k: int) -> _Reject:
+    where = f"tools.{k}.custom"
+    name = tool.get("name")
+    schema = tool.get("input_schema")
+    if name is None:
+        return _fail(f"{where}.name: Field required", field=f"tools[{k}].name")
+    if type(name) is not str:
+        return _fail(f"{where}.name: Input should be a valid string", field=f"tools[{k}].name")
+    if _TOOL_NAME_RE.fullmatch(name) is None:
+        return _fail(f"{where}.name: String should match pattern '{_TOOL_NAME_PATTERN}'", field=f"tools[{k}].name")
+    if schema is None:
+        return _fail(f"{where}.input_schema: Field required", field=f"tools[{k}].input_schema")
+    if type(schema) is not dict:
+        return _fail(f"{where}.input_schema: Input should be a valid dictionary", field=f"tools[{k}].input_schema")
+    if schema.get("type") is None:
+        return _fail(f"{where}.input_schema.type: Field required", field=f"tools[{k}].input_schema.type")
+    return _fail(f"{where}.input_schema.type: Input should be 'object'", field=f"tools[{k}].input_schema.type")
+
+
+def _check_pairing(turns: list[_Turn]) -> Rejection | None:
+    """Each assistant tool_use answered at the start of the next user turn; no stray tool_result."""
+    previous: _Turn | None = None
+    for turn in turns:
+        if turn.role == "user":
+            uses = previous.uses if previous is not None else []
+            if turn.results:
+                asked = {use_id for _, _, use_id in uses}
+                stray = [r for r in turn.results if r[2] not in asked]
+                if stray:
+                    i, j = stray[0][0], stray[0][1]
+                    ids = ", ".join(dict.fromkeys(r[2] for r in stray))
+                    return _rejection(
+                        f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: {ids}. "
+                        "Each `tool_result` block must have a corresponding `tool_use` block in the previous message.",
+                        i,
+                        j,
+                    )
+            if uses:
+                answered = {r[2] for r in turn.results if r[3]}
+                missing = [u for u in uses if u[2] not in answered]
+                if missing:
+                    i, j = missing[0][0], missing[0][1]
+                    ids = ", ".join(dict.fromkeys(u[2] for u in missing))
+                    return _rejection(
+                        f"messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately after: "
+                        f"{ids}. Each `tool_use` block must have a corresponding `tool_result` block in the next "
+                        "message.",
+                        i,
+                        j,
+                    )
+        previous = turn
+    # A final assistant turn with unanswered tool_use (prefill, pause_turn continuation) is accepted.
+    return None
+
+
+def _check_thinking_turn(turns: list[_Turn]) -> Rejection | None:
+    """With thinking on, the assistant turn holding the lastmost tool_use must open with thinking."""
+    start = 0
+    for index in range(len(turns) - 1, -1, -1):
+        turn = turns[index]
+        if turn.role == "user" and not turn.results:
+            start = index + 1  # the last genuine user turn: the current assistant turn starts after it
+            break
+    current = turns[start:]
+    if not current or current[0].role != "assistant" or not any(t.uses for t in current):
+        return None
+    first = current[0].first
+    if first is None or first[2] in _THINKING_BLOCKS:
+        return None
+    i, j, found = first
+    return _rejection(f"messages.{i}.content.{j}.type: " + _MSG_THINKING_FIRST.format(found=found), i, j)
+
+
+def _check_final_without_thinking(messages: list[Any], turns: list[_Turn]) -> Rejection | None:
+    """With thinking off, the final assistant message may not contain thinking blocks."""
+    if messages[-1].get("role") != "assistant" or turns[-1].role != "assistant":
+        return None
+    first = turns[-1].first
+    if first is None:
+        return None
+    for i in range(first[0], len(messages)):
+        message = messages[i]
+        content = message.get("content")
+        if message.get("role") == "assistant" and type(content) is list:
+            for j, block in enumerate(content):
+                if block.get("type") in _THINKING_BLOCKS:
+                    return _rejection(f"messages.{i}.content.{j}: {_MSG_THINKING_DISABLED}", i, j)
+    return None
