@@ -124,7 +124,7 @@ class _View:
 
     def step_at(self, pos: int) -> int | None:
         """The logical model call in progress at event position ``pos`` (the last one sent before it)."""
-        i = bisect.bisect_right([p for p, _ in self.model_requests], pos)
+        i = bisect.bisect_right(self.model_requests, pos, key=lambda pr: pr[0])
         return self.model_requests[i - 1][1].call if i else None
 
     @property
@@ -294,19 +294,19 @@ def _pairing_offences(conversation: list[Any]) -> list[_Offence]:
                 leading = False
                 continue
             uid = str(b.get("tool_use_id"))
-            name = uses_seen.get(uid, ("", None))[1]
+            tool = uses_seen[uid][1] if uid in uses_seen else None
             if uid in results_seen:
                 what = f"a second tool_result for {uid} (the first is at {results_seen[uid]})"
-                found.append(_Offence("duplicate_result", order, path, uid, name, what))
+                found.append(_Offence("duplicate_result", order, path, uid, tool, what))
             elif uid not in pending:
                 where = f"it was asked for at {uses_seen[uid][0]}" if uid in uses_seen else "no tool_use has that id"
                 what = f"a tool_result answers {uid}, which is not a tool_use of the previous assistant message ({where})"
-                found.append(_Offence("orphan_result", order, path, uid, name, what))
+                found.append(_Offence("orphan_result", order, path, uid, tool, what))
             else:
                 answered.add(uid)
                 if not leading:
                     what = f"the tool_result for {uid} comes after other content in its message"
-                    found.append(_Offence("result_not_first", order, path, uid, name, what))
+                    found.append(_Offence("result_not_first", order, path, uid, tool, what))
             results_seen.setdefault(uid, path)
         for uid, (order, path, name) in pending.items():
             if uid not in answered:
@@ -354,6 +354,7 @@ def request_valid(t: Transcript) -> list[Violation]:
 
     The same rejection coming back for later requests is reported once, with the count.
     """
+    requests = {r.index: r for r in t.requests}
     groups: dict[tuple[str, str, str | None], list[Response]] = {}
     for resp in t.responses:
         if resp.kind != "rejected":
@@ -363,14 +364,14 @@ def request_valid(t: Transcript) -> list[Violation]:
         status = int(rej.get("status") or resp.status)
         if status == 413 or any(h in f"{text} {rej.get('type', '')}".lower() for h in _SIZE_HINTS):
             continue  # answered as the real API does; not a malformed request
-        req = next((r for r in t.requests if r.index == resp.index), None)
+        req = requests.get(resp.index)
         if req is not None and _pairing_offences(req.conversation):
             continue  # reported (once) by `pairing`
         groups.setdefault((str(rej.get("type")), text, _api_path(rej.get("path"))), []).append(resp)
     out: list[Violation] = []
     for (kind, text, path), resps in groups.items():
         resp = resps[0]
-        req = next((r for r in t.requests if r.index == resp.index), None)
+        req = requests.get(resp.index)
         status = int((resp.rejection or {}).get("status") or resp.status)
         again = f" (the same rejection came back {len(resps) - 1} more time(s))" if len(resps) > 1 else ""
         message = (
@@ -411,49 +412,64 @@ def no_rerun(t: Transcript) -> list[Violation]:
     by_tool_use: dict[str, ToolStart] = {}
     committed: list[tuple[int, ToolStart]] = []  # (position of the ToolEnd, the write that committed)
     for pos, s in v.starts:
-        step = v.step_at(pos)
-        ev: dict[str, Any] = {"exec": s.exec, "tool": s.tool, "tool_use_id": s.matched or s.tool_use_id}
-        for end_pos, prior in committed:
-            if end_pos > pos or prior.tool != s.tool or _canon(prior.input) != _canon(s.input):
-                continue
-            seen_at = _result_seen_at(v, prior.matched, end_pos)
-            asked_at = v.issued[s.matched][0] if s.matched in v.issued else -1
-            if s.matched is not None and s.matched != prior.matched and seen_at is not None and asked_at > seen_at:
-                continue  # the model saw the result and asked again: its call, not the loop's
-            if s.matched == prior.matched:
-                why = f" for the same tool_use {s.matched}"
-            elif s.matched is None:
-                why = " without a tool_use asking for it"
-            else:
-                why = f", answering tool_use {s.matched}, which the model issued before it saw that result"
-            message = (
-                f"{s.tool} ran again with the same input (exec {s.exec}) after exec {prior.exec} had committed"
-                f"{why}; a correct loop never re-executes a completed write: it reports the first result (or error)"
-                " to the model and lets the model decide, with an idempotency key if it must retry"
-            )
-            out.append(Violation("no_rerun", message, step, {**ev, "first_exec": prior.exec}))
-            break
-        else:
-            if s.matched is None:
-                given = f" (the loop passed id {s.tool_use_id}, which matches none)" if s.tool_use_id else ""
-                message = (
-                    f"{s.tool} was executed (exec {s.exec}) but no tool_use asked for it{given}; a correct loop only "
-                    "runs tools the model asked for, once per tool_use block"
-                )
-                out.append(Violation("no_rerun", message, step, ev))
-            elif s.matched in by_tool_use:
-                prior = by_tool_use[s.matched]
-                message = (
-                    f"{s.tool} ran twice for tool_use {s.matched} (exec {prior.exec} and exec {s.exec}); a correct "
-                    "loop runs each tool_use once and reports a failure as an is_error tool_result instead of retrying"
-                )
-                out.append(Violation("no_rerun", message, step, {**ev, "first_exec": prior.exec}))
+        found = _rerun_of_commit(v, pos, s, committed) or _unrequested_or_repeated(v, pos, s, by_tool_use)
+        if found is not None:
+            out.append(found)
         if s.matched is not None:
             by_tool_use.setdefault(s.matched, s)
         end = v.ends.get(s.exec)
         if end is not None and end[1].committed and _is_write(t, s):
             committed.append((end[0], s))
     return out
+
+
+def _rerun_of_commit(v: _View, pos: int, s: ToolStart, committed: list[tuple[int, ToolStart]]) -> Violation | None:
+    for end_pos, prior in committed:
+        if end_pos > pos or prior.tool != s.tool or _canon(prior.input) != _canon(s.input):
+            continue
+        seen_at = _result_seen_at(v, prior.matched, end_pos)
+        asked_at = v.issued[s.matched][0] if s.matched in v.issued else -1
+        if s.matched is not None and s.matched != prior.matched and seen_at is not None and asked_at > seen_at:
+            continue  # the model saw the result and asked again: its call, not the loop's
+        if s.matched == prior.matched:
+            why = f" for the same tool_use {s.matched}"
+        elif s.matched is None:
+            why = " without a tool_use asking for it"
+        else:
+            why = f", answering tool_use {s.matched}, which the model issued before it saw that result"
+        message = (
+            f"{s.tool} ran again with the same input (exec {s.exec}) after exec {prior.exec} had committed{why}; "
+            "a correct loop never re-executes a completed write: it reports the first result (or error) to the "
+            "model and lets the model decide, with an idempotency key if it must retry"
+        )
+        evidence = {"exec": s.exec, "first_exec": prior.exec, "tool": s.tool, "tool_use_id": s.matched}
+        return Violation("no_rerun", message, v.step_at(pos), evidence)
+    return None
+
+
+def _unrequested_or_repeated(v: _View, pos: int, s: ToolStart, by_tool_use: dict[str, ToolStart]) -> Violation | None:
+    if s.matched is None:
+        given = f" (the loop passed id {s.tool_use_id}, which matches none)" if s.tool_use_id else ""
+        evidence: dict[str, Any] = {"exec": s.exec, "tool": s.tool, "tool_use_id": s.tool_use_id}
+        same = next((p for _, p in v.starts if p.exec < s.exec and p.tool == s.tool and _canon(p.input) == _canon(s.input)),
+                    None)
+        if same is not None:
+            given += f"; it repeats exec {same.exec} with the same input"
+            evidence = {"exec": s.exec, "first_exec": same.exec, "tool": s.tool, "tool_use_id": s.tool_use_id}
+        message = (
+            f"{s.tool} was executed (exec {s.exec}) but no tool_use asked for it{given}; a correct loop only runs "
+            "tools the model asked for, once per tool_use block"
+        )
+        return Violation("no_rerun", message, v.step_at(pos), evidence)
+    if s.matched in by_tool_use:
+        prior = by_tool_use[s.matched]
+        message = (
+            f"{s.tool} ran twice for tool_use {s.matched} (exec {prior.exec} and exec {s.exec}); a correct loop runs "
+            "each tool_use once and reports a failure as an is_error tool_result instead of retrying"
+        )
+        evidence = {"exec": s.exec, "first_exec": prior.exec, "tool": s.tool, "tool_use_id": s.matched}
+        return Violation("no_rerun", message, v.step_at(pos), evidence)
+    return None
 
 
 # -- truncation -------------------------------------------------------------------------------------------------
@@ -468,7 +484,7 @@ def truncation(t: Transcript) -> list[Violation]:
             reply = v.issued[s.matched][1]
             message = (
                 f"{s.tool} was executed (exec {s.exec}) from a reply cut off at max_tokens; its input may be "
-                "partial. A correct loop never runs tool calls from a max_tokens reply: it retries the turn with a "
+                "partial; a correct loop never runs tool calls from a max_tokens reply: it retries the turn with a "
                 "larger max_tokens or stops with reason 'truncated'"
             )
             evidence = {"request": reply.index, "exec": s.exec, "tool": s.tool, "tool_use_id": s.matched}
@@ -505,9 +521,11 @@ def refusal(t: Transcript) -> list[Violation]:
     reported: set[str] = set()
     for pos, reply in v.replies:
         req = v.request_at.get(reply.index)
-        if reply.stop_reason != "refusal" or req is None or _signature(req) in reported:
+        if reply.stop_reason != "refusal" or req is None:
             continue
         sig = _signature(req)
+        if sig in reported:
+            continue
         again = [r for p, r in v.model_requests if p > pos and r.call > req.call and r.attempt == 0
                  and _signature(r) == sig]
         if not again:
@@ -573,9 +591,9 @@ def limits(t: Transcript) -> list[Violation]:
     done: set[str] = set()
     calls_seen: set[int] = set()
     used = 0
-    replies = {id(r) for _, r in v.replies}
-    for e in t.events:
-        if isinstance(e, Response) and id(e) in replies:
+    reply_positions = {pos for pos, _ in v.replies}
+    for pos, e in enumerate(t.events):
+        if isinstance(e, Response) and pos in reply_positions:
             used += e.input_tokens + e.output_tokens
         if not isinstance(e, Request) or e.path != MESSAGES_PATH or e.call in calls_seen:
             continue
@@ -610,7 +628,7 @@ def limits(t: Transcript) -> list[Violation]:
 # -- tool_errors ------------------------------------------------------------------------------------------------
 
 
-_EXC = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(?::\s*(.*)|\((.*)\))?\s*$", re.S)
+_EXC = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(?::\s*(.*)|\((.*)\))?\s*$", re.DOTALL)
 
 
 def _same_exception(error: str | None, escaped: str | None) -> bool:

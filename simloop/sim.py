@@ -28,7 +28,7 @@ from simloop.errors import SimloopInternalError, UsageError
 from simloop.invariants import Report, check
 from simloop.models import Ids, ModelPolicy, Script, ScriptExhausted
 from simloop.outcome import Outcome
-from simloop.scenario import Limits, Scenario, load_scenario
+from simloop.scenario import Fault, Limits, Scenario, ToolSpec, load_scenario
 from simloop.tools import ToolBox
 from simloop.transcript import Halt, Header, OutcomeEvent, Transcript
 from simloop.wire.server import Budget, InternalFailure, SimServer
@@ -61,6 +61,7 @@ class Sim:
         limits: the limits the loop declares, replacing the scenario's ``limits``.
         budget: when to unwind a loop that does not stop (model calls); virtual time is capped by ``max_virtual_s``.
         watchdog_s: real seconds a loop may spin without calling the model or a tool before it is unwound.
+        fault_source: decides each tool execution's fault instead of the scenario's ``faults`` (generated runs).
     """
 
     def __init__(
@@ -73,6 +74,7 @@ class Sim:
         budget: Budget | None = None,
         max_virtual_s: float | None = None,
         watchdog_s: float = 10.0,
+        fault_source: Callable[[ToolSpec, int], Fault | None] | None = None,
     ) -> None:
         self.scenario = _as_scenario(scenario)
         if limits is not None:
@@ -83,7 +85,7 @@ class Sim:
         self.budget = budget or _default_budget(self.limits)
         deadline = self.limits.deadline_s
         self.max_virtual_s = max_virtual_s or max(6 * 3600.0, 10 * deadline if deadline else 0.0)
-        self.clock = VirtualClock()
+        self.clock = VirtualClock(end=self.max_virtual_s)
         self.watchdog = Watchdog(seconds=watchdog_s)
         self.transcript = Transcript(
             header=Header(
@@ -98,7 +100,8 @@ class Sim:
             on_request=self._on_request,
         )
         self.tools = ToolBox(
-            self.scenario, self.transcript, now=self.clock.now, sleep=self._sleep, on_call=self._on_tool
+            self.scenario, self.transcript, now=self.clock.now, sleep=self._sleep, on_call=self._on_tool,
+            fault_source=fault_source,
         )
         self.model = DEFAULT_MODEL
         self._clients: dict[str, Any] = {}

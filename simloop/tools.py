@@ -58,8 +58,10 @@ class ToolBox:
         now: Callable[[], float],
         sleep: Callable[[float], None],
         on_call: Callable[[], None] | None = None,
+        fault_source: Callable[[ToolSpec, int], Fault | None] | None = None,
     ) -> None:
         self.scenario = scenario
+        self.fault_source = fault_source
         self.transcript = transcript
         self.now = now
         self.sleep = sleep
@@ -114,7 +116,7 @@ class ToolBox:
         self.executions += 1
         nth = self._nth[name] = self._nth.get(name, 0) + 1
         spec = next((t for t in self.scenario.tools if t.name == name), None)
-        fault = self._fault_for(name, nth)
+        fault = self._fault_for(spec, name, nth)
         start = ToolStart(
             t=self.now(), exec=self.executions, tool=name, input=_jsonable(input), nth=nth,
             kind=spec.kind if spec else "read", tool_use_id=tool_use_id,
@@ -153,7 +155,9 @@ class ToolBox:
             end.t = self.now()
             self.transcript.append(end)
 
-    def _fault_for(self, name: str, nth: int) -> Fault | None:
+    def _fault_for(self, spec: ToolSpec | None, name: str, nth: int) -> Fault | None:
+        if self.fault_source is not None:
+            return self.fault_source(spec, nth) if spec is not None else None
         for i, f in enumerate(self.scenario.faults):
             if f.tool == name and (f.call is None or f.call == nth):
                 self._fired.add(i)

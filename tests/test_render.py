@@ -134,7 +134,8 @@ def _client(body: bytes, content_type: str) -> anthropic.Anthropic:
 
 
 def parse_json(body: bytes) -> anthropic.types.Message:
-    return _client(body, "application/json").messages.create(**CREATE)
+    message: anthropic.types.Message = _client(body, "application/json").messages.create(**CREATE)
+    return message
 
 
 def parse_sse(items: list[bytes]) -> anthropic.types.Message:
@@ -453,4 +454,25 @@ def test_citations_and_compaction_follow_the_recorded_streams() -> None:
     with beta_client(b"".join(items), SSE_TYPE).beta.messages.stream(**CREATE) as stream:
         streamed = stream.get_final_message()
     assert created.model_dump() == streamed.model_dump()
-    assert created.content[1].citations is not None and len(created.content[1].citations) == 2  # type: ignore[union-attr]
+    assert created.content[1].citations is not None and len(created.content[1].citations) == 2
+
+
+def test_a_partial_json_that_is_no_json_prefix_is_reported() -> None:
+    turn = Turn(
+        content=[{"type": "tool_use", "id": "toolu_bad", "name": "send_email", "partial_json": "to: a@example.com"}],
+        stop_reason="max_tokens",
+    )
+
+    with pytest.raises(ValueError, match=r"tool_use block 'toolu_bad': partial_json must be the beginning of a JSON"):
+        render_json(turn, **KW)
+
+
+def test_rendering_is_deterministic_and_does_not_touch_the_turn() -> None:
+    turn = REPLIES["max_tokens_tool_input"]
+    before = json.dumps(turn.content)
+
+    first = (render_json(turn, **KW), render_sse(turn, **KW))
+    second = (render_json(turn, **KW), render_sse(turn, **KW))
+
+    assert first == second
+    assert json.dumps(turn.content) == before

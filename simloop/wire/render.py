@@ -22,7 +22,9 @@ What follows the real wire (2025-26 recordings under ``shared/data/cassettes``):
   arrives whole in its ``content_block_start``.
 
 Performance matters (the simulator must add little to the SDK's ~1 ms per call), so this is plain
-dicts and ``json.dumps``; no pydantic here.
+dicts serialised with ``pydantic_core.to_json`` (compact, UTF-8, insertion order; the same bytes as
+``json.dumps(separators=(",", ":"), ensure_ascii=False)`` up to float exponent spelling, several
+times faster) and byte templates for the many small delta events; no pydantic models here.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jiter
+from pydantic_core import to_json
 
 __all__ = [
     "Turn",
@@ -70,6 +73,14 @@ _CHUNK_RUN = 16
 
 _PING = b'event: ping\ndata: {"type": "ping"}\n\n'
 _MESSAGE_STOP = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+_BLOCK_STOP = b'event: content_block_stop\ndata: {"type":"content_block_stop","index":%d}\n\n'
+# Templates: one %-format is several times faster than serialising a nested dict for every delta.
+_DELTA = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,"delta":%s}\n\n'
+_TEXT_DELTA = b'{"type":"text_delta","text":%s}'
+_THINKING_DELTA = b'{"type":"thinking_delta","thinking":%s}'
+_SIGNATURE_DELTA = b'{"type":"signature_delta","signature":%s}'
+_JSON_DELTA = b'{"type":"input_json_delta","partial_json":%s}'
+_CITATION_DELTA = b'{"type":"citations_delta","citation":%s}'
 
 
 @dataclass(slots=True)
@@ -108,15 +119,18 @@ class Turn:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def _partial_input(text: str) -> Any:
+def _partial_input(block: dict[str, Any]) -> Any:
     """What the SDK's stream accumulator builds from a cut-off tool input: jiter's partial parse."""
+    text = block["partial_json"]
     if not text:
         return {}
-    return jiter.from_json(text.encode(), partial_mode=True)
+    try:
+        return jiter.from_json(text.encode(), partial_mode=True)
+    except ValueError as exc:
+        raise ValueError(
+            f"{block.get('type')} block {block.get('id')!r}: partial_json must be the beginning of a JSON "
+            f'object, like \'{{"path": "/tmp/a\'; got {text!r} ({exc})'
+        ) from exc
 
 
 def _wire_content(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -127,7 +141,7 @@ def _wire_content(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if out is None:
                 out = list(content[:i])
             resolved = {k: v for k, v in block.items() if k != "partial_json"}
-            resolved["input"] = _partial_input(block["partial_json"])
+            resolved["input"] = _partial_input(block)
             out.append(resolved)
         elif out is not None:
             out.append(block)
@@ -148,7 +162,7 @@ def _computed_usage(content: list[dict[str, Any]], input_tokens: int, output_tok
             thinking_chars += len(block.get("data") or "")
     if output_tokens is None:
         # Deterministic stand-in for a tokenizer: a token is about four characters of the content JSON.
-        output_tokens = _estimate_tokens(len(_dumps(content))) if content else 0
+        output_tokens = _estimate_tokens(len(to_json(content))) if content else 0
     return {
         "input_tokens": input_tokens,
         "cache_creation_input_tokens": 0,
@@ -167,7 +181,11 @@ def render_message(
     """The complete Message dict the real API returns for ``turn``.
 
     ``turn.id``, ``turn.model`` and ``turn.usage`` win over ``id``, ``model`` and the token counts.
-    Without ``output_tokens`` the count is computed from the content size (about 4 characters a token).
+    Without ``output_tokens`` the count is computed from the content size: a quarter of the length
+    of the content's compact JSON in bytes, rounded up (0 for empty content).
+
+    Raises:
+        ValueError: a tool block's ``partial_json`` is not the beginning of a JSON document.
     """
     content = _wire_content(turn.content)
     message: dict[str, Any] = {
@@ -189,11 +207,11 @@ def render_message(
 def render_json(turn: Turn, *, id: str, model: str, input_tokens: int, output_tokens: int | None = None) -> bytes:
     """The non-streaming response body for ``turn``: compact JSON bytes (see :func:`render_message`)."""
     message = render_message(turn, id=id, model=model, input_tokens=input_tokens, output_tokens=output_tokens)
-    return _dumps(message).encode()
+    return to_json(message)
 
 
-def _event(name: str, payload: dict[str, Any]) -> bytes:
-    return f"event: {name}\ndata: {_dumps(payload)}\n\n".encode()
+def _event(name: bytes, payload: dict[str, Any]) -> bytes:
+    return b"event: " + name + b"\ndata: " + to_json(payload) + b"\n\n"
 
 
 def _chunks(text: str) -> list[str]:
@@ -216,13 +234,6 @@ def _chunks(text: str) -> list[str]:
     return out
 
 
-def _delta(index: int, delta_json: str) -> bytes:
-    # A template is several times faster than dumping a nested dict for every delta of a stream.
-    return (
-        f'event: content_block_delta\ndata: {{"type":"content_block_delta","index":{index},"delta":{delta_json}}}\n\n'
-    ).encode()
-
-
 def _block_events(index: int, block: dict[str, Any]) -> list[bytes]:
     """content_block_start, its deltas and content_block_stop for one block, as the real stream sends them."""
     kind = block.get("type")
@@ -234,38 +245,36 @@ def _block_events(index: int, block: dict[str, Any]) -> list[bytes]:
         if citations is not None:
             start["citations"] = []
             for citation in citations:
-                deltas.append(_delta(index, '{"type":"citations_delta","citation":' + _dumps(citation) + "}"))
+                deltas.append(_DELTA % (index, _CITATION_DELTA % to_json(citation)))
         for chunk in _chunks(block.get("text", "")):
-            deltas.append(_delta(index, '{"type":"text_delta","text":' + _dumps(chunk) + "}"))
+            deltas.append(_DELTA % (index, _TEXT_DELTA % to_json(chunk)))
     elif kind == "thinking":
         start = dict(block)
         start["thinking"] = ""
         start["signature"] = ""
         for chunk in _chunks(block.get("thinking", "")):
-            deltas.append(_delta(index, '{"type":"thinking_delta","thinking":' + _dumps(chunk) + "}"))
-        deltas.append(
-            _delta(index, '{"type":"signature_delta","signature":' + _dumps(block.get("signature", "")) + "}")
-        )
+            deltas.append(_DELTA % (index, _THINKING_DELTA % to_json(chunk)))
+        deltas.append(_DELTA % (index, _SIGNATURE_DELTA % to_json(block.get("signature", ""))))
     elif kind in _TOOL_BLOCKS:
         start = {k: v for k, v in block.items() if k != "partial_json"}
         start["input"] = {}
         partial = block.get("partial_json")
-        text = partial if partial is not None else _dumps(block.get("input", {}))
-        deltas.append(_delta(index, '{"type":"input_json_delta","partial_json":""}'))
+        text = partial if partial is not None else to_json(block.get("input", {})).decode()
+        deltas.append(_DELTA % (index, _JSON_DELTA % b'""'))
         for chunk in _chunks(text):
-            deltas.append(_delta(index, '{"type":"input_json_delta","partial_json":' + _dumps(chunk) + "}"))
+            deltas.append(_DELTA % (index, _JSON_DELTA % to_json(chunk)))
     elif kind == "compaction":
         start = {k: v for k, v in block.items() if k != "encrypted_content"}
         start["content"] = None
         delta: dict[str, Any] = {"type": "compaction_delta", "content": block.get("content")}
         if "encrypted_content" in block:
             delta["encrypted_content"] = block["encrypted_content"]
-        deltas.append(_delta(index, _dumps(delta)))
+        deltas.append(_DELTA % (index, to_json(delta)))
     else:
         start = block
-    events = [_event("content_block_start", {"type": "content_block_start", "index": index, "content_block": start})]
+    events = [_event(b"content_block_start", {"type": "content_block_start", "index": index, "content_block": start})]
     events.extend(deltas)
-    events.append(f'event: content_block_stop\ndata: {{"type":"content_block_stop","index":{index}}}\n\n'.encode())
+    events.append(_BLOCK_STOP % index)
     return events
 
 
@@ -302,7 +311,7 @@ def render_sse(turn: Turn, *, id: str, model: str, input_tokens: int, output_tok
         # The real stream sends container and context_management only with message_delta.
         if key not in ("container", "context_management") or (cut and value is not None):
             start_message[key] = value
-    events = [_event("message_start", {"type": "message_start", "message": start_message})]
+    events = [_event(b"message_start", {"type": "message_start", "message": start_message})]
     for index, block in enumerate(turn.content):
         events.extend(_block_events(index, block))
         if index == 0:
@@ -320,7 +329,7 @@ def render_sse(turn: Turn, *, id: str, model: str, input_tokens: int, output_tok
     message_delta: dict[str, Any] = {"type": "message_delta", "delta": delta, "usage": delta_usage}
     if context_management is not None:
         message_delta["context_management"] = context_management
-    events.append(_event("message_delta", message_delta))
+    events.append(_event(b"message_delta", message_delta))
     events.append(_MESSAGE_STOP)
     return events
 
@@ -333,7 +342,7 @@ def render_error_event(error_type: str, message: str, request_id: str | None = N
     payload: dict[str, Any] = {"type": "error", "error": {"type": error_type, "message": message}}
     if request_id is not None:
         payload["request_id"] = request_id
-    return _event("error", payload)
+    return _event(b"error", payload)
 
 
 def turn_from_message(message: dict[str, Any]) -> Turn:

@@ -62,11 +62,14 @@ _BLOCK_TYPES = frozenset(
     }
 )  # fmt: skip
 _BLOCK_TAGS = ", ".join(f"'{t}'" for t in sorted(_BLOCK_TYPES))
-_TOOL_RESULT_CONTENT_TYPES = frozenset({"text", "image", "document", "search_result", "tool_reference", "browser_state"})
+_TOOL_RESULT_CONTENT_TYPES = frozenset(
+    {"text", "image", "document", "search_result", "tool_reference", "browser_state"}
+)
 _TOOL_RESULT_CONTENT_TAGS = ", ".join(f"'{t}'" for t in sorted(_TOOL_RESULT_CONTENT_TYPES))
 _THINKING_TYPES = ("adaptive", "between_tools", "disabled", "enabled")
 _THINKING_TAGS = ", ".join(f"'{t}'" for t in _THINKING_TYPES)
 _THINKING_BLOCKS = ("thinking", "redacted_thinking")
+_NO_USES: list[tuple[int, int, str]] = []  # shared, never mutated
 
 _MSG_NONEMPTY_TEXT = "messages: text content blocks must be non-empty"
 _MSG_WHITESPACE_TEXT = "messages: text content blocks must contain non-whitespace text"
@@ -115,11 +118,11 @@ class _Reject(Exception):
 class _Turn:
     """Consecutive same-role messages merged into one turn, as the API merges them."""
 
-    __slots__ = ("role", "first", "uses", "results", "prefix_open")
+    __slots__ = ("first", "prefix_open", "results", "role", "uses")
 
     def __init__(self, role: str) -> None:
         self.role = role
-        self.first: tuple[int, int, str] | None = None  # (message, block, type) of the first block
+        self.first: tuple[int, int, Any] | None = None  # (message, block, type) of the first block
         self.uses: list[tuple[int, int, str]] = []  # tool_use blocks: (message, block, id)
         self.results: list[tuple[int, int, str, bool]] = []  # tool_result: (message, block, id, leading)
         self.prefix_open = True  # still inside the leading run of tool_result blocks
@@ -284,6 +287,11 @@ def _validate(body: Any, *, needs_max_tokens: bool, signed_by_sim: bool) -> Reje
                 block_error = _empty_content(i)
             continue
 
+        if turn.first is None:
+            head = content[0]
+            turn.first = (i, 0, head.get("type") if type(head) is dict else None)
+        results = turn.results
+        leading = turn.prefix_open  # still inside the turn's leading run of tool_result blocks
         blank_text: int | None = None  # first whitespace-only text block of this message
         substance = False  # anything in this message besides whitespace-only text
         for j, block in enumerate(content):
@@ -292,8 +300,6 @@ def _validate(body: Any, *, needs_max_tokens: bool, signed_by_sim: bool) -> Reje
             btype = block.get("type")
             if btype is None:
                 raise _fail(f"messages.{i}.content.{j}: {_NO_TAG}", i, j)
-            if turn.first is None:
-                turn.first = (i, j, btype)
 
             if btype == "text":
                 text = block.get("text")
@@ -311,19 +317,22 @@ def _validate(body: Any, *, needs_max_tokens: bool, signed_by_sim: bool) -> Reje
                         blank_text = j
                 else:
                     substance = True
-                turn.prefix_open = False
+                leading = False
                 continue
             substance = True
             if btype == "tool_result":
                 tool_use_id = block.get("tool_use_id")
-                if type(tool_use_id) is not str or id_match(tool_use_id) is None:
+                # An id already seen on a tool_use passed the pattern there: skip the regex.
+                if type(tool_use_id) is not str or (tool_use_id not in seen_ids and id_match(tool_use_id) is None):
                     raise _id_error(block, "tool_result", "tool_use_id", i, j)
                 result_content = block.get("content")
                 if type(result_content) is list:
                     _check_tool_result_content(result_content, i, j)
                 any_tool_block = True
-                turn.results.append((i, j, tool_use_id, turn.prefix_open))
-            elif btype == "tool_use":
+                results.append((i, j, tool_use_id, leading))
+                continue
+            leading = False  # any other block ends the leading run of tool_results
+            if btype == "tool_use":
                 tool_use_id = block.get("id")
                 if type(tool_use_id) is not str or id_match(tool_use_id) is None:
                     raise _id_error(block, "tool_use", "id", i, j)
@@ -338,26 +347,22 @@ def _validate(body: Any, *, needs_max_tokens: bool, signed_by_sim: bool) -> Reje
                     seen_ids.add(tool_use_id)
                 any_tool_block = True
                 turn.uses.append((i, j, tool_use_id))
-                turn.prefix_open = False
             elif btype == "thinking":
                 if type(block.get("thinking")) is not str:
                     raise _field_error(block, "thinking", "thinking", i, j)
                 if type(block.get("signature")) is not str:
                     raise _field_error(block, "thinking", "signature", i, j)
-                turn.prefix_open = False
             elif btype == "redacted_thinking":
                 if type(block.get("data")) is not str:
                     raise _field_error(block, "redacted_thinking", "data", i, j)
-                turn.prefix_open = False
-            else:
-                if btype not in _BLOCK_TYPES and not _is_server_block(btype):
-                    raise _fail(
-                        f"messages.{i}.content.{j}: Input tag '{btype}' found using 'type' does not match any of "
-                        f"the expected tags: {_BLOCK_TAGS}",
-                        i,
-                        j,
-                    )
-                turn.prefix_open = False
+            elif btype not in _BLOCK_TYPES and not _is_server_block(btype):
+                raise _fail(
+                    f"messages.{i}.content.{j}: Input tag '{btype}' found using 'type' does not match any of "
+                    f"the expected tags: {_BLOCK_TAGS}",
+                    i,
+                    j,
+                )
+        turn.prefix_open = leading
         # A whitespace-only text block next to other content passes (recorded: " " before
         # tool_use blocks, answered 200); a message of nothing but blank text does not.
         if blank_text is not None and not substance and block_error is None and not final_assistant:
@@ -396,7 +401,7 @@ def _validate(body: Any, *, needs_max_tokens: bool, signed_by_sim: bool) -> Reje
 
 
 def _is_server_block(btype: Any) -> bool:
-    return type(btype) is str and (btype.endswith("_tool_result") or btype.endswith("_tool_use"))
+    return type(btype) is str and btype.endswith(("_tool_result", "_tool_use"))
 
 
 def _empty_content(i: int) -> Rejection:
@@ -447,7 +452,9 @@ def _check_thinking_config(thinking: Any, max_tokens: Any) -> str | None:
         if budget is None:
             raise _fail("thinking.enabled.budget_tokens: Field required", field="thinking.budget_tokens")
         if not _is_int(budget):
-            raise _fail("thinking.enabled.budget_tokens: Input should be a valid integer", field="thinking.budget_tokens")
+            raise _fail(
+                "thinking.enabled.budget_tokens: Input should be a valid integer", field="thinking.budget_tokens"
+            )
         if budget < 1024:
             raise _fail(
                 "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024",
@@ -513,38 +520,59 @@ def _custom_tool_error(tool: dict[str, Any], k: int) -> _Reject:
 
 def _check_pairing(turns: list[_Turn]) -> Rejection | None:
     """Each assistant tool_use answered at the start of the next user turn; no stray tool_result."""
-    previous: _Turn | None = None
+    uses = _NO_USES  # the tool_use blocks of the turn before
     for turn in turns:
-        if turn.role == "user":
-            uses = previous.uses if previous is not None else []
-            if turn.results:
-                asked = {use_id for _, _, use_id in uses}
-                stray = [r for r in turn.results if r[2] not in asked]
-                if stray:
-                    i, j = stray[0][0], stray[0][1]
-                    ids = ", ".join(dict.fromkeys(r[2] for r in stray))
-                    return _rejection(
-                        f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: {ids}. "
-                        "Each `tool_result` block must have a corresponding `tool_use` block in the previous message.",
-                        i,
-                        j,
-                    )
-            if uses:
-                answered = {r[2] for r in turn.results if r[3]}
-                missing = [u for u in uses if u[2] not in answered]
-                if missing:
-                    i, j = missing[0][0], missing[0][1]
-                    ids = ", ".join(dict.fromkeys(u[2] for u in missing))
-                    return _rejection(
-                        f"messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately after: "
-                        f"{ids}. Each `tool_use` block must have a corresponding `tool_result` block in the next "
-                        "message.",
-                        i,
-                        j,
-                    )
-        previous = turn
+        if turn.role != "user":
+            uses = turn.uses
+            continue
+        results = turn.results
+        if uses or results:
+            # The common case inline and cheap: one call, answered first in the next turn.
+            if len(uses) == 1 == len(results) and uses[0][2] == results[0][2] and results[0][3]:
+                pass
+            elif not _answered_in_order(uses, results):
+                error = _pairing_error(uses, results)
+                if error is not None:
+                    return error
+        uses = _NO_USES
     # A final assistant turn with unanswered tool_use (prefill, pause_turn continuation) is accepted.
     return None
+
+
+def _answered_in_order(uses: list[tuple[int, int, str]], results: list[tuple[int, int, str, bool]]) -> bool:
+    # The common case, checked cheaply: one leading result per call, in the calls' order.
+    if len(uses) != len(results):
+        return False
+    for use, result in zip(uses, results, strict=True):
+        if use[2] != result[2] or not result[3]:
+            return False
+    return True
+
+
+def _pairing_error(uses: list[tuple[int, int, str]], results: list[tuple[int, int, str, bool]]) -> Rejection | None:
+    asked = {use[2] for use in uses}
+    stray = [result for result in results if result[2] not in asked]
+    if stray:
+        i, j = stray[0][0], stray[0][1]
+        ids = ", ".join(dict.fromkeys(result[2] for result in stray))
+        return _rejection(
+            f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: {ids}. "
+            "Each `tool_result` block must have a corresponding `tool_use` block in the previous message.",
+            i,
+            j,
+        )
+    answered = {result[2] for result in results if result[3]}
+    missing = [use for use in uses if use[2] not in answered]
+    if missing:
+        i, j = missing[0][0], missing[0][1]
+        ids = ", ".join(dict.fromkeys(use[2] for use in missing))
+        return _rejection(
+            f"messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately after: {ids}. "
+            "Each `tool_use` block must have a corresponding `tool_result` block in the next message.",
+            i,
+            j,
+        )
+    return None  # answered out of order, or more than once: accepted
 
 
 def _check_thinking_turn(turns: list[_Turn]) -> Rejection | None:

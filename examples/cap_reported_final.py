@@ -1,0 +1,76 @@
+"""Defect: hitting the step cap is reported as a final answer.
+
+The loop has a cap, but when the cap ends the run it returns the last text
+with reason ``final``, so the caller cannot tell "the model finished" from
+"we stopped it half-way" (the cap set from a guess that sits on the median
+number of turns the task needs).
+
+Caught by: ``honest_outcome`` (``final`` without an ``end_turn``) on
+``scenarios/cap-before-done.yaml``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import anthropic
+from anthropic.types import MessageParam, ToolParam
+
+from examples._common import DEFAULT_MODEL, MAX_TOKENS, RunTool, budgets, text_of, tokens_used, tool_calls
+from examples.correct_sync import run_tools
+from simloop import Outcome
+
+if TYPE_CHECKING:
+    from simloop import Sim
+    from simloop.scenario import Limits
+
+
+def run_agent(
+    client: anthropic.Anthropic,
+    tools: list[ToolParam],
+    run_tool: RunTool,
+    task: str,
+    limits: Limits | None = None,
+    *,
+    model: str = DEFAULT_MODEL,
+    system: str | None = None,
+) -> Outcome:
+    max_steps, deadline_s, token_budget = budgets(limits)
+    started = time.monotonic()
+    messages: list[MessageParam] = [{"role": "user", "content": task}]
+    used = 0
+    last_text = ""
+    for _ in range(max_steps):
+        if time.monotonic() - started >= deadline_s:
+            return Outcome(reason="deadline", text="deadline reached")
+        if used >= token_budget:
+            return Outcome(reason="token_budget", text="token budget spent")
+        try:
+            reply = client.messages.create(
+                model=model, max_tokens=MAX_TOKENS, system=system or anthropic.omit, tools=tools, messages=messages
+            )
+        except anthropic.APIError as exc:
+            return Outcome(reason="error", text=str(exc))
+        used += tokens_used(reply)
+        messages.append({"role": "assistant", "content": reply.content})
+        last_text = text_of(reply.content) or last_text
+
+        if reply.stop_reason in ("end_turn", "stop_sequence"):
+            return Outcome(reason="final", text=last_text)
+        if reply.stop_reason == "pause_turn":
+            continue
+        if reply.stop_reason == "max_tokens":
+            return Outcome(reason="truncated", text=last_text)
+        if reply.stop_reason == "refusal":
+            return Outcome(reason="refusal", text=last_text)
+        if reply.stop_reason != "tool_use":
+            return Outcome(reason="error", text=f"unexpected stop_reason {reply.stop_reason!r}")
+        messages.append({"role": "user", "content": run_tools(tool_calls(reply), run_tool)})
+    return Outcome(reason="final", text=last_text)  # BUG: out of steps is not an answer; say "max_steps"
+
+
+def drive(sim: Sim) -> Outcome:
+    return run_agent(
+        sim.client, sim.tool_schemas, sim.run_tool, sim.task, sim.limits, model=sim.model, system=sim.system
+    )

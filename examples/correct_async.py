@@ -1,0 +1,105 @@
+"""A correct agent loop on the async client, running parallel tool calls concurrently.
+
+Same rules as `examples.correct_sync`, with two async habits done right:
+
+* the calls of one turn run together with ``asyncio.gather`` and every one of
+  them is awaited (or cancelled and awaited) before the loop moves on or
+  returns, so no tool is still running after the loop has said it is done;
+* the deadline is measured on the event loop's clock (``loop.time()``) and
+  also bounds the tool phase: ``asyncio.wait_for`` cancels the stragglers and
+  waits for the cancellation to finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, Protocol
+
+import anthropic
+from anthropic.types import MessageParam, ToolParam
+
+from examples._common import DEFAULT_MODEL, MAX_TOKENS, budgets, text_of, tokens_used, tool_calls, tool_result
+from simloop import Outcome
+
+if TYPE_CHECKING:
+    from simloop import Sim
+    from simloop.scenario import Limits
+
+__all__ = ["ARunTool", "drive", "run_agent"]
+
+
+class ARunTool(Protocol):
+    """How the async loops run a tool: ``await run_tool(name, input, tool_use_id=...)`` (may raise)."""
+
+    def __call__(self, name: str, input: object, *, tool_use_id: str | None = None) -> Coroutine[Any, Any, str]: ...
+
+
+async def run_agent(
+    client: anthropic.AsyncAnthropic,
+    tools: list[ToolParam],
+    run_tool: ARunTool,
+    task: str,
+    limits: Limits | None = None,
+    *,
+    model: str = DEFAULT_MODEL,
+    system: str | None = None,
+) -> Outcome:
+    """Run the task to an honest stop; returns why it stopped and the last text."""
+    max_steps, deadline_s, token_budget = budgets(limits)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + deadline_s
+    messages: list[MessageParam] = [{"role": "user", "content": task}]
+    used = 0
+    for step in range(max_steps):
+        if loop.time() >= deadline:
+            return Outcome(reason="deadline", text=f"deadline of {deadline_s:g}s reached after {step} model calls")
+        if used >= token_budget:
+            return Outcome(reason="token_budget", text=f"{used} tokens used of a budget of {token_budget}")
+        try:
+            reply = await client.messages.create(
+                model=model,
+                max_tokens=MAX_TOKENS,
+                system=system or anthropic.omit,
+                tools=tools,
+                messages=messages,
+            )
+        except anthropic.APIError as exc:  # the SDK has already retried what is worth retrying
+            return Outcome(reason="error", text=str(exc))
+        used += tokens_used(reply)
+        messages.append({"role": "assistant", "content": reply.content})
+
+        if reply.stop_reason in ("end_turn", "stop_sequence"):
+            return Outcome(reason="final", text=text_of(reply.content))
+        if reply.stop_reason == "pause_turn":
+            continue
+        if reply.stop_reason == "max_tokens":
+            return Outcome(reason="truncated", text=text_of(reply.content))
+        if reply.stop_reason == "refusal":
+            return Outcome(reason="refusal", text=text_of(reply.content))
+        if reply.stop_reason != "tool_use":
+            return Outcome(reason="error", text=f"unexpected stop_reason {reply.stop_reason!r}")
+
+        calls = tool_calls(reply)
+        running = asyncio.gather(
+            *(run_tool(call.name, call.input, tool_use_id=call.id) for call in calls), return_exceptions=True
+        )
+        try:
+            # wait_for cancels the gather on timeout and waits until every tool has stopped.
+            outputs = await asyncio.wait_for(running, timeout=max(deadline - loop.time(), 0.0))
+        except TimeoutError:
+            return Outcome(reason="deadline", text=f"deadline of {deadline_s:g}s reached while tools were running")
+        results = []
+        for call, output in zip(calls, outputs):
+            if not isinstance(output, (str, Exception)):
+                raise output  # cancellation, or simloop unwinding a runaway loop: not a tool error
+            results.append(tool_result(call, output))
+        messages.append({"role": "user", "content": results})
+    return Outcome(reason="max_steps", text=f"no final answer after {max_steps} model calls")
+
+
+async def drive(sim: Sim) -> Outcome:
+    """simloop adapter: run this loop against the simulated API and tools, on virtual time."""
+    return await run_agent(
+        sim.async_client, sim.tool_schemas, sim.arun_tool, sim.task, sim.limits, model=sim.model, system=sim.system
+    )

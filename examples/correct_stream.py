@@ -1,0 +1,85 @@
+"""A correct agent loop that streams each reply (``client.messages.stream``).
+
+Same rules as `examples.correct_sync`; the difference is how a reply can
+fail.  A stream can break after it started: an ``error`` event mid-stream
+arrives as an ``anthropic.APIStatusError`` whose status is 200 (the HTTP
+response had already begun), and a connection cut mid-body surfaces as an
+``httpx2`` transport error (``RemoteProtocolError``) that the SDK neither wraps
+nor retries.  Both end the run as ``error``; nothing from the broken reply is
+executed, so no tool runs twice when the caller retries the whole task.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import anthropic
+import httpx2
+from anthropic.types import MessageParam, ToolParam
+
+from examples._common import DEFAULT_MODEL, MAX_TOKENS, RunTool, budgets, error_text, text_of, tokens_used, tool_calls
+from examples.correct_sync import run_tools
+from simloop import Outcome
+
+if TYPE_CHECKING:
+    from simloop import Sim
+    from simloop.scenario import Limits
+
+__all__ = ["drive", "run_agent"]
+
+
+def run_agent(
+    client: anthropic.Anthropic,
+    tools: list[ToolParam],
+    run_tool: RunTool,
+    task: str,
+    limits: Limits | None = None,
+    *,
+    model: str = DEFAULT_MODEL,
+    system: str | None = None,
+) -> Outcome:
+    """Run the task to an honest stop, streaming every reply; returns why it stopped and the last text."""
+    max_steps, deadline_s, token_budget = budgets(limits)
+    started = time.monotonic()
+    messages: list[MessageParam] = [{"role": "user", "content": task}]
+    used = 0
+    for step in range(max_steps):
+        if time.monotonic() - started >= deadline_s:
+            return Outcome(reason="deadline", text=f"deadline of {deadline_s:g}s reached after {step} model calls")
+        if used >= token_budget:
+            return Outcome(reason="token_budget", text=f"{used} tokens used of a budget of {token_budget}")
+        try:
+            with client.messages.stream(
+                model=model,
+                max_tokens=MAX_TOKENS,
+                system=system or anthropic.omit,
+                tools=tools,
+                messages=messages,
+            ) as stream:
+                reply = stream.get_final_message()
+        except (anthropic.APIError, httpx2.HTTPError) as exc:  # includes a stream cut mid-reply
+            return Outcome(reason="error", text=error_text(exc))
+        used += tokens_used(reply)
+        messages.append({"role": "assistant", "content": reply.content})
+
+        if reply.stop_reason in ("end_turn", "stop_sequence"):
+            return Outcome(reason="final", text=text_of(reply.content))
+        if reply.stop_reason == "pause_turn":
+            continue
+        if reply.stop_reason == "max_tokens":
+            return Outcome(reason="truncated", text=text_of(reply.content))
+        if reply.stop_reason == "refusal":
+            return Outcome(reason="refusal", text=text_of(reply.content))
+        if reply.stop_reason != "tool_use":
+            # Also a stream that ended without message_stop: the reply is incomplete, so run nothing.
+            return Outcome(reason="error", text=f"unexpected stop_reason {reply.stop_reason!r}")
+        messages.append({"role": "user", "content": run_tools(tool_calls(reply), run_tool)})
+    return Outcome(reason="max_steps", text=f"no final answer after {max_steps} model calls")
+
+
+def drive(sim: Sim) -> Outcome:
+    """simloop adapter: run this loop against the simulated API and tools."""
+    return run_agent(
+        sim.client, sim.tool_schemas, sim.run_tool, sim.task, sim.limits, model=sim.model, system=sim.system
+    )

@@ -1,0 +1,108 @@
+"""A correct agent loop on the synchronous client (``client.messages.create``).
+
+The reference every defect module is a one-bug variant of.  Per step it:
+
+* stops before calling the model when the step cap, the deadline (checked with
+  ``time.monotonic()``) or the token budget (summed from ``usage``) is spent;
+* leaves transient API errors to the SDK's own retries, and when those give up
+  returns ``error`` with the exception text, without re-running any tool;
+* switches on ``stop_reason``: ``end_turn``/``stop_sequence`` -> ``final``,
+  ``tool_use`` -> run every call and send ALL results back in ONE user message
+  (results first, in tool_use order, ``is_error`` when a tool raised; a failed
+  write is reported, never retried), ``max_tokens`` -> ``truncated`` without
+  running the cut-off calls, ``refusal`` -> ``refusal`` (never resent),
+  ``pause_turn`` -> send the paused content back and continue.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import anthropic
+from anthropic.types import MessageParam, ToolParam, ToolResultBlockParam, ToolUseBlock
+
+from examples._common import (
+    DEFAULT_MODEL,
+    MAX_TOKENS,
+    RunTool,
+    budgets,
+    text_of,
+    tokens_used,
+    tool_calls,
+    tool_result,
+)
+from simloop import Outcome
+
+if TYPE_CHECKING:
+    from simloop import Sim
+    from simloop.scenario import Limits
+
+__all__ = ["drive", "run_agent", "run_tools"]
+
+
+def run_tools(calls: list[ToolUseBlock], run_tool: RunTool) -> list[ToolResultBlockParam]:
+    """Run each call once, in order; a tool that raises becomes an ``is_error`` result."""
+    results: list[ToolResultBlockParam] = []
+    for call in calls:
+        try:
+            output: str | Exception = run_tool(call.name, call.input, tool_use_id=call.id)
+        except Exception as exc:  # noqa: BLE001 - any tool failure is an observation; a retry might repeat a write
+            output = exc
+        results.append(tool_result(call, output))
+    return results
+
+
+def run_agent(
+    client: anthropic.Anthropic,
+    tools: list[ToolParam],
+    run_tool: RunTool,
+    task: str,
+    limits: Limits | None = None,
+    *,
+    model: str = DEFAULT_MODEL,
+    system: str | None = None,
+) -> Outcome:
+    """Run the task to an honest stop; returns why it stopped and the last text."""
+    max_steps, deadline_s, token_budget = budgets(limits)
+    started = time.monotonic()
+    messages: list[MessageParam] = [{"role": "user", "content": task}]
+    used = 0
+    for step in range(max_steps):
+        if time.monotonic() - started >= deadline_s:
+            return Outcome(reason="deadline", text=f"deadline of {deadline_s:g}s reached after {step} model calls")
+        if used >= token_budget:
+            return Outcome(reason="token_budget", text=f"{used} tokens used of a budget of {token_budget}")
+        try:
+            reply = client.messages.create(
+                model=model,
+                max_tokens=MAX_TOKENS,
+                system=system or anthropic.omit,
+                tools=tools,
+                messages=messages,
+            )
+        except anthropic.APIError as exc:  # the SDK has already retried what is worth retrying
+            return Outcome(reason="error", text=str(exc))
+        used += tokens_used(reply)
+        messages.append({"role": "assistant", "content": reply.content})
+
+        if reply.stop_reason in ("end_turn", "stop_sequence"):
+            return Outcome(reason="final", text=text_of(reply.content))
+        if reply.stop_reason == "pause_turn":
+            continue  # the paused turn goes back as the last message, and the model carries on
+        if reply.stop_reason == "max_tokens":
+            # Cut off: not an answer, and a cut tool call's input may be partial, so run nothing.
+            return Outcome(reason="truncated", text=text_of(reply.content))
+        if reply.stop_reason == "refusal":
+            return Outcome(reason="refusal", text=text_of(reply.content))
+        if reply.stop_reason != "tool_use":
+            return Outcome(reason="error", text=f"unexpected stop_reason {reply.stop_reason!r}")
+        messages.append({"role": "user", "content": run_tools(tool_calls(reply), run_tool)})
+    return Outcome(reason="max_steps", text=f"no final answer after {max_steps} model calls")
+
+
+def drive(sim: Sim) -> Outcome:
+    """simloop adapter: run this loop against the simulated API and tools."""
+    return run_agent(
+        sim.client, sim.tool_schemas, sim.run_tool, sim.task, sim.limits, model=sim.model, system=sim.system
+    )

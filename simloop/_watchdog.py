@@ -1,0 +1,162 @@
+"""Runaway protection: `LoopHalted`, and the real-time `Watchdog` that unwinds a spinning drive.
+
+The simulator stops a loop that runs away in one of three ways.  Too many model calls and too much
+virtual time are noticed by the simulator itself, at a model or tool call or a clock advance.  The third
+is a drive that spins without calling anything (``while True: pass``, or a retry loop that swallows every
+error).  That one is stopped by the `Watchdog`: a `RealTimeThread` that waits on real time and raises
+`LoopHalted` inside the drive's thread, through ``PyThreadState_SetAsyncExc``.
+
+`LoopHalted` is a `BaseException`: the SDK and user loops catch ``Exception``, and must not swallow it.
+
+Limit: an asynchronous exception is delivered only when the thread next runs Python bytecode.  A spin
+inside one C call that never returns (a catastrophic regex, a C extension's loop, ``lock.acquire()``
+without a timeout) cannot be interrupted.  The watchdog then fires again every ``seconds`` until the
+thread comes back to bytecode.  Another limit is a race: if the drive returns at the very moment the
+budget runs out, the halt may surface from ``watching()``'s exit instead of from inside the drive.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Literal
+
+from simloop.clock import REAL, RealTimeThread
+
+__all__ = ["HaltReason", "LoopHalted", "Watchdog"]
+
+HaltReason = Literal["model_calls", "virtual_time", "watchdog"]
+
+# Our own prototype: setting argtypes on the shared ctypes.pythonapi function would change it for everyone.
+_set_async_exc = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(
+    ("PyThreadState_SetAsyncExc", ctypes.pythonapi))
+
+
+class LoopHalted(BaseException):
+    """simloop unwound the loop under test: a runaway budget ran out.
+
+    ``reason`` is ``"model_calls"``, ``"virtual_time"`` or ``"watchdog"``; ``detail`` says what happened.
+    """
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(reason, detail)
+        self.reason = reason
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.detail}"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (LoopHalted, (self.reason, self.detail))  # also for the argument-less subclass below
+
+
+def _halt_type(reason: str, detail: str) -> type[LoopHalted]:
+    # PyThreadState_SetAsyncExc takes a class, which the thread instantiates without arguments.
+    def __init__(self: LoopHalted) -> None:
+        LoopHalted.__init__(self, reason, detail)
+
+    return type("LoopHalted", (LoopHalted,), {"__init__": __init__, "__module__": __name__})
+
+
+def _raise_in(thread_id: int, exc_type: type[BaseException] | None) -> int:
+    """Schedule ``exc_type`` in the thread (None clears a pending one); returns how many threads matched."""
+    exc = ctypes.py_object() if exc_type is None else ctypes.py_object(exc_type)
+    n: int = _set_async_exc(thread_id, exc)
+    if n > 1:  # never for a valid id; the C API asks to undo it
+        _set_async_exc(thread_id, ctypes.py_object())
+    return n
+
+
+class Watchdog:
+    """Stops a drive that spins without calling the model or a tool.
+
+    It keeps a real-time budget, measured with the REAL monotonic clock.  `feed` resets the budget.  While
+    `watching` a thread, ``seconds`` of real time without a feed raise `LoopHalted` ("watchdog") in that
+    thread.  The budget is then re-armed, so a loop that catches even ``BaseException`` is hit again.
+
+    Example::
+
+        watchdog = Watchdog(seconds=10)
+        with watchdog.watching(threading.get_ident()):
+            drive()          # the simulator calls watchdog.feed() on every model or tool call
+    """
+
+    def __init__(self, *, seconds: float = 10.0) -> None:
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < float("inf"):
+            from simloop.errors import UsageError
+
+            raise UsageError(f"the watchdog budget must be a positive number of real seconds, got {seconds!r}")
+        self.seconds = float(seconds)
+        self.halts = 0  # how many times it fired
+        self._last = REAL.monotonic()
+        self._lock = threading.Lock()
+        self._armed = False
+        self._thread: RealTimeThread | None = None
+
+    def __repr__(self) -> str:
+        return f"Watchdog(seconds={self.seconds!r})"
+
+    def feed(self) -> None:
+        """The drive made progress (a model or tool call): restart the idle budget."""
+        self._last = REAL.monotonic()
+
+    @contextmanager
+    def watching(self, thread_id: int) -> Iterator[None]:
+        """Watch ``thread_id`` until the block exits; the watchdog thread is joined on exit."""
+        if self._thread is not None:
+            from simloop.errors import UsageError
+
+            raise UsageError("this Watchdog is already watching a thread; use one Watchdog per drive")
+        stop = threading.Event()
+        self._last = REAL.monotonic()
+        self._armed = True
+        self._thread = RealTimeThread(target=self._watch, args=(thread_id, stop), name="simloop-watchdog",
+                                      daemon=True)
+        self._thread.start()
+        try:
+            yield
+        finally:
+            try:
+                self._disarm(thread_id, stop)
+            except LoopHalted:  # delivered in the middle of disarming: finish, then let it out
+                self._disarm(thread_id, stop)
+                raise
+
+    def _disarm(self, thread_id: int, stop: threading.Event) -> None:
+        with self._lock:
+            self._armed = False  # from here on the watchdog thread never fires
+            if self.halts:
+                _raise_in(thread_id, None)  # drop a halt that was scheduled but not delivered yet
+        stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _watch(self, thread_id: int, stop: threading.Event) -> None:
+        # Event.wait blocks in C on the real clock; REAL.monotonic is the saved real function: this thread
+        # never reads virtual time even while time.monotonic is patched.
+        while True:
+            left = self._last + self.seconds - REAL.monotonic()
+            if left > 0:
+                if stop.wait(left):
+                    return
+                continue
+            with self._lock:
+                if not self._armed:
+                    return
+                detail = (f"no model call or tool call for {self.seconds:g} s of real time; "
+                          f"the drive was at {_where(thread_id)}")
+                if _raise_in(thread_id, _halt_type("watchdog", detail)) == 0:
+                    return  # the thread is gone
+                self.halts += 1
+                self._last = REAL.monotonic()  # re-arm: fire again if the halt is swallowed
+
+
+def _where(thread_id: int) -> str:
+    frame = sys._current_frames().get(thread_id)
+    if frame is None:
+        return "an unknown place (the thread has no Python frame)"
+    return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"

@@ -1,0 +1,282 @@
+"""Hypothesis strategies for simloop's worlds: tools, replies, faults, latencies, whole scenarios.
+
+Two ways to use them:
+
+* static: ``scenarios()`` draws a complete `Scenario` up front (a script), for
+  tests that want a file-shaped world, e.g. ``@given(simloop.strategies.scenarios())``;
+* lazy: `simloop.verify` draws the model's replies and the tool faults *as the
+  loop asks* (see `GeneratedModel`), so replies follow the request (the tools it
+  defines, the calls it answered) and Hypothesis shrinks a failure to the few
+  replies that matter.  `plans()` draws the model's behaviour over the run:
+  finishing after k steps, stuck on one call, or wandering forever.
+
+Every strategy takes keyword arguments to narrow or widen it.  The simplest
+value of each (what Hypothesis shrinks towards) is the benign one: no fault,
+no latency, a model that answers at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from hypothesis import strategies as st
+
+from simloop.scenario import (
+    API_ERRORS,
+    Fault,
+    Limits,
+    MaxTokensBody,
+    Reply,
+    Scenario,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
+
+__all__ = [
+    "DEFAULT_TOOLS",
+    "Plan",
+    "api_faults",
+    "endings",
+    "latencies",
+    "plans",
+    "scenarios",
+    "tool_calls",
+    "tool_faults",
+    "tool_inputs",
+    "tool_specs",
+    "turns",
+    "usages",
+]
+
+#: The tools `verify` gives a loop when it is not told which: one read, one write.
+DEFAULT_TOOLS = (
+    ToolSpec(
+        name="search",
+        kind="read",
+        description="Search the knowledge base.",
+        input_schema={"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+    ),
+    ToolSpec(
+        name="send_email",
+        kind="write",
+        description="Send an email to a customer.",
+        input_schema={
+            "type": "object",
+            "properties": {"to": {"type": "string"}, "body": {"type": "string"}},
+            "required": ["to"],
+        },
+    ),
+)
+
+_WORDS = ("refund", "order", "status", "invoice", "customer", "shipping", "policy", "account")
+_ENDINGS = ("end_turn", "stop_sequence", "refusal", "max_tokens", "max_tokens_tool", "pause_turn")
+ToolFaultKind = Literal["raise", "timeout", "slow", "huge_output", "commit_then_raise"]
+
+
+def latencies(*, max_s: float = 600.0) -> st.SearchStrategy[float]:
+    """Virtual seconds a reply or a tool takes: zero (the simplest), milliseconds, seconds, up to minutes."""
+    return st.one_of(
+        st.just(0.0),
+        st.sampled_from([0.05, 0.4, 1.5, 3.0]),
+        st.floats(min_value=0.001, max_value=max_s, allow_nan=False, allow_infinity=False).map(lambda x: round(x, 3)),
+    )
+
+
+def usages(*, max_tokens: int = 400_000) -> st.SearchStrategy[Usage | None]:
+    """Token usage overriding the computed counts: none (the simplest), or large enough to break budgets."""
+    return st.one_of(
+        st.none(),
+        st.builds(
+            Usage,
+            input_tokens=st.integers(min_value=1, max_value=max_tokens),
+            output_tokens=st.integers(min_value=1, max_value=min(max_tokens, 64_000)),
+        ),
+    )
+
+
+def tool_specs(
+    *, min_size: int = 1, max_size: int = 3, kinds: Sequence[str] = ("read", "write")
+) -> st.SearchStrategy[list[ToolSpec]]:
+    """Tool lists with unique names, each read or write (the oracle treats writes specially)."""
+    names = st.sampled_from(["search", "lookup", "send_email", "refund", "fetch", "update_ticket"])
+
+    @st.composite
+    def build(draw: st.DrawFn) -> list[ToolSpec]:
+        chosen = draw(st.lists(names, min_size=min_size, max_size=max_size, unique=True))
+        return [
+            ToolSpec(
+                name=n,
+                kind=draw(st.sampled_from(list(kinds))),  # type: ignore[arg-type]
+                description=f"The {n} tool.",
+                input_schema={"type": "object", "properties": {"q": {"type": "string"}}},
+            )
+            for n in chosen
+        ]
+
+    return build()
+
+
+def tool_inputs() -> st.SearchStrategy[dict[str, Any]]:
+    """Small JSON inputs for a tool call."""
+    return st.one_of(
+        st.just({"q": "refund"}),
+        st.builds(lambda w, n: {"q": f"{w} {n}"}, st.sampled_from(_WORDS), st.integers(0, 99)),
+    )
+
+
+def tool_calls(
+    tools: Sequence[str | ToolSpec], *, max_parallel: int = 3, duplicates: bool = True
+) -> st.SearchStrategy[list[ToolCall]]:
+    """One reply's tool calls: usually one, sometimes several in parallel, sometimes two identical ones."""
+    names = [t.name if isinstance(t, ToolSpec) else t for t in tools] or ["search"]
+    one = st.builds(ToolCall, name=st.sampled_from(names), input=tool_inputs())
+
+    @st.composite
+    def build(draw: st.DrawFn) -> list[ToolCall]:
+        calls = draw(st.lists(one, min_size=1, max_size=max_parallel))
+        if duplicates and len(calls) < max_parallel and draw(st.integers(0, 9)) == 9:
+            calls.append(calls[0])  # two identical calls in one reply
+        return calls
+
+    return build()
+
+
+def endings(*, kinds: Sequence[str] = _ENDINGS) -> st.SearchStrategy[Reply]:
+    """How a run's model stops asking for tools: a final answer (the simplest), or a stop sequence,
+    a refusal, a ``max_tokens`` cut (in text or mid tool input), a ``pause_turn``."""
+
+    @st.composite
+    def build(draw: st.DrawFn) -> Reply:
+        kind = draw(st.sampled_from(list(kinds)))
+        if kind == "end_turn":
+            return Reply(end_turn="The refund was processed and the customer was told.")
+        if kind == "stop_sequence":
+            return Reply(stop_sequence="Here is the summary", sequence="###")
+        if kind == "refusal":
+            return Reply(refusal="I can't help with that request.")
+        if kind == "max_tokens":
+            return Reply(max_tokens="The refund policy says that customers who")
+        if kind == "max_tokens_tool":
+            call = ToolCall(name=draw(st.sampled_from(["send_email", "search"])), input={"to": "ann@example.com", "body": "Your refund of $40 is on its way."})
+            return Reply(max_tokens=MaxTokensBody(text="Sending it now.", tool_use=[call]))
+        return Reply(pause_turn="Searching the web for the policy.")
+
+    return build()
+
+
+def api_faults(*, codes: Sequence[int | str] = API_ERRORS, max_burst: int = 4) -> st.SearchStrategy[Reply]:
+    """An API failure in place of a reply: one error, or a burst (3+ in a row outlasts the SDK's 2 retries);
+    429s carry ``retry_after``."""
+
+    @st.composite
+    def build(draw: st.DrawFn) -> Reply:
+        code = draw(st.sampled_from(list(codes)))
+        repeat = draw(st.integers(min_value=1, max_value=max_burst))
+        extra: dict[str, Any] = {}
+        if code == 429:
+            extra["retry_after"] = draw(st.sampled_from([1.0, 5.0, 30.0, 120.0]))
+        return Reply(error=code, repeat=repeat, latency=draw(latencies(max_s=30)), **extra)  # type: ignore[arg-type]
+
+    return build()
+
+
+def tool_faults(tools: Sequence[ToolSpec], *, max_faults: int = 3) -> st.SearchStrategy[list[Fault]]:
+    """Faults on the given tools: exceptions, timeouts, slowness, huge outputs, commit-then-raise on writes."""
+    if not tools:
+        return st.just([])
+
+    @st.composite
+    def one(draw: st.DrawFn) -> Fault:
+        spec = draw(st.sampled_from(list(tools)))
+        return fault_for(draw, spec, call=draw(st.one_of(st.none(), st.integers(1, 3))))
+
+    return st.lists(one(), max_size=max_faults)
+
+
+def fault_for(draw: st.DrawFn, spec: ToolSpec, *, call: int | None) -> Fault:
+    """Draw one fault that fits ``spec`` (commit_then_raise only for writes)."""
+    kinds: list[str] = ["raise", "timeout", "slow", "huge_output"]
+    if spec.kind == "write":
+        kinds.append("commit_then_raise")
+    kind = draw(st.sampled_from(kinds))
+    extra: dict[str, Any] = {}
+    if kind in ("slow", "timeout"):
+        extra["latency"] = draw(st.sampled_from([5.0, 30.0, 90.0, 400.0]))
+    if kind == "raise":
+        extra["error"] = draw(st.sampled_from(["ConnectionError", "ValueError", "PermissionError", "TimeoutError"]))
+    return Fault(tool=spec.name, kind=kind, call=call, **extra)  # type: ignore[arg-type]
+
+
+def turns(
+    tools: Sequence[str | ToolSpec] = ("search", "send_email"), *, errors: bool = True
+) -> st.SearchStrategy[Reply]:
+    """One reply of the model: tool calls (often), an ending, or (when ``errors``) an API failure."""
+    options: list[st.SearchStrategy[Reply]] = [
+        st.builds(lambda calls, lat: Reply(tool_use=calls, latency=lat), tool_calls(tools), latencies()),
+        endings(),
+    ]
+    if errors:
+        options.append(api_faults())
+    return st.one_of(options)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The model's behaviour over a whole run (drawn once; the replies are drawn as the loop asks).
+
+    ``persona``: ``finishes`` (tool calls for ``steps`` replies, then ``ending``),
+    ``stuck`` (the same call forever) or ``wanders`` (new calls forever).
+    ``fault_rate``/``tool_fault_rate``: chance in ten of an API fault before a
+    reply / a fault in a tool execution.
+    """
+
+    persona: Literal["finishes", "stuck", "wanders"]
+    steps: int
+    ending: Reply
+    fault_rate: int
+    tool_fault_rate: int
+    thinking: str | None = None
+
+
+def plans(
+    *, max_steps: int = 6, personas: Sequence[str] = ("finishes", "stuck", "wanders"), faults: bool = True
+) -> st.SearchStrategy[Plan]:
+    """The model's behaviour for one run; shrinks towards a model that finishes at once with no faults."""
+    return st.builds(
+        Plan,
+        persona=st.sampled_from(list(personas)),
+        steps=st.integers(min_value=0, max_value=max_steps),
+        ending=endings(),
+        fault_rate=st.integers(0, 3) if faults else st.just(0),
+        tool_fault_rate=st.integers(0, 3) if faults else st.just(0),
+        thinking=st.one_of(st.none(), st.just("First I check the order, then I act.")),
+    )
+
+
+def scenarios(
+    *,
+    tools: Sequence[ToolSpec] | None = None,
+    limits: Limits | None = None,
+    max_replies: int = 8,
+    errors: bool = True,
+) -> st.SearchStrategy[Scenario]:
+    """Whole scripted scenarios: tools, a few replies, tool faults, ``then``."""
+
+    @st.composite
+    def build(draw: st.DrawFn) -> Scenario:
+        specs = list(tools) if tools is not None else draw(tool_specs())
+        replies = draw(st.lists(turns(specs, errors=errors), min_size=1, max_size=max_replies))
+        return Scenario(
+            name="generated",
+            task="Handle the customer's refund request.",
+            tools=specs,
+            model=replies,
+            then=draw(st.sampled_from(["end_turn", "repeat_last", "fail"])),
+            faults=draw(tool_faults(specs)),
+            limits=limits or Limits(),
+        )
+
+    return build()

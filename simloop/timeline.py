@@ -1,0 +1,134 @@
+"""A run as plain text, one model call a line: what failure reports and replays show.
+
+Stable text that diffs well (no colours, no real times): step, virtual time,
+input/output tokens, the reply (SDK retries folded in), the tools run with
+their outcome, and the violations marked at the step where they happened.
+The rich terminal and HTML renderings build on the same rows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from simloop.transcript import Halt, OutcomeEvent, Request, Response, ToolEnd, ToolStart, Transcript
+
+__all__ = ["Step", "render_timeline", "steps"]
+
+
+@dataclass(slots=True)
+class Step:
+    """One logical model call and what followed it until the next call."""
+
+    call: int
+    t: float
+    input_tokens: int = 0
+    output_tokens: int = 0
+    reply: str = ""
+    attempts: list[str] = field(default_factory=list)
+    tools: list[str] = field(default_factory=list)
+    marks: list[str] = field(default_factory=list)
+
+
+def steps(transcript: Transcript) -> list[Step]:
+    """The transcript grouped by logical model call."""
+    out: list[Step] = []
+    by_call: dict[int, Step] = {}
+    starts: dict[int, ToolStart] = {}
+    current: Step | None = None
+    for e in transcript.events:
+        if isinstance(e, Request) and e.path.endswith("/messages"):
+            current = by_call.get(e.call)
+            if current is None:
+                current = by_call[e.call] = Step(call=e.call, t=e.t, input_tokens=e.input_tokens)
+                out.append(current)
+        elif isinstance(e, Response) and e.index is not None and current is not None:
+            step = by_call.get(e.call, current)
+            if e.status == 200 and e.message is not None:
+                step.reply = _reply(e)
+                step.output_tokens = e.output_tokens
+                step.input_tokens = e.input_tokens or step.input_tokens
+            elif e.kind == "rejected":
+                step.attempts.append(f"400 {(e.rejection or {}).get('message', '')[:70]}")
+            else:
+                step.attempts.append(_fault(e))
+        elif isinstance(e, ToolStart):
+            starts[e.exec] = e
+        elif isinstance(e, ToolEnd) and current is not None:
+            start = starts.get(e.exec)
+            if start is not None:
+                current.tools.append(_tool(start, e))
+    return out
+
+
+def render_timeline(
+    transcript: Transcript, violations: Sequence[Any] = (), *, width: int = 100
+) -> str:
+    """The run as text: a header line, one line per step (plus tool lines), the outcome and violations."""
+    rows = steps(transcript)
+    marks: dict[int | None, list[str]] = {}
+    for v in violations:
+        marks.setdefault(v.step, []).append(v.invariant)
+    lines = [f"{'step':>4}  {'time':>9}  {'in':>7} {'out':>6}  reply"]
+    for s in rows:
+        retry = f"  [{', '.join(s.attempts)}]" if s.attempts else ""
+        flag = f"  <-- {', '.join(marks[s.call])}" if s.call in marks else ""
+        line = f"{s.call:>4}  {s.t:>8.3f}s  {s.input_tokens:>7} {s.output_tokens:>6}  {s.reply or '(no reply)'}{retry}{flag}"
+        lines.append(_clip(line, width))
+        lines.extend(_clip(f"{'':>33}{tool}", width) for tool in s.tools)
+    outcome = transcript.outcome
+    halt = transcript.of(Halt)
+    if halt:
+        lines.append(f"halted by simloop at {halt[0].t:.3f}s: {halt[0].detail}")
+    if isinstance(outcome, OutcomeEvent):
+        text = outcome.exception or json.dumps(outcome.text[:60], ensure_ascii=False)
+        lines.append(f"outcome: {outcome.reason} {text} at {outcome.t:.3f}s")
+    for v in marks.get(None, []):
+        lines.append(f"  <-- {v}")
+    return "\n".join(lines)
+
+
+def _reply(r: Response) -> str:
+    msg = r.message or {}
+    parts: list[str] = []
+    for b in msg.get("content", []):
+        kind = b.get("type")
+        if kind == "tool_use":
+            parts.append(f"{b.get('name')}({_args(b.get('input'))})")
+        elif kind == "thinking":
+            parts.append("thinking")
+        elif kind == "text":
+            parts.append(json.dumps(str(b.get("text", ""))[:30], ensure_ascii=False))
+    stop = msg.get("stop_reason") or "cut"
+    return f"{stop}: {' '.join(parts)}" if parts else str(stop)
+
+
+def _fault(r: Response) -> str:
+    if r.fault == "http":
+        return str(r.status)
+    return str(r.fault or r.status)
+
+
+def _tool(start: ToolStart, end: ToolEnd) -> str:
+    took = end.t - start.t
+    timing = f" after {took:.1f}s" if took >= 0.05 else ""
+    if end.status == "ok":
+        what = "ok"
+    elif end.committed:
+        what = f"committed, then raised {end.error}"
+    else:
+        what = f"{end.status} {end.error or ''}".strip()
+    unmatched = "" if start.matched else "  (answers no tool_use)"
+    return f"-> {start.tool}({_args(start.input)}) {what}{timing}{unmatched}"
+
+
+def _args(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)[:24]}" for k, v in value.items())
+    return json.dumps(value, ensure_ascii=False)[:40]
+
+
+def _clip(line: str, width: int) -> str:
+    return line if len(line) <= width else line[: width - 3] + "..."

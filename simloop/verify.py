@@ -1,0 +1,239 @@
+"""`verify` and `replay`: property-test a loop, and re-run a saved failure.
+
+`verify(drive)` runs the loop in a fresh `Sim` per Hypothesis example.  The
+model's replies and the tool faults are drawn as the loop asks (see
+`simloop.generated`), the invariants are checked, and on failure Hypothesis
+shrinks the run; the minimal one is written as a v1 scenario file and raised
+as `InvariantViolation` with its timeline and the line that replays it.
+
+`replay(drive, path)` re-runs such a file and re-checks it, so a failure
+becomes a regression test by committing the file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, Verbosity, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
+
+from simloop.errors import InvariantViolation, UsageError
+from simloop.generated import GeneratedFaults, GeneratedModel, to_scenario
+from simloop.invariants import CATALOGUE, Report, Violation
+from simloop.scenario import Limits, Scenario, ToolSpec, load_scenario
+from simloop.sim import Drive, Sim
+from simloop.strategies import DEFAULT_TOOLS, Plan, plans
+from simloop.timeline import render_timeline
+
+__all__ = ["DEFAULT_TASK", "replay", "verify"]
+
+DEFAULT_TASK = "The customer asks for a refund of order 1234. Check the policy, then email them the outcome."
+DEFAULT_OUT = Path(".simloop") / "failures"
+
+
+class _Failed(Exception):
+    """Raised inside an example so that Hypothesis shrinks it."""
+
+
+def verify(
+    drive: Drive,
+    *,
+    tools: Sequence[ToolSpec | dict[str, Any]] | None = None,
+    limits: Limits | dict[str, Any] | None = None,
+    max_examples: int = 200,
+    seed: int | None = None,
+    invariants: Iterable[str] | None = None,
+    task: str = DEFAULT_TASK,
+    plan: st.SearchStrategy[Plan] | None = None,
+    out_dir: str | Path = DEFAULT_OUT,
+    settings_: settings | None = None,
+) -> Report:
+    """Property-test ``drive`` under generated model behaviours, API faults, tool faults and latencies.
+
+    Args:
+        drive: the adapter (sync or ``async def``) that runs the loop in a `Sim` and returns an `Outcome`.
+        tools: the tools the loop gets (default: a read ``search`` and a write ``send_email``).
+        limits: the limits the loop declares (checked by the ``limits`` invariant).
+        max_examples: how many runs Hypothesis tries.
+        seed: makes the search deterministic (the same runs in the same order).
+        invariants: ids to check (default: all of DESIGN §4).
+        plan: a strategy of model behaviours (default `simloop.strategies.plans()`).
+        out_dir: where the minimal failing scenario is written.
+        settings_: Hypothesis settings to start from (default: the loaded profile).
+
+    Returns a `Report` (``violations`` empty) when every example holds.
+
+    Raises:
+        InvariantViolation: with ``.violations``, ``.scenario`` (minimal), ``.scenario_path``,
+            ``.timeline`` and ``.replay``.
+
+    Example::
+
+        simloop.verify(drive, limits=simloop.Limits(max_steps=10), max_examples=100)
+    """
+    if not callable(drive):
+        raise UsageError(f"verify(drive): drive must be a function taking a Sim, got {drive!r}")
+    specs = _tools(tools)
+    declared = limits if isinstance(limits, Limits) else Limits.model_validate(limits or {})
+    checked = _invariant_ids(invariants)
+    strategy = plan if plan is not None else plans()
+    state: dict[str, Any] = {"examples": 0}
+    run_seed = seed if seed is not None else 0
+
+    def example(data: st.DataObject) -> None:
+        chosen = data.draw(strategy, label="plan")
+        model = GeneratedModel(data.draw, chosen)
+        faults = GeneratedFaults(data.draw, chosen)
+        base = Scenario(name=_name(drive), task=task, tools=specs, limits=declared)
+        with Sim(base, seed=run_seed, model=model, fault_source=faults) as sim:
+            sim.run(drive)
+        report = sim.check(invariants=checked)
+        state["examples"] += 1
+        if not report.ok:
+            state["failure"] = (report, sim, model, faults)
+            raise _Failed(", ".join(sorted({v.invariant for v in report.violations})))
+
+    example._hypothesis_internal_add_digest = repr((_name(drive), specs, declared, checked, task)).encode()  # type: ignore[attr-defined]
+    base_settings = settings_ or settings()
+    test = settings(
+        base_settings,
+        max_examples=max_examples,
+        deadline=None,
+        report_multiple_bugs=False,
+        verbosity=Verbosity.quiet if base_settings.verbosity <= Verbosity.normal else base_settings.verbosity,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+    )(given(st.data())(example))
+    if seed is not None:
+        test = hypothesis_seed(seed)(test)
+    try:
+        test()
+    except _Failed:
+        report, sim, model, faults = state["failure"]
+        raise _violation(drive, report, sim, model, faults, out_dir=Path(out_dir), seed=seed) from None
+    return Report(violations=[], checked=tuple(checked), examples=state["examples"])
+
+
+def replay(drive: Drive, path: str | Path, *, seed: int = 0, invariants: Iterable[str] | None = None) -> Report:
+    """Re-run a saved scenario and re-check it; raises `InvariantViolation` if the loop still breaks it.
+
+    The file's ``expect: {violations: [...]}`` lists violations that are expected
+    (a documented known bug): those do not fail the replay, any other does, and
+    so does an expected one that no longer happens.
+    """
+    scenario = load_scenario(path)
+    with Sim(scenario, seed=seed) as sim:
+        sim.run(drive)
+    report = sim.check(invariants=invariants)
+    expected = set(scenario.expect.violations) if scenario.expect else set()
+    found = {v.invariant for v in report.violations}
+    unexpected = [v for v in report.violations if v.invariant not in expected]
+    missing = expected - found
+    if unexpected or missing:
+        timeline = render_timeline(sim.transcript, report.violations)
+        lines = [f"replaying {path}: the loop broke {len(unexpected)} invariant(s)" if unexpected else f"replaying {path}:"]
+        lines += [f"  {v}" for v in unexpected]
+        if missing:
+            lines.append(f"  expected but did not happen: {', '.join(sorted(missing))} (update the file's expect: block)")
+        lines += ["", "timeline:", timeline]
+        raise InvariantViolation(
+            "\n".join(lines), violations=unexpected, scenario=scenario, scenario_path=str(path), timeline=timeline,
+            replay=_replay_line(drive, str(path)),
+        )
+    return report
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def _violation(
+    drive: Drive, report: Report, sim: Sim, model: GeneratedModel, faults: GeneratedFaults, *, out_dir: Path,
+    seed: int | None,
+) -> InvariantViolation:
+    halted = sim.transcript.halt is not None
+    scenario = to_scenario(
+        name=f"{_name(drive)}-{report.violations[0].invariant}",
+        task=sim.task,
+        tools=sim.scenario.tools,
+        limits=sim.limits,
+        served=model.served,
+        faults=faults.fired,
+        halted=halted,
+    )
+    scenario = scenario.model_copy(update={"expect": None})
+    path = out_dir / f"{_slug(scenario.name)}.yaml"
+    header = _file_header(report.violations)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(header + scenario.to_yaml(), encoding="utf-8")
+    timeline = render_timeline(sim.transcript, report.violations)
+    replay_line = _replay_line(drive, str(path))
+    n = len(scenario.model)
+    lines = [
+        f"simloop found {len(report.violations)} violation(s) of the loop's invariants:",
+        *(f"  {v}" for v in report.violations),
+        "",
+        f"minimal scenario ({n} repl{'y' if n == 1 else 'ies'}{', then repeat_last' if scenario.then == 'repeat_last' else ''}"
+        f"{f', {len(scenario.faults)} tool fault(s)' if scenario.faults else ''}), written to {path}:",
+        *("  " + line for line in scenario.to_yaml().rstrip().splitlines()),
+        "",
+        "timeline of the failing run:",
+        *("  " + line for line in timeline.splitlines()),
+        "",
+        f"replay it: {replay_line}",
+    ]
+    if seed is not None:
+        lines.append(f"or re-run the search: simloop.verify(..., seed={seed})")
+    return InvariantViolation(
+        "\n".join(lines), violations=report.violations, scenario=scenario, scenario_path=str(path),
+        timeline=timeline, replay=replay_line,
+    )
+
+
+def _file_header(violations: Sequence[Violation]) -> str:
+    out = ["# Found by simloop.verify: the minimal run that breaks the loop's invariants."]
+    out += [f"#   {str(v)[:200]}" for v in violations]
+    out.append("# Replay with simloop.replay(drive, this_file); commit it to keep it as a regression test.")
+    return "\n".join(out) + "\n"
+
+
+def _replay_line(drive: Drive, path: str) -> str:
+    module = getattr(drive, "__module__", None)
+    qual = getattr(drive, "__qualname__", None)
+    if module and qual and "<" not in qual and module != "__main__":
+        return f"simloop run {path} --drive {module}:{qual}"
+    return f"simloop.replay(drive, {path!r})"
+
+
+def _tools(tools: Sequence[ToolSpec | dict[str, Any]] | None) -> list[ToolSpec]:
+    if tools is None:
+        return list(DEFAULT_TOOLS)
+    out = []
+    for t in tools:
+        out.append(t if isinstance(t, ToolSpec) else ToolSpec.model_validate(t))
+    if not out:
+        raise UsageError("verify(tools=[]): give the loop at least one tool, or leave tools out for the defaults")
+    return out
+
+
+def _invariant_ids(invariants: Iterable[str] | None) -> list[str]:
+    if invariants is None:
+        return list(CATALOGUE)
+    ids = list(invariants)
+    unknown = [i for i in ids if i not in CATALOGUE]
+    if unknown:
+        raise UsageError(f"unknown invariant id(s) {', '.join(unknown)}; the ids are: {', '.join(CATALOGUE)}")
+    return ids
+
+
+def _name(drive: Any) -> str:
+    module = getattr(drive, "__module__", "") or ""
+    name = module.rsplit(".", 1)[-1] if module not in ("", "__main__") else ""
+    qual = getattr(drive, "__qualname__", "drive")
+    return name if name and qual == "drive" else (f"{name}.{qual}" if name else str(qual))
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "failure"

@@ -1,0 +1,54 @@
+"""The corpus of real recorded Anthropic traffic, shared by the fidelity tests.
+
+The cassettes are third-party recordings kept next to the project (``../shared/data/cassettes``,
+see its MANIFEST.md), never inside it and never edited: simloop does not ship them.  Tests that
+need them mark themselves with `requires_corpus` and are skipped cleanly where they are absent.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+
+from simloop.cassettes import Interaction, load_cassette
+
+CASSETTES: Path = Path(__file__).resolve().parents[2] / "shared" / "data" / "cassettes"
+
+requires_corpus = pytest.mark.skipif(
+    not CASSETTES.is_dir(),
+    reason="../shared/data/cassettes not present (third-party recordings are not shipped with simloop)",
+)
+
+
+def cassette_paths() -> list[Path]:
+    """Every ``*.yaml`` cassette under the corpus, sorted (empty when the corpus is absent)."""
+    if not CASSETTES.is_dir():
+        return []
+    return sorted(CASSETTES.rglob("*.yaml"))
+
+
+@functools.cache
+def _load_all() -> tuple[tuple[Path, tuple[Interaction, ...]], ...]:
+    # Parsing 3.7 MB of YAML takes a while; every fidelity test shares one read.
+    return tuple((path, tuple(load_cassette(path))) for path in cassette_paths())
+
+
+def all_interactions() -> list[tuple[Path, Interaction]]:
+    """Every recorded interaction of every cassette, with the file it came from."""
+    return [(path, interaction) for path, interactions in _load_all() for interaction in interactions]
+
+
+def messages_interactions() -> list[tuple[Path, Interaction]]:
+    """The recorded ``POST api.anthropic.com/v1/messages`` and ``…/count_tokens`` interactions."""
+    return [(path, i) for path, i in all_interactions() if i.is_anthropic_messages]
+
+
+def describe(path: Path, interaction: Interaction) -> str:
+    """``folder/file.yaml#3``: how a report names one recorded interaction."""
+    try:
+        name = path.relative_to(CASSETTES).as_posix()
+    except ValueError:
+        name = str(path)
+    return f"{name}#{interaction.index}"

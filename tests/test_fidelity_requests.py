@@ -1,0 +1,178 @@
+"""Fidelity of the request rules against real recorded traffic.
+
+The real API is the judge: every Messages request it answered 200 in the cassette corpus must
+pass `validate_messages_request` (a false rejection would break a correct loop), and every
+recorded 4xx must be reproduced with the same status and error type, unless the error is about
+something the simulator cannot know, which is then listed in `BEYOND_THE_SIMULATOR` with why.
+
+The corpus is also turned against the validator: real accepted conversations, minimally broken
+(a tool_result dropped, a thinking block stripped), must be rejected with the real texts.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from corpus import CASSETTES, all_interactions, cassette_paths, describe, messages_interactions, requires_corpus
+
+from simloop.cassettes import Interaction, load_cassette
+from simloop.wire.validate import Rejection, validate_count_tokens_request, validate_messages_request
+
+pytestmark = requires_corpus
+
+# Recorded errors the simulator deliberately does not reproduce: it accepts any model name and
+# does not model per-model capabilities.  Keyed by "folder/file.yaml#interaction".
+BEYOND_THE_SIMULATOR: dict[str, str] = {
+    "pydantic-ai/test_anthropic/test_anthropic_count_tokens_error.yaml#0": (
+        "404 not_found_error 'model: claude-does-not-exist': the simulator accepts any model name"
+    ),
+    "pydantic-ai/test_anthropic/test_anthropic_explicit_effort_xhigh_unsupported_model_errors.yaml#0": (
+        "400 effort 'xhigh' on claude-opus-4-6: a model capability the simulator does not model"
+    ),
+}
+
+
+def _validate(interaction: Interaction) -> Rejection | None:
+    body = interaction.request.json()
+    if interaction.request.path.endswith("/count_tokens"):
+        return validate_count_tokens_request(body)
+    return validate_messages_request(body)
+
+
+def _say(capsys: pytest.CaptureFixture[str], line: str) -> None:
+    with capsys.disabled():
+        print(f"\n{line}")
+
+
+def test_every_cassette_loads(capsys: pytest.CaptureFixture[str]) -> None:
+    paths = cassette_paths()
+    interactions = [load_cassette(path) for path in paths]
+    total = sum(len(i) for i in interactions)
+    manifest = (CASSETTES / "MANIFEST.md").read_text(encoding="utf-8")
+    found = re.search(r"Grand total: (\d+) cassette files, .*?(\d+) recorded HTTP interactions", manifest)
+    assert found, "MANIFEST.md no longer states the grand total; update this test"
+    assert (len(paths), total) == (int(found.group(1)), int(found.group(2)))
+    assert len(messages_interactions()) > 100
+    _say(capsys, f"fidelity: {len(paths)} cassettes, {total} interactions loaded, "
+                 f"{len(messages_interactions())} Anthropic messages/count_tokens")  # fmt: skip
+
+
+def test_every_accepted_recorded_request_passes(capsys: pytest.CaptureFixture[str]) -> None:
+    accepted = [(p, i) for p, i in messages_interactions() if i.response.status < 400]
+    false_rejections = [f"{describe(p, i)}: {rejection}" for p, i in accepted if (rejection := _validate(i))]
+    assert not false_rejections, "requests the real API accepted were rejected:\n" + "\n".join(false_rejections)
+    assert accepted, "no accepted Anthropic requests found in the corpus"
+
+    errors = [(p, i) for p, i in messages_interactions() if i.response.status >= 400]
+    reproduced = sum(1 for p, i in errors if describe(p, i) not in BEYOND_THE_SIMULATOR)
+    reasons = "; ".join(BEYOND_THE_SIMULATOR.values())
+    _say(
+        capsys,
+        f"fidelity: {len(accepted)}/{len(accepted)} recorded requests accepted, {len(errors)} recorded errors "
+        f"({reproduced} reproduced, {len(errors) - reproduced} allow-listed: {reasons})",
+    )
+
+
+def test_every_recorded_error_is_reproduced_or_explained() -> None:
+    problems = []
+    errors = [(p, i) for p, i in messages_interactions() if i.response.status >= 400]
+    for path, interaction in errors:
+        name = describe(path, interaction)
+        rejection = _validate(interaction)
+        if name in BEYOND_THE_SIMULATOR:
+            if rejection is not None:
+                problems.append(f"{name}: now rejected ({rejection.message!r}); drop it from BEYOND_THE_SIMULATOR")
+            continue
+        recorded = interaction.response.json() or {}
+        want = (interaction.response.status, recorded.get("error", {}).get("type"))
+        got = (rejection.status, rejection.type) if rejection else None
+        if got != want:
+            problems.append(f"{name}: recorded {want} {recorded.get('error')!r}, simulator gave {rejection!r}")
+    listed = {describe(p, i) for p, i in errors}
+    problems += [f"{name}: in BEYOND_THE_SIMULATOR but not a recorded error" for name in BEYOND_THE_SIMULATOR
+                 if name not in listed]  # fmt: skip
+    assert not problems, "\n".join(problems)
+
+
+# ---------------------------------------------------------------- the corpus, minimally broken
+
+
+def _accepted_bodies(keep: Callable[[dict[str, Any]], bool]) -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for path, interaction in messages_interactions():
+        body = interaction.request.json()
+        if interaction.response.status == 200 and not interaction.request.path.endswith("/count_tokens") and keep(body):
+            out.append((describe(path, interaction), body))
+    return out
+
+
+def _ends_with_tool_results(body: dict[str, Any]) -> bool:
+    last = body["messages"][-1]
+    return last["role"] == "user" and isinstance(last["content"], list) and last["content"][0]["type"] == "tool_result"
+
+
+def test_dropping_a_recorded_tool_result_is_rejected() -> None:
+    cases = _accepted_bodies(_ends_with_tool_results)
+    assert len(cases) >= 10
+    for name, body in cases:
+        broken = copy.deepcopy(body)
+        dropped = broken["messages"][-1]["content"].pop(0)["tool_use_id"]
+        if not broken["messages"][-1]["content"]:
+            broken["messages"][-1]["content"] = [{"type": "text", "text": "continue"}]
+        rejection = validate_messages_request(broken)
+        assert rejection is not None, name
+        assert re.fullmatch(
+            r"messages\.\d+: `tool_use` ids were found without `tool_result` blocks immediately after: (.*)\. "
+            r"Each `tool_use` block must have a corresponding `tool_result` block in the next message\.",
+            rejection.message,
+        ), f"{name}: {rejection.message}"
+        assert dropped in rejection.message, name
+
+
+def test_a_recorded_tool_result_with_a_foreign_id_is_rejected() -> None:
+    for name, body in _accepted_bodies(_ends_with_tool_results):
+        broken = copy.deepcopy(body)
+        broken["messages"][-1]["content"][0]["tool_use_id"] = "toolu_foreign"
+        rejection = validate_messages_request(broken)
+        assert rejection is not None and rejection.message.startswith(
+            f"messages.{len(body['messages']) - 1}.content.0: unexpected `tool_use_id` found in `tool_result` "
+            "blocks: toolu_foreign."
+        ), f"{name}: {rejection}"
+
+
+def test_stripping_thinking_from_a_recorded_tool_turn_is_rejected() -> None:
+    def thinking_tool_turn(body: dict[str, Any]) -> bool:
+        thinking = (body.get("thinking") or {}).get("type") in ("enabled", "adaptive")
+        return thinking and _ends_with_tool_results(body)
+
+    cases = _accepted_bodies(thinking_tool_turn)
+    assert cases, "the corpus has no thinking-enabled tool turn any more"
+    for name, body in cases:
+        broken = copy.deepcopy(body)
+        turn = broken["messages"][-2]
+        turn["content"] = [b for b in turn["content"] if b["type"] not in ("thinking", "redacted_thinking")]
+        rejection = validate_messages_request(broken)
+        assert rejection is not None and "Expected `thinking` or `redacted_thinking`, but found" in rejection.message, (
+            f"{name}: {rejection}"
+        )
+
+
+def test_interactions_outside_the_messages_api_are_told_apart() -> None:
+    others = [i for _, i in all_interactions() if not i.is_anthropic_messages]
+    assert others, "the corpus has non-Anthropic interactions (bedrock, openai, image downloads)"
+    assert all("api.anthropic.com" not in i.request.uri or i.request.method != "POST" for i in others)
+
+
+def test_compressed_bodies_are_decoded() -> None:
+    gz = [p for p in cassette_paths() if "!!binary" in Path(p).read_text(encoding="utf-8")]
+    assert gz
+    for path in gz:
+        for interaction in load_cassette(path):
+            assert "content-encoding" not in interaction.response.headers, describe(path, interaction)
+            if interaction.is_anthropic_messages:
+                assert interaction.response.is_sse or interaction.response.json() is not None
