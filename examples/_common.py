@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
-from anthropic.types import ContentBlock, Message, ToolResultBlockParam, ToolUseBlock
+from anthropic.types import ContentBlock, Message, ThinkingConfigParam, ToolResultBlockParam, ToolUseBlock
 
 if TYPE_CHECKING:
     from simloop.scenario import Limits
@@ -21,6 +21,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "DEFAULT_TOKEN_BUDGET",
     "MAX_TOKENS",
+    "THINKING",
     "RunTool",
     "budgets",
     "error_text",
@@ -32,6 +33,10 @@ __all__ = [
 
 #: Per-request output limit; generous, so a ``max_tokens`` stop is a real event.
 MAX_TOKENS = 4096
+#: Extended thinking, on as current models run it.  Thinking tokens count against
+#: MAX_TOKENS, and a tool-use turn's signed thinking blocks must go back unchanged:
+#: appending ``reply.content`` as received does that.
+THINKING: ThinkingConfigParam = {"type": "enabled", "budget_tokens": 2048}
 DEFAULT_MODEL = "claude-sonnet-4-5"
 # The loops' own limits when the caller declares none (a cap is a safety net, not a budget).
 DEFAULT_MAX_STEPS = 10

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import anthropic
 from anthropic.types import Message, MessageParam, ToolParam
 
-from examples._common import DEFAULT_MODEL, MAX_TOKENS, RunTool, budgets, text_of, tokens_used, tool_calls
+from examples._common import DEFAULT_MODEL, MAX_TOKENS, THINKING, RunTool, budgets, text_of, tokens_used, tool_calls
 from examples.correct_sync import run_tools
 from simloop import Outcome
 
@@ -53,7 +53,12 @@ def run_agent(
         while reply is None:  # BUG: no attempt limit, no deadline check, every error retried
             try:
                 reply = client.messages.create(
-                    model=model, max_tokens=MAX_TOKENS, system=system or anthropic.omit, tools=tools, messages=messages
+                    model=model,
+                    max_tokens=MAX_TOKENS,
+                    thinking=THINKING,
+                    system=system or anthropic.omit,
+                    tools=tools,
+                    messages=messages,
                 )
             except anthropic.APIError:
                 time.sleep(RETRY_PAUSE_S)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import anthropic
 from anthropic.types import MessageParam, ToolParam
 
-from examples._common import DEFAULT_MODEL, MAX_TOKENS, budgets, text_of, tokens_used, tool_calls, tool_result
+from examples._common import DEFAULT_MODEL, MAX_TOKENS, THINKING, budgets, text_of, tokens_used, tool_calls, tool_result
 from examples.correct_async import ARunTool
 from simloop import Outcome
 
@@ -50,7 +50,12 @@ async def run_agent(
             return Outcome(reason="token_budget", text="token budget spent")
         try:
             reply = await client.messages.create(
-                model=model, max_tokens=MAX_TOKENS, system=system or anthropic.omit, tools=tools, messages=messages
+                model=model,
+                max_tokens=MAX_TOKENS,
+                thinking=THINKING,
+                system=system or anthropic.omit,
+                tools=tools,
+                messages=messages,
             )
         except anthropic.APIError as exc:
             return Outcome(reason="error", text=str(exc))

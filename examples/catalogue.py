@@ -32,4 +32,5 @@ DEFECTS: dict[str, tuple[str, str]] = {
     "token_budget_unchecked": ("token-budget-huge-output.yaml", "limits"),
     "api_errors_forever": ("outage.yaml", "stops"),
     "async_tasks_left_running": ("slow-parallel-deadline.yaml", "no_work_after_return"),
+    "thinking_dropped": ("thinking-pass-back.yaml", "request_valid"),
 }

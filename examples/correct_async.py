@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anthropic
 from anthropic.types import MessageParam, ToolParam
 
-from examples._common import DEFAULT_MODEL, MAX_TOKENS, budgets, text_of, tokens_used, tool_calls, tool_result
+from examples._common import DEFAULT_MODEL, MAX_TOKENS, THINKING, budgets, text_of, tokens_used, tool_calls, tool_result
 from simloop import Outcome
 
 if TYPE_CHECKING:
@@ -60,6 +60,7 @@ async def run_agent(
             reply = await client.messages.create(
                 model=model,
                 max_tokens=MAX_TOKENS,
+                thinking=THINKING,
                 system=system or anthropic.omit,
                 tools=tools,
                 messages=messages,

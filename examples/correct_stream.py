@@ -18,7 +18,17 @@ import anthropic
 import httpx2
 from anthropic.types import MessageParam, ToolParam
 
-from examples._common import DEFAULT_MODEL, MAX_TOKENS, RunTool, budgets, error_text, text_of, tokens_used, tool_calls
+from examples._common import (
+    DEFAULT_MODEL,
+    MAX_TOKENS,
+    THINKING,
+    RunTool,
+    budgets,
+    error_text,
+    text_of,
+    tokens_used,
+    tool_calls,
+)
 from examples.correct_sync import run_tools
 from simloop import Outcome
 
@@ -53,6 +63,7 @@ def run_agent(
             with client.messages.stream(
                 model=model,
                 max_tokens=MAX_TOKENS,
+                thinking=THINKING,
                 system=system or anthropic.omit,
                 tools=tools,
                 messages=messages,

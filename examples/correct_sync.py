@@ -25,6 +25,7 @@ from anthropic.types import MessageParam, ToolParam, ToolResultBlockParam, ToolU
 from examples._common import (
     DEFAULT_MODEL,
     MAX_TOKENS,
+    THINKING,
     RunTool,
     budgets,
     text_of,
@@ -77,6 +78,7 @@ def run_agent(
             reply = client.messages.create(
                 model=model,
                 max_tokens=MAX_TOKENS,
+                thinking=THINKING,
                 system=system or anthropic.omit,
                 tools=tools,
                 messages=messages,

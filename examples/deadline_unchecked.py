@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import anthropic
 from anthropic.types import MessageParam, ToolParam
 
-from examples._common import DEFAULT_MODEL, MAX_TOKENS, RunTool, budgets, text_of, tokens_used, tool_calls
+from examples._common import DEFAULT_MODEL, MAX_TOKENS, THINKING, RunTool, budgets, text_of, tokens_used, tool_calls
 from examples.correct_sync import run_tools
 from simloop import Outcome
 
@@ -46,7 +46,12 @@ def run_agent(
             return Outcome(reason="token_budget", text="token budget spent")
         try:
             reply = client.messages.create(
-                model=model, max_tokens=MAX_TOKENS, system=system or anthropic.omit, tools=tools, messages=messages
+                model=model,
+                max_tokens=MAX_TOKENS,
+                thinking=THINKING,
+                system=system or anthropic.omit,
+                tools=tools,
+                messages=messages,
             )
         except anthropic.APIError as exc:
             return Outcome(reason="error", text=str(exc))

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import anthropic
 from anthropic.types import Message, MessageParam, ToolParam, ToolUseBlock
 
-from examples._common import DEFAULT_MODEL, MAX_TOKENS, RunTool, budgets, text_of, tokens_used, tool_calls
+from examples._common import DEFAULT_MODEL, MAX_TOKENS, THINKING, RunTool, budgets, text_of, tokens_used, tool_calls
 from examples.correct_sync import run_tools
 from simloop import Outcome
 
@@ -44,7 +44,12 @@ def run_agent(
     messages: list[MessageParam] = [{"role": "user", "content": task}]
     pending: list[ToolUseBlock] = []  # tool calls of the last reply, answered at the start of the next step
     used = 0
-    params: dict[str, Any] = {"model": model, "max_tokens": MAX_TOKENS, "system": system or anthropic.omit}
+    params: dict[str, Any] = {
+        "model": model,
+        "max_tokens": MAX_TOKENS,
+        "thinking": THINKING,
+        "system": system or anthropic.omit,
+    }
 
     def step() -> tuple[list[MessageParam], Message]:
         """Run the pending tools, then ask the model; returns the conversation sent and the reply."""

@@ -77,6 +77,9 @@ class Watchdog:
     `watching` a thread, ``seconds`` of real time without a feed raise `LoopHalted` ("watchdog") in that
     thread.  The budget is then re-armed, so a loop that catches even ``BaseException`` is hit again.
 
+    One monitor thread (a `RealTimeThread`, started on first use) serves every Watchdog of the process,
+    so watching costs a registration, not a thread start and join per run.
+
     Example::
 
         watchdog = Watchdog(seconds=10)
@@ -92,9 +95,8 @@ class Watchdog:
         self.seconds = float(seconds)
         self.halts = 0  # how many times it fired
         self._last = REAL.monotonic()
-        self._lock = threading.Lock()
-        self._armed = False
-        self._thread: RealTimeThread | None = None
+        self._thread_id: int | None = None
+        self._fired = False  # during the current watching()
 
     def __repr__(self) -> str:
         return f"Watchdog(seconds={self.seconds!r})"
@@ -105,54 +107,80 @@ class Watchdog:
 
     @contextmanager
     def watching(self, thread_id: int) -> Iterator[None]:
-        """Watch ``thread_id`` until the block exits; the watchdog thread is joined on exit."""
-        if self._thread is not None:
+        """Watch ``thread_id`` until the block exits."""
+        if self._thread_id is not None:
             from simloop.errors import UsageError
 
             raise UsageError("this Watchdog is already watching a thread; use one Watchdog per drive")
-        stop = threading.Event()
         self._last = REAL.monotonic()
-        self._armed = True
-        self._thread = RealTimeThread(target=self._watch, args=(thread_id, stop), name="simloop-watchdog",
-                                      daemon=True)
-        self._thread.start()
+        self._fired = False
+        _MONITOR.add(self, thread_id)
         try:
             yield
         finally:
             try:
-                self._disarm(thread_id, stop)
+                self._disarm(thread_id)
             except LoopHalted:  # delivered in the middle of disarming: finish, then let it out
-                self._disarm(thread_id, stop)
+                self._disarm(thread_id)
                 raise
 
-    def _disarm(self, thread_id: int, stop: threading.Event) -> None:
-        with self._lock:
-            self._armed = False  # from here on the watchdog thread never fires
-            if self.halts:
+    def _disarm(self, thread_id: int) -> None:
+        with _MONITOR.cond:
+            _MONITOR.remove(self)  # from here on the monitor never fires for us
+            if self._fired:
                 _raise_in(thread_id, None)  # drop a halt that was scheduled but not delivered yet
-        stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
 
-    def _watch(self, thread_id: int, stop: threading.Event) -> None:
-        # Event.wait blocks in C on the real clock; REAL.monotonic is the saved real function: this thread
-        # never reads virtual time even while time.monotonic is patched.
-        while True:
-            left = self._last + self.seconds - REAL.monotonic()
-            if left > 0:
-                if stop.wait(left):
-                    return
-                continue
-            with self._lock:
-                if not self._armed:
-                    return
-                detail = (f"no model call or tool call for {self.seconds:g} s of real time; "
-                          f"the drive was at {_where(thread_id)}")
-                if _raise_in(thread_id, _halt_type("watchdog", detail)) == 0:
-                    return  # the thread is gone
-                self.halts += 1
-                self._last = REAL.monotonic()  # re-arm: fire again if the halt is swallowed
+    def _due(self) -> float:
+        return self._last + self.seconds
+
+    def _fire(self, thread_id: int) -> bool:
+        """Raise the halt in the watched thread (with the monitor's lock held); False if the thread is gone."""
+        detail = (f"no model call or tool call for {self.seconds:g} s of real time; "
+                  f"the drive was at {_where(thread_id)}")
+        if _raise_in(thread_id, _halt_type("watchdog", detail)) == 0:
+            return False
+        self.halts += 1
+        self._fired = True
+        self._last = REAL.monotonic()  # re-arm: fire again if the halt is swallowed
+        return True
+
+
+class _Monitor:
+    """The process's one watchdog thread: sleeps until the earliest budget runs out, then checks it."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition(threading.Lock())
+        self.watched: dict[Watchdog, int] = {}
+        self.thread: RealTimeThread | None = None
+
+    def add(self, dog: Watchdog, thread_id: int) -> None:
+        with self.cond:
+            dog._thread_id = thread_id
+            self.watched[dog] = thread_id
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = RealTimeThread(target=self._run, name="simloop-watchdog", daemon=True)
+                self.thread.start()
+            self.cond.notify()
+
+    def remove(self, dog: Watchdog) -> None:  # with cond held
+        self.watched.pop(dog, None)
+        dog._thread_id = None
+
+    def _run(self) -> None:
+        # Condition.wait blocks in C on the real clock; REAL.monotonic is the saved real function, so this
+        # thread never reads virtual time even while time.monotonic is patched.
+        with self.cond:
+            while True:
+                now = REAL.monotonic()
+                due = [dog for dog in self.watched if dog._due() <= now]
+                for dog in due:
+                    if not dog._fire(self.watched[dog]):
+                        self.remove(dog)
+                wake = min((dog._due() for dog in self.watched), default=None)
+                self.cond.wait(None if wake is None else max(0.0, wake - REAL.monotonic()))
+
+
+_MONITOR = _Monitor()
 
 
 def _where(thread_id: int) -> str:

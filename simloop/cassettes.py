@@ -35,6 +35,7 @@ __all__ = ["CassetteError", "Interaction", "RecordedRequest", "RecordedResponse"
 
 _ANTHROPIC_HOST = "api.anthropic.com"
 _MESSAGES_PATHS = frozenset({"/v1/messages", "/v1/messages/count_tokens"})
+_FIX = " The file was probably edited by hand: fix that entry or re-record the cassette."
 _Loader: Any = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
 
 
@@ -131,11 +132,13 @@ def load_cassette(path: str | os.PathLike[str]) -> list[Interaction]:
     if type(data) is not dict or "interactions" not in data:
         raise CassetteError(
             f"{name}: not a VCR.py cassette: expected a mapping with an 'interactions' list at the top, "
-            f"found {_describe(data)}."
+            f"found {_describe(data)}. Pass a file recorded by VCR.py (or pytest-recording)."
         )
     raw = data["interactions"]
     if type(raw) is not list:
-        raise CassetteError(f"{name}: 'interactions' must be a list of request/response pairs, found {_describe(raw)}.")
+        raise CassetteError(
+            f"{name}: 'interactions' must be a list of request/response pairs, found {_describe(raw)}.{_FIX}"
+        )
     return [_interaction(name, index, item) for index, item in enumerate(raw)]
 
 
@@ -144,7 +147,7 @@ def load_cassette(path: str | os.PathLike[str]) -> list[Interaction]:
 
 def _describe(value: Any) -> str:
     if value is None:
-        return "an empty document"
+        return "nothing"
     if isinstance(value, dict):
         keys = ", ".join(repr(k) for k in list(value)[:5])
         return f"a mapping with keys {keys}" if keys else "an empty mapping"
@@ -154,12 +157,14 @@ def _describe(value: Any) -> str:
 def _interaction(name: str, index: int, item: Any) -> Interaction:
     where = f"{name}: interaction {index}"
     if type(item) is not dict:
-        raise CassetteError(f"{where}: expected a mapping with 'request' and 'response', found {_describe(item)}.")
+        raise CassetteError(
+            f"{where}: expected a mapping with 'request' and 'response', found {_describe(item)}.{_FIX}"
+        )
     for key in ("request", "response"):
         if type(item.get(key)) is not dict:
             raise CassetteError(
                 f"{where}: missing the '{key}' mapping (found {_describe(item.get(key))}); "
-                "each interaction needs both 'request' and 'response'."
+                f"each interaction needs both 'request' and 'response'.{_FIX}"
             )
     return Interaction(index, _request(where, item["request"]), _response(where, item["response"]))
 
@@ -168,7 +173,9 @@ def _headers(where: str, raw: Any) -> dict[str, list[str]]:
     if raw is None:
         return {}
     if type(raw) is not dict:
-        raise CassetteError(f"{where}: 'headers' must be a mapping of name to list of values, found {_describe(raw)}.")
+        raise CassetteError(
+            f"{where}: 'headers' must be a mapping of name to list of values, found {_describe(raw)}.{_FIX}"
+        )
     headers: dict[str, list[str]] = {}
     for key, value in raw.items():
         values = value if type(value) is list else [value]
@@ -184,7 +191,9 @@ def _request(where: str, raw: dict[str, Any]) -> RecordedRequest:
     where = f"{where}: request"
     method, uri = raw.get("method"), raw.get("uri")
     if type(method) is not str or type(uri) is not str:
-        raise CassetteError(f"{where}: needs string 'method' and 'uri' fields (found method={method!r}, uri={uri!r}).")
+        raise CassetteError(
+            f"{where}: needs string 'method' and 'uri' fields (found method={method!r}, uri={uri!r}).{_FIX}"
+        )
     headers = _headers(where, raw.get("headers"))
     if "parsed_body" in raw:
         body = _compact_json(raw["parsed_body"])
@@ -199,7 +208,7 @@ def _response(where: str, raw: dict[str, Any]) -> RecordedResponse:
     status = raw.get("status")
     code = status.get("code") if type(status) is dict else status
     if type(code) is not int:
-        raise CassetteError(f"{where}: needs 'status: {{code: <int>}}' (found {status!r}).")
+        raise CassetteError(f"{where}: needs 'status: {{code: <int>}}' (found {status!r}).{_FIX}")
     headers = _headers(where, raw.get("headers"))
     if "parsed_body" in raw:
         body = _compact_json(raw["parsed_body"])
@@ -226,7 +235,7 @@ def _to_bytes(where: str, value: Any) -> bytes:
         return value
     if isinstance(value, str):
         return value.encode("utf-8")
-    raise CassetteError(f"{where}: the body must be a string or !!binary, found {_describe(value)}.")
+    raise CassetteError(f"{where}: the body must be a string or !!binary, found {_describe(value)}.{_FIX}")
 
 
 def _decompress(where: str, body: bytes, encodings: list[str]) -> bytes:

@@ -50,8 +50,12 @@ asyncio
 Limits: sleeps in plain threads that are not loop jobs advance the clock at once (they add up rather than
 overlap); ``threading.Timer``/``Event.wait(timeout)``/``lock.acquire(timeout=)`` run in C on real time;
 threads started through ``_thread`` directly do not inherit virtual time; one loop per clock is precise
-(several loops on one clock each jump on their own).  Measured (2-core machine): ``patched()`` enter+exit
-about 10 µs, a virtual ``asyncio.sleep`` about 15 µs (``tests/test_clock.py`` prints both).
+(several loops on one clock each jump on their own).
+
+Cost, measured on a busy 2-core machine with anthropic imported: ``patched()`` enter+exit 15-35 µs (freezegun:
+20-30 ms); a virtual ``asyncio.sleep`` 15-60 µs (a real asyncio timer costs 20-40 µs there); ``run()`` with a
+fresh loop about 0.6 ms; a patched clock read costs foreign threads about 0.2 µs.  ``tests/test_clock.py`` prints
+the first two.
 """
 
 from __future__ import annotations
@@ -134,7 +138,7 @@ _saved: dict[str, Any] = {}  # "module.attr" -> what it held before we patched i
 _fakes: dict[str, Any] = {}  # "module.attr" -> our replacement
 _get_ident = threading.get_ident
 _LOCK = threading.RLock()
-_TLS = threading.local()  # .loop: the VirtualTimeEventLoop whose executor job this thread is running
+_TLS = threading.local()  # .job: the _Job (of a VirtualTimeEventLoop) this executor thread is running
 
 
 class _State:
@@ -144,13 +148,19 @@ class _State:
     rebinds: ClassVar[dict[tuple[int, str], list[Any]]] = {}  # (id(module), attr) -> [count, module, original]
 
 
-def _fake(key: str, virtual: Callable[..., Any]) -> Callable[..., Any]:
+def _fake(key: str, virtual: Callable[..., Any], *, takes_args: bool = False) -> Callable[..., Any]:
+    def fake0() -> Any:  # the clock readers: no argument packing on the hot path of foreign threads
+        clock = _threads.get(_get_ident())
+        return _saved[key]() if clock is None else virtual(clock)
+
     def fake(*args: Any, **kwargs: Any) -> Any:
         clock = _threads.get(_get_ident())
         if clock is None:
             return _saved[key](*args, **kwargs)
         return virtual(clock, *args, **kwargs)
 
+    if not takes_args:
+        fake = fake0
     fake.__name__ = fake.__qualname__ = key.rsplit(".", 1)[1]
     fake.__doc__ = f"simloop: {key} on the VirtualClock in threads that run on one, the original elsewhere."
     _fakes[key] = fake
@@ -221,10 +231,10 @@ _fake("time.monotonic", lambda c: c.monotonic())
 _fake("time.perf_counter", lambda c: c.monotonic())
 _fake("time.monotonic_ns", lambda c: c._mono_ns())
 _fake("time.perf_counter_ns", lambda c: c._mono_ns())
-_fake("time.sleep", lambda c, seconds: c.sleep(seconds))
+_fake("time.sleep", lambda c, seconds: c.sleep(seconds), takes_args=True)
 _fake("asyncio.events.new_event_loop", lambda c: c.new_event_loop())
 _fake("asyncio.new_event_loop", lambda c: c.new_event_loop())
-_fake("threading.Thread.start", lambda c, thread: c._start_thread(thread))
+_fake("threading.Thread.start", lambda c, thread: c._start_thread(thread), takes_args=True)
 _WALL = ("time.time", "time.time_ns", "datetime.datetime", "datetime.date")
 _OWNERS: dict[str, Any] = {"time": time, "datetime": _dt, "asyncio.events": asyncio.events, "asyncio": asyncio,
                            "threading.Thread": threading.Thread}
@@ -313,11 +323,14 @@ def _to_ns(seconds: float, what: str) -> int:
     return round(seconds * _NS)
 
 
-class _Sleeper:
-    __slots__ = ("loop", "released", "wake")
+class _Job:
+    """One executor job of a virtual loop; ``wake`` (ns) is set while it waits in `VirtualClock.sleep`."""
 
-    def __init__(self, wake: int, loop: VirtualTimeEventLoop) -> None:
-        self.wake, self.loop, self.released = wake, loop, False
+    __slots__ = ("loop", "wake")
+
+    def __init__(self, loop: VirtualTimeEventLoop) -> None:
+        self.loop: VirtualTimeEventLoop = loop
+        self.wake: int | None = None
 
 
 class VirtualClock:
@@ -345,7 +358,7 @@ class VirtualClock:
         self._end_ns = None if end is None else _to_ns(end, "end")
         self._ns = 0
         self._cond = threading.Condition(threading.Lock())
-        self._sleepers: list[_Sleeper] = []
+        self._sleepers: list[_Job] = []  # executor jobs sleeping until their wake time
         self._depth = 0  # active patched() contexts on this clock, all threads
         self._thread_ids: set[int] = set()
 
@@ -384,38 +397,41 @@ class VirtualClock:
         interleaves with the loop's own timeouts.
         """
         ns = _to_ns(seconds, "sleep length")
-        loop: VirtualTimeEventLoop | None = getattr(_TLS, "loop", None)
+        if ns == 0:
+            return
+        job: _Job | None = getattr(_TLS, "job", None)
         with self._cond:
-            if loop is not None and loop.simloop_clock is self and loop.is_running():
-                self._sleep_for_loop(loop, self._ns + ns)
+            if job is not None and job.loop.simloop_clock is self and job.loop.is_running():
+                self._sleep_for_loop(job, self._ns + ns)
             else:
                 self._advance_to(self._ns + ns)
 
     def _advance_to(self, target: int) -> None:  # with self._cond held
         delta = target - self._ns
-        if delta <= 0:
-            return
-        if self._end_ns is not None and target > self._end_ns:
-            from simloop._watchdog import LoopHalted
+        if delta > 0:
+            if self._end_ns is not None and target > self._end_ns:
+                from simloop._watchdog import LoopHalted
 
-            raise LoopHalted("virtual_time", f"virtual time would pass the end of the run at "
-                                             f"{self._end_ns / _NS:g} s (now {self.now():g} s, asked {target / _NS:g} s)")
-        self._ns = target
-        if self._sleepers:
-            for s in [s for s in self._sleepers if s.wake <= target]:
-                s.released = True
-                self._sleepers.remove(s)
+                raise LoopHalted("virtual_time", f"virtual time would pass the end of the run at {self._end_ns / _NS:g}"
+                                                 f" s (now {self.now():g} s, asked {target / _NS:g} s)")
+            self._ns = target
+            _tick_freezegun(delta)
+        due = [job for job in self._sleepers if job.wake is not None and job.wake <= self._ns]
+        if due:
+            for job in due:
+                job.wake = None
+                self._sleepers.remove(job)
             self._cond.notify_all()
-        _tick_freezegun(delta)
 
-    def _sleep_for_loop(self, loop: VirtualTimeEventLoop, wake: int) -> None:  # with self._cond held
-        sleeper = _Sleeper(wake, loop)
-        self._sleepers.append(sleeper)
+    def _sleep_for_loop(self, job: _Job, wake: int) -> None:  # with self._cond held
+        loop = job.loop
+        job.wake = wake
+        self._sleepers.append(job)
         try:
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 loop.call_soon_threadsafe(_noop)  # wake it to take our wake time as a timer
             stalled: float | None = None
-            while not sleeper.released and loop.is_running():
+            while job.wake is not None and loop.is_running():
                 if loop._selecting:
                     stalled = None
                 elif stalled is None:
@@ -424,19 +440,20 @@ class VirtualClock:
                     break  # the loop is blocked (maybe on this very thread): do not deadlock
                 self._cond.wait(_SLEEPER_POLL)
         finally:
-            if not sleeper.released:
-                self._sleepers.remove(sleeper)
-        if not sleeper.released:
+            released = job.wake is None
+            if not released:
+                self._sleepers.remove(job)
+                job.wake = None
+        if not released:  # nobody drives the loop's timers: spend the time ourselves
             self._advance_to(wake)
 
-    def _next_wake(self, loop: VirtualTimeEventLoop) -> tuple[float | None, int]:
-        """(earliest wake of loop's sleeping jobs as a loop time, how many sleep)."""
-        mine = [s.wake for s in self._sleepers if s.loop is loop]
-        return (MONOTONIC_ORIGIN + min(mine) / _NS if mine else None), len(mine)
+    def _next_wake(self, loop: VirtualTimeEventLoop) -> int | None:
+        """The earliest wake time (ns) of the loop's sleeping jobs, also abandoned ones."""
+        return min((job.wake for job in self._sleepers if job.loop is loop and job.wake is not None), default=None)
 
-    def _jump_to(self, loop_time: float) -> None:
+    def _jump_to(self, target: int) -> None:
         with self._cond:
-            self._advance_to(round((loop_time - MONOTONIC_ORIGIN) * _NS))
+            self._advance_to(target)
 
     def new_event_loop(self) -> VirtualTimeEventLoop:
         """A new `VirtualTimeEventLoop` on this clock."""
@@ -529,7 +546,7 @@ class _AnyioJobs:
     """Counts ``anyio.to_thread.run_sync`` calls as loop jobs while any virtual loop runs (refcounted)."""
 
     users = 0
-    original: Any = None
+    saved: ClassVar[dict[str, Any]] = {}  # "method": the backend's classmethod object (a dict: no binding)
     lock = threading.Lock()
 
     @classmethod
@@ -538,16 +555,15 @@ class _AnyioJobs:
             cls.users += 1
             backend = cls._backend() if cls.users == 1 else None
             if backend is not None:
-                cls.original = backend.__dict__["run_sync_in_worker_thread"]
+                cls.saved["method"] = backend.__dict__["run_sync_in_worker_thread"]
                 backend.run_sync_in_worker_thread = classmethod(cls._counted)
 
     @classmethod
     def release(cls) -> None:
         with cls.lock:
             cls.users -= 1
-            if cls.users == 0 and cls.original is not None:
-                cls._backend().run_sync_in_worker_thread = cls.original
-                cls.original = None
+            if cls.users == 0 and "method" in cls.saved:
+                cls._backend().run_sync_in_worker_thread = cls.saved.pop("method")
 
     @staticmethod
     def _backend() -> Any:
@@ -559,12 +575,12 @@ class _AnyioJobs:
 
     @staticmethod
     async def _counted(backend: Any, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        original = _AnyioJobs.original.__func__
+        original = _AnyioJobs.saved["method"].__func__
         loop = asyncio.get_running_loop()
         if not isinstance(loop, VirtualTimeEventLoop):
             return await original(backend, func, *args, **kwargs)
-        with loop._counting_job():
-            return await original(backend, loop._as_job(func), *args, **kwargs)
+        with loop._counting_job() as job:
+            return await original(backend, loop._as_job(func, job), *args, **kwargs)
 
 
 class _VirtualSelector(selectors.BaseSelector):
@@ -615,7 +631,9 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
         self.simloop_clock = clock if clock is not None else VirtualClock()
         self._deadlock_after = deadlock_after
         self._thread_grace = thread_grace
-        self._jobs = 0  # executor jobs in flight (changed on the loop thread, under the clock's lock)
+        self._jobs: set[_Job] = set()  # executor jobs whose result is awaited (under the clock's lock)
+        self._unfinished: set[_Job] = set()  # executor jobs whose thread has not returned, awaited or not
+        self._draining = False  # in shutdown_default_executor
         self._busy_since: float | None = None  # real time we began waiting for running jobs
         self._selecting = False  # read by sleeping jobs: the loop is idle and will handle their wake time
         super().__init__(_VirtualSelector(self))
@@ -634,45 +652,56 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
 
     def run_in_executor(self, executor: concurrent.futures.Executor | None, func: Callable[[*Ts], T],
                         *args: *Ts) -> asyncio.Future[T]:
+        job = _Job(self)
         if executor is None or isinstance(executor, concurrent.futures.ThreadPoolExecutor):
-            func = self._as_job(func)  # (a process pool must get the picklable original)
+            func = self._as_job(func, job)  # (a process pool must get the picklable original)
+            with self.simloop_clock._cond:
+                self._unfinished.add(job)
         future = super().run_in_executor(executor, func, *args)
-        self._job_delta(+1)
-        # Counted down on the loop thread once the result is delivered, never before: else the loop could
-        # jump past a timeout while the result is on its way.
-        future.add_done_callback(lambda _: self._job_delta(-1))
+        self._job_done(job, add=True)
+        # Dropped on the loop thread once the result is delivered, never before: else the loop could jump
+        # past a timeout while the result is on its way.
+        future.add_done_callback(lambda _: self._job_done(job))
         return future
 
     async def shutdown_default_executor(self, *args: Any) -> None:
-        # asyncio joins the executor from a plain thread: wait for it like a job, not as a deadlock.
-        with self._counting_job():
+        # asyncio joins the executor from a plain thread; abandoned jobs still running real code are then
+        # waited for like awaited ones (and ones sleeping virtually are timers, as always).
+        self._draining = True
+        try:
             await super().shutdown_default_executor(*args)
+        finally:
+            self._draining = False
 
-    def _job_delta(self, n: int) -> None:
+    def _job_done(self, job: _Job, *, add: bool = False) -> None:
         with self.simloop_clock._cond:
-            self._jobs += n
+            if add:
+                self._jobs.add(job)
+            else:
+                self._jobs.discard(job)
 
     @contextmanager
-    def _counting_job(self) -> Iterator[None]:
-        self._job_delta(+1)
+    def _counting_job(self) -> Iterator[_Job]:
+        job = _Job(self)
+        self._job_done(job, add=True)
         try:
-            yield
+            yield job
         finally:
-            self._job_delta(-1)
+            self._job_done(job)
 
-    def _as_job(self, func: Callable[P, T]) -> Callable[P, T]:
-        loop = self
-
+    def _as_job(self, func: Callable[P, T], job: _Job) -> Callable[P, T]:
         @functools.wraps(func)
-        def job(*args: P.args, **kwargs: P.kwargs) -> T:
-            previous = getattr(_TLS, "loop", None)
-            _TLS.loop = loop  # clock.sleep() in this thread becomes a timer of this loop
+        def run_as_job(*args: P.args, **kwargs: P.kwargs) -> T:
+            previous = getattr(_TLS, "job", None)
+            _TLS.job = job  # clock.sleep() in this thread becomes a timer of the job's loop
             try:
                 return func(*args, **kwargs)
             finally:
-                _TLS.loop = previous
+                _TLS.job = previous
+                with job.loop.simloop_clock._cond:
+                    job.loop._unfinished.discard(job)
 
-        return job
+        return run_as_job
 
     def _select(self, sel: selectors.BaseSelector, timeout: float | None) -> _Events:
         events = sel.select(0)  # always look: a thread's call_soon_threadsafe, a real fd
@@ -687,12 +716,20 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
         return events
 
     def _idle(self, sel: selectors.BaseSelector, timeout: float | None) -> _Events:
-        clock, now = self.simloop_clock, self.time()
-        with clock._cond:
-            wake, sleeping = clock._next_wake(self)
-            running = self._jobs - sleeping
+        # Targets are integer nanoseconds of the clock: a sleeper's wake time must be hit exactly.
+        clock = self.simloop_clock
+        now = clock._ns
+        wake: int | None = None
+        running = 0
+        if self._jobs or clock._sleepers or self._draining:
+            with clock._cond:
+                wake = clock._next_wake(self)
+                running = sum(job.wake is None for job in self._jobs)
+                if self._draining:
+                    running += sum(job.wake is None for job in self._unfinished)
         if timeout is not None:  # the next timer (asyncio caps the timeout at one day: we then jump twice)
-            wake = now + timeout if wake is None else min(wake, now + timeout)
+            timer = now + round(timeout * _NS)  # within a nanosecond, so the timer is due (clock resolution)
+            wake = timer if wake is None else min(wake, timer)
         if self._has_real_fd(sel):
             return self._flow(sel, now, wake, None)
         if running > 0:
@@ -712,22 +749,23 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
         clock._jump_to(wake)
         return []
 
-    def _flow(self, sel: selectors.BaseSelector, now: float, wake: float | None, cap: float | None) -> _Events:
-        """Wait in real time and let virtual time follow it, up to ``wake``."""
-        wait = None if wake is None else max(0.0, wake - now)
-        if cap is not None:
-            wait = cap if wait is None else min(wait, cap)
+    def _flow(self, sel: selectors.BaseSelector, now: int, wake: int | None, cap: float | None) -> _Events:
+        """Wait in real time and let virtual time follow it, up to ``wake`` (nanoseconds of the clock)."""
+        left = None if wake is None else max(0, wake - now) / _NS
+        wait = left if cap is None else cap if left is None else min(left, cap)
         started = REAL.monotonic()
         events = sel.select(wait)
         elapsed = REAL.monotonic() - started
-        reached = wake is not None and (elapsed >= wake - now or (not events and wait == wake - now))
-        self.simloop_clock._jump_to(wake if reached and wake is not None else now + elapsed)
+        reached = left is not None and (elapsed >= left or (not events and wait == left))
+        self.simloop_clock._jump_to(wake if reached and wake is not None else now + round(elapsed * _NS))
         return events
 
     def _has_real_fd(self, sel: selectors.BaseSelector) -> bool:
+        registered = sel.get_map()
+        if len(registered) != 1:
+            return len(registered) > 1
         ssock = getattr(self, "_ssock", None)
-        own = ssock.fileno() if ssock is not None else -1
-        return any(key.fd != own for key in sel.get_map().values())
+        return ssock is None or ssock.fileno() not in registered
 
     def _deadlock_report(self) -> str:
         tasks = [f"  {task.get_name()}: {_where(task)}" for task in asyncio.all_tasks(self)]
@@ -739,13 +777,15 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
 
 
 def _where(task: asyncio.Task[Any]) -> str:
-    """Where a suspended task waits: the innermost coroutine frame, and what it awaits."""
+    """Where a suspended task waits: its chain of coroutine frames, outermost first, and what it awaits."""
     coro: Any = task.get_coro()
-    where = "?"
+    chain = []
     while coro is not None:
         frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
         if frame is None:
-            return f"{where}, awaiting {coro!r}"
-        where = f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+            kind = type(coro).__name__
+            chain.append(f"awaiting {'a Future' if kind == 'FutureIter' else kind}")
+            break
+        chain.append(f"{frame.f_code.co_name} ({frame.f_code.co_filename}:{frame.f_lineno})")
         coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
-    return where
+    return " -> ".join(chain) or "(not started)"

@@ -19,11 +19,17 @@ from hypothesis import strategies as st
 
 from simloop.models import ModelRequest
 from simloop.scenario import Fault, Limits, Reply, Scenario, ToolCall, ToolSpec
-from simloop.strategies import Plan, api_faults, fault_for, latencies, tool_calls, usages
+from simloop.strategies import Plan, _faults_of, api_faults, latencies, tool_calls, usages
 
 __all__ = ["GeneratedFaults", "GeneratedModel", "to_scenario"]
 
 Draw = Callable[[st.SearchStrategy[Any]], Any]
+
+# Built once: a strategy is costly to build, and these are drawn on every request and tool execution.
+_GATE = st.integers(0, 9)
+_API_FAULTS = api_faults()
+_LATENCIES = latencies()
+_USAGES = usages()
 
 
 class GeneratedModel:
@@ -35,7 +41,7 @@ class GeneratedModel:
         self.served: list[Reply] = []
         self._burst: list[Reply] = []
         self._tool_steps = 0
-        self._first_calls: list[ToolCall] | None = None
+        self._stuck: Reply | None = None
         self._ended = False
         self._paused = False
 
@@ -50,25 +56,26 @@ class GeneratedModel:
     def _next(self, request: ModelRequest) -> Reply:
         if self._burst:
             return self._burst.pop()
-        if self.plan.fault_rate and self.draw(st.integers(0, 9)) >= 10 - self.plan.fault_rate:
-            fault = self.draw(api_faults())
+        if self.plan.fault_rate and self.draw(_GATE) >= 10 - self.plan.fault_rate:
+            fault = self.draw(_API_FAULTS)
             one = fault.model_copy(update={"repeat": 1})
             self._burst = [one] * (int(fault.repeat) - 1)
             return one
         if self._ended or (self.plan.persona == "finishes" and self._tool_steps >= self.plan.steps):
             return self._ending(request)
         self._tool_steps += 1
-        return Reply(tool_use=self._calls(request), latency=self.draw(latencies()), usage=self.draw(usages()))
+        if self.plan.persona == "stuck" and self._stuck is not None:
+            return self._stuck  # the same reply forever: nothing new to draw (and to shrink)
+        reply = Reply(tool_use=self._calls(request), latency=self.draw(_LATENCIES), usage=self.draw(_USAGES))
+        if self.plan.persona == "stuck":
+            self._stuck = reply
+        return reply
 
     def _calls(self, request: ModelRequest) -> list[ToolCall]:
         names = request.tools or ["search"]
-        if self.plan.persona == "stuck" and self._first_calls is not None:
-            return self._first_calls
-        if self.plan.persona == "wanders":
-            return [ToolCall(name=names[0], input={"q": f"attempt {self._tool_steps}"})]
         calls: list[ToolCall] = self.draw(tool_calls(names))
-        if self._first_calls is None:
-            self._first_calls = calls
+        if self.plan.persona == "wanders":  # new calls forever: each step asks something it never asked
+            return [c.model_copy(update={"input": {**c.input, "attempt": self._tool_steps}}) for c in calls]
         return calls
 
     def _ending(self, request: ModelRequest) -> Reply:
@@ -92,9 +99,9 @@ class GeneratedFaults:
         self.fired: list[Fault] = []
 
     def __call__(self, spec: ToolSpec, nth: int) -> Fault | None:
-        if not self.plan.tool_fault_rate or self.draw(st.integers(0, 9)) < 10 - self.plan.tool_fault_rate:
+        if not self.plan.tool_fault_rate or self.draw(_GATE) < 10 - self.plan.tool_fault_rate:
             return None
-        fault = self.draw(st.composite(lambda d: fault_for(d, spec, call=nth))())
+        fault: Fault = self.draw(_faults_of(spec.name, spec.kind)).model_copy(update={"call": nth})
         self.fired.append(fault)
         return fault
 

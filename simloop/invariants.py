@@ -62,7 +62,7 @@ class Violation:
     invariant: str
     message: str
     step: int | None = None
-    evidence: dict[str, Any] = field(default_factory=dict)
+    evidence: dict[str, Any] = field(default_factory=dict, hash=False)  # hashable without it, for sets
 
     def __str__(self) -> str:
         where = [f"step {self.step}"] if self.step is not None else []
@@ -78,6 +78,7 @@ class Report:
     violations: list[Violation]
     checked: tuple[str, ...]
     transcript: Transcript | None = field(default=None, repr=False)
+    examples: int | None = None  # how many runs `verify` tried (None for a single check)
 
     @property
     def ok(self) -> bool:
@@ -403,9 +404,10 @@ def _result_seen_at(v: _View, tool_use_id: str | None, after: int) -> int | None
 def no_rerun(t: Transcript) -> list[Violation]:
     """Each execution answers a tool_use not executed before; a committed write never runs again.
 
-    Documented simplification: re-running a committed write with the same input
-    is a violation unless it answers a *new* tool_use that the model issued
-    after the committed execution's result was sent back to it.
+    A second execution that answers a *different* tool_use the model issued (two
+    identical calls in one reply, or the model asking again) is the model's
+    decision, not a rerun; the loop reruns when an execution answers a tool_use
+    already executed, or none at all.
     """
     v = _view(t)
     out: list[Violation] = []
@@ -427,16 +429,15 @@ def _rerun_of_commit(v: _View, pos: int, s: ToolStart, committed: list[tuple[int
     for end_pos, prior in committed:
         if end_pos > pos or prior.tool != s.tool or _canon(prior.input) != _canon(s.input):
             continue
-        seen_at = _result_seen_at(v, prior.matched, end_pos)
-        asked_at = v.issued[s.matched][0] if s.matched in v.issued else -1
-        if s.matched is not None and s.matched != prior.matched and seen_at is not None and asked_at > seen_at:
-            continue  # the model saw the result and asked again: its call, not the loop's
-        if s.matched == prior.matched:
+        if s.matched is not None and s.matched != prior.matched:
+            answered = _result_seen_at(v, s.matched, -1)
+            if answered is None or answered > pos:
+                continue  # the model asked for it in its own tool_use: its call, not the loop's
+            why = f" for tool_use {s.matched}, whose result the loop had already sent to the model"
+        elif s.matched is not None:
             why = f" for the same tool_use {s.matched}"
-        elif s.matched is None:
-            why = " without a tool_use asking for it"
         else:
-            why = f", answering tool_use {s.matched}, which the model issued before it saw that result"
+            why = " without a tool_use asking for it"
         message = (
             f"{s.tool} ran again with the same input (exec {s.exec}) after exec {prior.exec} had committed{why}; "
             "a correct loop never re-executes a completed write: it reports the first result (or error) to the "
@@ -568,7 +569,7 @@ def honest_outcome(t: Transcript) -> list[Violation]:
             "max_tokens": "the last reply was cut off at max_tokens",
             "tool_use": "the last reply asked for tools and the loop never sent their results back",
             "refusal": "the last reply was a refusal (reason 'refusal')",
-        }.get(last.stop_reason if last else None, f"the last reply stopped with {last and last.stop_reason}")
+        }.get(last.stop_reason if last else None, f"the last reply stopped with {last.stop_reason if last else None}")
     elif outcome.reason == "refusal" and not any(r.stop_reason == "refusal" for r in replies):
         lie = "the loop reported 'refusal' but no reply was a refusal"
     elif outcome.reason == "truncated" and not any(r.stop_reason == "max_tokens" for r in replies):
@@ -637,27 +638,31 @@ def _same_exception(error: str | None, escaped: str | None) -> bool:
         return False
     if error.strip() in escaped:
         return True
-    lines = [ln for ln in escaped.strip().splitlines() if ln.strip()]
+    lines = [ln for ln in escaped.strip().splitlines() if ln.strip()]  # a traceback ends with the exception
     a, b = _EXC.match(error.strip()), _EXC.match(lines[-1]) if lines else None
-    if a is None or b is None:
-        return False
-    def msg(m: re.Match[str]) -> str:
-        return (m.group(2) or m.group(3) or "").strip().strip("'\"")
-    return a.group(1).rsplit(".", 1)[-1] == b.group(1).rsplit(".", 1)[-1] and msg(a) == msg(b)
+    return a is not None and b is not None and _exc_parts(a) == _exc_parts(b)
+
+
+def _exc_parts(m: re.Match[str]) -> tuple[str, str]:
+    """(short type name, message) from ``Type: message`` or ``Type('message')``."""
+    return m.group(1).rsplit(".", 1)[-1], (m.group(2) or m.group(3) or "").strip().strip("'\"")
 
 
 def tool_errors(t: Transcript) -> list[Violation]:
-    """A tool's exception becomes an is_error tool_result; it does not escape the loop."""
+    """A tool's exception becomes an is_error tool_result; it does not escape the loop.
+
+    After a `Halt` the exception that ended the run is simloop's own unwinding, not a tool's.
+    """
     v = _view(t)
     out: list[Violation] = []
-    outcome = v.outcome
+    outcome = v.outcome if t.halt is None else None
     raised = [(v.ends[s.exec], s) for _, s in v.starts if s.exec in v.ends and v.ends[s.exec][1].status == "raised"]
     escaped = next(
         (s.exec for (_, end), s in reversed(raised) if outcome and _same_exception(end.error, outcome.exception)), None
     )
     for (pos, end), s in raised:
         uid = s.matched or s.tool_use_id
-        ev = {"exec": s.exec, "tool": s.tool, "tool_use_id": uid, "error": end.error}
+        ev = {"exec": s.exec, "tool": s.tool, "tool_use_id": uid, "error": end.error, "kind": "escaped"}
         if s.exec == escaped:
             message = (
                 f"{s.tool} raised ({end.error}) and the exception escaped the loop; a correct loop catches a tool's "
@@ -675,9 +680,10 @@ def tool_errors(t: Transcript) -> list[Violation]:
         if any(b.get("is_error") is True for b in results):
             continue
         how = "was reported as a success (no is_error)" if results else "was never reported to the model"
+        ev["kind"] = "not_is_error" if results else "unreported"
         message = (
-            f"{s.tool} raised ({end.error}) and the error {how}; the error should be an observation: a tool_result "
-            "with is_error: true"
+            f"{s.tool} raised ({end.error}) and the error {how}; a correct loop makes the error an observation: "
+            "a tool_result with is_error: true"
         )
         out.append(Violation("tool_errors", message, v.step_at(pos), ev))
     return out
@@ -687,10 +693,13 @@ def tool_errors(t: Transcript) -> list[Violation]:
 
 
 def no_work_after_return(t: Transcript) -> list[Violation]:
-    """When the loop returns, nothing it started is still running and nothing new starts."""
+    """When the loop returns, nothing it started is still running and nothing new starts.
+
+    Not checked after a `Halt`: simloop itself cut the work short (and `stops` reports why).
+    """
     v = _view(t)
     at = v.outcome_pos
-    if at is None:
+    if at is None or t.halt is not None:
         return []
     out: list[Violation] = []
     fix = "a correct loop waits for (or cancels and awaits) every tool and model call it started before it returns"
@@ -754,8 +763,7 @@ def check(transcript: Transcript, *, invariants: Iterable[str] | None = None) ->
     """Check a transcript against the catalogue (all invariants, or the ids in ``invariants``).
 
     Returns a `Report`; raises `simloop.UsageError` for an unknown invariant id.
-    When both ``truncation`` and ``honest_outcome`` are checked, "final after a
-    max_tokens reply" is reported once, under ``truncation``.
+    A fault two checked invariants both see is reported once (see `_fold_overlaps`).
 
     Example: ``check(sim.transcript, invariants=["pairing"]).raise_for_violations()``
     """
@@ -765,11 +773,25 @@ def check(transcript: Transcript, *, invariants: Iterable[str] | None = None) ->
             "pass sim.transcript or Transcript.read(path)"
         )
     ids = _resolve(invariants)
-    violations = [v for i in ids for v in CATALOGUE[i](transcript)]
-    if "truncation" in ids:
-        violations = [
-            v for v in violations
-            if not (v.invariant == "honest_outcome" and v.evidence.get("last_stop_reason") == "max_tokens"
-                    and v.evidence.get("reason") == "final")
-        ]
+    violations = _fold_overlaps([v for i in ids for v in CATALOGUE[i](transcript)])
     return Report(violations, ids, transcript)
+
+
+def _fold_overlaps(violations: list[Violation]) -> list[Violation]:
+    """Report one fault once when two checked invariants both see it (each still sees it when checked alone).
+
+    "final after a max_tokens reply" stays under ``truncation``; a failed tool
+    whose tool_result is missing altogether stays under ``pairing``.
+    """
+    cut_final = any(v.invariant == "truncation" and v.evidence.get("last_stop_reason") for v in violations)
+    missing = {
+        v.evidence.get("tool_use_id")
+        for v in violations
+        if v.invariant == "pairing" and v.evidence.get("kind") == "missing_result"
+    }
+    return [
+        v for v in violations
+        if not (v.invariant == "honest_outcome" and cut_final and v.evidence.get("last_stop_reason") == "max_tokens")
+        and not (v.invariant == "tool_errors" and v.evidence.get("kind") == "unreported"
+                 and v.evidence.get("tool_use_id") in missing)
+    ]

@@ -198,7 +198,7 @@ class Ids:
     counts: dict[str, int] = field(default_factory=dict)
 
     def make(self, prefix: str, n: int = 24) -> str:
-        return prefix + "".join(self.rng.choice(_ALPHABET) for _ in range(n))
+        return prefix + "".join(self.rng.choices(_ALPHABET, k=n))
 
     def message(self) -> str:
         return self.make("msg_01", 22)

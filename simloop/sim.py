@@ -308,5 +308,5 @@ def _as_scenario(scenario: ScenarioLike) -> Scenario:
 
 def _default_budget(limits: Limits) -> Budget:
     steps = limits.max_steps or 0
-    calls = max(50, 3 * steps)
+    calls = max(30, 2 * steps + 5)
     return Budget(model_calls=calls, requests=4 * calls + 8)

@@ -17,6 +17,7 @@ no latency, a model that answers at once.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -131,7 +132,12 @@ def tool_calls(
     tools: Sequence[str | ToolSpec], *, max_parallel: int = 3, duplicates: bool = True
 ) -> st.SearchStrategy[list[ToolCall]]:
     """One reply's tool calls: usually one, sometimes several in parallel, sometimes two identical ones."""
-    names = [t.name if isinstance(t, ToolSpec) else t for t in tools] or ["search"]
+    names = tuple(t.name if isinstance(t, ToolSpec) else t for t in tools) or ("search",)
+    return _tool_calls(names, max_parallel, duplicates)
+
+
+@functools.lru_cache(maxsize=256)
+def _tool_calls(names: tuple[str, ...], max_parallel: int, duplicates: bool) -> st.SearchStrategy[list[ToolCall]]:
     one = st.builds(ToolCall, name=st.sampled_from(names), input=tool_inputs())
 
     @st.composite
@@ -198,16 +204,25 @@ def tool_faults(tools: Sequence[ToolSpec], *, max_faults: int = 3) -> st.SearchS
 
 def fault_for(draw: st.DrawFn, spec: ToolSpec, *, call: int | None) -> Fault:
     """Draw one fault that fits ``spec`` (commit_then_raise only for writes)."""
-    kinds: list[str] = ["raise", "timeout", "slow", "huge_output"]
-    if spec.kind == "write":
-        kinds.append("commit_then_raise")
-    kind = draw(st.sampled_from(kinds))
-    extra: dict[str, Any] = {}
-    if kind in ("slow", "timeout"):
-        extra["latency"] = draw(st.sampled_from([5.0, 30.0, 90.0, 400.0]))
-    if kind == "raise":
-        extra["error"] = draw(st.sampled_from(["ConnectionError", "ValueError", "PermissionError", "TimeoutError"]))
-    return Fault(tool=spec.name, kind=kind, call=call, **extra)  # type: ignore[arg-type]
+    fault = draw(_faults_of(spec.name, spec.kind))
+    return fault if call is None else fault.model_copy(update={"call": call})
+
+
+@functools.lru_cache(maxsize=256)
+def _faults_of(name: str, kind: str) -> st.SearchStrategy[Fault]:
+    """The faults of one tool, built once: strategies are costly to build and are drawn on every execution."""
+    options: list[st.SearchStrategy[Fault]] = [
+        st.builds(
+            Fault, tool=st.just(name), kind=st.just("raise"),
+            error=st.sampled_from(["ConnectionError", "ValueError", "PermissionError", "TimeoutError"]),
+        ),
+        st.builds(Fault, tool=st.just(name), kind=st.just("timeout"), latency=st.sampled_from([5.0, 30.0, 90.0, 400.0])),
+        st.builds(Fault, tool=st.just(name), kind=st.just("slow"), latency=st.sampled_from([5.0, 30.0, 90.0, 400.0])),
+        st.builds(Fault, tool=st.just(name), kind=st.just("huge_output")),
+    ]
+    if kind == "write":
+        options.append(st.builds(Fault, tool=st.just(name), kind=st.just("commit_then_raise")))
+    return st.one_of(options)
 
 
 def turns(

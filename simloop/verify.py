@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, Verbosity, given, settings
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
@@ -104,6 +104,9 @@ def verify(
         max_examples=max_examples,
         deadline=None,
         report_multiple_bugs=False,
+        # no explain phase: it re-runs many variants of the failure to annotate Hypothesis's own report,
+        # which simloop replaces with the scenario file and timeline
+        phases=[p for p in base_settings.phases if p is not Phase.explain],
         verbosity=Verbosity.quiet if base_settings.verbosity <= Verbosity.normal else base_settings.verbosity,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
     )(given(st.data())(example))

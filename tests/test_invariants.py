@@ -225,6 +225,7 @@ def test_violation_str() -> None:
     v = Violation("pairing", "it broke", 3, {"path": "messages[4].content[0]"})
     assert str(v) == "[pairing] step 3, messages[4].content[0]: it broke"
     assert str(Violation("stops", "ran away", None, {})) == "[stops] ran away"
+    assert len({v, Violation("pairing", "it broke", 3, {"path": "messages[4].content[0]"})}) == 1  # hashable
 
 
 def test_a_transcript_read_back_from_jsonl_checks_the_same() -> None:
@@ -253,6 +254,17 @@ def test_stops_flags_a_halt_and_says_what_the_loop_kept_doing() -> None:
         "the loop made 4 model calls without stopping; the model kept asking for search with the same input "
         "(3 times); a correct loop caps its steps (max_steps) and stops on repeated identical tool calls"
     )
+
+
+def test_a_halted_run_is_reported_by_stops_only() -> None:
+    run = Run()
+    run.request([user("go")])
+    run.reply("tool_use", tool_use("toolu_1"), tool_use("toolu_2", input={"q": "b"}))
+    run.tool("search", matched="toolu_1", status="raised", error="LoopHalted: virtual_time: 600s")
+    run.start("search", {"q": "b"}, matched="toolu_2")  # cut short mid-flight by the unwinding
+    run.halt("virtual_time")
+    t = run.outcome("error", exception="LoopHalted: virtual_time: 600s")
+    assert [v.invariant for v in check(t).violations] == ["stops"]
 
 
 def test_stops_describes_a_retry_storm() -> None:
@@ -531,7 +543,7 @@ def test_no_rerun_flags_a_loop_that_retries_a_committed_write() -> None:
     )
 
 
-def test_no_rerun_flags_a_write_issued_before_the_commit_was_reported() -> None:
+def test_no_rerun_allows_two_identical_writes_the_model_asked_for_in_one_reply() -> None:
     run = Run()
     history = [user("Email the customer.")]
     run.request(history)
@@ -539,9 +551,7 @@ def test_no_rerun_flags_a_write_issued_before_the_commit_was_reported() -> None:
     run.reply("tool_use", tool_use("toolu_1", "send_email", email), tool_use("toolu_2", "send_email", email))
     run.tool("send_email", email, matched="toolu_1")
     run.tool("send_email", email, matched="toolu_2")
-    [v] = only(run.outcome("final"), "no_rerun")
-    assert (v.step, v.evidence) == (1, {"exec": 2, "first_exec": 1, "tool": "send_email", "tool_use_id": "toolu_2"})
-    assert "which the model issued before it saw that result" in v.message
+    assert only(run.outcome("final"), "no_rerun") == []  # each answers its own tool_use: the model's decision
 
 
 def test_no_rerun_judges_by_when_the_tool_use_was_issued_not_when_it_ran() -> None:
@@ -559,6 +569,7 @@ def test_no_rerun_judges_by_when_the_tool_use_was_issued_not_when_it_ran() -> No
     run.tool("send_email", email, matched="toolu_2")
     [v] = only(run.outcome("final"), "no_rerun")
     assert (v.step, v.evidence) == (2, {"exec": 2, "first_exec": 1, "tool": "send_email", "tool_use_id": "toolu_2"})
+    assert "whose result the loop had already sent to the model" in v.message
 
 
 def test_no_rerun_allows_a_write_the_model_asks_for_again_after_seeing_the_result() -> None:
@@ -780,7 +791,7 @@ def test_tool_errors_flags_an_exception_escaping_the_loop() -> None:
     [v] = only(t, "tool_errors")
     assert (v.step, v.evidence) == (1, {
         "exec": 1, "tool": "send_email", "tool_use_id": "toolu_1",
-        "error": "ConnectionResetError: send_email: connection reset",
+        "error": "ConnectionResetError: send_email: connection reset", "kind": "escaped",
     })
     assert v.message.endswith("a correct loop catches a tool's exception and sends it back as a tool_result with "
                               "is_error: true")
@@ -795,21 +806,33 @@ def test_tool_errors_matches_an_exception_repr() -> None:
 
 
 @pytest.mark.parametrize(
-    ("result", "how"),
+    ("result", "kind", "how"),
     [
-        (user(tool_result("toolu_1", "ERROR: slow")), "was reported as a success (no is_error)"),
-        (user(text("the tool failed")), "was never reported to the model"),
+        (user(tool_result("toolu_1", "ERROR: slow")), "not_is_error", "was reported as a success (no is_error)"),
+        (user(text("the tool failed")), "unreported", "was never reported to the model"),
     ],
 )
-def test_tool_errors_wants_an_is_error_observation(result: dict[str, Any], how: str) -> None:
+def test_tool_errors_wants_an_is_error_observation(result: dict[str, Any], kind: str, how: str) -> None:
     run = Run()
     history = email_step(run)
     run.tool("send_email", {"to": "a@example.com"}, matched="toolu_1", status="raised", error="TimeoutError: slow")
     run.request([*history, result])
     run.reply("end_turn")
     [v] = only(run.outcome("final"), "tool_errors")
-    assert (v.step, v.evidence["exec"]) == (1, 1)
+    assert (v.step, v.evidence) == (1, {
+        "exec": 1, "tool": "send_email", "tool_use_id": "toolu_1", "error": "TimeoutError: slow", "kind": kind,
+    })
     assert f"send_email raised (TimeoutError: slow) and the error {how}" in v.message
+
+
+def test_a_dropped_error_result_is_reported_once_under_pairing() -> None:
+    run = Run()
+    history = email_step(run)
+    run.tool("send_email", {"to": "a@example.com"}, matched="toolu_1", status="raised", error="TimeoutError: slow")
+    run.request([*history, user("the tool failed")])
+    run.reply("end_turn")
+    t = run.outcome("final")
+    assert [(v.invariant, v.evidence["kind"]) for v in check(t).violations] == [("pairing", "missing_result")]
 
 
 def test_tool_errors_accepts_an_error_observation_or_a_stop() -> None:

@@ -24,7 +24,7 @@ SCENARIOS = ROOT / "scenarios"
 EXAMPLES = ROOT / "examples"
 SCENARIO_FILES = sorted(p for p in SCENARIOS.iterdir() if p.suffix in (".yaml", ".yml", ".json"))
 MODULES = sorted(p.stem for p in EXAMPLES.glob("*.py") if p.stem != "__init__")
-LOOP_MODULES = [m for m in MODULES if not m.startswith("_") and m != "catalogue"]
+LOOP_MODULES = [m for m in MODULES if not m.startswith("_") and m not in ("catalogue", "demo")]
 INVARIANT_IDS = (
     "stops",
     "pairing",
@@ -173,7 +173,13 @@ def test_correct_loop_shows_what_the_scenario_expects(loop: str, scenario: str) 
 
 
 @pytest.mark.parametrize("defect", sorted(DEFECTS))
-def test_defect_loop_is_caught_by_its_invariant(defect: str) -> None:
+def test_defect_loop_is_caught_by_exactly_its_invariant(defect: str) -> None:
     scenario, invariant = DEFECTS[defect]
     outcome, broken = _run(defect, scenario)
     assert sorted(set(broken)) == [invariant], f"{defect} on {scenario}: {broken} ({outcome})"
+
+
+def test_demo_passes() -> None:
+    _sim_or_skip()
+    demo = _import_example("demo")
+    assert demo.main() == 0

@@ -22,7 +22,9 @@ from simloop.models import Ids, ModelPolicy, ModelRequest, turn_from_reply
 from simloop.scenario import Reply
 from simloop.transcript import Request, Response, Transcript
 from simloop.wire.errors import error_body, error_headers
-from simloop.wire.render import Turn, render_error_event, render_json, render_message, render_sse
+from pydantic_core import from_json, to_json
+
+from simloop.wire.render import Turn, render_error_event, render_message, render_sse
 from simloop.wire.validate import Rejection, validate_count_tokens_request, validate_messages_request
 
 __all__ = ["Budget", "InternalFailure", "Planned", "SimServer", "estimate_tokens"]
@@ -66,8 +68,8 @@ class Planned:
 class Budget:
     """When simloop stops a loop that does not stop itself (the ``stops`` invariant)."""
 
-    model_calls: int = 50
-    requests: int = 200
+    model_calls: int = 30
+    requests: int = 128
 
 
 @dataclass(slots=True)
@@ -133,7 +135,7 @@ class SimServer:
         attempt = _int(headers.get("x-stainless-retry-count"))
         call = self._call_number(path, attempt, body)
         try:
-            parsed = json.loads(body) if body else None
+            parsed = from_json(body) if body else None
         except ValueError:
             parsed = None
         req = Request(
@@ -216,7 +218,7 @@ class SimServer:
         headers = [("request-id", request_id)]
         if req.stream:
             return Planned(headers=[_SSE, *headers], events=render_sse(turn, **kw), latency=rec.latency, record=rec)
-        return Planned(headers=[_JSON, *headers], body=render_json(turn, **kw), latency=rec.latency, record=rec)
+        return Planned(headers=[_JSON, *headers], body=to_json(message), latency=rec.latency, record=rec)
 
     def _fault(self, req: Request, reply: Reply, mreq: ModelRequest, request_id: str) -> Planned:
         err = reply.error

@@ -246,6 +246,7 @@ def _validate(body: Any, *, needs_max_tokens: bool, signed_by_sim: bool) -> Reje
     block_error: Rejection | None = None  # first empty-text / empty-content / duplicate-id offence
     seen_ids: set[str] = set()
     any_tool_block = False
+    signature_error: Rejection | None = None  # first thinking block the simulator did not sign
     id_match = _ID_RE.fullmatch
 
     for i, message in enumerate(messages):
@@ -348,10 +349,16 @@ def _validate(body: Any, *, needs_max_tokens: bool, signed_by_sim: bool) -> Reje
                 any_tool_block = True
                 turn.uses.append((i, j, tool_use_id))
             elif btype == "thinking":
-                if type(block.get("thinking")) is not str:
+                thinking = block.get("thinking")
+                if type(thinking) is not str:
                     raise _field_error(block, "thinking", "thinking", i, j)
-                if type(block.get("signature")) is not str:
+                signature = block.get("signature")
+                if type(signature) is not str:
                     raise _field_error(block, "thinking", "signature", i, j)
+                if signed_by_sim and signature_error is None and signature != thinking_signature(thinking):
+                    signature_error = _rejection(
+                        f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block", i, j
+                    )
             elif btype == "redacted_thinking":
                 if type(block.get("data")) is not str:
                     raise _field_error(block, "redacted_thinking", "data", i, j)
@@ -395,9 +402,7 @@ def _validate(body: Any, *, needs_max_tokens: bool, signed_by_sim: bool) -> Reje
         thinking_error = _check_final_without_thinking(messages, turns)
         if thinking_error is not None:
             return thinking_error
-    if signed_by_sim:
-        return check_signatures(body)
-    return None
+    return signature_error
 
 
 def _is_server_block(btype: Any) -> bool:

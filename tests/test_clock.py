@@ -1,0 +1,637 @@
+"""The virtual clock: sync sleeps, the wall clock, asyncio/anyio on the virtual loop, thread scoping,
+the anthropic SDK's retries, freezegun and Hypothesis inside a Sim, and what it costs."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import datetime
+import importlib.util
+import random
+import socket
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import anyio
+import anyio.to_thread
+import freezegun
+import freezegun.api
+import httpx2
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import simloop.clock as clock_module
+from simloop._watchdog import LoopHalted
+from simloop.clock import (
+    EPOCH,
+    MONOTONIC_ORIGIN,
+    REAL,
+    RealTimeThread,
+    VirtualClock,
+    VirtualTimeDeadlock,
+    VirtualTimeEventLoop,
+)
+from simloop.errors import UsageError
+
+UTC = datetime.UTC
+PATCHED = [(time, n) for n in ("time", "time_ns", "monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns",
+                               "sleep")] + [(datetime, "datetime"), (datetime, "date"), (asyncio, "new_event_loop"),
+                                            (asyncio.events, "new_event_loop"), (threading.Thread, "start")]
+ORIGINALS = {(owner, name): getattr(owner, name) for owner, name in PATCHED}
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_patched() -> Iterator[None]:
+    yield
+    left = [f"{getattr(o, '__name__', o)}.{n}" for (o, n), v in ORIGINALS.items() if getattr(o, n) is not v]
+    assert left == [], f"still patched after the test: {left}"
+    assert clock_module._threads == {}
+
+
+def in_thread(fn: Callable[[], Any], cls: type[threading.Thread] = threading.Thread) -> Any:
+    out: list[Any] = []
+    t = cls(target=lambda: out.append(fn()))
+    t.start()
+    t.join()
+    return out[0]
+
+
+# -- the clock itself -------------------------------------------------------------------------------------
+
+
+def test_epoch_is_2026_01_01_utc() -> None:
+    assert datetime.datetime.fromtimestamp(EPOCH, UTC) == datetime.datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def test_a_new_clock_starts_at_zero_on_the_epoch() -> None:
+    clock = VirtualClock()
+    assert (clock.now(), clock.time(), clock.monotonic()) == (0.0, EPOCH, MONOTONIC_ORIGIN)
+    assert VirtualClock(start=1000.0).time() == 1000.0
+    assert repr(clock) == f"VirtualClock(start={EPOCH!r}, now=0.0)"
+
+
+def test_advance_and_sleep_move_forward_exactly() -> None:
+    clock = VirtualClock()
+    for _ in range(10):
+        clock.advance(0.1)
+    clock.sleep(30)
+    assert clock.now() == 31.0  # integer nanoseconds: no float drift
+    assert clock.time() == EPOCH + 31.0
+
+
+@pytest.mark.parametrize("bad", [-1, -0.001, float("nan"), float("inf")])
+def test_time_never_moves_backwards(bad: float) -> None:
+    clock = VirtualClock()
+    with pytest.raises(ValueError, match="finite number of seconds >= 0.*time only moves forward"):
+        clock.advance(bad)
+    assert clock.now() == 0.0
+
+
+def test_non_numbers_are_type_errors() -> None:
+    with pytest.raises(TypeError, match="number of seconds, got '1'"):
+        VirtualClock().sleep("1")  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="start must be"):
+        VirtualClock(start=float("nan"))
+
+
+def test_end_of_virtual_time_halts_with_a_base_exception() -> None:
+    clock = VirtualClock(end=60)
+    clock.advance(60)
+    with pytest.raises(LoopHalted) as info:
+        clock.sleep(0.5)
+    assert info.value.reason == "virtual_time"
+    assert "end of the run at 60 s" in info.value.detail
+    assert clock.now() == 60.0
+
+
+# -- patched(): the sync side ------------------------------------------------------------------------------
+
+
+def test_time_sleep_returns_at_once_and_advances_the_clock() -> None:
+    clock = VirtualClock()
+    started = REAL.perf_counter()
+    with clock.patched():
+        time.sleep(30)
+        time.sleep(1e6)
+    assert clock.now() == 1_000_030.0
+    assert REAL.perf_counter() - started < 1.0
+
+
+def test_every_time_function_reads_the_virtual_clock() -> None:
+    clock = VirtualClock()
+    with clock.patched():
+        time.sleep(2.5)
+        assert time.time() == EPOCH + 2.5
+        assert time.time_ns() == int(EPOCH) * 10**9 + 2_500_000_000
+        assert time.monotonic() == time.perf_counter() == MONOTONIC_ORIGIN + 2.5
+        assert time.monotonic_ns() == time.perf_counter_ns() == int(MONOTONIC_ORIGIN) * 10**9 + 2_500_000_000
+
+
+def test_the_sdk_looks_up_the_patched_sleep() -> None:
+    import anthropic._base_client as base
+
+    clock = VirtualClock()
+    sdk_time = vars(base)["time"]  # the SDK's `import time`
+    with clock.patched():
+        assert sdk_time.sleep is time.sleep
+        sdk_time.sleep(7)
+    assert clock.now() == 7.0
+
+
+def test_datetime_reads_the_virtual_wall_clock() -> None:
+    clock = VirtualClock()
+    with clock.patched():
+        time.sleep(3723.25)
+        now = datetime.datetime.now(UTC)
+        assert now == datetime.datetime(2026, 1, 1, 1, 2, 3, 250000, tzinfo=UTC)
+        assert datetime.datetime.utcnow() == now.replace(tzinfo=None)  # noqa: DTZ003 (patched: under test)
+        assert datetime.datetime.now() == datetime.datetime.fromtimestamp(time.time())
+        assert datetime.datetime.today() == datetime.datetime.now()  # noqa: DTZ002 (patched: under test)
+        assert datetime.date.today() == datetime.datetime.now().date()
+        # objects made while patched are ordinary datetimes, and isinstance still works both ways
+        made = datetime.datetime(2024, 5, 1)
+        assert type(now) is ORIGINALS[(datetime, "datetime")] and type(made) is ORIGINALS[(datetime, "datetime")]
+        assert isinstance(made, datetime.datetime) and isinstance(made, datetime.date)
+        assert isinstance(datetime.date(2024, 5, 1), datetime.date)
+        assert datetime.datetime.fromtimestamp(EPOCH, UTC) == datetime.datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def test_patches_are_undone_on_exit_even_on_error() -> None:
+    clock = VirtualClock()
+    with pytest.raises(KeyError), clock.patched():
+        assert time.sleep is not ORIGINALS[(time, "sleep")]
+        raise KeyError("boom")
+    assert all(getattr(o, n) is v for (o, n), v in ORIGINALS.items())
+    t0 = REAL.monotonic()
+    assert abs(time.monotonic() - t0) < 1.0  # real again
+
+
+def test_other_threads_keep_real_time() -> None:
+    clock = VirtualClock()
+    go, done = threading.Event(), threading.Event()
+    seen: dict[str, Any] = {}
+
+    def foreign() -> None:
+        go.wait()
+        t0 = REAL.monotonic()
+        time.sleep(0.01)  # a real sleep
+        loop = asyncio.new_event_loop()
+        loop.close()
+        seen.update(slept=REAL.monotonic() - t0, time=time.time(), mono=time.monotonic(),
+                    now=datetime.datetime.now(UTC), loop=type(loop))
+        done.set()
+
+    thread = threading.Thread(target=foreign)
+    thread.start()  # started before the Sim: not on its clock
+    with clock.patched():
+        time.sleep(10 * 86400)  # ten virtual days, so virtual and real can never be confused
+        go.set()
+        done.wait(5)
+        assert datetime.datetime.now(UTC) == datetime.datetime(2026, 1, 11, tzinfo=UTC)
+    thread.join()
+    assert seen["slept"] >= 0.009
+    assert abs(seen["time"] - REAL.time()) < 5 and abs(seen["mono"] - REAL.monotonic()) < 5
+    assert abs(seen["now"].timestamp() - REAL.time()) < 5
+    assert seen["loop"] is not VirtualTimeEventLoop
+    assert clock.now() == 10 * 86400
+
+
+def test_threads_started_inside_inherit_virtual_time_and_leave_it_on_exit() -> None:
+    clock = VirtualClock()
+    with clock.patched():
+        def sleep_then_read() -> float:
+            time.sleep(100)
+            return time.monotonic()
+
+        assert in_thread(sleep_then_read) == MONOTONIC_ORIGIN + 100
+        assert in_thread(lambda: datetime.datetime.now(UTC)) == datetime.datetime(2026, 1, 1, 0, 1, 40, tzinfo=UTC)
+        pool = concurrent.futures.ThreadPoolExecutor(1)
+        assert pool.submit(time.monotonic).result() == MONOTONIC_ORIGIN + 100
+    # the pool's worker was started inside the Sim; after the Sim it reads real time
+    assert abs(pool.submit(time.monotonic).result() - REAL.monotonic()) < 5
+    pool.shutdown()
+
+
+def test_a_real_time_thread_never_inherits_virtual_time() -> None:
+    clock = VirtualClock()
+    with clock.patched():
+        time.sleep(1000)
+        mono = in_thread(time.monotonic, RealTimeThread)
+    assert abs(mono - REAL.monotonic()) < 5
+
+
+def test_nested_sims_in_one_thread_are_an_error_but_reentry_is_fine() -> None:
+    outer, inner = VirtualClock(), VirtualClock()
+    with outer.patched():
+        with outer.patched():  # re-entrant on the same clock
+            time.sleep(1)
+        time.sleep(1)
+        nested = r"this thread already runs on VirtualClock\(.*nested Sims in one thread are not supported"
+        with pytest.raises(UsageError, match=nested + ".*RealTimeThread"), inner.patched():
+            pass
+        assert outer.now() == 2.0
+        assert time.monotonic() == MONOTONIC_ORIGIN + 2  # the failed entry left everything in place
+    assert inner.now() == 0.0
+
+
+def test_two_sims_in_two_threads_each_keep_their_own_clock() -> None:
+    barrier = threading.Barrier(2)
+    clocks = [VirtualClock(), VirtualClock()]
+    readings: dict[int, float] = {}
+
+    def sim(i: int) -> None:
+        with clocks[i].patched():
+            barrier.wait()
+            time.sleep(100 * (i + 1))
+            barrier.wait()
+            readings[i] = time.monotonic()
+
+    threads = [RealTimeThread(target=sim, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert readings == {0: MONOTONIC_ORIGIN + 100, 1: MONOTONIC_ORIGIN + 200}
+
+
+def test_patched_modules_rebinds_aliases_bound_before_the_patch(tmp_path: Path) -> None:
+    (tmp_path / "user_loop.py").write_text("from time import monotonic\nfrom datetime import datetime, UTC\n\n"
+                                           "def stamp():\n    return monotonic(), datetime.now(UTC)\n")
+    spec = importlib.util.spec_from_file_location("user_loop", tmp_path / "user_loop.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    clock = VirtualClock()
+    with clock.patched(modules=[module]):
+        time.sleep(60)
+        assert module.stamp() == (MONOTONIC_ORIGIN + 60, datetime.datetime(2026, 1, 1, 0, 1, tzinfo=UTC))
+    assert module.monotonic is ORIGINALS[(time, "monotonic")]
+    assert module.datetime is ORIGINALS[(datetime, "datetime")]
+
+
+# -- the virtual-time event loop ----------------------------------------------------------------------------
+
+
+def test_asyncio_and_anyio_waits_jump_on_the_virtual_loop() -> None:
+    clock = VirtualClock()
+
+    async def main() -> list[float]:
+        loop = asyncio.get_running_loop()
+        t0, marks = loop.time(), []
+
+        def mark() -> None:
+            marks.append(round(loop.time() - t0, 9))
+
+        await asyncio.sleep(10)
+        mark()
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(asyncio.sleep(10), 1)
+        mark()
+        done, pending = await asyncio.wait([asyncio.ensure_future(asyncio.sleep(50))], timeout=7)
+        assert (len(done), len(pending)) == (0, 1)
+        mark()
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(2):
+                await asyncio.sleep(100)
+        mark()
+        await anyio.sleep(5)
+        mark()
+        with anyio.move_on_after(2):
+            await anyio.sleep(100)
+        mark()
+        assert await asyncio.to_thread(lambda: 42) == 42
+        assert await loop.run_in_executor(None, lambda: 43) == 43
+        assert await anyio.to_thread.run_sync(lambda: 44) == 44
+        mark()
+        return marks
+
+    started = REAL.perf_counter()
+    assert clock.run(main()) == [10.0, 11.0, 18.0, 20.0, 25.0, 27.0, 27.0]
+    assert REAL.perf_counter() - started < 2.0
+    assert clock.now() >= 27.0
+
+
+def test_the_loop_exposes_its_clock_and_works_as_a_plain_loop_factory() -> None:
+    with asyncio.Runner(loop_factory=VirtualTimeEventLoop) as runner:
+        loop = runner.get_loop()
+        assert isinstance(loop, VirtualTimeEventLoop) and isinstance(loop.simloop_clock, VirtualClock)
+        runner.run(asyncio.sleep(3600))
+        assert loop.simloop_clock.now() == 3600.0 and loop.time() == MONOTONIC_ORIGIN + 3600
+
+
+def test_asyncio_run_inside_patched_gets_a_virtual_loop() -> None:
+    clock = VirtualClock()
+
+    async def main() -> type:
+        await asyncio.sleep(3600)
+        return type(asyncio.get_running_loop())
+
+    started = REAL.perf_counter()
+    with clock.patched():
+        assert asyncio.run(main()) is VirtualTimeEventLoop
+        loop = asyncio.new_event_loop()
+        assert isinstance(loop, VirtualTimeEventLoop)
+        loop.close()
+    assert clock.now() == 3600.0 and REAL.perf_counter() - started < 1.0
+    loop = asyncio.new_event_loop()
+    assert not isinstance(loop, VirtualTimeEventLoop)
+    loop.close()
+
+
+def test_a_sleep_in_an_executor_job_is_a_timer_of_the_loop() -> None:
+    """``wait_for(to_thread(time.sleep, 5), 1)`` times out at +1 as in production; the job ends at +5."""
+    clock = VirtualClock()
+
+    async def main() -> float:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(asyncio.to_thread(time.sleep, 5), 1)
+        return clock.now()
+
+    with clock.patched():
+        assert clock.run(main()) == 1.0
+    assert clock.now() == 5.0  # asyncio.run waits for the executor at shutdown, as in production
+
+
+def test_executor_jobs_sleeping_overlap_like_real_threads() -> None:
+    clock = VirtualClock()
+
+    async def main() -> None:
+        await asyncio.gather(asyncio.to_thread(clock.sleep, 3), anyio.to_thread.run_sync(clock.sleep, 2),
+                             asyncio.sleep(1))
+
+    clock.run(main())
+    assert clock.now() == 3.0
+
+
+def test_job_sleeps_of_any_length_wake_exactly() -> None:
+    clock = VirtualClock()
+
+    async def main() -> None:
+        await asyncio.gather(*(asyncio.to_thread(clock.sleep, d) for d in (0, 1 / 3, 0.1, 2 / 3, 1e-9, 1e-10)))
+
+    started = REAL.perf_counter()
+    clock.run(main())
+    assert clock.now() == round(2 / 3 * 1e9) / 1e9
+    assert REAL.perf_counter() - started < 1.0
+
+
+def test_a_job_sleeping_while_its_loop_is_blocked_does_not_deadlock() -> None:
+    clock = VirtualClock()
+
+    async def main() -> None:
+        job = asyncio.get_running_loop().run_in_executor(None, clock.sleep, 5)
+        threading.Event().wait(0.15)  # the loop thread blocks (bad practice) while the job sleeps
+        await job
+
+    clock.run(main())
+    assert clock.now() == 5.0
+
+
+def test_the_loop_waits_for_a_running_job_instead_of_jumping_to_a_timeout() -> None:
+    clock = VirtualClock()
+
+    def real_work() -> str:
+        threading.Event().wait(0.05)  # 50 ms of real blocking work, not a virtual sleep
+        return "done"
+
+    async def main() -> list[str]:
+        with anyio.fail_after(10):
+            a = await anyio.to_thread.run_sync(real_work)
+        b = await asyncio.wait_for(asyncio.to_thread(real_work), 10)
+        return [a, b]
+
+    assert clock.run(main()) == ["done", "done"]
+    assert clock.now() == 0.0
+
+
+def test_time_flows_in_real_time_around_a_job_stuck_past_the_grace() -> None:
+    clock, release = VirtualClock(), threading.Event()
+
+    async def main() -> None:
+        await asyncio.wait_for(asyncio.to_thread(release.wait, 2.0), 0.1)
+
+    started = REAL.perf_counter()
+    with pytest.raises(TimeoutError), asyncio.Runner(
+            loop_factory=lambda: VirtualTimeEventLoop(clock, thread_grace=0.05)) as runner:
+        try:
+            runner.run(main())
+        finally:
+            release.set()
+    assert 0.1 <= clock.now() < 1.0
+    assert REAL.perf_counter() - started < 1.0
+
+
+def test_a_deadlock_is_an_error_naming_the_stuck_task() -> None:
+    async def wait_for_nothing() -> None:
+        await asyncio.Event().wait()
+
+    started = REAL.perf_counter()
+    with pytest.raises(VirtualTimeDeadlock) as info, asyncio.Runner(
+            loop_factory=lambda: VirtualTimeEventLoop(VirtualClock(), deadlock_after=0.05)) as runner:
+        runner.run(wait_for_nothing())
+    message = str(info.value)
+    assert message.startswith("the virtual-time event loop can never wake up: no callback is ready, no timer")
+    assert "wait_for_nothing (" in message and "test_clock.py" in message and "awaiting a Future" in message
+    assert REAL.perf_counter() - started < 1.0
+
+
+def test_time_flows_in_real_time_while_a_real_fd_is_registered() -> None:
+    """libs.md E6: a peer answering after 50 ms must not meet a jumped-past 10 s timeout."""
+    ours, peer = socket.socketpair()
+    clock = VirtualClock()
+
+    def answer_later() -> None:
+        threading.Event().wait(0.05)
+        peer.sendall(b"hello")
+
+    async def main() -> bytes:
+        reader, writer = await asyncio.open_connection(sock=ours)
+        try:
+            return await asyncio.wait_for(reader.readexactly(5), 10)
+        finally:
+            writer.close()
+
+    threading.Thread(target=answer_later).start()
+    try:
+        assert clock.run(main()) == b"hello"
+    finally:
+        peer.close()
+    assert 0.03 <= clock.now() < 5
+
+
+def test_run_cancels_leftover_tasks_and_closes_its_loop() -> None:
+    clock, cleaned = VirtualClock(), []
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    async def forever() -> None:
+        try:
+            await asyncio.sleep(1e9)
+        finally:
+            cleaned.append(True)
+
+    async def main() -> str:
+        loops.append(asyncio.get_running_loop())
+        asyncio.get_running_loop().create_task(forever())
+        await asyncio.sleep(1)
+        return "ok"
+
+    assert clock.run(main()) == "ok"
+    assert cleaned == [True] and loops[0].is_closed() and clock.now() == 1.0
+
+
+# -- the anthropic SDK's retries ----------------------------------------------------------------------------
+
+MESSAGE = {"id": "msg_01", "type": "message", "role": "assistant", "model": "claude-sonnet-5",
+           "content": [{"type": "text", "text": "hi"}], "stop_reason": "end_turn", "stop_sequence": None,
+           "usage": {"input_tokens": 1, "output_tokens": 1}}
+OVERLOADED = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+
+
+def overloaded_once() -> tuple[Callable[[httpx2.Request], httpx2.Response], list[str]]:
+    attempts: list[str] = []
+
+    def handle(request: httpx2.Request) -> httpx2.Response:
+        attempts.append(request.headers["x-stainless-retry-count"])
+        return httpx2.Response(529, json=OVERLOADED) if len(attempts) == 1 else httpx2.Response(200, json=MESSAGE)
+
+    return handle, attempts
+
+
+def test_async_client_retries_a_529_instantly_on_the_virtual_loop() -> None:
+    handle, attempts = overloaded_once()
+
+    async def ahandle(request: httpx2.Request) -> httpx2.Response:
+        return handle(request)
+
+    async def main() -> str:
+        client = anthropic.AsyncAnthropic(api_key="k", http_client=httpx2.AsyncClient(
+            transport=httpx2.MockTransport(ahandle)))
+        message = await client.messages.create(model="claude-sonnet-5", max_tokens=8,
+                                               messages=[{"role": "user", "content": "x"}])
+        return message.content[0].text  # type: ignore[union-attr]
+
+    clock, started = VirtualClock(), REAL.perf_counter()
+    random.seed(0)
+    assert clock.run(main()) == "hi"
+    assert attempts == ["0", "1"]
+    assert 0.375 <= clock.now() <= 0.5  # the SDK's first backoff, 0.5 s * (1 - 0.25 * random())
+    assert REAL.perf_counter() - started < 2.0
+
+
+def test_sync_client_retries_a_529_instantly_inside_patched() -> None:
+    handle, attempts = overloaded_once()
+    clock, started = VirtualClock(), REAL.perf_counter()
+    random.seed(0)
+    with clock.patched():
+        client = anthropic.Anthropic(api_key="k", http_client=httpx2.Client(transport=httpx2.MockTransport(handle)))
+        message = client.messages.create(model="claude-sonnet-5", max_tokens=8,
+                                         messages=[{"role": "user", "content": "x"}])
+    assert message.content[0].text == "hi"  # type: ignore[union-attr]
+    assert attempts == ["0", "1"]
+    assert 0.375 <= clock.now() <= 0.5
+    assert REAL.perf_counter() - started < 2.0
+
+
+# -- freezegun, the user's choice, inside a Sim -------------------------------------------------------------
+
+FROZEN = datetime.datetime(2024, 5, 1, 12, 0, 0)
+
+
+def test_freeze_time_around_a_sim_is_driven_by_the_virtual_clock() -> None:
+    with freezegun.freeze_time(FROZEN):
+        clock = VirtualClock()
+        with clock.patched():
+            time.sleep(90)
+            assert datetime.datetime.now() == FROZEN + datetime.timedelta(seconds=90)
+            clock.run(asyncio.sleep(30))  # would hang under freezegun alone (libs.md E1)
+            assert datetime.datetime.now() == FROZEN + datetime.timedelta(seconds=120)
+            assert time.monotonic() == MONOTONIC_ORIGIN + 120  # the core clock is ours, not frozen
+        assert datetime.datetime.now() == FROZEN + datetime.timedelta(seconds=120)  # freezegun still rules
+    assert abs(time.time() - REAL.time()) < 5
+
+
+def test_freeze_time_inside_a_sim_and_our_patches_survive_its_exit() -> None:
+    clock = VirtualClock()
+    with clock.patched():
+        time.sleep(5)
+        with freezegun.freeze_time(FROZEN):
+            time.sleep(10)
+            clock.run(asyncio.sleep(30))
+            assert datetime.datetime.now() == FROZEN + datetime.timedelta(seconds=40)
+        assert time.monotonic() == MONOTONIC_ORIGIN + 45  # freezegun's exit restored our functions
+        assert datetime.datetime.now(UTC) == datetime.datetime(2026, 1, 1, 0, 0, 45, tzinfo=UTC)
+        with freezegun.freeze_time(FROZEN, tick=True):  # a ticking freeze follows virtual time, once
+            time.sleep(10)
+            assert FROZEN + datetime.timedelta(seconds=10) <= datetime.datetime.now() < FROZEN + datetime.timedelta(
+                seconds=11)
+        with freezegun.freeze_time(FROZEN, real_asyncio=True):
+            clock.run(asyncio.sleep(30))
+            assert datetime.datetime.now() == FROZEN + datetime.timedelta(seconds=30)
+    assert freezegun.api.real_time is ORIGINALS[(time, "time")]
+    assert freezegun.api.real_datetime is ORIGINALS[(datetime, "datetime")]
+
+
+# -- Hypothesis inside a Sim --------------------------------------------------------------------------------
+
+_examples: list[tuple[VirtualClock, asyncio.AbstractEventLoop]] = []
+
+
+@settings(deadline=200, max_examples=25, database=None)
+@given(st.integers(min_value=0, max_value=10))
+def test_hypothesis_deadline_is_real_time_while_the_body_sleeps_an_hour(n: int) -> None:
+    clock = VirtualClock()  # a fresh clock per example
+    with clock.patched():
+        assert clock.now() == 0.0
+        time.sleep(3600)
+
+        async def main() -> asyncio.AbstractEventLoop:
+            await asyncio.sleep(3600 + n)
+            return asyncio.get_running_loop()
+
+        loop = asyncio.run(main())  # a fresh loop per example
+    assert clock.now() == 7200 + n
+    assert all(loop is not seen for _, seen in _examples)
+    _examples.append((clock, loop))
+
+
+def test_each_hypothesis_example_got_its_own_clock_and_loop() -> None:
+    if not _examples:
+        pytest.skip("runs after the Hypothesis test")
+    assert len({id(c) for c, _ in _examples}) == len(_examples) >= 2
+
+
+# -- cost ------------------------------------------------------------------------------------------------
+
+
+def test_patched_enter_and_exit_cost_microseconds() -> None:
+    clock, costs = VirtualClock(), []
+    for _ in range(500):
+        started = REAL.perf_counter()
+        with clock.patched():
+            pass
+        costs.append(REAL.perf_counter() - started)
+    median_us = statistics.median(costs) * 1e6
+    print(f"\npatched() enter+exit: median {median_us:.1f} µs over 500, {len(sys.modules)} modules loaded")
+    assert median_us < 1000  # freezegun: 20,000-30,000 µs with this many modules (libs.md E3)
+
+
+def test_a_virtual_asyncio_sleep_costs_tens_of_microseconds() -> None:
+    clock = VirtualClock()
+
+    async def sleeps(n: int) -> None:
+        for _ in range(n):
+            await asyncio.sleep(1)
+
+    started = REAL.perf_counter()
+    clock.run(sleeps(2000))
+    per_sleep_us = (REAL.perf_counter() - started) / 2000 * 1e6
+    print(f"\nvirtual asyncio.sleep: {per_sleep_us:.1f} µs each")
+    assert clock.now() == 2000.0
+    assert per_sleep_us < 1000
