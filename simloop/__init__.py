@@ -22,6 +22,9 @@ from simloop.outcome import Outcome
 from simloop.scenario import Fault, Limits, Reply, Scenario, ToolCall, ToolSpec, load_scenario
 from simloop.sim import ScriptExhaustedError, Sim
 from simloop.transcript import Transcript
+from simloop.verify import replay, verify
+
+from simloop import strategies  # noqa: E402  (public module: simloop.strategies.scenarios(), ...)
 
 __version__ = "0.1.0"
 
@@ -46,4 +49,7 @@ __all__ = [
     "UsageError",
     "Violation",
     "load_scenario",
+    "replay",
+    "strategies",
+    "verify",
 ]

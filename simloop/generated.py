@@ -56,6 +56,8 @@ class GeneratedModel:
     def _next(self, request: ModelRequest) -> Reply:
         if self._burst:
             return self._burst.pop()
+        if self.plan.outage is not None and self._tool_steps >= self.plan.steps:
+            return self.plan.outage
         if self.plan.fault_rate and self.draw(_GATE) >= 10 - self.plan.fault_rate:
             fault = self.draw(_API_FAULTS)
             one = fault.model_copy(update={"repeat": 1})

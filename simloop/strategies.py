@@ -50,6 +50,7 @@ __all__ = [
     "tool_specs",
     "turns",
     "usages",
+    "weighted",
 ]
 
 #: The tools `verify` gives a loop when it is not told which: one read, one write.
@@ -245,7 +246,8 @@ class Plan:
     ``persona``: ``finishes`` (tool calls for ``steps`` replies, then ``ending``),
     ``stuck`` (the same call forever) or ``wanders`` (new calls forever).
     ``fault_rate``/``tool_fault_rate``: chance in ten of an API fault before a
-    reply / a fault in a tool execution.
+    reply / a fault in a tool execution.  ``outage``: after ``steps`` replies,
+    every request fails this way (an API that stays down).
     """
 
     persona: Literal["finishes", "stuck", "wanders"]
@@ -254,20 +256,35 @@ class Plan:
     fault_rate: int
     tool_fault_rate: int
     thinking: str | None = None
+    outage: Reply | None = None
+
+
+def weighted(options: Sequence[tuple[Any, int]]) -> st.SearchStrategy[Any]:
+    """One of ``options`` (value, weight), drawn in proportion to the weights; shrinks towards the first."""
+    table = [value for value, weight in options for _ in range(weight)]
+    return st.integers(0, len(table) - 1).map(table.__getitem__)
 
 
 def plans(
-    *, max_steps: int = 6, personas: Sequence[str] = ("finishes", "stuck", "wanders"), faults: bool = True
+    *,
+    max_steps: int = 6,
+    personas: Sequence[tuple[str, int]] = (("finishes", 6), ("stuck", 1), ("wanders", 1)),
+    faults: bool = True,
 ) -> st.SearchStrategy[Plan]:
-    """The model's behaviour for one run; shrinks towards a model that finishes at once with no faults."""
+    """The model's behaviour for one run; shrinks towards a model that finishes at once with no faults.
+
+    ``personas`` weighs the behaviours: by default six runs in eight finish (and so reach every
+    ending: refusal, cut-off, pause, ...), one is stuck on one call, one wanders forever.
+    """
     return st.builds(
         Plan,
-        persona=st.sampled_from(list(personas)),
+        persona=weighted(personas),
         steps=st.integers(min_value=0, max_value=max_steps),
         ending=endings(),
         fault_rate=st.integers(0, 3) if faults else st.just(0),
         tool_fault_rate=st.integers(0, 3) if faults else st.just(0),
         thinking=st.one_of(st.none(), st.just("First I check the order, then I act.")),
+        outage=weighted([(None, 9), (Reply(error=529), 1)]) if faults else st.none(),
     )
 
 

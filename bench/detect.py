@@ -1,0 +1,162 @@
+"""Does `simloop.verify` find every classic loop bug, fast, with the right id, and nothing in correct loops?
+
+For each reference loop in ``examples/`` and each seed, run `verify` with the
+default budget and record: the invariant it reports (or none), how many
+examples it took to the first failure and how long, and the size of the
+shrunk scenario.  Correct loops must never be flagged.  Also measures full
+examples per second for a 10-step loop against the bare SDK cost of the same
+calls, and peak memory of a long run against a short one.
+
+    python bench/detect.py [--seeds 10] [--max-examples 200] [--only no_step_cap,...] [--skip-memory]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import statistics
+import sys
+import tracemalloc
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import simloop  # noqa: E402
+verify_module = importlib.import_module("simloop.verify")
+from examples.catalogue import CORRECT, DEFECTS  # noqa: E402
+from simloop.clock import REAL  # noqa: E402
+
+LIMITS = simloop.Limits(max_steps=10, deadline_s=300, max_total_tokens=200_000)  # what the example loops declare
+
+
+@dataclass
+class Row:
+    name: str
+    expected: str | None
+    found: list[str] = field(default_factory=list)
+    first_examples: list[int] = field(default_factory=list)
+    first_seconds: list[float] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    examples: int = 0
+
+
+class _Counter:
+    """Counts examples and notes when the first failing one happened (wraps `Sim.check`)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.first: tuple[int, float] | None = None
+        self.start = REAL.perf_counter()
+        self.orig = verify_module.Sim.check
+
+    def __enter__(self) -> _Counter:
+        counter = self
+
+        def check(sim: Any, *a: Any, **k: Any) -> Any:
+            report = counter.orig(sim, *a, **k)
+            counter.n += 1
+            if not report.ok and counter.first is None:
+                counter.first = (counter.n, REAL.perf_counter() - counter.start)
+            return report
+
+        verify_module.Sim.check = check  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        verify_module.Sim.check = self.orig  # type: ignore[method-assign]
+
+
+def run(name: str, expected: str | None, seeds: int, max_examples: int, out: Path) -> Row:
+    drive = importlib.import_module(f"examples.{name}").drive
+    row = Row(name, expected)
+    for seed in range(seeds):
+        with _Counter() as counter:
+            try:
+                simloop.verify(drive, limits=LIMITS, max_examples=max_examples, seed=seed, out_dir=out)
+                row.found.append("-")
+            except simloop.InvariantViolation as e:
+                row.found.append(",".join(sorted({v.invariant for v in e.violations})))
+                row.sizes.append(len(e.scenario.model))
+                if counter.first is not None:
+                    row.first_examples.append(counter.first[0])
+                    row.first_seconds.append(counter.first[1])
+        row.examples += counter.n
+    return row
+
+
+def throughput(runs: int = 30) -> tuple[float, float]:
+    """Full 10-step examples per second through `Sim` vs the bare SDK doing the same 10 calls."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import overhead
+
+    overhead.time_bare(3), overhead.time_sim(3)
+    bare = statistics.median(overhead.time_bare(runs) for _ in range(3)) / overhead.STEPS
+    sim = statistics.median(overhead.time_sim(runs) for _ in range(3)) / overhead.STEPS
+    return sim, bare
+
+
+def peak_memory(max_examples: int) -> int:
+    drive = importlib.import_module("examples.correct_sync").drive
+    gc.collect()
+    tracemalloc.start()
+    simloop.verify(drive, limits=LIMITS, max_examples=max_examples, seed=0)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--max-examples", type=int, default=200)
+    parser.add_argument("--only", default="", help="comma-separated example modules")
+    parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument("--memory-examples", type=int, default=10_000)
+    args = parser.parse_args()
+    only = set(filter(None, args.only.split(",")))
+    out = Path(".simloop") / "bench"
+    targets: list[tuple[str, str | None]] = [(n, e[1]) for n, e in DEFECTS.items()] + [(n, None) for n in CORRECT]
+    rows = [run(n, e, args.seeds, args.max_examples, out) for n, e in targets if not only or n in only]
+
+    print(f"\ndetection over {args.seeds} seeds, max_examples={args.max_examples}, limits={LIMITS!r}")
+    print(f"{'loop':28} {'expect':20} {'caught':>7} {'ids':22} {'ex. to 1st (med/max)':>20} {'s to 1st (med/max)':>19} {'shrunk':>8}")
+    ok = True
+    for r in rows:
+        if r.expected is None:
+            hits = sum(f != "-" for f in r.found)
+            good = hits == 0
+            caught = f"{hits}/{len(r.found)}"
+        else:
+            hits = sum(f == r.expected for f in r.found)
+            good = hits == len(r.found)
+            caught = f"{hits}/{len(r.found)}"
+        ok &= good
+        ids = ",".join(sorted(set(r.found)))
+        ex = f"{statistics.median(r.first_examples):.0f}/{max(r.first_examples)}" if r.first_examples else "-"
+        secs = f"{statistics.median(r.first_seconds):.2f}/{max(r.first_seconds):.2f}" if r.first_seconds else "-"
+        size = f"{statistics.median(r.sizes):.0f}/{max(r.sizes)}" if r.sizes else "-"
+        label = r.expected or "(correct: none)"
+        print(f"{r.name:28} {label:20} {caught:>7} {ids[:22]:22} {ex:>20} {secs:>19} {size:>8} {'' if good else '  <-- MISMATCH'}")
+    correct = [r for r in rows if r.expected is None]
+    if correct:
+        total = sum(r.examples for r in correct)
+        flagged = sum(f != "-" for r in correct for f in r.found)
+        print(f"false positives: {flagged} over {total} examples of correct loops")
+    if not only:
+        sim, bare = throughput()
+        print(f"throughput: {sim:.0f} full 10-step examples/s vs {bare:.0f}/s for the bare SDK's same calls "
+              f"({sim / bare:.0%} of the limit the SDK sets)")
+    if not args.skip_memory:
+        small = peak_memory(100)
+        large = peak_memory(args.memory_examples)
+        print(f"memory: peak {large / 1e6:.1f} MB for {args.memory_examples} examples vs {small / 1e6:.1f} MB for 100 "
+              f"({large / small:.2f}x; target <= 2x)")
+    print("RESULT:", "all defects caught with the right id, no false positives" if ok else "MISMATCHES (see above)")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
