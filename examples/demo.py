@@ -1,11 +1,10 @@
-"""``make demo``: check the reference loop on every curated scenario, then show a bug being caught.
+"""`make demo`: verify the bundled example loops and show the bug simloop catches.
 
-Runs `examples.correct_sync` on each file in scenarios/ (every invariant must
-hold and the outcome must match the file's ``expect:``), then runs
-`examples.stop_not_tool_use_as_done` (the "anything but tool_use means done"
-stop rule) on scenarios/max-tokens-thinking.yaml and prints simloop's report
-and the run's timeline.  Exits 0 when the correct loop passes and the bug is
-caught, 1 otherwise.
+1. The correct loop (`examples.correct_sync`) is property-tested: generated model
+   behaviours, API outages, tool faults and latencies; every invariant holds.
+2. The same loop with one classic bug (`examples.rerun_after_api_error`: when the
+   next API call fails, it re-runs the previous turn's tools) is caught, shrunk to
+   a minimal scenario, and reported with its timeline and the command that replays it.
 
     python -m examples.demo
 """
@@ -13,41 +12,35 @@ caught, 1 otherwise.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import simloop
-from examples import correct_sync, stop_not_tool_use_as_done
-from simloop.scenario import Expect
-from simloop.timeline import render_timeline
+from examples import correct_sync, rerun_after_api_error
+from simloop.clock import REAL
 
-SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
+RULE = "-" * 78
 
 
 def main() -> int:
-    """Run the demo; returns the process exit code."""
-    ok = True
-    print("correct_sync on every curated scenario:")
-    for path in sorted(SCENARIOS.glob("*.yaml")):
-        scenario = simloop.load_scenario(path)
-        with simloop.Sim(scenario, seed=0) as sim:
-            outcome = sim.run(correct_sync.drive)
-            report = sim.check(outcome)
-        expect = scenario.expect or Expect()
-        good = [v.invariant for v in report.violations] == expect.violations and (
-            expect.reason is None or outcome.reason == expect.reason
-        )
-        ok &= good
-        print(f"  {'ok ' if good else 'BAD'} {path.name:32} {outcome.reason:13} {len(report.violations)} violation(s)")
-
-    print("\nstop_not_tool_use_as_done on max-tokens-thinking.yaml:")
-    with simloop.Sim(SCENARIOS / "max-tokens-thinking.yaml", seed=0) as sim:
-        outcome = sim.run(stop_not_tool_use_as_done.drive)
-        report = sim.check(outcome)
-    print(report)
-    print(render_timeline(sim.transcript, report.violations))
-    caught = [v.invariant for v in report.violations] == ["truncation"]
-    print("\n" + ("demo ok: the correct loop passes and the bug is caught" if ok and caught else "demo FAILED"))
-    return 0 if ok and caught else 1
+    print(RULE)
+    print("1. simloop.verify(examples.correct_sync.drive): a correct agent loop")
+    print(RULE)
+    started = REAL.perf_counter()
+    report = simloop.verify(correct_sync.drive, max_examples=100, seed=0)
+    print(f"{report.examples} generated runs in {REAL.perf_counter() - started:.1f}s: {report}")
+    print()
+    print(RULE)
+    print("2. simloop.verify(examples.rerun_after_api_error.drive): the same loop with one bug")
+    print(RULE)
+    started = REAL.perf_counter()
+    try:
+        simloop.verify(rerun_after_api_error.drive, max_examples=100, seed=0)
+    except simloop.InvariantViolation as caught:
+        print(caught)
+        print()
+        print(f"(found and shrunk in {REAL.perf_counter() - started:.1f}s)")
+        return 0
+    print("the bug was NOT caught: this is a regression in simloop")
+    return 1
 
 
 if __name__ == "__main__":

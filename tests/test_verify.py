@@ -1,0 +1,129 @@
+"""`simloop.verify` and `simloop.replay`: bugs found, shrunk to minimal scenarios, replayable, deterministic."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis.database import InMemoryExampleDatabase
+
+import simloop
+from simloop import Limits, Scenario
+from simloop.strategies import scenarios
+
+LIMITS = Limits(max_steps=10, deadline_s=300, max_total_tokens=200_000)
+
+
+def drive_of(name: str) -> Any:
+    return importlib.import_module(f"examples.{name}").drive
+
+
+def caught(name: str, tmp_path: Path, *, limits: Limits | None = LIMITS, seed: int = 0, **kw: Any) -> simloop.InvariantViolation:
+    with pytest.raises(simloop.InvariantViolation) as info:
+        simloop.verify(drive_of(name), limits=limits, seed=seed, out_dir=tmp_path, max_examples=150, **kw)
+    return info.value
+
+
+@pytest.mark.parametrize("name", ["correct_sync", "correct_async", "correct_stream"])
+def test_correct_loops_hold_every_invariant(name: str) -> None:
+    report = simloop.verify(drive_of(name), limits=LIMITS, max_examples=40, seed=1)
+    assert report.ok and report.violations == []
+    assert report.examples is not None and report.examples >= 40
+    assert set(report.checked) == set(simloop.invariants.CATALOGUE)
+
+
+# (defect loop, declared limits, invariant, minimal replies, then)
+SHRINKS = [
+    ("no_step_cap", Limits(), "stops", 1, "repeat_last"),
+    ("assistant_not_appended", LIMITS, "pairing", 1, "fail"),
+    ("made_up_ids", LIMITS, "pairing", 1, "fail"),
+    ("cap_reported_final", LIMITS, "honest_outcome", 1, "fail"),  # one tool_use with repeat: 10
+    ("pause_turn_final", LIMITS, "honest_outcome", 1, "fail"),
+    ("thinking_dropped", LIMITS, "request_valid", 1, "fail"),
+    ("api_errors_forever", Limits(), "stops", 1, "repeat_last"),
+]
+
+
+@pytest.mark.parametrize(("name", "limits", "invariant", "replies", "then"), SHRINKS, ids=[s[0] for s in SHRINKS])
+def test_defects_shrink_to_a_minimal_replayable_scenario(
+    name: str, limits: Limits, invariant: str, replies: int, then: str, tmp_path: Path
+) -> None:
+    err = caught(name, tmp_path, limits=limits)
+    assert {v.invariant for v in err.violations} == {invariant}
+    scenario = err.scenario
+    assert isinstance(scenario, Scenario)
+    assert len(scenario.model) == replies, scenario.to_yaml()
+    assert scenario.then == then
+    # the file on disk is the scenario, and replaying it shows the same bug
+    path = Path(err.scenario_path or "")
+    assert path.parent == tmp_path and simloop.load_scenario(path) == scenario
+    with pytest.raises(simloop.InvariantViolation) as again:
+        simloop.replay(drive_of(name), path)
+    assert {v.invariant for v in again.value.violations} == {invariant}
+
+
+def test_the_failure_report_is_actionable(tmp_path: Path) -> None:
+    err = caught("rerun_after_api_error", tmp_path, limits=None)
+    text = str(err)
+    assert text.startswith("simloop found ")
+    assert "[no_rerun] step " in text and "ran twice for tool_use toolu_" in text
+    assert f"written to {err.scenario_path}:" in text
+    assert "timeline of the failing run:" in text and "[529, 529, 529]" in text
+    assert f"replay it: simloop run {err.scenario_path} --drive examples.rerun_after_api_error:drive" in text
+    assert err.replay == f"simloop run {err.scenario_path} --drive examples.rerun_after_api_error:drive"
+    assert err.timeline and "<-- no_rerun" in err.timeline
+    assert isinstance(err, AssertionError)
+
+
+def test_same_seed_same_minimal_scenario(tmp_path: Path) -> None:
+    first = caught("tool_exception_escapes", tmp_path / "a", seed=7)
+    second = caught("tool_exception_escapes", tmp_path / "b", seed=7)
+    assert Path(first.scenario_path or "").read_text() == Path(second.scenario_path or "").read_text()
+
+
+def test_the_example_database_replays_a_known_failure_first(tmp_path: Path) -> None:
+    db = InMemoryExampleDatabase()
+    runs: list[int] = []
+
+    def counting(sim: simloop.Sim) -> Any:
+        runs.append(1)
+        return drive_of("token_budget_unchecked")(sim)
+
+    with pytest.raises(simloop.InvariantViolation):
+        simloop.verify(counting, limits=LIMITS, out_dir=tmp_path, settings_=settings(database=db))
+    first_search = len(runs)
+    runs.clear()
+    with pytest.raises(simloop.InvariantViolation) as info:
+        simloop.verify(counting, limits=LIMITS, out_dir=tmp_path, settings_=settings(database=db))
+    assert {v.invariant for v in info.value.violations} == {"limits"}
+    assert len(runs) < first_search  # the saved failure was tried first
+
+
+def test_replay_honours_expected_violations(tmp_path: Path) -> None:
+    src = Path(__file__).resolve().parents[1] / "scenarios" / "stuck-search.yaml"
+    scenario = simloop.load_scenario(src)
+    known = tmp_path / "known.yaml"
+    scenario.model_copy(update={"expect": simloop.scenario.Expect(violations=["stops"])}).dump(known)
+    assert simloop.replay(drive_of("no_step_cap"), known).violations[0].invariant == "stops"  # expected: passes
+    with pytest.raises(simloop.InvariantViolation, match="expected but did not happen: stops"):
+        simloop.replay(drive_of("correct_sync"), known)
+
+
+def test_usage_errors() -> None:
+    with pytest.raises(simloop.UsageError, match="unknown invariant id"):
+        simloop.verify(drive_of("correct_sync"), invariants=["nope"])
+    with pytest.raises(simloop.UsageError, match="at least one tool"):
+        simloop.verify(drive_of("correct_sync"), tools=[])
+    with pytest.raises(simloop.UsageError, match="drive must be a function"):
+        simloop.verify("examples.correct_sync:drive")  # type: ignore[arg-type]
+
+
+@settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(scenarios())
+def test_generated_scenarios_are_valid_v1_files(scenario: Scenario) -> None:
+    assert Scenario.from_yaml(scenario.to_yaml()) == scenario
+    for fault in scenario.faults:
+        assert fault.tool in {t.name for t in scenario.tools}
