@@ -14,6 +14,7 @@ features (`simloop.cassettes`, `simloop.strategies`) and follow the same protoco
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 from collections.abc import Callable, Sequence
@@ -33,9 +34,6 @@ __all__ = [
     "ScriptExhausted",
     "turn_from_reply",
 ]
-
-_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-
 
 class ScriptExhausted(BaseException):
     """The loop asked for more replies than the script holds (``then: fail``).
@@ -198,7 +196,10 @@ class Ids:
     counts: dict[str, int] = field(default_factory=dict)
 
     def make(self, prefix: str, n: int = 24) -> str:
-        return prefix + "".join(self.rng.choices(_ALPHABET, k=n))
+        # one draw, base64 with digits for '+' and '/': alphanumeric like the real ids, and cheap (hot path)
+        size = 3 * -(-n // 4)  # a multiple of 3 bytes: no '=' padding
+        raw = self.rng.getrandbits(8 * size).to_bytes(size, "big")
+        return prefix + base64.b64encode(raw, altchars=b"01").decode("ascii")[:n]
 
     def message(self) -> str:
         return self.make("msg_01", 22)
