@@ -41,6 +41,7 @@ __all__ = [
     "Plan",
     "api_faults",
     "endings",
+    "faults",
     "latencies",
     "plans",
     "scenarios",
@@ -201,6 +202,11 @@ def tool_faults(tools: Sequence[ToolSpec], *, max_faults: int = 3) -> st.SearchS
         return fault_for(draw, spec, call=draw(st.one_of(st.none(), st.integers(1, 3))))
 
     return st.lists(one(), max_size=max_faults)
+
+
+def faults(tools: Sequence[ToolSpec] = DEFAULT_TOOLS, *, max_faults: int = 3) -> st.SearchStrategy[list[Fault]]:
+    """A scenario's ``faults:`` list (tool faults; API faults are replies, see `api_faults`)."""
+    return tool_faults(tools, max_faults=max_faults)
 
 
 def fault_for(draw: st.DrawFn, spec: ToolSpec, *, call: int | None) -> Fault:

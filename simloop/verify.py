@@ -17,7 +17,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+from hypothesis import HealthCheck, Phase, Verbosity, given
+from hypothesis import settings as Settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
@@ -50,7 +51,7 @@ def verify(
     task: str = DEFAULT_TASK,
     plan: st.SearchStrategy[Plan] | None = None,
     out_dir: str | Path = DEFAULT_OUT,
-    settings_: settings | None = None,
+    settings: Settings | None = None,
 ) -> Report:
     """Property-test ``drive`` under generated model behaviours, API faults, tool faults and latencies.
 
@@ -63,7 +64,8 @@ def verify(
         invariants: ids to check (default: all of DESIGN §4).
         plan: a strategy of model behaviours (default `simloop.strategies.plans()`).
         out_dir: where the minimal failing scenario is written.
-        settings_: Hypothesis settings to start from (default: the loaded profile).
+        settings: Hypothesis settings to start from (default: the loaded profile, so its database,
+            derandomize and verbosity apply).
 
     Returns a `Report` (``violations`` empty) when every example holds.
 
@@ -98,8 +100,8 @@ def verify(
             raise _Failed(", ".join(sorted({v.invariant for v in report.violations})))
 
     example._hypothesis_internal_add_digest = repr((_name(drive), specs, declared, checked, task)).encode()  # type: ignore[attr-defined]
-    base_settings = settings_ or settings()
-    test = settings(
+    base_settings = settings or Settings()
+    test = Settings(
         base_settings,
         max_examples=max_examples,
         deadline=None,

@@ -93,11 +93,11 @@ def test_the_example_database_replays_a_known_failure_first(tmp_path: Path) -> N
         return drive_of("token_budget_unchecked")(sim)
 
     with pytest.raises(simloop.InvariantViolation):
-        simloop.verify(counting, limits=LIMITS, out_dir=tmp_path, settings_=settings(database=db))
+        simloop.verify(counting, limits=LIMITS, out_dir=tmp_path, settings=settings(database=db))
     first_search = len(runs)
     runs.clear()
     with pytest.raises(simloop.InvariantViolation) as info:
-        simloop.verify(counting, limits=LIMITS, out_dir=tmp_path, settings_=settings(database=db))
+        simloop.verify(counting, limits=LIMITS, out_dir=tmp_path, settings=settings(database=db))
     assert {v.invariant for v in info.value.violations} == {"limits"}
     assert len(runs) < first_search  # the saved failure was tried first
 
