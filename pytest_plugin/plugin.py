@@ -1,42 +1,363 @@
-"""The pytest plugin entry point (``pytest11: simloop``).
+"""The pytest plugin entry point (``pytest11: simloop``): options, the seed, fixtures, scenario files as tests.
 
-Loading it imports nothing heavy: simloop (and the anthropic SDK) are imported
-only when a test asks for a simloop fixture.
+A thin adapter over simloop, in the manner of respx's, pytest-recording's and
+Hypothesis's plugins: it reads ``@pytest.mark.simloop`` > the command line >
+the ini file > the ``simloop_config`` fixture, builds the library objects
+(`simloop._pytest_support`), and turns failures into readable reports.
+
+Loading it imports neither simloop nor the anthropic SDK (every xdist worker
+would pay ~1 s): they are imported when a test asks for the ``simloop``
+fixture or a scenario file is collected.  So the session-level work that runs
+in every process (the session seed, the summary line) is done here with the
+standard library only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+import random
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from simloop._pytest_support import SimloopFixture, TestOptions
+
+PROFILE_CHOICES = ("ci", "dev", "nightly")
+CACHE_KEY = "simloop/seed"
+_OPTIONS = (
+    # (name, metavar, help)
+    ("seed", "N|last", ("the session seed: tests derive their seeds from it and their node ids (default: random, "
+                        "printed in the header); 'last' reuses the previous run's")),
+    ("max_examples", "N", "how many runs simloop.verify tries per test"),
+    ("profile", "|".join(PROFILE_CHOICES), ("Hypothesis settings for simloop.verify: dev (quick), ci (modest, "
+                                            "no example database), nightly (long fuzzing)")),
+    ("drive", "pkg.module:drive", "the default adapter; also turns the scenario files into tests"),
+    ("scenarios", "DIR", ("the folder whose *.yaml scenario files become tests when a drive is set "
+                          "(default: scenarios, relative to the rootdir)")),
+)
+
+
+# -- session state (standard library only: it runs in every process) ------------------------------------------------
+
+
+@dataclass
+class _Session:
+    seed: int
+    seed_explicit: bool  # given on the command line or in the ini file (then it overrides simloop_config's)
+    cli: dict[str, Any]
+    ini: dict[str, Any]
+    drive: str | None
+    scenarios: Path
+    tests: int = 0
+    failed: int = 0
+    examples: int = 0
+    replays: int = 0
+    invariants: set[str] = field(default_factory=set)
+
+    def add(self, stats: dict[str, Any], *, failed: bool) -> None:
+        self.tests += 1
+        self.failed += failed
+        self.examples += int(stats.get("examples", 0))
+        self.replays += int(stats.get("replays", 0))
+        self.invariants.update(stats.get("invariants", ()))
+
+    def summary(self) -> str:
+        runs = f"{self.examples} example{'s' if self.examples != 1 else ''}"
+        if self.replays:
+            runs += f" and {self.replays} scenario replay{'s' if self.replays != 1 else ''}"
+        line = f"simloop: {runs} run in {self.tests} test{'s' if self.tests != 1 else ''}, " \
+               f"{len(self.invariants)} invariants checked"
+        if self.failed:
+            return f"{line}; {self.failed} failed: reproduce with --simloop-seed={self.seed}"
+        return f"{line}, seed={self.seed}"
+
+
+_SESSION = pytest.StashKey[_Session]()
+_FIXTURE = pytest.StashKey["SimloopFixture"]()
+_STATS = pytest.StashKey[dict[str, Any]]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("simloop", "simloop: test LLM agent loops against a simulated API")
+    for name, metavar, help_ in _OPTIONS:
+        flag = "--simloop-" + name.replace("_", "-")
+        choices = PROFILE_CHOICES if name == "profile" else None
+        group.addoption(flag, dest=f"simloop_{name}", default=None, metavar=metavar, choices=choices, help=help_)
+        parser.addini(f"simloop_{name}", f"default for {flag}: {help_}", default="")
+
+
+def _given(config: pytest.Config, name: str) -> tuple[str | None, str | None]:
+    """(command line value, ini value) of an option, None when not given."""
+    cli = config.getoption(f"simloop_{name}")
+    ini = str(config.getini(f"simloop_{name}") or "").strip()
+    return (None if cli is None else str(cli).strip()), (ini or None)
+
+
+def _positive(value: str | None, where: str) -> int | None:
+    if value is None:
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise pytest.UsageError(f"{where} takes a positive whole number, got {value!r}")
+    return n
+
+
+def _session_seed(config: pytest.Config, cli: str | None, ini: str | None) -> tuple[int, bool]:
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and "simloop_seed" in workerinput:  # an xdist worker: the controller chose
+        return int(workerinput["simloop_seed"]), bool(workerinput["simloop_seed_explicit"])
+    raw, where = (cli, "--simloop-seed") if cli is not None else (ini, "the ini key simloop_seed")
+    cache = config.cache
+    if raw == "last":
+        if cache is None:
+            raise pytest.UsageError(
+                f"{where}=last reads the previous run's seed from pytest's cache, which is disabled "
+                "(-p no:cacheprovider); pass the number from the previous run's header instead")
+        previous = cache.get(CACHE_KEY, None)
+        if not isinstance(previous, dict) or not isinstance(previous.get("seed"), int):
+            raise pytest.UsageError(
+                f"{where}=last: no previous simloop run in the cache ({config.rootpath / '.pytest_cache'}); "
+                "run once without it, or pass a number")
+        seed, explicit = int(previous["seed"]), bool(previous.get("explicit"))
+    elif raw is not None:
+        try:
+            seed = int(raw)
+        except ValueError:
+            raise pytest.UsageError(f"{where} takes a whole number or 'last', got {raw!r}") from None
+        if not 0 <= seed <= 0xFFFFFFFF:
+            raise pytest.UsageError(f"{where} takes a number from 0 to {0xFFFFFFFF}, got {raw!r}")
+        explicit = True
+    else:
+        seed, explicit = random.Random().getrandbits(32), False  # own Random: immune to random.seed() elsewhere
+    if cache is not None and workerinput is None:
+        cache.set(CACHE_KEY, {"seed": seed, "explicit": explicit})
+    return seed, explicit
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "simloop(scenario=None, seed=None, max_examples=None, strict=True): configure the simloop fixture for this test",
+        "simloop(scenario=None, seed=None, max_examples=None, strict=True, drive=None, profile=None): "
+        "options of the simloop fixture for this test",
     )
+    seed_cli, seed_ini = _given(config, "seed")
+    seed, explicit = _session_seed(config, seed_cli, seed_ini)
+    cli: dict[str, Any] = {}
+    ini: dict[str, Any] = {}
+    for name in ("max_examples", "profile", "drive"):
+        for layer, value, where in zip((cli, ini), _given(config, name), ("--simloop-", "ini simloop_")):
+            label = where + (name.replace("_", "-") if where.startswith("--") else name)
+            if value is None:
+                continue
+            if name == "max_examples":
+                layer[name] = _positive(value, label)
+            elif name == "profile" and value not in PROFILE_CHOICES:
+                raise pytest.UsageError(f"{label} is one of {', '.join(PROFILE_CHOICES)}, got {value!r}")
+            else:
+                layer[name] = value
+    folder = next((v for v in _given(config, "scenarios") if v), "scenarios")
+    config.stash[_SESSION] = _Session(
+        seed=seed, seed_explicit=explicit, cli=cli, ini=ini,
+        drive=cli.get("drive") or ini.get("drive"), scenarios=(config.rootpath / folder).resolve(),
+    )
+    config.pluginmanager.register(_Reporter(config.stash[_SESSION]), "simloop-reporter")
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_XdistHooks(config.stash[_SESSION]), "simloop-xdist")
+
+
+class _XdistHooks:
+    """Hands the controller's session seed to every worker (as pytest-randomly does): results equal serial."""
+
+    def __init__(self, session: _Session) -> None:
+        self.session = session
+
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput["simloop_seed"] = self.session.seed
+        node.workerinput["simloop_seed_explicit"] = self.session.seed_explicit
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    session = config.stash[_SESSION]
+    lines = [f"simloop: seed={session.seed} (reproduce with --simloop-seed={session.seed})"]
+    chosen = {k: v for k, v in {**session.ini, **session.cli}.items() if k in ("profile", "drive")}
+    if chosen:
+        lines.append("simloop: " + ", ".join(f"{k}={v}" for k, v in sorted(chosen.items())))
+    return lines
+
+
+# -- fixtures ------------------------------------------------------------------------------------------------------------
 
 
 @pytest.fixture
 def simloop_config() -> dict[str, Any]:
-    """Override in conftest.py to set defaults for every simloop fixture (like pytest-recording's vcr_config)."""
+    """Defaults for this test's ``simloop`` fixture; override it in conftest.py (like pytest-recording's vcr_config).
+
+    Keys: drive, max_examples, profile, seed, strict, scenario, limits, tools, invariants, task, out_dir.
+    The marker, the command line and the ini file win over it.
+    """
     return {}
 
 
 @pytest.fixture
-def simloop_sim() -> Iterator[Any]:
-    """A factory of Sims, closed at teardown: ``sim = simloop_sim(scenario)``."""
-    from simloop import Sim
+def simloop(request: pytest.FixtureRequest, simloop_config: dict[str, Any]) -> Iterator[SimloopFixture]:
+    """Sims, ``verify`` and ``replay`` with this test's seed and options: ``simloop.verify(drive)``.
 
-    made: list[Any] = []
+    After the test, the Sims it made are closed; in strict mode (the default) the test fails if they left
+    scripted replies unserved or faults unfired (``@pytest.mark.simloop(strict=False)`` opts out).
+    """
+    from simloop._pytest_support import SimloopFixture, rerun_hint
+    from simloop.errors import UsageError
 
-    def make(scenario: Any, **kwargs: Any) -> Any:
-        sim = Sim(scenario, **kwargs)
-        made.append(sim)
-        return sim
+    try:
+        options = _options(request.node, request.node.nodeid, config=simloop_config)
+    except UsageError as e:
+        pytest.fail(str(e), pytrace=False)
+    fixture = SimloopFixture(options, rerun=rerun_hint(options))
+    request.node.stash[_FIXTURE] = fixture
+    request.node.user_properties.append(("simloop_seed", options.seed))
+    try:
+        yield fixture
+    finally:
+        fixture.close()
 
-    yield make
-    for sim in made:
-        sim.close()
+
+def _options(node: pytest.Item, nodeid: str, *, config: dict[str, Any]) -> TestOptions:
+    from simloop._pytest_support import resolve_options
+    from simloop.errors import UsageError
+
+    session = node.config.stash[_SESSION]
+    marker: dict[str, Any] = {}
+    for mark in reversed(list(node.iter_markers("simloop"))):  # closest last, so it wins
+        if len(mark.args) > 1:
+            raise UsageError("@pytest.mark.simloop takes at most one positional argument, the scenario")
+        marker.update({"scenario": mark.args[0]} if mark.args else {}, **mark.kwargs)
+    rootdir = node.config.rootpath
+    search = [node.path.parent, rootdir, session.scenarios]
+    return resolve_options(
+        nodeid=nodeid, session_seed=session.seed, session_seed_explicit=session.seed_explicit,
+        marker=marker, cli=session.cli, ini=session.ini, config=config,
+        search=list(dict.fromkeys([*search, node.config.invocation_params.dir])),
+        out_dir=rootdir / ".simloop" / "failures",
+    )
+
+
+# -- reports -------------------------------------------------------------------------------------------------------------
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    result = yield  # the test itself; if it failed, that is the report and leftovers do not matter
+    fixture = item.stash.get(_FIXTURE, None)
+    if fixture is not None and fixture.options.strict:
+        leftovers = fixture.leftovers()
+        if leftovers:
+            from simloop._pytest_support import leftovers_message
+
+            pytest.fail(leftovers_message(leftovers, nodeid=item.nodeid), pytrace=False)
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    report = yield
+    if call.when != "call":
+        return report
+    fixture = item.stash.get(_FIXTURE, None)
+    stats = fixture.stats() if fixture is not None else item.stash.get(_STATS, None)
+    if stats is not None:
+        report.simloop = stats  # a plain dict: xdist carries it to the controller with the report
+    section = getattr(call.excinfo.value, "simloop_report", None) if call.excinfo is not None else None
+    add = getattr(report.longrepr, "addsection", None)
+    if isinstance(section, str) and add is not None:
+        add("simloop", section)  # in the longrepr, so --junitxml and xdist carry it too
+    return report
+
+
+class _Reporter:
+    """Sums the tests' simloop stats (they arrive on the reports, from xdist workers too) into one summary line."""
+
+    def __init__(self, session: _Session) -> None:
+        self.session = session
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        stats = getattr(report, "simloop", None)
+        if report.when == "call" and isinstance(stats, dict):
+            self.session.add(stats, failed=report.failed)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.session.tests:
+            terminalreporter.write_line(self.session.summary())
+
+
+# -- scenario files as tests -----------------------------------------------------------------------------------------------
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    session = parent.config.stash[_SESSION]
+    if session.drive is None or file_path.suffix not in (".yaml", ".yml"):
+        return None
+    if not file_path.resolve().is_relative_to(session.scenarios):
+        return None
+    try:
+        text = file_path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    from simloop._pytest_support import looks_like_scenario
+
+    if not looks_like_scenario(text):
+        return None
+    return ScenarioFile.from_parent(parent, path=file_path)
+
+
+class ScenarioFile(pytest.File):
+    """A v1 scenario file: one test that replays it through the configured drive."""
+
+    def collect(self) -> Iterator[pytest.Item]:
+        from simloop.errors import ScenarioError
+        from simloop.scenario import Scenario
+
+        shown = self.path.relative_to(self.config.rootpath) if self.path.is_relative_to(self.config.rootpath) \
+            else self.path
+        try:
+            scenario = Scenario.from_yaml(self.path.read_text(encoding="utf-8"), path=shown)
+        except ScenarioError as e:
+            raise self.CollectError(f"simloop cannot read this scenario file:\n  {e}") from None
+        yield ScenarioItem.from_parent(self, name=scenario.name)
+
+
+class ScenarioItem(pytest.Item):
+    """Replays a scenario file with ``simloop.replay`` and checks its ``expect:`` block."""
+
+    def runtest(self) -> None:
+        from simloop._pytest_support import display_path, load_drive, replay_file
+
+        options = _options(self, self.nodeid, config={})
+        self.user_properties.append(("simloop_seed", options.seed))
+        self.stash[_STATS] = stats = {"seed": options.seed, "examples": 0, "replays": 1, "invariants": []}
+        drive = load_drive(self.config.stash[_SESSION].drive, search=options.search)
+        report = replay_file(drive, display_path(self.path), seed=options.seed)
+        stats["invariants"] = list(report.checked)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str | Any:
+        from simloop._pytest_support import render_failure, rerun_hint
+        from simloop.errors import InvariantViolation, UsageError
+
+        error = excinfo.value
+        if isinstance(error, InvariantViolation):
+            options = _options(self, self.nodeid, config={})
+            head = str(error).splitlines()[0]
+            return head + "\n\n" + render_failure(error, seed=options.seed, rerun=rerun_hint(options),
+                                                  show_scenario=False)
+        if isinstance(error, UsageError):
+            return f"simloop: {error}"
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, f"scenario {self.name}"
+

@@ -3,7 +3,10 @@
 Stable text that diffs well (no colours, no real times): step, virtual time,
 input/output tokens, the reply (SDK retries folded in), the tools run with
 their outcome, and the violations marked at the step where they happened.
-The rich terminal and HTML renderings build on the same rows.
+The rich terminal and HTML renderings (`simloop.report`) build on the same
+rows: `Step` also carries the structured data they need (the reply kind, the
+SDK retries, each tool execution as a `ToolRun` with its outcome, the
+requests and responses, the violations found at the step).
 """
 
 from __future__ import annotations
@@ -15,12 +18,42 @@ from typing import Any
 
 from simloop.transcript import Halt, OutcomeEvent, Request, Response, ToolEnd, ToolStart, Transcript
 
-__all__ = ["Step", "render_timeline", "steps"]
+__all__ = ["TOOL_OUTCOMES", "Step", "ToolRun", "render_timeline", "steps", "tool_outcome"]
+
+#: What a tool execution came to, as the timelines name it.
+TOOL_OUTCOMES = ("ok", "slow", "huge", "raised", "timeout", "committed-then-lost", "cancelled", "running")
+
+
+@dataclass(slots=True)
+class ToolRun:
+    """One tool execution, attached to the step whose reply it answers (the step in progress when it started).
+
+    ``outcome`` is one of `TOOL_OUTCOMES`: ``ok``; ``slow`` / ``huge`` (answered, after a
+    slow or huge-output fault); ``raised``; ``timeout``; ``committed-then-lost`` (the effect
+    happened, then the tool raised); ``cancelled``; ``running`` (no end recorded: the loop
+    returned or was halted while it ran).
+    """
+
+    exec: int
+    tool: str
+    input: Any
+    kind: str
+    outcome: str
+    t: float
+    took: float = 0.0
+    fault: str | None = None
+    result: str | None = None
+    error: str | None = None
+    matched: bool = True
 
 
 @dataclass(slots=True)
 class Step:
-    """One logical model call and what followed it until the next call."""
+    """One logical model call and what followed it until the next call.
+
+    The text fields (``reply``, ``attempts``, ``tools``, ``marks``) are what
+    `render_timeline` prints; the others are the structured data behind them.
+    """
 
     call: int
     t: float
@@ -30,13 +63,20 @@ class Step:
     attempts: list[str] = field(default_factory=list)
     tools: list[str] = field(default_factory=list)
     marks: list[str] = field(default_factory=list)
+    kind: str = ""  # the reply's kind (end_turn, tool_use, ...); "" when no reply arrived
+    retries: int = 0  # SDK retries of this call (requests beyond the first)
+    runs: list[ToolRun] = field(default_factory=list)
+    requests: list[Request] = field(default_factory=list)
+    responses: list[Response] = field(default_factory=list)
+    violations: list[Any] = field(default_factory=list)  # simloop.Violation found at this step
 
 
-def steps(transcript: Transcript) -> list[Step]:
-    """The transcript grouped by logical model call."""
+def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
+    """The transcript grouped by logical model call; ``violations`` are attached to their step."""
     out: list[Step] = []
     by_call: dict[int, Step] = {}
     starts: dict[int, ToolStart] = {}
+    runs: dict[int, ToolRun] = {}
     current: Step | None = None
     for e in transcript.events:
         if isinstance(e, Request) and e.path.endswith("/messages"):
@@ -44,10 +84,15 @@ def steps(transcript: Transcript) -> list[Step]:
             if current is None:
                 current = by_call[e.call] = Step(call=e.call, t=e.t, input_tokens=e.input_tokens)
                 out.append(current)
+            else:
+                current.retries += 1
+            current.requests.append(e)
         elif isinstance(e, Response) and e.index is not None and current is not None:
             step = by_call.get(e.call, current)
+            step.responses.append(e)
             if e.status == 200 and e.message is not None:
                 step.reply = _reply(e)
+                step.kind = e.kind
                 step.output_tokens = e.output_tokens
                 step.input_tokens = e.input_tokens or step.input_tokens
             elif e.kind == "rejected":
@@ -56,11 +101,40 @@ def steps(transcript: Transcript) -> list[Step]:
                 step.attempts.append(_fault(e))
         elif isinstance(e, ToolStart):
             starts[e.exec] = e
+            if current is not None:
+                runs[e.exec] = run = ToolRun(
+                    exec=e.exec, tool=e.tool, input=e.input, kind=e.kind, outcome="running", t=e.t, fault=e.fault,
+                    matched=e.matched is not None,
+                )
+                current.runs.append(run)
         elif isinstance(e, ToolEnd) and current is not None:
             start = starts.get(e.exec)
             if start is not None:
                 current.tools.append(_tool(start, e))
+                run = runs.get(e.exec)
+                if run is not None:
+                    run.outcome = tool_outcome(start, e)
+                    run.took = e.t - start.t
+                    run.result, run.error = e.result, e.error
+    for v in violations:
+        step = by_call.get(v.step) if v.step is not None else None
+        if step is not None:
+            step.violations.append(v)
+            step.marks.append(v.invariant)
     return out
+
+
+def tool_outcome(start: ToolStart, end: ToolEnd | None) -> str:
+    """What one execution came to: one of `TOOL_OUTCOMES`."""
+    if end is None:
+        return "running"
+    if end.status == "cancelled":
+        return "cancelled"
+    if end.status == "ok":
+        return {"slow": "slow", "huge_output": "huge"}.get(start.fault or "", "ok")
+    if end.committed:
+        return "committed-then-lost"
+    return "timeout" if start.fault == "timeout" else "raised"
 
 
 def render_timeline(

@@ -1,0 +1,548 @@
+"""The plain-Python half of the pytest plugin: option layering, per-test seeds, the fixture object, reports.
+
+The plugin (``pytest_plugin/plugin.py``) stays a thin adapter: it reads the
+marker, the command line, the ini file and the ``simloop_config`` fixture,
+hands them to `resolve_options`, and yields a `SimloopFixture`.  Everything
+that does not need pytest lives here, where it is tested like any library
+code and where the plugin can import it lazily (loading the plugin must not
+import simloop: every xdist worker would pay for the SDK import).
+
+Layering, most specific first: the arguments of the call
+(``simloop.verify(drive, max_examples=10)``) > ``@pytest.mark.simloop(...)`` >
+the command line > the ini file > the ``simloop_config`` fixture > the
+profile > simloop's defaults.
+
+Seeds follow pytest-randomly: one session seed (``--simloop-seed``, random by
+default and printed in the header), and each test's seed derived from it and
+the test's node id, so a test's seed does not depend on which other tests run
+or on which xdist worker runs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import importlib
+import os
+import re
+import sys
+import threading
+import zlib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from simloop.errors import InvariantViolation, UsageError
+from simloop.scenario import Scenario, load_scenario
+from simloop.sim import Drive, ScenarioLike, Sim
+from simloop.timeline import render_timeline
+from simloop.verify import replay as _replay
+from simloop.verify import verify as _verify
+
+if TYPE_CHECKING:
+    from hypothesis import settings as Settings
+
+    from simloop.invariants import Report
+
+__all__ = [
+    "OPTION_KEYS",
+    "PROFILES",
+    "SimloopFixture",
+    "TestOptions",
+    "derive_seed",
+    "display_path",
+    "leftovers_message",
+    "load_drive",
+    "looks_like_scenario",
+    "profile_settings",
+    "render_failure",
+    "replay_file",
+    "rerun_hint",
+    "resolve_options",
+    "short_violation",
+]
+
+T = TypeVar("T")
+
+#: The keys ``@pytest.mark.simloop(...)`` and ``simloop_config`` accept.
+OPTION_KEYS = (
+    "scenario", "seed", "max_examples", "profile", "drive", "strict", "limits", "tools", "invariants", "task",
+    "out_dir",
+)
+#: The keys passed through to `simloop.verify` as defaults.
+_VERIFY_DEFAULTS = ("limits", "tools", "invariants", "task")
+
+#: ``--simloop-profile`` names -> (the Hypothesis profile they start from, their example budget).
+#: Registered as Hypothesis profiles ``simloop-<name>`` on first use, unless the user registered one first.
+PROFILES: dict[str, tuple[str | None, int]] = {
+    "dev": (None, 50),  # quick local iteration; the local example database replays past failures first
+    "ci": ("ci", 200),  # Hypothesis's ci profile: no database, derandomized, print_blob
+    "nightly": (None, 5000),  # long fuzzing runs
+}
+_SEED_MASK = 0xFFFFFFFF
+
+
+# -- seeds and profiles ------------------------------------------------------------------------------------
+
+
+def derive_seed(session_seed: int, nodeid: str) -> int:
+    """A test's seed: the session seed shifted by the CRC32 of its node id (as pytest-randomly derives its seeds).
+
+    Stable across processes (no ``hash()`` randomisation), so xdist workers and a serial run agree.
+    """
+    return (session_seed + zlib.crc32(nodeid.encode("utf-8"))) & _SEED_MASK
+
+
+def profile_settings(name: str) -> Settings:
+    """The Hypothesis settings of ``--simloop-profile=name`` (registered as ``simloop-<name>`` on first use)."""
+    from hypothesis import settings
+    from hypothesis.errors import InvalidArgument
+
+    if name not in PROFILES:
+        raise UsageError(f"unknown simloop profile {name!r}; the profiles are: {', '.join(PROFILES)}")
+    full = f"simloop-{name}"
+    try:
+        return settings.get_profile(full)  # the user's own registration wins
+    except InvalidArgument:
+        pass
+    parent_name, budget = PROFILES[name]
+    parent = settings.get_profile(parent_name) if parent_name else settings.get_profile("default")
+    settings.register_profile(full, parent=parent, max_examples=budget, deadline=None)
+    return settings.get_profile(full)
+
+
+# -- options -----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TestOptions:
+    """Everything one test's simloop fixture (or one scenario-file item) runs with, after layering."""
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    nodeid: str
+    seed: int
+    seed_origin: str  # "session" (derived), "marker" or "config" (exact)
+    session_seed: int
+    max_examples: int | None = None
+    profile: str | None = None
+    drive: Any = None  # a callable, a "pkg.module:function" spec, or None
+    strict: bool = True
+    scenario: Any = None
+    verify_defaults: dict[str, Any] = field(default_factory=dict)
+    out_dir: Path = Path(".simloop") / "failures"
+    search: tuple[Path, ...] = ()  # where relative scenario paths are looked up, in order
+
+
+def resolve_options(
+    *,
+    nodeid: str,
+    session_seed: int,
+    session_seed_explicit: bool,
+    marker: Mapping[str, Any],
+    cli: Mapping[str, Any],
+    ini: Mapping[str, Any],
+    config: Mapping[str, Any],
+    search: Iterable[Path] = (),
+    out_dir: Path | None = None,
+) -> TestOptions:
+    """Layer one test's options: marker > command line > ini > ``simloop_config``.
+
+    ``cli`` and ``ini`` hold the session options given (``max_examples``, ``profile``, ``drive``); the
+    session seed is passed separately.  A ``seed`` in the marker or the config is the test's exact seed;
+    the session seed is derived per test, and an explicit ``--simloop-seed`` overrides a config seed.
+
+    Raises `simloop.UsageError` for an unknown key or a value of the wrong type, naming where it came from.
+    """
+    m = _checked(marker, "@pytest.mark.simloop(...)")
+    c = _checked(config, "the simloop_config fixture")
+    layers = (m, dict(cli), dict(ini), c)
+
+    def pick(key: str) -> Any:
+        return next((layer[key] for layer in layers if layer.get(key) is not None), None)
+
+    if m.get("seed") is not None:
+        seed, origin = int(m["seed"]), "marker"
+    elif c.get("seed") is not None and not session_seed_explicit:
+        seed, origin = int(c["seed"]), "config"
+    else:
+        seed, origin = derive_seed(session_seed, nodeid), "session"
+    strict = pick("strict")
+    chosen_out = pick("out_dir")
+    return TestOptions(
+        nodeid=nodeid,
+        seed=seed,
+        seed_origin=origin,
+        session_seed=session_seed,
+        max_examples=pick("max_examples"),
+        profile=pick("profile"),
+        drive=pick("drive"),
+        strict=True if strict is None else bool(strict),
+        scenario=pick("scenario"),
+        verify_defaults={k: v for k in _VERIFY_DEFAULTS if (v := pick(k)) is not None},
+        out_dir=Path(chosen_out) if chosen_out is not None else (out_dir or TestOptions.out_dir),
+        search=tuple(search),
+    )
+
+
+def _checked(values: Mapping[str, Any], where: str) -> dict[str, Any]:
+    if not isinstance(values, Mapping):
+        raise UsageError(f"{where} must be a dict of simloop options, got {type(values).__name__}")
+    out = dict(values)
+    for key, value in out.items():
+        if key not in OPTION_KEYS:
+            close = difflib.get_close_matches(str(key), OPTION_KEYS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise UsageError(f"{where}: unknown option {key!r}{hint}; the options are: {', '.join(OPTION_KEYS)}")
+        if value is None:
+            continue
+        if key == "seed" and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise UsageError(f"{where}: seed must be a non-negative int, got {value!r}")
+        if key == "max_examples" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise UsageError(f"{where}: max_examples must be a positive int, got {value!r}")
+        if key == "strict" and not isinstance(value, bool):
+            raise UsageError(f"{where}: strict must be True or False, got {value!r}")
+        if key == "profile" and value not in PROFILES:
+            raise UsageError(f"{where}: profile must be one of {', '.join(PROFILES)}, got {value!r}")
+        if key == "drive" and not (callable(value) or isinstance(value, str)):
+            raise UsageError(f"{where}: drive must be a function or 'package.module:function', got {value!r}")
+    return out
+
+
+# -- drives and scenario files ----------------------------------------------------------------------------------
+
+
+def load_drive(spec: Any, *, search: Iterable[Path] = ()) -> Drive:
+    """A drive from a callable or a ``"package.module:function"`` spec.
+
+    When the module is not importable as is, the ``search`` folders (the rootdir, the invocation
+    folder) are tried too, the way ``python -m`` finds the current folder's packages.
+    """
+    if callable(spec):
+        return spec  # type: ignore[no-any-return]
+    if not isinstance(spec, str):
+        raise UsageError(f"a drive is a function or 'package.module:function', got {spec!r}")
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise UsageError(f"a drive spec is 'package.module:function', got {spec!r}")
+    try:
+        target: Any = _import(module_name, search)
+        for part in attr.split("."):
+            target = getattr(target, part)
+    except ImportError as e:
+        raise UsageError(
+            f"cannot import {module_name!r} for the drive {spec!r}: {e}. Make the package importable "
+            "(pip install -e ., or `pythonpath = .` in the pytest ini file)"
+        ) from None
+    except AttributeError:
+        raise UsageError(f"module {module_name!r} has no {attr!r} (from the drive {spec!r})") from None
+    if not callable(target):
+        raise UsageError(f"the drive {spec!r} is not a function")
+    return target  # type: ignore[no-any-return]
+
+
+def _import(module_name: str, search: Iterable[Path]) -> Any:
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        top = module_name.split(".")[0]
+        if e.name != top:
+            raise
+        for folder in search:
+            if (folder / top).is_dir() or (folder / f"{top}.py").is_file():
+                if str(folder) not in sys.path:
+                    sys.path.append(str(folder))  # appended: never shadows an installed package
+                return importlib.import_module(module_name)
+        raise
+
+
+_TOP_KEY = re.compile(r"""^(["']?)([A-Za-z_][\w-]*)\1[ \t]*:(?:[ \t]|$)""", re.MULTILINE)
+
+
+def looks_like_scenario(text: str) -> bool:
+    """Whether a YAML file means to be a v1 scenario: a top-level ``model:`` or ``task:`` key.
+
+    A file that only shares ``version``/``name`` with the format (a cassette, a CI config) is not one.  A
+    scenario with a misspelt key still is, so `load_scenario` reports the misspelling with its line.
+    """
+    keys = {m.group(2) for m in _TOP_KEY.finditer(text)}
+    return bool(keys & {"model", "task"}) and not ("interactions" in keys and "model" not in keys)
+
+
+def replay_file(drive: Drive, path: Path, *, seed: int) -> Report:
+    """`simloop.replay` one scenario file, then check its ``expect: {reason: ...}`` too.
+
+    Raises `InvariantViolation` when the loop breaks an invariant, misses an expected violation, or stops
+    for another reason than the file expects.
+    """
+    report = _replay(drive, path, seed=seed)
+    scenario = load_scenario(path)
+    wanted = scenario.expect.reason if scenario.expect else None
+    outcome = report.transcript.outcome if report.transcript is not None else None
+    got = outcome.reason if outcome is not None else None
+    if wanted is not None and got != wanted:
+        timeline = render_timeline(report.transcript) if report.transcript is not None else ""
+        raise InvariantViolation(
+            f"replaying {path}: expected the loop to stop with reason {wanted!r} (the file's expect.reason), "
+            f"it returned {got!r}",
+            violations=[], scenario=scenario, scenario_path=str(path), timeline=timeline,
+            replay=_replay_command(drive, str(path)),
+        )
+    return report
+
+
+def _replay_command(drive: Drive, path: str) -> str:
+    module, qual = getattr(drive, "__module__", None), getattr(drive, "__qualname__", None)
+    if module and qual and "<" not in qual and module != "__main__":
+        return f"simloop run {path} --drive {module}:{qual}"
+    return f"simloop.replay(drive, {path!r})"
+
+
+# -- the fixture object -------------------------------------------------------------------------------------------
+
+
+class SimloopFixture:
+    """What the ``simloop`` fixture yields: Sims, `verify` and `replay` with the test's seed and options.
+
+    Example::
+
+        def test_loop(simloop):
+            simloop.verify(drive, limits=Limits(max_steps=10))
+
+        @pytest.mark.simloop(scenario="scenarios/happy-path.yaml")
+        def test_happy(simloop):
+            sim = simloop.sim()
+            sim.check(sim.run(drive)).raise_for_violations()
+
+    Sims made here are closed after the test, and (``strict``, the default) the test fails when one of
+    them left scripted replies unserved or faults unfired.
+    """
+
+    def __init__(self, options: TestOptions, *, rerun: str = "") -> None:
+        self.options = options
+        self.seed = options.seed
+        self.examples = 0
+        self.replays = 0
+        self.checked: set[str] = set()
+        self._rerun = rerun
+        self._sims: list[Sim] = []
+
+    @property
+    def drive(self) -> Drive:
+        """The configured drive (marker, ``--simloop-drive``, ini ``simloop_drive`` or ``simloop_config``)."""
+        return self._drive(None)
+
+    def sim(self, scenario: ScenarioLike | None = None, *, seed: int | None = None, **kwargs: Any) -> Sim:
+        """A `Sim` of ``scenario`` (default: the marker's ``scenario=``) on the test's seed.
+
+        Relative paths are looked up next to the test file, then in the rootdir and the scenarios folder.
+        Other keywords go to `Sim` (``model=``, ``limits=``...).
+        """
+        __tracebackhide__ = True
+        chosen = scenario if scenario is not None else self.options.scenario
+        if chosen is None:
+            raise UsageError(
+                "simloop.sim() needs a scenario: pass one (a path, a dict or a simloop.Scenario), or name it "
+                "with @pytest.mark.simloop(scenario='scenarios/x.yaml')"
+            )
+        sim = Sim(self._locate(chosen), seed=self.seed if seed is None else seed, **kwargs)
+        self._sims.append(sim)
+        return sim
+
+    def verify(self, drive: Drive | str | None = None, **kwargs: Any) -> Report:
+        """`simloop.verify` with the test's seed, example budget, profile and defaults; keywords win.
+
+        Raises `simloop.InvariantViolation` with a one-line message; the plugin adds the violations,
+        the timeline, the minimal scenario and the replay command to the test's report.
+        """
+        __tracebackhide__ = True
+        fn = self._drive(drive)
+        kw: dict[str, Any] = {**self.options.verify_defaults, "seed": self.seed, "out_dir": self._out_dir()}
+        if self.options.profile is not None:
+            base = profile_settings(self.options.profile)
+            kw["settings_"] = base
+            kw["max_examples"] = base.max_examples
+        if self.options.max_examples is not None:
+            kw["max_examples"] = self.options.max_examples
+        kw.update(kwargs)
+        try:
+            report = _off_loop(lambda: _verify(fn, **kw))
+        except InvariantViolation as e:
+            raise self._short(e, seed=int(kw["seed"]), shown="verify") from None
+        self.examples += report.examples or 0
+        self.checked.update(report.checked)
+        return report
+
+    def replay(
+        self, drive: Drive | str | None = None, path: str | Path | None = None, *, seed: int | None = None,
+        invariants: Iterable[str] | None = None,
+    ) -> Report:
+        """`simloop.replay` a scenario file (default: the marker's ``scenario=``) on the test's seed."""
+        __tracebackhide__ = True
+        fn = self._drive(drive)
+        chosen = path if path is not None else self.options.scenario
+        if chosen is None:
+            raise UsageError("simloop.replay(drive, path) needs a path, or @pytest.mark.simloop(scenario=...)")
+        located = self._locate(chosen)
+        if not isinstance(located, Path):
+            raise UsageError(f"simloop.replay() replays a scenario file; got {type(located).__name__}")
+        run_seed = self.seed if seed is None else seed
+        try:
+            report = _off_loop(lambda: _replay(fn, display_path(located), seed=run_seed, invariants=invariants))
+        except InvariantViolation as e:
+            raise self._short(e, seed=run_seed, shown="replay") from None
+        self.replays += 1
+        self.checked.update(report.checked)
+        return report
+
+    def leftovers(self) -> list[str]:
+        """What this test's Sims scripted and never used (what strict mode fails on)."""
+        return [f"{sim!r}: {item}" for sim in self._sims for item in sim.leftovers()]
+
+    def close(self) -> None:
+        """Close every Sim made for this test."""
+        for sim in self._sims:
+            sim.close()
+
+    def stats(self) -> dict[str, Any]:
+        """What the plugin reports for this test (it travels on the report, also across xdist)."""
+        return {"seed": self.seed, "examples": self.examples, "replays": self.replays,
+                "invariants": sorted(self.checked)}
+
+    def __repr__(self) -> str:
+        return f"<simloop fixture for {self.options.nodeid} seed={self.seed}>"
+
+    # -- helpers ---------------------------------------------------------------------------------------------
+
+    def _drive(self, drive: Drive | str | None) -> Drive:
+        chosen = drive if drive is not None else self.options.drive
+        if chosen is None:
+            raise UsageError(
+                "no drive: pass one (simloop.verify(drive)), or configure a default with "
+                "@pytest.mark.simloop(drive=...), --simloop-drive=package.module:drive, the ini key "
+                "simloop_drive, or simloop_config() returning {'drive': ...}"
+            )
+        return load_drive(chosen, search=self.options.search)
+
+    def _locate(self, scenario: ScenarioLike) -> ScenarioLike:
+        if not isinstance(scenario, (str, Path)):
+            return scenario
+        p = Path(scenario)
+        if p.is_absolute() or p.exists():
+            return p
+        for folder in self.options.search:
+            if (folder / p).exists():
+                return folder / p
+        looked = ", ".join(str(f) for f in self.options.search) or "the current folder"
+        raise UsageError(f"scenario file {str(scenario)!r} not found; looked in: {looked}")
+
+    def _out_dir(self) -> Path:
+        return display_path(self.options.out_dir)
+
+    def _short(self, e: InvariantViolation, *, seed: int, shown: str) -> InvariantViolation:
+        report = render_failure(e, seed=seed, rerun=self._rerun, show_scenario=shown == "verify")
+        return short_violation(e, report)
+
+
+def short_violation(e: InvariantViolation, report: str) -> InvariantViolation:
+    """A copy of ``e`` with a one-line message; the full ``report`` rides along for the plugin's section."""
+    first = str(e.violations[0]) if e.violations else str(e).splitlines()[0]
+    more = f" (+{len(e.violations) - 1} more)" if len(e.violations) > 1 else ""
+    short = InvariantViolation(
+        f"simloop: {first}{more} -- see the 'simloop' section of this report",
+        violations=e.violations, scenario=e.scenario, scenario_path=e.scenario_path, timeline=e.timeline,
+        replay=e.replay,
+    )
+    short.simloop_report = report  # type: ignore[attr-defined]
+    return short
+
+
+def display_path(path: Path) -> Path:
+    """``path`` relative to the current folder when it is below it: shorter in reports and replay commands."""
+    try:
+        rel = Path(os.path.relpath(path))
+    except ValueError:  # another drive on Windows
+        return path
+    return rel if not str(rel).startswith("..") else path
+
+
+def _off_loop(fn: Callable[[], T]) -> T:
+    """Run ``fn`` here, or in a helper thread when an event loop runs in this thread (an async test).
+
+    A Sim runs async drives on its own virtual-time loop, which cannot start inside a running one.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return fn()
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed back to the test's thread as is
+            box["error"] = e
+
+    worker = threading.Thread(target=target, name="simloop-off-loop", daemon=True)
+    worker.start()
+    worker.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
+# -- reports -------------------------------------------------------------------------------------------------------
+
+
+def rerun_hint(options: TestOptions) -> str:
+    """How to re-run this one test with the same seed, as a command line or a note."""
+    nodeid = options.nodeid.replace("'", "'\\''")
+    if options.seed_origin == "marker":
+        return f"pytest '{nodeid}'  (its seed {options.seed} is set by @pytest.mark.simloop(seed=...))"
+    if options.seed_origin == "config":
+        return f"pytest '{nodeid}'  (its seed {options.seed} is set by the simloop_config fixture)"
+    return f"pytest '{nodeid}' --simloop-seed={options.session_seed}"
+
+
+def render_failure(e: InvariantViolation, *, seed: int, rerun: str = "", show_scenario: bool = True) -> str:
+    """The report section of a failure: violations, timeline, the (minimal) scenario, how to replay it."""
+    lines: list[str] = []
+    found = [str(v) for v in e.violations]
+    head = str(e).split("\n\n", 1)[0].splitlines()
+    other = [ln.strip() for ln in head[1:] if ln.strip() and ln.strip() not in found]
+    if found:
+        lines.append(f"violations ({len(found)}):")
+        lines += [f"  {v}" for v in found]
+    if other or not found:
+        lines.append("what went wrong:" if found else head[0] if head else "what went wrong:")
+        lines += [f"  {ln}" for ln in other]
+    if e.timeline:
+        lines += ["", "timeline of the failing run:", *(f"  {ln}" for ln in e.timeline.splitlines())]
+    if e.scenario is not None and show_scenario and isinstance(e.scenario, Scenario):
+        n = len(e.scenario.model)
+        where = f", written to {e.scenario_path}" if e.scenario_path else ""
+        lines += ["", f"minimal scenario ({n} repl{'y' if n == 1 else 'ies'}){where}:"]
+        lines += [f"  {ln}" for ln in e.scenario.to_yaml().rstrip().splitlines()]
+    elif e.scenario_path:
+        lines += ["", f"scenario: {e.scenario_path}"]
+    replay = e.replay or ""
+    if replay.startswith("simloop run ") and "--seed" not in replay and seed != 0:
+        replay += f" --seed {seed}"  # the run used this seed; the command line defaults to 0
+    lines.append("")
+    if replay:
+        lines.append(f"replay it:       {replay}")
+    if rerun:
+        lines.append(f"re-run the test: {rerun}")
+    return "\n".join(lines)
+
+
+def leftovers_message(leftovers: list[str], *, nodeid: str) -> str:
+    """The strict-mode failure: what was scripted and never used, and the two ways out."""
+    return "\n".join([
+        f"simloop (strict): {nodeid} left scripted behaviour unused:",
+        *(f"  {item}" for item in leftovers),
+        "The loop stopped before the scenario expected, or the scenario scripts more than this test needs.",
+        ("Trim the scenario, or opt out for this test with @pytest.mark.simloop(strict=False) "
+         "(or {'strict': False} in simloop_config)."),
+    ])
