@@ -199,6 +199,11 @@ def _make_datetime_types() -> None:
             clock = _threads.get(_get_ident())
             return REAL.date.today() if clock is None else clock._wall(None).date()
 
+        @classmethod
+        def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+            # pydantic (the SDK's models) may build a schema while we are patched: validate real dates
+            return handler(REAL.date)
+
     class datetime(_DatetimeBase, metaclass=DatetimeMeta):
         def __new__(cls, *args: Any, **kwargs: Any) -> _dt.datetime:  # type: ignore[misc]
             return REAL.datetime(*args, **kwargs)
@@ -211,6 +216,10 @@ def _make_datetime_types() -> None:
         @classmethod
         def today(cls) -> _dt.datetime:  # type: ignore[override]
             return cls.now()
+
+        @classmethod
+        def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+            return handler(REAL.datetime)
 
         @classmethod
         def utcnow(cls) -> _dt.datetime:  # type: ignore[override]

@@ -232,3 +232,24 @@ def test_a_sim_runs_once() -> None:
         sim.run(lambda sim: sync_loop(sim, sim.client))
         with pytest.raises(simloop.UsageError, match="a Sim runs one loop"):
             sim.run(lambda sim: sync_loop(sim, sim.client))
+
+
+def test_the_first_sdk_call_of_a_process_works_inside_a_sim() -> None:
+    """pydantic builds the SDK's schemas lazily; building them while the clock is patched must work.
+
+    Run in a fresh interpreter: in this one, earlier tests have already built them.
+    """
+    import subprocess
+    import sys
+
+    script = (
+        "import simloop\n"
+        "s = simloop.Scenario.model_validate({'model': [{'end_turn': 'hi'}]})\n"
+        "def drive(sim):\n"
+        "    r = sim.client.messages.create(model=sim.model, max_tokens=10, messages=[{'role': 'user', 'content': 'x'}])\n"
+        "    return ('final', r.content[0].text)\n"
+        "with simloop.Sim(s) as sim:\n"
+        "    print(sim.run(drive))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "Outcome(reason='final', text='hi', exception=None)", out.stdout + out.stderr
