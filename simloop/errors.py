@@ -46,7 +46,8 @@ class InvariantViolation(AssertionError):
 
     Attributes: ``violations`` (list of `simloop.Violation`), ``scenario`` (the
     minimal scenario, when known), ``scenario_path`` (where it was written),
-    ``timeline`` (the rendered run) and ``replay`` (the command that replays it).
+    ``timeline`` (the rendered run), ``replay`` (the command that replays it)
+    and ``transcript`` (the failing run's `simloop.Transcript`, for reports).
     """
 
     def __init__(
@@ -58,8 +59,10 @@ class InvariantViolation(AssertionError):
         scenario_path: str | None = None,
         timeline: str | None = None,
         replay: str | None = None,
+        transcript: Any = None,
     ) -> None:
         super().__init__(message)
+        self.transcript = transcript
         self.violations = violations
         self.scenario = scenario
         self.scenario_path = scenario_path

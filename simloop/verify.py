@@ -146,7 +146,7 @@ def replay(drive: Drive, path: str | Path, *, seed: int = 0, invariants: Iterabl
         lines += ["", "timeline:", timeline]
         raise InvariantViolation(
             "\n".join(lines), violations=unexpected, scenario=scenario, scenario_path=str(path), timeline=timeline,
-            replay=_replay_line(drive, str(path)),
+            replay=_replay_line(drive, str(path)), transcript=sim.transcript,
         )
     return report
 
@@ -193,7 +193,7 @@ def _violation(
         lines.append(f"or re-run the search: simloop.verify(..., seed={seed})")
     return InvariantViolation(
         "\n".join(lines), violations=report.violations, scenario=scenario, scenario_path=str(path),
-        timeline=timeline, replay=replay_line,
+        timeline=timeline, replay=replay_line, transcript=sim.transcript,
     )
 
 
