@@ -14,6 +14,7 @@ standard library only.
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
@@ -32,8 +33,8 @@ _OPTIONS = (
     ("seed", "N|last", ("the session seed: tests derive their seeds from it and their node ids (default: random, "
                         "printed in the header); 'last' reuses the previous run's")),
     ("max_examples", "N", "how many runs simloop.verify tries per test"),
-    ("profile", "|".join(PROFILE_CHOICES), ("Hypothesis settings for simloop.verify: dev (quick), ci (modest, "
-                                            "no example database), nightly (long fuzzing)")),
+    ("profile", "|".join(PROFILE_CHOICES), ("Hypothesis settings for simloop.verify: dev (50 runs a test), ci "
+                                            "(200, no example database), nightly (5000, long fuzzing)")),
     ("drive", "pkg.module:drive", "the default adapter; also turns the scenario files into tests"),
     ("scenarios", "DIR", ("the folder whose *.yaml scenario files become tests when a drive is set "
                           "(default: scenarios, relative to the rootdir)")),
@@ -113,7 +114,7 @@ def _session_seed(config: pytest.Config, cli: str | None, ini: str | None) -> tu
     if workerinput is not None and "simloop_seed" in workerinput:  # an xdist worker: the controller chose
         return int(workerinput["simloop_seed"]), bool(workerinput["simloop_seed_explicit"])
     raw, where = (cli, "--simloop-seed") if cli is not None else (ini, "the ini key simloop_seed")
-    cache = config.cache
+    cache = getattr(config, "cache", None)  # absent with -p no:cacheprovider
     if raw == "last":
         if cache is None:
             raise pytest.UsageError(
@@ -215,10 +216,10 @@ def simloop(request: pytest.FixtureRequest, simloop_config: dict[str, Any]) -> I
     from simloop.errors import UsageError
 
     try:
-        options = _options(request.node, request.node.nodeid, config=simloop_config)
+        options = _options(request.node, config=simloop_config)
     except UsageError as e:
         pytest.fail(str(e), pytrace=False)
-    fixture = SimloopFixture(options, rerun=rerun_hint(options))
+    fixture = SimloopFixture(options, rerun=rerun_hint(options, test_id=_typed_id(request.node)))
     request.node.stash[_FIXTURE] = fixture
     request.node.user_properties.append(("simloop_seed", options.seed))
     try:
@@ -227,7 +228,7 @@ def simloop(request: pytest.FixtureRequest, simloop_config: dict[str, Any]) -> I
         fixture.close()
 
 
-def _options(node: pytest.Item, nodeid: str, *, config: dict[str, Any]) -> TestOptions:
+def _options(node: pytest.Item, *, config: dict[str, Any]) -> TestOptions:
     from simloop._pytest_support import resolve_options
     from simloop.errors import UsageError
 
@@ -240,11 +241,21 @@ def _options(node: pytest.Item, nodeid: str, *, config: dict[str, Any]) -> TestO
     rootdir = node.config.rootpath
     search = [node.path.parent, rootdir, session.scenarios]
     return resolve_options(
-        nodeid=nodeid, session_seed=session.seed, session_seed_explicit=session.seed_explicit,
+        nodeid=node.nodeid, session_seed=session.seed, session_seed_explicit=session.seed_explicit,
         marker=marker, cli=session.cli, ini=session.ini, config=config,
         search=list(dict.fromkeys([*search, node.config.invocation_params.dir])),
         out_dir=rootdir / ".simloop" / "failures",
     )
+
+
+def _typed_id(item: pytest.Item) -> str:
+    """The node id as typed from the invocation folder (node ids are relative to the rootdir)."""
+    _, sep, rest = item.nodeid.partition("::")
+    try:
+        path = os.path.relpath(item.path, item.config.invocation_params.dir)
+    except ValueError:  # another drive on Windows
+        return item.nodeid
+    return path.replace(os.sep, "/") + sep + rest
 
 
 # -- reports -------------------------------------------------------------------------------------------------------------
@@ -336,10 +347,12 @@ class ScenarioItem(pytest.Item):
 
     def runtest(self) -> None:
         from simloop._pytest_support import display_path, load_drive, replay_file
+        from simloop.invariants import CATALOGUE
 
-        options = _options(self, self.nodeid, config={})
+        options = _options(self, config={})
         self.user_properties.append(("simloop_seed", options.seed))
-        self.stash[_STATS] = stats = {"seed": options.seed, "examples": 0, "replays": 1, "invariants": []}
+        stats = {"seed": options.seed, "examples": 0, "replays": 1, "invariants": list(CATALOGUE)}
+        self.stash[_STATS] = stats
         drive = load_drive(self.config.stash[_SESSION].drive, search=options.search)
         report = replay_file(drive, display_path(self.path), seed=options.seed)
         stats["invariants"] = list(report.checked)
@@ -350,10 +363,10 @@ class ScenarioItem(pytest.Item):
 
         error = excinfo.value
         if isinstance(error, InvariantViolation):
-            options = _options(self, self.nodeid, config={})
+            options = _options(self, config={})
             head = str(error).splitlines()[0]
-            return head + "\n\n" + render_failure(error, seed=options.seed, rerun=rerun_hint(options),
-                                                  show_scenario=False)
+            rerun = rerun_hint(options, test_id=_typed_id(self))
+            return head + "\n\n" + render_failure(error, seed=options.seed, rerun=rerun, show_scenario=False)
         if isinstance(error, UsageError):
             return f"simloop: {error}"
         return super().repr_failure(excinfo, style=style)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from simloop.errors import InvariantViolation, UsageError
+from simloop.invariants import CATALOGUE
 from simloop.scenario import Scenario, load_scenario
 from simloop.sim import Drive, ScenarioLike, Sim
 from simloop.timeline import render_timeline
@@ -287,7 +288,7 @@ def replay_file(drive: Drive, path: Path, *, seed: int) -> Report:
             f"replaying {path}: expected the loop to stop with reason {wanted!r} (the file's expect.reason), "
             f"it returned {got!r}",
             violations=[], scenario=scenario, scenario_path=str(path), timeline=timeline,
-            replay=_replay_command(drive, str(path)),
+            replay=_replay_command(drive, str(path)), transcript=report.transcript,
         )
     return report
 
@@ -361,7 +362,7 @@ class SimloopFixture:
         kw: dict[str, Any] = {**self.options.verify_defaults, "seed": self.seed, "out_dir": self._out_dir()}
         if self.options.profile is not None:
             base = profile_settings(self.options.profile)
-            kw["settings_"] = base
+            kw["settings"] = base
             kw["max_examples"] = base.max_examples
         if self.options.max_examples is not None:
             kw["max_examples"] = self.options.max_examples
@@ -369,6 +370,7 @@ class SimloopFixture:
         try:
             report = _off_loop(lambda: _verify(fn, **kw))
         except InvariantViolation as e:
+            self.checked.update(kw.get("invariants") or CATALOGUE)
             raise self._short(e, seed=int(kw["seed"]), shown="verify") from None
         self.examples += report.examples or 0
         self.checked.update(report.checked)
@@ -391,6 +393,8 @@ class SimloopFixture:
         try:
             report = _off_loop(lambda: _replay(fn, display_path(located), seed=run_seed, invariants=invariants))
         except InvariantViolation as e:
+            self.replays += 1
+            self.checked.update(invariants or CATALOGUE)
             raise self._short(e, seed=run_seed, shown="replay") from None
         self.replays += 1
         self.checked.update(report.checked)
@@ -452,7 +456,7 @@ def short_violation(e: InvariantViolation, report: str) -> InvariantViolation:
     short = InvariantViolation(
         f"simloop: {first}{more} -- see the 'simloop' section of this report",
         violations=e.violations, scenario=e.scenario, scenario_path=e.scenario_path, timeline=e.timeline,
-        replay=e.replay,
+        replay=e.replay, transcript=e.transcript,
     )
     short.simloop_report = report  # type: ignore[attr-defined]
     return short
@@ -495,14 +499,17 @@ def _off_loop(fn: Callable[[], T]) -> T:
 # -- reports -------------------------------------------------------------------------------------------------------
 
 
-def rerun_hint(options: TestOptions) -> str:
-    """How to re-run this one test with the same seed, as a command line or a note."""
-    nodeid = options.nodeid.replace("'", "'\\''")
+def rerun_hint(options: TestOptions, *, test_id: str | None = None) -> str:
+    """How to re-run this one test with the same seed, as a command line or a note.
+
+    ``test_id`` is the node id as typed from the invocation folder (the node id is relative to the rootdir).
+    """
+    quoted = (test_id or options.nodeid).replace("'", "'\\''")
     if options.seed_origin == "marker":
-        return f"pytest '{nodeid}'  (its seed {options.seed} is set by @pytest.mark.simloop(seed=...))"
+        return f"pytest '{quoted}'  (its seed {options.seed} is set by @pytest.mark.simloop(seed=...))"
     if options.seed_origin == "config":
-        return f"pytest '{nodeid}'  (its seed {options.seed} is set by the simloop_config fixture)"
-    return f"pytest '{nodeid}' --simloop-seed={options.session_seed}"
+        return f"pytest '{quoted}'  (its seed {options.seed} is set by the simloop_config fixture)"
+    return f"pytest '{quoted}' --simloop-seed={options.session_seed}"
 
 
 def render_failure(e: InvariantViolation, *, seed: int, rerun: str = "", show_scenario: bool = True) -> str:
@@ -514,9 +521,8 @@ def render_failure(e: InvariantViolation, *, seed: int, rerun: str = "", show_sc
     if found:
         lines.append(f"violations ({len(found)}):")
         lines += [f"  {v}" for v in found]
-    if other or not found:
-        lines.append("what went wrong:" if found else head[0] if head else "what went wrong:")
-        lines += [f"  {ln}" for ln in other]
+    if other:
+        lines += ["and:" if found else "what went wrong:", *(f"  {ln}" for ln in other)]
     if e.timeline:
         lines += ["", "timeline of the failing run:", *(f"  {ln}" for ln in e.timeline.splitlines())]
     if e.scenario is not None and show_scenario and isinstance(e.scenario, Scenario):
@@ -524,6 +530,8 @@ def render_failure(e: InvariantViolation, *, seed: int, rerun: str = "", show_sc
         where = f", written to {e.scenario_path}" if e.scenario_path else ""
         lines += ["", f"minimal scenario ({n} repl{'y' if n == 1 else 'ies'}){where}:"]
         lines += [f"  {ln}" for ln in e.scenario.to_yaml().rstrip().splitlines()]
+        if e.scenario_path:
+            lines.append("  (commit it under the scenarios folder and it runs as a regression test with --simloop-drive)")
     elif e.scenario_path:
         lines += ["", f"scenario: {e.scenario_path}"]
     replay = e.replay or ""

@@ -346,7 +346,7 @@ SECRET_RESPONSE_HEADERS = frozenset({
 })
 # Key-shaped strings, wherever they appear (a body, a custom header): Anthropic keys, and the generic
 # ``sk-`` + 20 characters of other providers.
-_KEY_PATTERN = re.compile(rb"sk-ant-[A-Za-z0-9_\-]{6,}|sk-[A-Za-z0-9_\-]{20,}")
+_KEY_PATTERN = re.compile(rb"(?<![A-Za-z0-9])(?:sk-ant-[A-Za-z0-9_\-]{6,}|sk-[A-Za-z0-9_\-]{20,})")
 _REDACTED = b"[REDACTED]"
 _ENV_SECRETS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY")
 
@@ -538,7 +538,7 @@ class CassetteSerializer:
 def _exact_json(body: Any) -> tuple[bool, Any]:
     """(True, parsed) when ``body`` is JSON that re-serialises compactly to the same bytes."""
     raw = body.encode("utf-8") if isinstance(body, str) else body
-    if not isinstance(raw, bytes) or not raw[:1] in (b"{", b"["):
+    if not isinstance(raw, bytes) or raw[:1] not in (b"{", b"["):
         return False, None
     try:
         parsed = json.loads(raw)
@@ -640,6 +640,12 @@ class Recording:
     notes: list[str] = field(default_factory=list)
     other: int = 0  # interactions that are not model calls (count_tokens, other hosts)
 
+    def with_kinds(self, kinds: Mapping[str, str]) -> Recording:
+        """The same recording, its tools' kinds set from ``kinds`` (name -> ``read``/``write``)."""
+        tools = [t.model_copy(update={"kind": kinds.get(t.name, t.kind)}) for t in self.scenario.tools]
+        scenario = Scenario.model_validate({**self.scenario.model_dump(), "tools": tools})
+        return Recording(self.source, self.calls, scenario, list(self.notes), self.other)
+
     def __repr__(self) -> str:
         return f"Recording({self.source!r}, {len(self.calls)} model calls)"
 
@@ -657,7 +663,7 @@ _WRITE_VERBS = frozenset({
 def guess_kind(name: str) -> str:
     """``write`` when the tool's name starts with a verb that changes the world (``send_email``), else ``read``."""
     first = re.split(r"[_\-\s.]|(?<=[a-z0-9])(?=[A-Z])", name, maxsplit=1)[0].lower()
-    return "write" if first in _WRITE_VERBS or first.rstrip("s") in _WRITE_VERBS else "read"
+    return "write" if first in _WRITE_VERBS else "read"
 
 
 def load_recording(
@@ -672,11 +678,11 @@ def load_recording(
     Raises:
         CassetteError: the file cannot be read, or a 200 answer is not a Message.
     """
-    if isinstance(source, Recording):
-        return source
     bad = {k: v for k, v in (kinds or {}).items() if v not in ("read", "write")}
     if bad:
         raise UsageError(f"kinds={bad!r}: a tool's kind is 'read' or 'write' (a completed write must never run twice)")
+    if isinstance(source, Recording):
+        return source.with_kinds(kinds) if kinds else source
     if isinstance(source, (str, os.PathLike)):
         label = os.fspath(source)
         interactions = load_cassette(source)
@@ -842,10 +848,15 @@ def _scenario(
     names = {t.name for t in tools}
     faults = [f for f in _tool_faults(calls) if f.tool in names]
     replies = [c.reply for c in calls if c.reply is not None]
-    stem = Path(label).name.removesuffix(".gz").removesuffix(".yaml").removesuffix(".yml") or "recording"
+    stem = _stem(label)
     return Scenario(
         name=name or stem, task=task, system=system, tools=tools, model=replies, then="fail", faults=faults,
     )
+
+
+def _stem(path: str | os.PathLike[str]) -> str:
+    """``test_x[claude-4.5]`` for ``…/test_x[claude-4.5].yaml.gz``."""
+    return Path(path).name.removesuffix(".gz").removesuffix(".yaml").removesuffix(".yml") or "recording"
 
 
 def _text_of(content: Any) -> str:
@@ -896,7 +907,7 @@ def _tools(
         except ValueError:
             skipped.append(name)
     if skipped:
-        notes.append(f"tools without a client input schema left out: {', '.join(skipped)} (server tools run at the API)")
+        notes.append(f"tools without an input schema left out: {', '.join(skipped)} (server tools, built-in client tools)")
     return specs
 
 
@@ -962,7 +973,7 @@ def convert(
     """
     recording = load_recording(source, kinds=kinds)
     src = Path(source)
-    target = Path(out) if out is not None else src.with_name(src.name.split(".")[0] + ".scenario.yaml")
+    target = Path(out) if out is not None else src.with_name(_stem(src) + ".scenario.yaml")
     header = [f"# Converted by simloop from the cassette {src.name} ({len(recording.calls)} model calls)."]
     header += [f"#   note: {line}" for line in recording.notes]
     header.append("# Replay it with simloop.replay(drive, this_file), or edit it into the test you want.")

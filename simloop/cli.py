@@ -1,141 +1,661 @@
-"""The ``simloop`` command: verify a loop, replay scenario files, show a transcript.
+"""The ``simloop`` command: verify a loop, replay scenario files, look at a run, serve the simulated API.
+
+::
+
+    simloop verify examples.correct_sync:drive --max-examples 200 --seed 0
+    simloop run scenarios/ --drive examples.correct_sync:drive --trace traces/
+    simloop show traces/stuck-search.jsonl
+    simloop report traces/stuck-search.jsonl -o report.html
+    simloop serve --scenario scenarios/outage.yaml --port 0
+    simloop convert recorded.yaml -o scenario.yaml
 
 Exit codes: 0 clean, 1 invariant violations, 2 usage errors (bad flags, a
-drive that cannot be imported, a malformed scenario file).
+drive that cannot be imported, a malformed scenario or transcript file).
+
+rich is imported only by the commands that print with it, and the
+simulator's modules by the commands that run it (``import simloop`` never
+imports rich or this module).
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
+import os
 import sys
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self
 
 import click
 
-__all__ = ["main"]
+from simloop.errors import UsageError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from simloop.sim import Sim
+    from simloop.transcript import Transcript
+
+__all__ = ["cli", "load_drive", "main"]
+
+_DRIVE_HELP = (
+    "package.module:function, the adapter that runs your loop in a Sim (importable from the current directory)"
+)
 
 
-def load_drive(spec: str) -> Any:
+def load_drive(spec: str) -> Callable[..., Any]:
     """``pkg.module:function`` -> the function (a `click.UsageError` naming what is wrong otherwise)."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise click.UsageError(f"--drive takes 'package.module:function', got {spec!r}")
+        raise click.UsageError(f"DRIVE takes 'package.module:function', got {spec!r}")
     if "" not in sys.path and "." not in sys.path:
         sys.path.insert(0, "")  # like `python -m`: the current directory's packages are importable
     try:
         target: Any = importlib.import_module(module_name)
+    except Exception as e:  # noqa: BLE001 - any failure to import the user's module is a usage error, said plainly
+        raise click.UsageError(f"cannot import {module_name!r} for drive {spec}: {type(e).__name__}: {e}") from None
+    try:
         for part in attr.split("."):
             target = getattr(target, part)
-    except ImportError as e:
-        raise click.UsageError(f"cannot import {module_name!r} for --drive {spec}: {e}") from None
     except AttributeError:
-        raise click.UsageError(f"module {module_name!r} has no {attr!r} (from --drive {spec})") from None
+        raise click.UsageError(f"module {module_name!r} has no {attr!r} (from drive {spec})") from None
     if not callable(target):
-        raise click.UsageError(f"--drive {spec} is not a function")
-    return target
+        raise click.UsageError(f"drive {spec} is {type(target).__name__}, not a function taking a Sim")
+    return target  # type: ignore[no-any-return]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _console(*, stderr: bool = False, width: int | None = None) -> Console:
+    """A rich console; 120 columns when not a terminal (or $COLUMNS), so logs and pipes get whole lines."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    if width is None and not stream.isatty():
+        width = int(os.environ.get("COLUMNS", "120") or 120)
+    return Console(file=stream, width=width, stderr=stderr)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="simloop")
 def cli() -> None:
-    """Test and simulate LLM agent loops against a simulated Anthropic API."""
+    """Test and simulate LLM agent loops against a simulated Anthropic Messages API.
+
+    Exit codes: 0 clean, 1 invariant violations, 2 usage errors.
+    """
+
+
+# -- verify ----------------------------------------------------------------------------------------------------------
+
+
+class _Counter:
+    """Wraps verify's drive to count runs for the progress display and keep the last run's Sim.
+
+    With a display, every finished run is checked until the first failure (cheap next to the run) so the
+    display can switch from "fuzzing" to "shrinking".  The last Sim is the failing run Hypothesis replays at
+    the end: its transcript is what ``--trace`` writes, until `InvariantViolation` carries it.
+    """
+
+    def __init__(
+        self, drive: Callable[..., Any], invariants: list[str] | None, on_run: Callable[[int, bool], None] | None
+    ) -> None:
+        self.drive = drive
+        self.invariants = invariants
+        self.on_run = on_run
+        self.runs = 0
+        self.first_failure: int | None = None
+        self.last: Sim | None = None
+
+    def wrapped(self) -> Callable[..., Any]:
+        import functools
+
+        if inspect.iscoroutinefunction(self.drive):
+
+            @functools.wraps(self.drive)
+            async def adrive(sim: Sim) -> Any:
+                self._started(sim)
+                return await self.drive(sim)
+
+            return adrive
+
+        @functools.wraps(self.drive)
+        def drive(sim: Sim) -> Any:
+            self._started(sim)
+            return self.drive(sim)
+
+        return drive
+
+    def _started(self, sim: Sim) -> None:
+        self.settle()
+        self.last = sim
+        self.runs += 1
+
+    def settle(self) -> None:
+        """Look at the previous run (its outcome is recorded by now) and tell the display."""
+        if self.last is None or self.on_run is None:
+            return
+        failed = False
+        if self.first_failure is None:
+            failed = not self.last.check(invariants=self.invariants).ok
+            if failed:
+                self.first_failure = self.runs
+        self.on_run(self.runs, failed)
 
 
 @cli.command()
 @click.argument("drive")
-@click.option("--max-examples", type=click.IntRange(min=1), default=200, show_default=True, help="Runs to try.")
-@click.option("--seed", type=int, default=None, help="Make the search deterministic.")
-@click.option("--max-steps", type=click.IntRange(min=1), default=None, help="The loop's declared step cap.")
-@click.option("--deadline", "deadline_s", type=float, default=None, help="The loop's declared deadline (seconds).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=".simloop/failures", show_default=True,
-              help="Where the minimal failing scenario is written.")
-def verify(drive: str, max_examples: int, seed: int | None, max_steps: int | None, deadline_s: float | None,
-           out_dir: str) -> None:
-    """Property-test the loop behind DRIVE (package.module:function)."""
+@click.option(
+    "--max-examples",
+    type=click.IntRange(min=1),
+    default=200,
+    show_default=True,
+    help="How many generated runs to try before shrinking.",
+)
+@click.option("--seed", type=int, default=None, help="Make the search deterministic (same runs, same order).")
+@click.option(
+    "--profile",
+    default=None,
+    metavar="NAME",
+    help="Start from this registered Hypothesis settings profile (e.g. 'ci').",
+)
+@click.option("--max-steps", type=click.IntRange(min=1), default=None, help="The step cap your loop declares.")
+@click.option(
+    "--deadline",
+    "deadline_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="The deadline your loop declares, in (virtual) seconds.",
+)
+@click.option(
+    "--max-total-tokens", type=click.IntRange(min=1), default=None, help="The token budget your loop declares."
+)
+@click.option(
+    "-i",
+    "--invariant",
+    "invariants",
+    multiple=True,
+    metavar="ID",
+    help="Check only this invariant (repeatable); default: all ten.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default=".simloop/failures",
+    show_default=True,
+    help="Where the minimal failing scenario is written.",
+)
+@click.option(
+    "--trace",
+    "trace",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the failing run's transcript (JSONL) here, for 'simloop show' and 'simloop report'.",
+)
+@click.option(
+    "--progress/--no-progress", default=None, help="Show a progress bar on stderr [default: when stderr is a terminal]."
+)
+def verify(
+    drive: str,
+    max_examples: int,
+    seed: int | None,
+    profile: str | None,
+    max_steps: int | None,
+    deadline_s: float | None,
+    max_total_tokens: int | None,
+    invariants: tuple[str, ...],
+    out_dir: str,
+    trace: str | None,
+    progress: bool | None,
+) -> int:
+    """Property-test the loop behind DRIVE under generated model, API, tool and timing behaviour.
+
+    DRIVE is package.module:function. Runs until a run breaks an invariant (then Hypothesis shrinks it to a
+    minimal scenario, written under --out, and the report shows its timeline and the command that replays
+    it) or until --max-examples runs held. Prints a summary table; exits 1 on violations, 0 when clean.
+
+    Example: simloop verify examples.correct_sync:drive --max-steps 10 --seed 0
+    """
     import simloop
     from simloop.verify import verify as run_verify
 
     fn = load_drive(drive)
-    limits = simloop.Limits(max_steps=max_steps, deadline_s=deadline_s)
+    limits = simloop.Limits(max_steps=max_steps, deadline_s=deadline_s, max_total_tokens=max_total_tokens)
+    base = _profile(profile)
+    checked = list(invariants) or None
+    show = progress if progress is not None else sys.stderr.isatty()
+    bar = _ProgressBar(max_examples, drive) if show else None
+    counter = _Counter(fn, checked, bar.update if bar else None)
+    started = time.monotonic()
+    failure: simloop.InvariantViolation | None = None
     try:
-        report = run_verify(fn, limits=limits, max_examples=max_examples, seed=seed, out_dir=out_dir)
+        with bar or _Null():
+            try:
+                report = run_verify(
+                    counter.wrapped(),
+                    limits=limits,
+                    max_examples=max_examples,
+                    seed=seed,
+                    invariants=checked,
+                    out_dir=out_dir,
+                    settings=base,
+                )
+            finally:
+                counter.settle()
     except simloop.InvariantViolation as e:
-        click.echo(str(e))
-        sys.exit(1)
-    click.echo(f"simloop: {report.examples} examples, {len(report.checked)} invariants checked, no violations")
+        failure = e
+    except UsageError as e:
+        raise click.UsageError(str(e)) from None
+    elapsed = time.monotonic() - started
+    ids = checked or list(simloop.invariants.CATALOGUE)
+    out = _console()
+    if failure is None:
+        _summary(out, ids, [], report.examples or counter.runs, elapsed)
+        out.print(f"[green]ok[/]: {report.examples} runs of {drive}, {len(ids)} invariants hold ({elapsed:.1f}s)")
+        return 0
+    click.echo(str(failure))
+    click.echo()
+    _summary(out, ids, failure.violations, counter.runs, elapsed)
+    if trace:
+        transcript = _failing_transcript(failure, counter)
+        if transcript is None:
+            click.echo("simloop: --trace: could not tell which run failed; no transcript written", err=True)
+        else:
+            click.echo(f"transcript of the failing run written to {transcript.write(trace)}")
+    broken = sorted({v.invariant for v in failure.violations})
+    out.print(f"[bold red]FAILED[/]: {', '.join(broken)} broken; {counter.runs} runs ({elapsed:.1f}s)")
+    return 1
+
+
+def _profile(name: str | None) -> Any:
+    if name is None:
+        return None
+    from hypothesis import settings
+    from hypothesis.errors import InvalidArgument
+
+    try:
+        return settings.get_profile(name)
+    except InvalidArgument:
+        known = ", ".join(sorted(settings._profiles))  # Hypothesis has no public list of profiles
+        raise click.UsageError(
+            f"--profile {name!r} is not a registered Hypothesis profile; registered: {known}"
+        ) from None
+
+
+def _failing_transcript(failure: Any, counter: _Counter) -> Transcript | None:
+    """The failing run's transcript: from the exception when it carries one, else the last run if it matches."""
+    carried = getattr(failure, "transcript", None)
+    if carried is not None:
+        return carried  # type: ignore[no-any-return]
+    sim = counter.last
+    if sim is None:
+        return None
+    found = [str(v) for v in sim.check(invariants=counter.invariants).violations]
+    return sim.transcript if found == [str(v) for v in failure.violations] else None
+
+
+def _summary(out: Console, ids: list[str], violations: Sequence[Any], runs: int, elapsed: float) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"simloop verify: {runs} runs in {elapsed:.1f}s", title_justify="left", show_edge=False)
+    table.add_column("invariant")
+    table.add_column("result")
+    table.add_column("violations", justify="right")
+    table.add_column("first at step", justify="right")
+    for inv in ids:
+        found = [v for v in violations if v.invariant == inv]
+        steps = [v.step for v in found if v.step is not None]
+        table.add_row(
+            inv,
+            "[bold red]VIOLATED[/]" if found else "[green]holds[/]",
+            str(len(found)) if found else "",
+            str(min(steps)) if steps else "",
+        )
+    out.print(table)
+
+
+class _Null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class _ProgressBar:
+    """A rich progress bar on stderr: runs out of --max-examples, then an open-ended count while shrinking."""
+
+    def __init__(self, total: int, drive: str) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=_console(stderr=True),
+            transient=False,
+        )
+        self.task = self.progress.add_task(f"fuzzing {drive}", total=total)
+        self.total = total
+        self.shrinking = False
+        self.lock = threading.Lock()
+
+    def update(self, runs: int, failed: bool) -> None:
+        with self.lock:
+            if failed:
+                self.shrinking = True
+                self.progress.update(self.task, description=f"shrinking the failure found at run {runs}")
+                for task in self.progress.tasks:  # open-ended from here: rich's update() reads total=None as "keep"
+                    if task.id == self.task:
+                        task.total = None
+            elif not self.shrinking and runs > self.total:  # Hypothesis may try a few more than asked
+                self.total = runs
+                self.progress.update(self.task, total=runs)
+            self.progress.update(self.task, completed=runs)
+
+    def __enter__(self) -> Self:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+
+# -- run -------------------------------------------------------------------------------------------------------------
 
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
-@click.option("--drive", "drive_spec", required=True, help="The adapter: package.module:function.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("-v", "--verbose", is_flag=True, help="Show the timeline of every failing file.")
-def run(paths: Sequence[str], drive_spec: str, seed: int, verbose: bool) -> None:
-    """Replay scenario files (or folders of them) through DRIVE, one line each."""
-    import simloop
-    from simloop.verify import replay
+@click.option("--drive", "drive_spec", required=True, metavar="DRIVE", help=_DRIVE_HELP + ".")
+@click.option("--seed", type=int, default=0, show_default=True, help="The seed of every run (ids, retry jitter).")
+@click.option(
+    "--trace",
+    "trace",
+    type=click.Path(),
+    default=None,
+    help="Write each run's transcript (JSONL): to this file for one scenario, else into this folder as NAME.jsonl.",
+)
+@click.option("-v", "--verbose", is_flag=True, help="Show the timeline of every failing run.")
+def run(paths: Sequence[str], drive_spec: str, seed: int, trace: str | None, verbose: bool) -> int:
+    """Replay scenario files (or folders of *.yaml) through DRIVE, one line each.
 
+    Each run is checked against every invariant and the file's expect: block (expected violations and
+    outcome reason). Exits 1 if any file fails, 2 if a file cannot be run (malformed, or the loop asked
+    for more replies than the file scripts), else 0.
+
+    Example: simloop run scenarios/ --drive examples.correct_sync:drive
+    """
     fn = load_drive(drive_spec)
     files = _scenario_files(paths)
-    failed = 0
+    if not files:
+        raise click.UsageError(f"no scenario files (*.yaml, *.yml, *.json) under {', '.join(paths)}")
+    trace_dir = Path(trace) if trace and (len(files) > 1 or Path(trace).is_dir()) else None
+    wide = max(len(str(p)) for p in files)
+    failed = errors = 0
     for path in files:
         try:
-            replay(fn, path, seed=seed)
-        except simloop.InvariantViolation as e:
-            failed += 1
-            ids = ", ".join(sorted({v.invariant for v in e.violations})) or "expectation"
-            click.echo(f"FAIL  {path}  {ids}")
-            for v in e.violations:
-                click.echo(f"        {v}")
-            if verbose and e.timeline:
-                click.echo("\n".join("        " + line for line in e.timeline.splitlines()))
-        except simloop.UsageError as e:
-            click.echo(f"ERROR {path}  {e}")
-            sys.exit(2)
-        else:
-            click.echo(f"ok    {path}")
-    click.echo(f"{len(files) - failed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+            transcript, problems, line = _run_one(fn, path, seed)
+        except UsageError as e:
+            errors += 1
+            click.echo(f"ERROR {path!s:<{wide}}  {e}")
+            continue
+        if trace:
+            transcript.write(trace_dir / f"{path.stem}.jsonl" if trace_dir else Path(trace))
+        if not problems:
+            click.echo(f"ok    {path!s:<{wide}}  {line}")
+            continue
+        failed += 1
+        ids = ", ".join(dict.fromkeys(p.split("]", 1)[0].lstrip("[") for p in problems))
+        click.echo(f"FAIL  {path!s:<{wide}}  {ids}")
+        for p in problems:
+            click.echo(f"        {p}")
+        if verbose:
+            from simloop.invariants import check
+            from simloop.report import print_timeline
+
+            print_timeline(transcript, check(transcript).violations, console=_console())
+    passed = len(files) - failed - errors
+    click.echo(f"{passed} passed, {failed} failed" + (f", {errors} error(s)" if errors else ""))
+    return 2 if errors else 1 if failed else 0
 
 
-@cli.command()
-@click.argument("path", type=click.Path(exists=True, dir_okay=False))
-def show(path: str) -> None:
-    """Show a transcript (.jsonl) as a timeline."""
-    from simloop.invariants import check
-    from simloop.timeline import render_timeline
-    from simloop.transcript import Transcript, TranscriptError
+def _run_one(drive: Callable[..., Any], path: Path, seed: int) -> tuple[Transcript, list[str], str]:
+    """Run one scenario file; returns the transcript, the problems (violations, unmet expectations) and a summary."""
+    from simloop.scenario import load_scenario
+    from simloop.sim import Sim
 
-    try:
-        transcript = Transcript.read(path)
-    except TranscriptError as e:
-        raise click.UsageError(str(e)) from None
-    click.echo(render_timeline(transcript, check(transcript).violations))
+    scenario = load_scenario(path)
+    with Sim(scenario, seed=seed) as sim:
+        outcome = sim.run(drive)
+    report = sim.check()
+    expect = scenario.expect
+    expected = set(expect.violations) if expect else set()
+    problems = [str(v) for v in report.violations if v.invariant not in expected]
+    missing = expected - {v.invariant for v in report.violations}
+    if missing:
+        problems.append(f"[expect] expected violation(s) did not happen: {', '.join(sorted(missing))}")
+    if expect and expect.reason is not None and outcome.reason != expect.reason:
+        problems.append(f"[expect] the loop stopped with reason {outcome.reason!r}; the file expects {expect.reason!r}")
+    t = sim.transcript
+    known = f", {len(report.violations)} expected violation(s)" if report.violations and not problems else ""
+    calls = t.model_calls
+    return (
+        t,
+        problems,
+        f"{outcome.reason}, {calls} model call{'' if calls == 1 else 's'}, {sim.clock.now():.3f}s virtual{known}",
+    )
 
 
 def _scenario_files(paths: Sequence[str]) -> list[Path]:
     out: list[Path] = []
     for p in map(Path, paths):
-        out.extend(sorted(p.rglob("*.yaml")) if p.is_dir() else [p])
+        if p.is_dir():
+            out.extend(sorted(f for f in p.rglob("*") if f.suffix in (".yaml", ".yml", ".json")))
+        else:
+            out.append(p)
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script; returns the exit code."""
+# -- show, report ----------------------------------------------------------------------------------------------------
+
+
+def _read(path: str) -> Transcript:
+    from simloop.transcript import Transcript, TranscriptError
+
     try:
-        cli.main(args=list(argv) if argv is not None else None, prog_name="simloop", standalone_mode=False)
+        return Transcript.read(path)
+    except TranscriptError as e:
+        raise click.UsageError(str(e)) from None
+
+
+@cli.command()
+@click.argument("trace", type=click.Path(exists=True, dir_okay=False))
+@click.option("--plain", is_flag=True, help="Print the stable plain-text timeline (as failure reports show it).")
+@click.option(
+    "--width",
+    type=click.IntRange(min=40),
+    default=None,
+    help="Columns to fit [default: the terminal's, or 120 when not a terminal].",
+)
+def show(trace: str, plain: bool, width: int | None) -> int:
+    """Show a transcript (.jsonl) as a timeline, one model call a line.
+
+    Per step: virtual time, input/output tokens with a bar for the input size, the reply kind, the tools
+    run and their outcome (ok, raised, slow, committed-then-lost...), SDK retries, and the violations
+    (re-checked from the transcript) marked where they happened.
+
+    Example: simloop show trace.jsonl
+    """
+    from simloop.invariants import check
+
+    transcript = _read(trace)
+    violations = check(transcript).violations
+    if plain:
+        from simloop.timeline import render_timeline
+
+        click.echo(render_timeline(transcript, violations, width=width or 100))
+        return 0
+    from simloop.report import print_timeline
+
+    print_timeline(transcript, violations, console=_console(width=width))
+    return 0
+
+
+@cli.command()
+@click.argument("trace", type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="The HTML file to write [default: TRACE with the suffix .html].",
+)
+def report(trace: str, output: str | None) -> int:
+    """Write a transcript (.jsonl) as one self-contained HTML page.
+
+    The page needs no network to view: the timeline, a per-step bar chart of input tokens, every request
+    and reply expandable, and the violations (re-checked from the transcript) with their evidence.
+
+    Example: simloop report trace.jsonl -o report.html
+    """
+    from simloop.invariants import check
+    from simloop.report import write_html
+
+    transcript = _read(trace)
+    violations = check(transcript).violations
+    path = write_html(transcript, output or Path(trace).with_suffix(".html"), violations)
+    click.echo(f"wrote {path}: {transcript.model_calls} model calls, {len(violations)} violation(s)")
+    return 0
+
+
+# -- serve, convert --------------------------------------------------------------------------------------------------
+
+
+def _wait_for_interrupt() -> None:
+    """Block until Ctrl-C (a seam the tests replace)."""
+    threading.Event().wait()
+
+
+@cli.command()
+@click.option(
+    "--scenario",
+    "scenario_path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="The scenario file whose simulated API to serve.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="The loopback address to bind.")
+@click.option(
+    "--port",
+    type=click.IntRange(min=0, max=65535),
+    default=0,
+    show_default=True,
+    help="The port to bind; 0 picks a free one.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="The seed of the run (ids, retry jitter).")
+@click.option(
+    "--trace",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="On stop, write the session's transcript (JSONL; times are real seconds) here.",
+)
+def serve(scenario_path: str, host: str, port: int, seed: int, trace: str | None) -> int:
+    """Serve a scenario's simulated Anthropic API on a loopback socket until Ctrl-C.
+
+    Prints the base URL alone on the first line of stdout, for loops in other processes or languages:
+    set ANTHROPIC_BASE_URL to it (any API key is accepted). The server answers at once (real time):
+    scripted latencies are reported in the x-envoy-upstream-service-time header, not waited out.
+
+    Example: simloop serve --scenario scenarios/outage.yaml --port 0
+    """
+    from simloop.scenario import load_scenario
+    from simloop.wire.loopback import serve as serve_loopback
+
+    scenario = load_scenario(scenario_path)
+    with serve_loopback(scenario, host=host, port=port, seed=seed) as server:
+        click.echo(server.base_url)
+        sys.stdout.flush()
+        click.echo(
+            f"simloop: serving scenario {scenario.name!r}; Ctrl-C stops\n  export ANTHROPIC_BASE_URL={server.base_url}",
+            err=True,
+        )
+        try:
+            _wait_for_interrupt()
+        except KeyboardInterrupt:
+            pass
+    transcript = server.transcript
+    requests = len(transcript.requests)
+    click.echo(f"simloop: stopped after {requests} request(s)", err=True)
+    for error in getattr(server, "errors", []):
+        click.echo(f"simloop: a request was answered with a simloop 500: {error}", err=True)
+    if trace:
+        click.echo(f"transcript written to {transcript.write(trace)}", err=True)
+    return 0
+
+
+@cli.command()
+@click.argument("cassette", type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the scenario file here [default: print it].",
+)
+@click.option(
+    "--kind",
+    "kinds",
+    multiple=True,
+    metavar="TOOL=read|write",
+    help="A tool's kind (repeatable); tools not named are guessed from their names.",
+)
+def convert(cassette: str, output: str | None, kinds: tuple[str, ...]) -> int:
+    """Convert a recorded VCR.py cassette of Anthropic traffic into a scenario file.
+
+    The recorded replies become the scenario's model script (with their latencies, usage and thinking),
+    the task is the first user message and the tools come from the first request, so the conversation
+    replays with no network and no API key.
+
+    Example: simloop convert tests/cassettes/refund.yaml -o scenarios/refund.yaml
+    """
+    from simloop import cassettes
+
+    kind_map: dict[str, str] = {}
+    for item in kinds:
+        name, sep, kind = item.partition("=")
+        if not sep or kind not in ("read", "write") or not name:
+            raise click.UsageError(f"--kind takes TOOL=read or TOOL=write, got {item!r}")
+        kind_map[name] = kind
+    if output:
+        path = cassettes.convert(cassette, output, kinds=kind_map or None)
+        click.echo(f"wrote {path}")
+    else:
+        click.echo(cassettes.to_scenario(cassette, kinds=kind_map or None).to_yaml(), nl=False)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit code (0 clean, 1 violations, 2 usage errors)."""
+    try:
+        rv = cli.main(args=list(argv) if argv is not None else None, prog_name="simloop", standalone_mode=False)
     except click.UsageError as e:
         e.show()
         return 2
+    except click.ClickException as e:
+        e.show()
+        return e.exit_code
     except click.exceptions.Exit as e:
         return int(e.exit_code)
     except click.Abort:
+        click.echo("simloop: aborted", err=True)
         return 1
-    except SystemExit as e:
-        return int(e.code or 0)
-    return 0
+    except UsageError as e:  # a simloop misuse raised outside a command's own handling: a fix-it message
+        click.echo(f"simloop: error: {e}", err=True)
+        return 2
+    return rv if isinstance(rv, int) else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -28,8 +28,9 @@ Draw = Callable[[st.SearchStrategy[Any]], Any]
 # Built once: a strategy is costly to build, and these are drawn on every request and tool execution.
 _GATE = st.integers(0, 9)
 _API_FAULTS = api_faults()
-_LATENCIES = latencies()
-_USAGES = usages()
+_SLOW = latencies(long_chance=5)
+_SHORT = latencies(max_s=3.0)
+_HEAVY = usages(chance=5)
 
 
 class GeneratedModel:
@@ -68,7 +69,9 @@ class GeneratedModel:
         self._tool_steps += 1
         if self.plan.persona == "stuck" and self._stuck is not None:
             return self._stuck  # the same reply forever: nothing new to draw (and to shrink)
-        reply = Reply(tool_use=self._calls(request), latency=self.draw(_LATENCIES), usage=self.draw(_USAGES))
+        latency = self.draw(_SLOW if self.plan.slow else _SHORT)
+        usage = self.draw(_HEAVY) if self.plan.heavy else None
+        reply = Reply(tool_use=self._calls(request), latency=latency, usage=usage)
         if self.plan.persona == "stuck":
             self._stuck = reply
         return reply

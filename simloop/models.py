@@ -14,9 +14,9 @@ features (`simloop.cassettes`, `simloop.strategies`) and follow the same protoco
 
 from __future__ import annotations
 
-import base64
 import json
 import random
+from binascii import b2a_base64
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Union, runtime_checkable
@@ -24,6 +24,7 @@ from typing import Any, Protocol, Union, runtime_checkable
 from simloop.errors import UsageError
 from simloop.scenario import MaxTokensBody, Reply, Scenario, ToolCall
 from simloop.wire.render import Turn
+from simloop.wire.validate import thinking_signature
 
 __all__ = [
     "FunctionModel",
@@ -34,6 +35,9 @@ __all__ = [
     "ScriptExhausted",
     "turn_from_reply",
 ]
+
+_ALTCHARS = bytes.maketrans(b"+/", b"01")  # what base64.b64encode(altchars=b"01") does, table built once
+
 
 class ScriptExhausted(BaseException):
     """The loop asked for more replies than the script holds (``then: fail``).
@@ -199,7 +203,7 @@ class Ids:
         # one draw, base64 with digits for '+' and '/': alphanumeric like the real ids, and cheap (hot path)
         size = 3 * -(-n // 4)  # a multiple of 3 bytes: no '=' padding
         raw = self.rng.getrandbits(8 * size).to_bytes(size, "big")
-        return prefix + base64.b64encode(raw, altchars=b"01").decode("ascii")[:n]
+        return prefix + b2a_base64(raw, newline=False).translate(_ALTCHARS).decode("ascii")[:n]
 
     def message(self) -> str:
         return self.make("msg_01", 22)
@@ -220,13 +224,15 @@ def turn_from_reply(reply: Reply, request: ModelRequest, ids: Ids) -> Turn:
     Token usage is not set here: the server computes it from the request size
     (and ``reply.usage`` overrides), as the real API reports it.
     """
-    from simloop.wire.validate import thinking_signature
+    return _turn(reply, reply.kind, request, ids)
 
+
+def _turn(reply: Reply, kind: str, request: ModelRequest, ids: Ids) -> Turn:
+    """`turn_from_reply` for a reply whose ``kind`` the caller already knows (the server's hot path)."""
     content: list[dict[str, Any]] = []
     if request.thinking:
         thought = reply.thinking if reply.thinking is not None else "Let me work out the next step."
         content.append({"type": "thinking", "thinking": thought, "signature": thinking_signature(thought)})
-    kind = reply.kind
     stop_sequence: str | None = None
     stop_details: dict[str, Any] | None = None
     if kind == "end_turn":

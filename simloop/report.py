@@ -27,6 +27,7 @@ import html
 import io
 import json
 import math
+import textwrap
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -43,17 +44,31 @@ __all__ = ["bar", "print_timeline", "render_html", "timeline_table", "timeline_t
 
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 _KIND_STYLE = {
-    "end_turn": "green", "stop_sequence": "green", "tool_use": "blue", "max_tokens": "yellow",
-    "refusal": "magenta", "pause_turn": "cyan",
+    "end_turn": "green",
+    "stop_sequence": "green",
+    "tool_use": "blue",
+    "max_tokens": "yellow",
+    "refusal": "magenta",
+    "pause_turn": "cyan",
 }
 _OUTCOME_STYLE = {
-    "ok": "green", "slow": "yellow", "huge": "yellow", "raised": "red", "timeout": "red",
-    "committed-then-lost": "bold magenta", "cancelled": "dim", "running": "bold red",
+    "ok": "green",
+    "slow": "yellow",
+    "huge": "yellow",
+    "raised": "red",
+    "timeout": "red",
+    "committed-then-lost": "bold magenta",
+    "cancelled": "dim",
+    "running": "bold red",
 }
 _CLIP = 2000  # characters of one JSON string shown in the HTML report before it is cut
+_HINT = (
+    '<p class="hint">Each bar is one model call; it grows as the history is re-sent. Red: a violation at '
+    "that step; grey: no reply arrived. Click a bar to open that step.</p>\n"
+)
 
 
-# -- terminal (rich) -----------------------------------------------------------------------------------------------
+# -- terminal (rich) -------------------------------------------------------------------------------------------------
 
 
 def bar(value: int, top: int, width: int = 12) -> str:
@@ -75,19 +90,25 @@ def timeline_table(
 
     rows = steps(transcript, violations)
     top = max((s.input_tokens for s in rows), default=0)
-    bw = bar_width if bar_width is not None else (12 if width >= 110 else 8 if width >= 95 else 5)
-    cells = []
+    bw = bar_width if bar_width is not None else (12 if width >= 120 else 8 if width >= 95 else 5)
+    cells: list[tuple[Step, list[str]]] = []
     for s in rows:
         retries = f"{s.retries} ({_errors(s)})" if s.retries else _errors(s)
         marks = "◀ " + ", ".join(dict.fromkeys(s.marks)) if s.marks else ""
-        cells.append((s, str(s.call), f"{s.t:.3f}s", f"{s.input_tokens:,}", f"{s.output_tokens:,}", retries, marks))
+        cells.append((s, [str(s.call), f"{s.t:.3f}s", f"{s.input_tokens:,}", f"{s.output_tokens:,}", retries, marks]))
     heads = ("step", "time", "in", "out", "retries", "")
-    sizes = [max([len(h), *(len(c[i]) for c in cells)]) for i, h in enumerate(heads, start=1)]
+    sizes = [max([len(h), *(len(c[1][i]) for c in cells)]) for i, h in enumerate(heads)]
     # the numbers, the bar and the marks never shrink; the reply and tools columns share what is left
     rest = width - sum(sizes) - bw - 1 - 3 * 7
     reply_nat = max([5, *(len(_reply_text(s)) for s in rows)])
-    tools_nat = max([5, *(len(_tool_text(r)) for s in rows for r in s.runs)])
-    tools_w = tools_nat if reply_nat + tools_nat <= rest else max(10, min(tools_nat, max(rest * 3 // 5, rest - reply_nat)))
+    room = 18  # characters of a tool's arguments; none when space is short, so its outcome stays in view
+
+    def tools_nat() -> int:
+        return max([5, *(len(_tool_text(r, room)) for s in rows for r in s.runs)])
+
+    while room and tools_nat() + min(reply_nat, 16) > rest:
+        room = max(0, room - 6)
+    tools_w = min(tools_nat(), max(10, rest - 8))  # the tools' outcomes matter more than the reply's summary
     reply_w = max(8, min(reply_nat, rest - tools_w))
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
     table.add_column("step", justify="right", no_wrap=True)
@@ -98,8 +119,8 @@ def timeline_table(
     table.add_column("tools", no_wrap=True, overflow="ellipsis", max_width=tools_w)
     table.add_column("retries", no_wrap=True, style="yellow")
     table.add_column("", no_wrap=True, style="bold red")
-    for s, call, t, tin, tout, retries, marks in cells:
-        tools = Text("\n").join(_tool_text(r) for r in s.runs) if s.runs else Text("")
+    for s, (call, t, tin, tout, retries, marks) in cells:
+        tools = Text("\n").join(_tool_text(r, room) for r in s.runs) if s.runs else Text("")
         tokens = Text.assemble(
             f"{tin:>{sizes[2]}} ", (bar(s.input_tokens, top, bw).ljust(bw), "red" if s.marks else "cyan")
         )
@@ -110,7 +131,6 @@ def timeline_table(
 def print_timeline(transcript: Transcript, violations: Sequence[Any] = (), *, console: Console | None = None) -> None:
     """Print the header, the timeline table, the outcome and the violations to ``console`` (stdout by default)."""
     from rich.console import Console
-    from rich.padding import Padding
     from rich.text import Text
 
     out = console or Console()
@@ -128,8 +148,10 @@ def print_timeline(transcript: Transcript, violations: Sequence[Any] = (), *, co
     if violations:
         out.print(Text(f"{len(violations)} violation(s):", style="bold red"))
         for v in violations:
-            line = Text.assemble((f"[{v.invariant}]", "bold red"), " ", str(v).split("] ", 1)[-1])
-            out.print(Padding(line, (0, 0, 0, 2)))
+            lines = textwrap.wrap(str(v), width=max(40, out.width - 2), subsequent_indent="  ")
+            for i, line in enumerate(lines):
+                head, _, tail = line.partition("] ") if i == 0 else ("", "", line)
+                out.print(Text.assemble("  ", (head + "]" if i == 0 else "", "bold red"), " " if i == 0 else "", tail))
     else:
         out.print(Text("no violations", style="green"))
 
@@ -151,13 +173,26 @@ def _reply_text(s: Step) -> Any:
     return Text.assemble((s.kind, _KIND_STYLE.get(s.kind, "")), " ", (_reply_summary(s), "dim"))
 
 
-def _tool_text(r: ToolRun) -> Any:
+def _tool_text(r: ToolRun, room: int = 18) -> Any:
     from rich.text import Text
 
     took = f" {r.took:.1f}s" if r.took >= 0.05 else ""
     return Text.assemble(
-        r.tool, " ", (r.outcome, _OUTCOME_STYLE.get(r.outcome, "")), took, ("" if r.matched else " (unasked)", "red")
+        _call(r, room),
+        " ",
+        (r.outcome, _OUTCOME_STYLE.get(r.outcome, "")),
+        took,
+        ("" if r.matched else " (unasked)", "red"),
     )
+
+
+def _call(r: ToolRun, room: int = 18) -> str:
+    """``tool(args)`` with the arguments cut to ``room`` characters, so the outcome after it stays in view."""
+    if isinstance(r.input, dict):
+        args = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in r.input.items())
+    else:
+        args = json.dumps(r.input, ensure_ascii=False)
+    return f"{r.tool}({args if len(args) <= room else args[: max(0, room - 1)] + '…'})"
 
 
 def _errors(s: Step) -> str:
@@ -175,7 +210,7 @@ def _reply_summary(s: Step) -> str:
     return json.dumps(text[:40], ensure_ascii=False) if text else ""
 
 
-# -- HTML ----------------------------------------------------------------------------------------------------------
+# -- HTML ------------------------------------------------------------------------------------------------------------
 
 
 def write_html(transcript: Transcript, path: str | Path, violations: Sequence[Any] | None = None) -> Path:
@@ -199,14 +234,13 @@ def render_html(transcript: Transcript, violations: Sequence[Any] = (), *, title
     h = transcript.header
     name = title or f"simloop report: {h.scenario}"
     parts = [
-        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n",
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n",
+        '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n',
         f"<title>{_e(name)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n",
         _summary(transcript, rows, violations),
         _violations(violations),
-        "<section id=\"chart-section\">\n<h2>Input tokens per step</h2>\n",
-        "<p class=\"hint\">Each bar is one model call; it grows as the history is re-sent. Red: a violation at "
-        "that step; grey: no reply arrived. Click a bar to open that step.</p>\n",
+        '<section id="chart-section">\n<h2>Input tokens per step</h2>\n',
+        _HINT,
         _chart(rows),
         "</section>\n",
         _timeline(rows),
@@ -235,44 +269,54 @@ def _summary(t: Transcript, rows: list[Step], violations: Sequence[Any]) -> str:
         facts.append(("halted", f"at {t.halt.t:.3f}s: {t.halt.detail}"))
     ids = list(dict.fromkeys(v.invariant for v in violations))
     verdict = (
-        f"<p class=\"verdict bad\">{len(violations)} violation(s) of {_e(', '.join(ids))}</p>" if violations
-        else "<p class=\"verdict good\">every checked invariant holds</p>"
+        f'<p class="verdict bad">{len(violations)} violation(s) of {_e(", ".join(ids))}</p>'
+        if violations
+        else '<p class="verdict good">every checked invariant holds</p>'
     )
     items = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in facts)
-    return f"<header>\n<h1>simloop run <code>{_e(h.scenario)}</code></h1>\n{verdict}\n<dl class=\"facts\">{items}</dl>\n</header>\n"
+    title = f"<h1>simloop run <code>{_e(h.scenario)}</code></h1>"
+    return f'<header>\n{title}\n{verdict}\n<dl class="facts">{items}</dl>\n</header>\n'
 
 
 def _violations(violations: Sequence[Any]) -> str:
     if not violations:
-        return "<section id=\"violations\" class=\"empty\">\n<h2>Violations</h2>\n<p>None.</p>\n</section>\n"
+        return '<section id="violations" class="empty">\n<h2>Violations</h2>\n<p>None.</p>\n</section>\n'
     items = []
     for i, v in enumerate(violations, start=1):
-        where = f" at <a href=\"#step-{v.step}\">step {v.step}</a>" if v.step is not None else ""
+        where = f' at <a href="#step-{v.step}">step {v.step}</a>' if v.step is not None else ""
         evidence = "".join(
-            f"<dt>{_e(k)}</dt><dd><code>{_e(x if isinstance(x, str) else json.dumps(x, ensure_ascii=False))}</code></dd>"
+            f"<dt>{_e(k)}</dt><dd><code>{_e(x if isinstance(x, str) else json.dumps(x, ensure_ascii=False))}"
+            "</code></dd>"
             for k, x in (v.evidence or {}).items()
         )
         items.append(
-            f"<li class=\"violation\" id=\"violation-{i}\" data-invariant=\"{_e(v.invariant)}\" "
-            f"data-step=\"{_e('' if v.step is None else v.step)}\"><span class=\"inv\">{_e(v.invariant)}</span>{where}: "
-            f"{_e(v.message)}" + (f"<dl class=\"evidence\">{evidence}</dl>" if evidence else "") + "</li>\n"
+            f'<li class="violation" id="violation-{i}" data-invariant="{_e(v.invariant)}" '
+            f'data-step="{_e("" if v.step is None else v.step)}"><span class="inv">{_e(v.invariant)}</span>{where}: '
+            f"{_e(v.message)}" + (f'<dl class="evidence">{evidence}</dl>' if evidence else "") + "</li>\n"
         )
-    return f"<section id=\"violations\">\n<h2>Violations ({len(violations)})</h2>\n<ol>\n{''.join(items)}</ol>\n</section>\n"
+    return (
+        f'<section id="violations">\n<h2>Violations ({len(violations)})</h2>\n<ol>\n{"".join(items)}</ol>\n</section>\n'
+    )
 
 
 def _chart(rows: list[Step]) -> str:
     width, height, left, right, top_m, bottom = 920, 240, 64, 12, 14, 30
     plot_w, plot_h = width - left - right, height - top_m - bottom
-    out = [f"<svg id=\"chart\" role=\"img\" viewBox=\"0 0 {width} {height}\" width=\"100%\" "
-           f"xmlns=\"http://www.w3.org/2000/svg\"><title>input tokens per step</title>"]
+    svg = (
+        f'<svg id="chart" role="img" viewBox="0 0 {width} {height}" width="100%" '
+        'xmlns="http://www.w3.org/2000/svg"><title>input tokens per step</title>'
+    )
+    out = [svg]
     if not rows:
-        out.append(f"<text x=\"{width / 2}\" y=\"{height / 2}\" text-anchor=\"middle\">no model calls</text></svg>\n")
+        out.append(f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle">no model calls</text></svg>\n')
         return "".join(out)
     top = max(max(s.input_tokens for s in rows), 1)
     for frac in (0.0, 0.5, 1.0):
         y = top_m + plot_h * (1 - frac)
-        out.append(f"<line class=\"grid\" x1=\"{left}\" x2=\"{width - right}\" y1=\"{y:.1f}\" y2=\"{y:.1f}\"/>"
-                   f"<text class=\"axis\" x=\"{left - 6}\" y=\"{y + 4:.1f}\" text-anchor=\"end\">{round(top * frac):,}</text>")
+        out.append(
+            f'<line class="grid" x1="{left}" x2="{width - right}" y1="{y:.1f}" y2="{y:.1f}"/>'
+            f'<text class="axis" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{round(top * frac):,}</text>'
+        )
     slot = plot_w / len(rows)
     bw = max(1.0, slot * 0.72)
     every = max(1, math.ceil(len(rows) / 20))
@@ -283,48 +327,59 @@ def _chart(rows: list[Step]) -> str:
         tip = f"step {s.call}: {s.input_tokens:,} input tokens, {s.output_tokens:,} output; {s.kind or 'no reply'}"
         if s.violations:
             tip += "; violates " + ", ".join(dict.fromkeys(v.invariant for v in s.violations))
-        out.append(f"<a href=\"#step-{s.call}\"><rect class=\"{cls}\" id=\"bar-{s.call}\" data-step=\"{s.call}\" "
-                   f"data-input-tokens=\"{s.input_tokens}\" x=\"{x:.1f}\" y=\"{top_m + plot_h - bh:.1f}\" "
-                   f"width=\"{bw:.1f}\" height=\"{bh:.1f}\"><title>{_e(tip)}</title></rect></a>")
+        out.append(
+            f'<a href="#step-{s.call}"><rect class="{cls}" id="bar-{s.call}" data-step="{s.call}" '
+            f'data-input-tokens="{s.input_tokens}" x="{x:.1f}" y="{top_m + plot_h - bh:.1f}" '
+            f'width="{bw:.1f}" height="{bh:.1f}"><title>{_e(tip)}</title></rect></a>'
+        )
         if i % every == 0 or i == len(rows) - 1:
-            out.append(f"<text class=\"axis\" x=\"{x + bw / 2:.1f}\" y=\"{height - bottom + 16}\" "
-                       f"text-anchor=\"middle\">{s.call}</text>")
-    out.append(f"<text class=\"axis\" x=\"{left + plot_w / 2}\" y=\"{height - 2}\" text-anchor=\"middle\">step</text>")
+            out.append(
+                f'<text class="axis" x="{x + bw / 2:.1f}" y="{height - bottom + 16}" '
+                f'text-anchor="middle">{s.call}</text>'
+            )
+    out.append(f'<text class="axis" x="{left + plot_w / 2}" y="{height - 2}" text-anchor="middle">step</text>')
     out.append("</svg>\n")
     return "".join(out)
 
 
 def _timeline(rows: list[Step]) -> str:
     top = max((s.input_tokens for s in rows), default=0) or 1
-    head = "".join(f"<th>{c}</th>" for c in ("step", "time", "input tokens", "out", "reply", "tools", "retries", "violations"))
+    head = "".join(
+        f"<th>{c}</th>" for c in ("step", "time", "input tokens", "out", "reply", "tools", "retries", "violations")
+    )
     body = []
     prev: Request | None = None
     for s in rows:
         tools = "".join(
-            f"<div class=\"tool {_e(r.outcome)}\">{_e(r.tool)} <b>{_e(r.outcome)}</b>"
-            + (f" {r.took:.1f}s" if r.took >= 0.05 else "") + ("" if r.matched else " <i>(unasked)</i>") + "</div>"
+            f'<div class="tool {_e(r.outcome)}">{_e(_call(r, 40))} <b>{_e(r.outcome)}</b>'
+            + (f" {r.took:.1f}s" if r.took >= 0.05 else "")
+            + ("" if r.matched else " <i>(unasked)</i>")
+            + "</div>"
             for r in s.runs
         )
         retries = (f"{s.retries} " if s.retries else "") + (f"({_e(_errors(s))})" if s.attempts else "")
-        marks = "".join(f"<span class=\"mark\">{_e(m)}</span>" for m in dict.fromkeys(s.marks))
-        kind = f"<span class=\"kind {_e(s.kind)}\">{_e(s.kind)}</span> {_e(_reply_summary(s))}" if s.kind else \
-            "<span class=\"kind none\">no reply</span>"
+        marks = "".join(f'<span class="mark">{_e(m)}</span>' for m in dict.fromkeys(s.marks))
+        kind = (
+            f'<span class="kind {_e(s.kind)}">{_e(s.kind)}</span> {_e(_reply_summary(s))}'
+            if s.kind
+            else '<span class="kind none">no reply</span>'
+        )
         pct = 100 * s.input_tokens / top
         body.append(
-            f"<tr id=\"step-{s.call}\" class=\"step{' violated' if s.marks else ''}\" data-step=\"{s.call}\">"
-            f"<td>{s.call}</td><td>{s.t:.3f}s</td><td class=\"num\">{s.input_tokens:,}"
-            f"<div class=\"inbar\" style=\"width:{pct:.1f}%\"></div></td><td class=\"num\">{s.output_tokens:,}</td>"
-            f"<td>{kind}</td><td>{tools}</td><td>{retries}</td><td>{marks}</td></tr>\n"
-            f"<tr class=\"detail\"><td colspan=\"8\"><details class=\"exchange\" id=\"detail-{s.call}\">"
+            f'<tr id="step-{s.call}" class="step{" violated" if s.marks else ""}" data-step="{s.call}">'
+            f'<td>{s.call}</td><td>{s.t:.3f}s</td><td class="num">{s.input_tokens:,}'
+            f'<div class="inbar" style="width:{pct:.1f}%"></div></td><td class="num">{s.output_tokens:,}</td>'
+            f"<td>{kind}</td><td>{tools}</td><td class=\"retries\">{retries}</td><td>{marks}</td></tr>\n"
+            f'<tr class="detail"><td colspan="8"><details class="exchange" id="detail-{s.call}">'
             f"<summary>request{'s' if len(s.requests) > 1 else ''} and repl{'ies' if len(s.requests) > 1 else 'y'}"
             f"{f' ({len(s.requests)} attempts)' if len(s.requests) > 1 else ''}"
             f"{f', {len(s.runs)} tool run(s)' if s.runs else ''}</summary>\n{_exchange(s, prev)}</details></td></tr>\n"
         )
         prev = s.requests[-1] if s.requests else prev
     return (
-        "<section id=\"timeline-section\">\n<h2>Timeline</h2>\n<p class=\"controls\"><button type=\"button\" "
-        "id=\"expand-all\">expand all</button> <button type=\"button\" id=\"collapse-all\">collapse all</button></p>\n"
-        f"<table id=\"timeline\"><thead><tr>{head}</tr></thead>\n<tbody>\n{''.join(body)}</tbody></table>\n</section>\n"
+        '<section id="timeline-section">\n<h2>Timeline</h2>\n<p class="controls"><button type="button" '
+        'id="expand-all">expand all</button> <button type="button" id="collapse-all">collapse all</button></p>\n'
+        f'<table id="timeline"><thead><tr>{head}</tr></thead>\n<tbody>\n{"".join(body)}</tbody></table>\n</section>\n'
     )
 
 
@@ -336,19 +391,20 @@ def _exchange(s: Step, prev: Request | None) -> str:
         out.append(
             f"<h4>request #{req.index} · attempt {req.attempt + 1} · t={req.t:.3f}s · "
             f"{'stream' if req.stream else 'json'} · {req.input_tokens:,} input tokens</h4>\n"
-            + (f"<p class=\"note\">{_e(note)}</p>" if note else "") + f"<pre class=\"json\">{_json(body)}</pre>\n"
+            + (f'<p class="note">{_e(note)}</p>' if note else "")
+            + f'<pre class="json">{_json(body)}</pre>\n'
         )
         out.append(_response(answers.get(req.index)))
         prev = req
     if s.runs:
         rows = "".join(
-            f"<tr class=\"{_e(r.outcome)}\"><td>{r.exec}</td><td>{_e(r.tool)} ({_e(r.kind)})</td><td>{_e(r.outcome)}</td>"
+            f'<tr class="{_e(r.outcome)}"><td>{r.exec}</td><td>{_e(r.tool)} ({_e(r.kind)})</td><td>{_e(r.outcome)}</td>'
             f"<td>{r.t:.3f}s</td><td><pre>{_json(r.input)}</pre></td>"
             f"<td><pre>{_e(_clip(r.error or r.result or ''))}</pre></td></tr>"
             for r in s.runs
         )
         out.append(
-            "<h4>tool executions</h4>\n<table class=\"runs\"><thead><tr><th>exec</th><th>tool</th><th>outcome</th>"
+            '<h4>tool executions</h4>\n<table class="runs"><thead><tr><th>exec</th><th>tool</th><th>outcome</th>'
             f"<th>start</th><th>input</th><th>result / error</th></tr></thead><tbody>{rows}</tbody></table>\n"
         )
     return "".join(out)
@@ -378,13 +434,13 @@ def _shown_body(req: Request, prev: Request | None) -> tuple[Any, str]:
 
 def _response(r: Response | None) -> str:
     if r is None:
-        return "<h4 class=\"reply none\">no response recorded</h4>\n"
+        return '<h4 class="reply none">no response recorded</h4>\n'
     label = f"reply · {r.status} {r.kind}" + (f" · {r.fault}" if r.fault else "") + f" · t={r.t:.3f}s"
     if r.latency:
         label += f" · took {r.latency:.3f}s"
     payload = r.message if r.message is not None else (r.rejection if r.rejection is not None else r.error)
     cls = "ok" if r.status == 200 else "bad"
-    return f"<h4 class=\"reply {cls}\">{_e(label)}</h4>\n<pre class=\"json\">{_json(payload)}</pre>\n"
+    return f'<h4 class="reply {cls}">{_e(label)}</h4>\n<pre class="json">{_json(payload)}</pre>\n'
 
 
 def _json(value: Any) -> str:
@@ -413,7 +469,8 @@ _CSS = """
 *{box-sizing:border-box}
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;color:var(--fg);background:var(--bg);margin:0 auto;
 max-width:1200px;padding:18px 24px 60px}
-h1{font-size:22px;margin:0 0 6px}h2{font-size:17px;margin:26px 0 8px;border-bottom:1px solid var(--line);padding-bottom:4px}
+h1{font-size:22px;margin:0 0 6px}
+h2{font-size:17px;margin:26px 0 8px;border-bottom:1px solid var(--line);padding-bottom:4px}
 h4{font-size:13px;margin:12px 0 4px;color:var(--muted)}
 code,pre{font-family:ui-monospace,"SFMono-Regular",Menlo,Consolas,monospace;font-size:12px}
 pre{background:var(--panel);border:1px solid var(--line);border-radius:4px;padding:8px;overflow:auto;max-height:420px;
@@ -432,10 +489,11 @@ dl.evidence dt{color:var(--muted)}dl.evidence dd{margin:0}
 #chart .bar{fill:var(--bar)}#chart .bar.noreply{fill:var(--muted)}#chart .bar.violated{fill:var(--bad)}
 #chart a:hover .bar{opacity:.75}#chart .grid{stroke:var(--line)}#chart .axis{fill:var(--muted);font-size:11px}
 table#timeline{border-collapse:collapse;width:100%}
-#timeline th{text-align:left;color:var(--muted);font-weight:600;border-bottom:2px solid var(--line);padding:4px 8px}
+#timeline th{white-space:nowrap;text-align:left;color:var(--muted);font-weight:600;border-bottom:2px solid var(--line);padding:4px 8px}
 #timeline td{padding:4px 8px;vertical-align:top}
 #timeline tr.step td{border-top:1px solid var(--line)}#timeline tr.step.violated{background:rgba(200,50,60,.08)}
 #timeline tr.flash{outline:2px solid var(--bar)}
+#timeline td.retries{white-space:nowrap}
 #timeline td.num{text-align:right;white-space:nowrap;min-width:90px}
 .inbar{height:4px;background:var(--bar);margin-top:2px;border-radius:2px;margin-left:auto}
 tr.violated .inbar{background:var(--bad)}
@@ -449,7 +507,8 @@ tr.detail td{padding-top:0}details.exchange summary{cursor:pointer;color:var(--m
 .reply.bad{color:var(--bad)}.note{color:var(--muted);font-size:12px;margin:0 0 3px}
 table.runs{border-collapse:collapse;width:100%;font-size:12px}table.runs td,table.runs th{border:1px solid var(--line);
 padding:3px 6px;vertical-align:top;text-align:left}table.runs pre{max-height:160px;border:0;padding:0;background:none}
-button{font:inherit;font-size:12px;padding:2px 10px;border:1px solid var(--line);border-radius:4px;background:var(--panel);
+button{font:inherit;font-size:12px;padding:2px 10px;border:1px solid var(--line);border-radius:4px;
+background:var(--panel);
 color:var(--fg);cursor:pointer}
 """
 

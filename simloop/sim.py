@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import inspect
 import random
 import threading
@@ -82,11 +83,11 @@ class Sim:
         self.seed = int(seed)
         self.limits: Limits = self.scenario.limits
         self.policy: ModelPolicy = model if model is not None else Script.from_scenario(self.scenario)
-        self.budget = budget or _default_budget(self.limits)
         deadline = self.limits.deadline_s
-        self.max_virtual_s = max_virtual_s or max(6 * 3600.0, 10 * deadline if deadline else 0.0)
-        self.clock = VirtualClock(end=self.max_virtual_s)
+        max_virtual_s = max_virtual_s or max(6 * 3600.0, 10 * deadline if deadline else 0.0)
+        self.clock = VirtualClock(end=max_virtual_s)
         self.watchdog = Watchdog(seconds=watchdog_s)
+        self._guard = _Guard(self.clock, self.watchdog, budget or _default_budget(self.limits), max_virtual_s)
         self.transcript = Transcript(
             header=Header(
                 scenario=self.scenario.name,
@@ -95,17 +96,36 @@ class Sim:
                 tools={t.name: t.kind for t in self.scenario.tools},
             )
         )
+        guard = self._guard
         self.server = SimServer(
             self.policy, self.transcript, ids=Ids(random.Random(self.seed)), now=self.clock.now,
-            on_request=self._on_request,
+            on_request=guard.on_request,
         )
         self.tools = ToolBox(
-            self.scenario, self.transcript, now=self.clock.now, sleep=self._sleep, on_call=self._on_tool,
+            self.scenario, self.transcript, now=self.clock.now, sleep=guard.sleep, on_call=guard.on_tool,
             fault_source=fault_source,
         )
         self.model = DEFAULT_MODEL
         self._clients: dict[str, Any] = {}
         self._ran = False
+
+    @property
+    def budget(self) -> Budget:
+        """When the run unwinds a loop that does not stop (model calls, requests)."""
+        return self._guard.budget
+
+    @budget.setter
+    def budget(self, value: Budget) -> None:
+        self._guard.budget = value
+
+    @property
+    def max_virtual_s(self) -> float:
+        """Virtual seconds after which the run unwinds the loop."""
+        return self._guard.max_virtual_s
+
+    @max_virtual_s.setter
+    def max_virtual_s(self, value: float) -> None:
+        self._guard.max_virtual_s = value
 
     # -- what the drive uses ---------------------------------------------------------
 
@@ -140,7 +160,7 @@ class Sim:
             from simloop.wire.transport import SimTransport
 
             self._clients["http"] = httpx2.Client(
-                transport=SimTransport(self.server, sleep=self._sleep), base_url=BASE_URL
+                transport=SimTransport(self.server, sleep=self._guard.sleep), base_url=_base_url()
             )
         return self._clients["http"]  # type: ignore[no-any-return]
 
@@ -152,7 +172,7 @@ class Sim:
             from simloop.wire.transport import AsyncSimTransport
 
             self._clients["ahttp"] = httpx2.AsyncClient(
-                transport=AsyncSimTransport(self.server, sleep=self._sleep), base_url=BASE_URL
+                transport=AsyncSimTransport(self.server, sleep=self._guard.sleep), base_url=_base_url()
             )
         return self._clients["ahttp"]  # type: ignore[no-any-return]
 
@@ -163,7 +183,7 @@ class Sim:
             import anthropic
 
             self._clients["sync"] = anthropic.Anthropic(
-                api_key=API_KEY, base_url=BASE_URL, http_client=self.http_client
+                api_key=API_KEY, base_url=_base_url(), http_client=self.http_client
             )
         return self._clients["sync"]  # type: ignore[no-any-return]
 
@@ -174,7 +194,7 @@ class Sim:
             import anthropic
 
             self._clients["async"] = anthropic.AsyncAnthropic(
-                api_key=API_KEY, base_url=BASE_URL, http_client=self.async_http_client
+                api_key=API_KEY, base_url=_base_url(), http_client=self.async_http_client
             )
         return self._clients["async"]  # type: ignore[no-any-return]
 
@@ -246,33 +266,6 @@ class Sim:
         """What the scenario scripted and the run never used: unserved replies, faults that never fired."""
         return [*self.policy.leftovers(), *self.tools.unfired_faults()]
 
-    # -- budgets ---------------------------------------------------------------------------
-
-    def _on_request(self, server: SimServer) -> None:
-        self.watchdog.feed()
-        if server.calls > self.budget.model_calls or server.requests > self.budget.requests:
-            raise LoopHalted(
-                "model_calls",
-                f"the loop made {server.calls} model calls ({server.requests} requests) without stopping; "
-                f"simloop stops a run after {self.budget.model_calls}",
-            )
-        self._check_time()
-
-    def _on_tool(self) -> None:
-        self.watchdog.feed()
-        self._check_time()
-
-    def _sleep(self, seconds: float) -> None:
-        self.clock.sleep(seconds)
-        self._check_time()
-
-    def _check_time(self) -> None:
-        if self.clock.now() > self.max_virtual_s:
-            raise LoopHalted(
-                "virtual_time",
-                f"the run passed {self.max_virtual_s:g} virtual seconds without stopping",
-            )
-
     # -- life cycle ------------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -292,6 +285,58 @@ class Sim:
 
     def __repr__(self) -> str:
         return f"Sim({self.scenario.name!r}, seed={self.seed})"
+
+
+class _Guard:
+    """The run's runaway budgets, checked on every request, tool call and virtual sleep.
+
+    The server, the tools and the transports hold its bound methods as callbacks.  Bound methods of
+    the Sim would close reference cycles (Sim -> server -> Sim) that keep every finished run, its
+    transcript included, alive until a full garbage collection: slow for runs made by the hundred.
+    """
+
+    __slots__ = ("budget", "clock", "max_virtual_s", "watchdog")
+
+    def __init__(self, clock: VirtualClock, watchdog: Watchdog, budget: Budget, max_virtual_s: float) -> None:
+        self.clock = clock
+        self.watchdog = watchdog
+        self.budget = budget
+        self.max_virtual_s = max_virtual_s
+
+    def on_request(self, server: SimServer) -> None:
+        self.watchdog.feed()
+        budget = self.budget
+        if server.calls > budget.model_calls or server.requests > budget.requests:
+            raise LoopHalted(
+                "model_calls",
+                f"the loop made {server.calls} model calls ({server.requests} requests) without stopping; "
+                f"simloop stops a run after {budget.model_calls}",
+            )
+        self.check_time()
+
+    def on_tool(self) -> None:
+        self.watchdog.feed()
+        self.check_time()
+
+    def sleep(self, seconds: float) -> None:
+        self.clock.sleep(seconds)
+        self.check_time()
+
+    def check_time(self) -> None:
+        if self.clock.now() > self.max_virtual_s:
+            raise LoopHalted(
+                "virtual_time",
+                f"the run passed {self.max_virtual_s:g} virtual seconds without stopping",
+            )
+
+
+@functools.cache
+def _base_url() -> httpx2.URL:
+    # Parsed once: URL parsing is a good part of building a client, and each Sim builds its own.
+    # The trailing slash is the one the clients would add.
+    import httpx2
+
+    return httpx2.URL(BASE_URL + "/")
 
 
 def _as_scenario(scenario: ScenarioLike) -> Scenario:

@@ -50,6 +50,7 @@ __all__ = [
     "tool_inputs",
     "tool_specs",
     "turns",
+    "rarely",
     "usages",
     "weighted",
 ]
@@ -76,28 +77,29 @@ DEFAULT_TOOLS = (
 
 _WORDS = ("refund", "order", "status", "invoice", "customer", "shipping", "policy", "account")
 _ENDINGS = ("end_turn", "stop_sequence", "refusal", "max_tokens", "max_tokens_tool", "pause_turn")
+# how often each ending is drawn: the plain answer is the simplest (what shrinking returns to), and the
+# endings loops get wrong are drawn more often than a uniform choice would
+_ENDING_WEIGHTS = {"end_turn": 2, "stop_sequence": 1, "refusal": 2, "max_tokens": 2, "max_tokens_tool": 3, "pause_turn": 2}
 ToolFaultKind = Literal["raise", "timeout", "slow", "huge_output", "commit_then_raise"]
 
 
-def latencies(*, max_s: float = 600.0) -> st.SearchStrategy[float]:
-    """Virtual seconds a reply or a tool takes: zero (the simplest), milliseconds, seconds, up to minutes."""
-    return st.one_of(
-        st.just(0.0),
-        st.sampled_from([0.05, 0.4, 1.5, 3.0]),
-        st.floats(min_value=0.001, max_value=max_s, allow_nan=False, allow_infinity=False).map(lambda x: round(x, 3)),
-    )
+def latencies(*, max_s: float = 600.0, long_chance: int = 1) -> st.SearchStrategy[float]:
+    """Virtual seconds a reply or a tool takes: zero (the simplest) or milliseconds to seconds mostly,
+    in ``long_chance`` of ten draws up to ``max_s`` (minutes: the latencies that blow deadlines)."""
+    small = weighted([(0.0, 4), (0.05, 1), (0.4, 1), (1.5, 1), (3.0, 1)])
+    large = st.floats(min_value=0.001, max_value=max_s, allow_nan=False, allow_infinity=False).map(lambda x: round(x, 3))
+    return rarely(large, otherwise=small, chance=long_chance) if max_s > 3.0 else small
 
 
-def usages(*, max_tokens: int = 400_000) -> st.SearchStrategy[Usage | None]:
-    """Token usage overriding the computed counts: none (the simplest), or large enough to break budgets."""
-    return st.one_of(
-        st.none(),
-        st.builds(
-            Usage,
-            input_tokens=st.integers(min_value=1, max_value=max_tokens),
-            output_tokens=st.integers(min_value=1, max_value=min(max_tokens, 64_000)),
-        ),
+def usages(*, max_tokens: int = 400_000, chance: int = 1) -> st.SearchStrategy[Usage | None]:
+    """Token usage overriding the computed counts: usually none (the simplest), in ``chance`` of ten
+    draws large enough to break budgets."""
+    big = st.builds(
+        Usage,
+        input_tokens=st.integers(min_value=1, max_value=max_tokens),
+        output_tokens=st.integers(min_value=1, max_value=min(max_tokens, 64_000)),
     )
+    return rarely(big, otherwise=st.none(), chance=chance)
 
 
 def tool_specs(
@@ -158,7 +160,7 @@ def endings(*, kinds: Sequence[str] = _ENDINGS) -> st.SearchStrategy[Reply]:
 
     @st.composite
     def build(draw: st.DrawFn) -> Reply:
-        kind = draw(st.sampled_from(list(kinds)))
+        kind = draw(weighted([(k, _ENDING_WEIGHTS.get(k, 1)) for k in kinds]))
         if kind == "end_turn":
             return Reply(end_turn="The refund was processed and the customer was told.")
         if kind == "stop_sequence":
@@ -253,7 +255,9 @@ class Plan:
     ``stuck`` (the same call forever) or ``wanders`` (new calls forever).
     ``fault_rate``/``tool_fault_rate``: chance in ten of an API fault before a
     reply / a fault in a tool execution.  ``outage``: after ``steps`` replies,
-    every request fails this way (an API that stays down).
+    every request fails this way (an API that stays down).  ``slow``: replies
+    may take minutes (deadlines); ``heavy``: replies may report budget-breaking
+    token usage.  Hazards are per run, so most runs are plain and reach their ending.
     """
 
     persona: Literal["finishes", "stuck", "wanders"]
@@ -263,12 +267,21 @@ class Plan:
     tool_fault_rate: int
     thinking: str | None = None
     outage: Reply | None = None
+    slow: bool = False
+    heavy: bool = False
 
 
 def weighted(options: Sequence[tuple[Any, int]]) -> st.SearchStrategy[Any]:
     """One of ``options`` (value, weight), drawn in proportion to the weights; shrinks towards the first."""
     table = [value for value, weight in options for _ in range(weight)]
     return st.integers(0, len(table) - 1).map(table.__getitem__)
+
+
+def rarely(
+    strategy: st.SearchStrategy[Any], *, otherwise: st.SearchStrategy[Any], chance: int = 1, of: int = 10
+) -> st.SearchStrategy[Any]:
+    """``strategy`` in ``chance`` of ``of`` draws, else ``otherwise`` (what shrinking goes back to)."""
+    return st.integers(0, of - 1).flatmap(lambda i: strategy if i >= of - chance else otherwise)
 
 
 def plans(
@@ -282,16 +295,28 @@ def plans(
     ``personas`` weighs the behaviours: by default six runs in eight finish (and so reach every
     ending: refusal, cut-off, pause, ...), one is stuck on one call, one wanders forever.
     """
-    return st.builds(
-        Plan,
-        persona=weighted(personas),
-        steps=st.integers(min_value=0, max_value=max_steps),
-        ending=endings(),
-        fault_rate=st.integers(0, 3) if faults else st.just(0),
-        tool_fault_rate=st.integers(0, 3) if faults else st.just(0),
-        thinking=st.one_of(st.none(), st.just("First I check the order, then I act.")),
-        outage=weighted([(None, 9), (Reply(error=529), 1)]) if faults else st.none(),
-    )
+    # The run-level hazards are drawn first: Hypothesis keeps the first choices of new examples novel,
+    # so every kind of run (an outage, a slow or heavy run, a stuck model) keeps coming up even when
+    # the engine is busy mutating long examples.
+    @st.composite
+    def build(draw: st.DrawFn) -> Plan:
+        outage = draw(weighted([(None, 9), (Reply(error=529), 1)]) if faults else st.none())
+        persona = draw(weighted(personas))
+        slow = draw(weighted([(False, 3), (True, 1)]))
+        heavy = draw(weighted([(False, 4), (True, 1)]))
+        return Plan(
+            persona=persona,
+            steps=draw(weighted([(n, 3 if n < 2 else 2 if n < 3 else 1) for n in range(max_steps + 1)])),
+            ending=draw(endings()),
+            fault_rate=draw(weighted([(0, 4), (1, 2), (2, 1), (3, 1)]) if faults else st.just(0)),
+            tool_fault_rate=draw(weighted([(0, 4), (1, 2), (2, 1), (3, 1)]) if faults else st.just(0)),
+            thinking=draw(st.one_of(st.none(), st.just("First I check the order, then I act."))),
+            outage=outage,
+            slow=slow,
+            heavy=heavy,
+        )
+
+    return build()
 
 
 def scenarios(

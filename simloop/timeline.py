@@ -102,25 +102,25 @@ def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
         elif isinstance(e, ToolStart):
             starts[e.exec] = e
             if current is not None:
-                runs[e.exec] = run = ToolRun(
+                runs[e.exec] = started = ToolRun(
                     exec=e.exec, tool=e.tool, input=e.input, kind=e.kind, outcome="running", t=e.t, fault=e.fault,
                     matched=e.matched is not None,
                 )
-                current.runs.append(run)
+                current.runs.append(started)
         elif isinstance(e, ToolEnd) and current is not None:
             start = starts.get(e.exec)
             if start is not None:
                 current.tools.append(_tool(start, e))
-                run = runs.get(e.exec)
-                if run is not None:
-                    run.outcome = tool_outcome(start, e)
-                    run.took = e.t - start.t
-                    run.result, run.error = e.result, e.error
+                ended = runs.get(e.exec)
+                if ended is not None:
+                    ended.outcome = tool_outcome(start, e)
+                    ended.took = e.t - start.t
+                    ended.result, ended.error = e.result, e.error
     for v in violations:
-        step = by_call.get(v.step) if v.step is not None else None
-        if step is not None:
-            step.violations.append(v)
-            step.marks.append(v.invariant)
+        at = by_call.get(v.step) if v.step is not None else None
+        if at is not None:
+            at.violations.append(v)
+            at.marks.append(v.invariant)
     return out
 
 

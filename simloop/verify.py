@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, given
-from hypothesis import settings as Settings
 from hypothesis import seed as hypothesis_seed
+from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
 from simloop.errors import InvariantViolation, UsageError
@@ -52,6 +52,7 @@ def verify(
     plan: st.SearchStrategy[Plan] | None = None,
     out_dir: str | Path = DEFAULT_OUT,
     settings: Settings | None = None,
+    recorded: str | Path | Any = None,
 ) -> Report:
     """Property-test ``drive`` under generated model behaviours, API faults, tool faults and latencies.
 
@@ -66,6 +67,9 @@ def verify(
         out_dir: where the minimal failing scenario is written.
         settings: Hypothesis settings to start from (default: the loaded profile, so its database,
             derandomize and verbosity apply).
+        recorded: a cassette (path or `simloop.cassettes.Recording`): keep its real replies and let
+            Hypothesis inject API errors, tool faults, latencies and cut-offs into them; a failure
+            shrinks to "the recording, plus these faults".  Its tools and task are used.
 
     Returns a `Report` (``violations`` empty) when every example holds.
 
@@ -82,15 +86,29 @@ def verify(
     specs = _tools(tools)
     declared = limits if isinstance(limits, Limits) else Limits.model_validate(limits or {})
     checked = _invariant_ids(invariants)
-    strategy = plan if plan is not None else plans()
     state: dict[str, Any] = {"examples": 0}
     run_seed = seed if seed is not None else 0
+    base = Scenario(name=_name(drive), task=task, tools=specs, limits=declared)
+    world: Any = None
+    if recorded is not None:
+        from simloop import cassettes
+
+        kinds = {t.name: t.kind for t in specs} if tools is not None else None
+        world = cassettes.load_recording(recorded, kinds=kinds)
+        base = world.scenario.model_copy(update={"name": _name(drive), "limits": declared, "expect": None})
+        specs = list(base.tools)
+    strategy: st.SearchStrategy[Any] = plan if plan is not None else (
+        cassettes.fault_plans() if world is not None else plans()
+    )
 
     def example(data: st.DataObject) -> None:
         chosen = data.draw(strategy, label="plan")
-        model = GeneratedModel(data.draw, chosen)
-        faults = GeneratedFaults(data.draw, chosen)
-        base = Scenario(name=_name(drive), task=task, tools=specs, limits=declared)
+        if world is not None:
+            model: Any = cassettes.FaultedRecording(world, data.draw, chosen)
+            faults = GeneratedFaults(data.draw, chosen.tool_plan)
+        else:
+            model = GeneratedModel(data.draw, chosen)
+            faults = GeneratedFaults(data.draw, chosen)
         with Sim(base, seed=run_seed, model=model, fault_source=faults) as sim:
             sim.run(drive)
         report = sim.check(invariants=checked)
@@ -99,7 +117,8 @@ def verify(
             state["failure"] = (report, sim, model, faults)
             raise _Failed(", ".join(sorted({v.invariant for v in report.violations})))
 
-    example._hypothesis_internal_add_digest = repr((_name(drive), specs, declared, checked, task)).encode()  # type: ignore[attr-defined]
+    digest = (_name(drive), specs, declared, checked, task, world.source if world is not None else None)
+    example._hypothesis_internal_add_digest = repr(digest).encode()  # type: ignore[attr-defined]
     base_settings = settings or Settings()
     test = Settings(
         base_settings,
@@ -155,7 +174,7 @@ def replay(drive: Drive, path: str | Path, *, seed: int = 0, invariants: Iterabl
 
 
 def _violation(
-    drive: Drive, report: Report, sim: Sim, model: GeneratedModel, faults: GeneratedFaults, *, out_dir: Path,
+    drive: Drive, report: Report, sim: Sim, model: Any, faults: GeneratedFaults, *, out_dir: Path,
     seed: int | None,
 ) -> InvariantViolation:
     halted = sim.transcript.halt is not None
@@ -176,12 +195,16 @@ def _violation(
     timeline = render_timeline(sim.transcript, report.violations)
     replay_line = _replay_line(drive, str(path))
     n = len(scenario.model)
+    shape = f"{n} repl{'y' if n == 1 else 'ies'}"
+    if scenario.then == "repeat_last":
+        shape += ", then repeat_last"
+    if scenario.faults:
+        shape += f", {len(scenario.faults)} tool fault(s)"
     lines = [
         f"simloop found {len(report.violations)} violation(s) of the loop's invariants:",
         *(f"  {v}" for v in report.violations),
         "",
-        f"minimal scenario ({n} repl{'y' if n == 1 else 'ies'}{', then repeat_last' if scenario.then == 'repeat_last' else ''}"
-        f"{f', {len(scenario.faults)} tool fault(s)' if scenario.faults else ''}), written to {path}:",
+        f"minimal scenario ({shape}), written to {path}:",
         *("  " + line for line in scenario.to_yaml().rstrip().splitlines()),
         "",
         "timeline of the failing run:",

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import random
 import socket
+import sys
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -190,6 +191,11 @@ class _HTTPServer(ThreadingHTTPServer):
             self._connections.discard(request)
         super().shutdown_request(request)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hangs up mid-answer (a test that stops reading a stream) is not an error here.
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
+
     def close_connections(self) -> None:
         with self._connections_lock:
             open_ = list(self._connections)
@@ -275,13 +281,15 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def run(target: Target, host: str = "127.0.0.1", port: int = 8765, *, seed: int = 0,
-        echo: Callable[[str], None] = print, stop: threading.Event | None = None) -> LoopbackServer:
+        model: ModelPolicy | None = None, echo: Callable[[str], None] = print,
+        stop: threading.Event | None = None) -> LoopbackServer:
     """Serve until interrupted (Ctrl-C) or until ``stop`` is set: the body of ``simloop serve``.
 
-    Prints the base URL and the ``ANTHROPIC_BASE_URL`` line to export; returns the closed server
-    (its ``transcript`` holds the session).
+    ``model`` replaces the scenario's script (e.g. ``Recorded(cassette, strict=False)`` to serve a
+    recording).  Prints the base URL and the ``ANTHROPIC_BASE_URL`` line to export; returns the
+    closed server (its ``transcript`` holds the session).
     """
-    server = serve(target, host, port, seed=seed)
+    server = serve(target, host, port, seed=seed, model=model)
     name = getattr(server.server.transcript.header, "scenario", "scenario")
     echo(f"simloop: serving {name} at {server.base_url}")
     echo(f"  export ANTHROPIC_BASE_URL={server.base_url}")

@@ -18,17 +18,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from simloop.models import Ids, ModelPolicy, ModelRequest, turn_from_reply
+from pydantic_core import from_json, to_json
+
+from simloop.models import Ids, ModelPolicy, ModelRequest, _turn, turn_from_reply
 from simloop.scenario import Reply
 from simloop.transcript import Request, Response, Transcript
 from simloop.wire.errors import error_body, error_headers
-from pydantic_core import from_json, to_json
-
 from simloop.wire.render import Turn, render_error_event, render_message, render_sse
 from simloop.wire.validate import Rejection, validate_count_tokens_request, validate_messages_request
 
-__all__ = ["Budget", "InternalFailure", "Planned", "SimServer", "estimate_tokens"]
+__all__ = ["READ_HEADERS", "Budget", "InternalFailure", "Planned", "SimServer", "estimate_tokens"]
 
+#: The request headers `SimServer.handle` reads (lower-case): a transport may pass only these.
+READ_HEADERS = ("x-stainless-retry-count", "x-api-key", "authorization")
 MESSAGES = "/v1/messages"
 COUNT_TOKENS = "/v1/messages/count_tokens"
 _JSON = ("content-type", "application/json")
@@ -111,7 +113,10 @@ class SimServer:
     # -- entry point -----------------------------------------------------------
 
     def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Planned:
-        """Plan the response to one HTTP request (never raises an Exception: see `InternalFailure`)."""
+        """Plan the response to one HTTP request (never raises an Exception: see `InternalFailure`).
+
+        ``headers`` is looked up by lower-case name; only the `READ_HEADERS` are read.
+        """
         try:
             return self._handle(method, path, headers, body)
         except BaseException as e:
@@ -197,10 +202,16 @@ class SimServer:
             call=req.call, attempt=req.attempt, body=effective, conversation=effective["messages"], stream=req.stream
         )
         answer = self.policy.reply(mreq)
-        reply = answer if isinstance(answer, Reply) else None
-        if reply is not None and reply.kind == "error":
-            return self._fault(req, reply, mreq, request_id)
-        turn = answer if isinstance(answer, Turn) else turn_from_reply(answer, mreq, self.ids)
+        reply: Reply | None
+        if isinstance(answer, Reply):
+            reply = answer
+            kind = answer.kind
+            if kind == "error":
+                return self._fault(req, answer, mreq, request_id)
+            turn = _turn(answer, kind, mreq, self.ids)
+        else:
+            reply = None
+            turn = answer if isinstance(answer, Turn) else turn_from_reply(answer, mreq, self.ids)
         input_tokens = req.input_tokens
         output_tokens: int | None = None
         if reply is not None and reply.usage is not None:

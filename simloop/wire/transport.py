@@ -15,11 +15,33 @@ from typing import Any
 
 import httpx2
 
-from simloop.wire.server import Planned, SimServer
+from simloop.wire.server import READ_HEADERS, Planned, SimServer
 
 __all__ = ["AsyncSimTransport", "SimTransport"]
 
 _CUT = "peer closed connection without sending complete message body (incomplete chunked read)"
+_CLOSED = "this simloop transport is closed (its client was closed)"
+_READ = frozenset(name.encode("ascii") for name in READ_HEADERS)
+
+
+def _headers(request: httpx2.Request) -> dict[str, str]:
+    """The headers the server reads, as `httpx2.Headers.get` gives them, in one pass over the raw list.
+
+    ``Headers.get`` lower-cases, encodes and scans the whole list on every call: a few µs each on
+    the simulator's hot path.  Repeated headers are joined with ``", "``, as ``Headers.get`` joins them.
+    """
+    found: dict[str, str] = {}
+    headers = request.headers
+    for key, value in headers.raw:
+        name = key.lower()
+        if name in _READ:
+            try:
+                text = value.decode("ascii")  # what the headers' own encoding gives for ASCII bytes
+            except UnicodeDecodeError:
+                text = value.decode(headers.encoding)
+            lowered = name.decode("ascii")
+            found[lowered] = f"{found[lowered]}, {text}" if lowered in found else text
+    return found
 
 
 def _read_timeout(request: httpx2.Request) -> float:
@@ -44,23 +66,32 @@ class SimTransport(httpx2.BaseTransport):
     """Sync transport: ``sleep(seconds)`` spends virtual latency (the Sim passes its clock's sleep)."""
 
     def __init__(self, server: SimServer, *, sleep: Callable[[float], None]) -> None:
-        self.server = server
+        self.server: SimServer | None = server
         self.sleep = sleep
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        server = self.server
+        if server is None:
+            raise RuntimeError(_CLOSED)
         body = request.read()
-        planned = self.server.handle(request.method, request.url.path, request.headers, body)
+        planned = server.handle(request.method, request.url.path, _headers(request), body)
         if planned.latency:
             self.sleep(planned.latency)
         if planned.raise_ is not None:
             if planned.raise_ == "timeout":
                 self.sleep(_read_timeout(request))
-            self.server.deliver(planned)
+            server.deliver(planned)
             raise _fault(request, planned.raise_)
-        self.server.deliver(planned)
+        server.deliver(planned)
         if planned.events is None:
             return _response(request, planned, planned.body)
         return _response(request, planned, _iter_events(request, planned))
+
+    def close(self) -> None:
+        # Let go of the run (server, transcript, clock): the SDK client around this transport sits in a
+        # reference cycle, which would otherwise keep the whole run alive until a full garbage collection.
+        self.server = None
+        self.sleep = _closed_sleep
 
 
 def _iter_events(request: httpx2.Request, planned: Planned) -> Iterator[bytes]:
@@ -77,7 +108,7 @@ class AsyncSimTransport(httpx2.AsyncBaseTransport):
     """Async transport: latency is a timer on the running loop (virtual inside a Sim)."""
 
     def __init__(self, server: SimServer, *, sleep: Callable[[float], None]) -> None:
-        self.server = server
+        self.server: SimServer | None = server
         self.sleep = sleep  # used when the running loop is not virtual
 
     async def _wait(self, seconds: float) -> None:
@@ -89,19 +120,30 @@ class AsyncSimTransport(httpx2.AsyncBaseTransport):
             await asyncio.sleep(0)
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        server = self.server
+        if server is None:
+            raise RuntimeError(_CLOSED)
         body = await request.aread()
-        planned = self.server.handle(request.method, request.url.path, request.headers, body)
+        planned = server.handle(request.method, request.url.path, _headers(request), body)
         if planned.latency:
             await self._wait(planned.latency)
         if planned.raise_ is not None:
             if planned.raise_ == "timeout":
                 await self._wait(_read_timeout(request))
-            self.server.deliver(planned)
+            server.deliver(planned)
             raise _fault(request, planned.raise_)
-        self.server.deliver(planned)
+        server.deliver(planned)
         if planned.events is None:
             return _response(request, planned, planned.body)
         return _response(request, planned, _aiter_events(request, planned))
+
+    async def aclose(self) -> None:
+        self.server = None  # see SimTransport.close
+        self.sleep = _closed_sleep
+
+
+def _closed_sleep(seconds: float) -> None:
+    raise RuntimeError(_CLOSED)
 
 
 async def _aiter_events(request: httpx2.Request, planned: Planned) -> AsyncIterator[bytes]:

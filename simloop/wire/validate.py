@@ -115,17 +115,11 @@ class _Reject(Exception):
         self.rejection = Rejection(400, _INVALID, message, None, path)
 
 
-class _Turn:
-    """Consecutive same-role messages merged into one turn, as the API merges them."""
-
-    __slots__ = ("first", "prefix_open", "results", "role", "uses")
-
-    def __init__(self, role: str) -> None:
-        self.role = role
-        self.first: tuple[int, int, Any] | None = None  # (message, block, type) of the first block
-        self.uses: list[tuple[int, int, str]] = []  # tool_use blocks: (message, block, id)
-        self.results: list[tuple[int, int, str, bool]] = []  # tool_result: (message, block, id, leading)
-        self.prefix_open = True  # still inside the leading run of tool_result blocks
+# A closed turn (consecutive same-role messages merged, as the API merges them), for the thinking rules:
+# (role, first block as (message, block, type) or None, its tool_use blocks, its tool_result blocks).
+_Uses = list[tuple[int, int, str]]  # tool_use blocks: (message, block, id)
+_Results = list[tuple[int, int, str, bool]]  # tool_result blocks: (message, block, id, in the leading run)
+_TurnInfo = tuple[str, "tuple[int, int, Any] | None", _Uses, _Results]
 
 
 @functools.lru_cache(maxsize=4096)  # a conversation resends its history: the same texts again and again
@@ -241,8 +235,17 @@ def _validate(body: Any, *, needs_max_tokens: bool, signed_by_sim: bool) -> Reje
 
     count = len(messages)
     last = count - 1
-    turns: list[_Turn] = []
-    turn: _Turn | None = None
+    # The walk keeps the open turn in locals (no object per turn: this loop is the simulator's hot path)
+    # and checks tool pairing as each user turn closes; every offence is only remembered here and
+    # reported after the walk, in the real API's order.
+    turns: list[_TurnInfo] = []  # closed turns, for the thinking rules
+    role_now: Any = None  # role of the open turn (None before the first user/assistant message)
+    first: tuple[int, int, Any] | None = None  # the open turn's first block
+    uses: _Uses = []
+    results: _Results = []
+    prefix_open = True  # the open turn is still inside its leading run of tool_result blocks
+    prev_uses: _Uses = _NO_USES  # tool_use blocks of the turn before the open one, if an assistant turn
+    pairing_error: Rejection | None = None  # first tool_use/tool_result pairing offence
     block_error: Rejection | None = None  # first empty-text / empty-content / duplicate-id offence
     seen_ids: set[str] = set()
     any_tool_block = False
@@ -265,43 +268,61 @@ def _validate(body: Any, *, needs_max_tokens: bool, signed_by_sim: bool) -> Reje
         content = message.get("content")
         if content is None:
             raise _fail(f"messages.{i}.content: Field required", i, field="content")
-        if turn is None or turn.role != role:
-            turn = _Turn(role)
-            turns.append(turn)
-        final_assistant = i == last and role == "assistant"
+        if role != role_now:
+            if role_now is not None:  # close the open turn
+                if role_now == "user":
+                    if pairing_error is None and (prev_uses or results):
+                        pairing_error = _check_pair(prev_uses, results)
+                    prev_uses = _NO_USES
+                else:
+                    prev_uses = uses
+                turns.append((role_now, first, uses, results))
+            role_now = role
+            first = None
+            uses = []
+            results = []
+            prefix_open = True
 
         if type(content) is str:
             if block_error is None:
                 if not content:
-                    if not final_assistant:
+                    if not (i == last and role == "assistant"):
                         block_error = _empty_content(i)
-                elif content.isspace() and not final_assistant:
+                elif content.isspace() and not (i == last and role == "assistant"):
                     block_error = _rejection(_MSG_WHITESPACE_TEXT, i, 0)
-            if turn.first is None:
-                turn.first = (i, 0, "text")
-            turn.prefix_open = False
+            if first is None:
+                first = (i, 0, "text")
+            prefix_open = False
             continue
         if type(content) is not list:
             raise _fail(f"messages.{i}.content: Input should be a valid string or a list of content blocks", i)
         if not content:
-            if block_error is None and not final_assistant:
+            if block_error is None and not (i == last and role == "assistant"):
                 block_error = _empty_content(i)
             continue
 
-        if turn.first is None:
+        if first is None:
             head = content[0]
-            turn.first = (i, 0, head.get("type") if type(head) is dict else None)
-        results = turn.results
-        leading = turn.prefix_open  # still inside the turn's leading run of tool_result blocks
+            first = (i, 0, head.get("type") if type(head) is dict else None)
+        leading = prefix_open  # still inside the turn's leading run of tool_result blocks
         blank_text: int | None = None  # first whitespace-only text block of this message
         substance = False  # anything in this message besides whitespace-only text
         for j, block in enumerate(content):
             if type(block) is not dict:
                 raise _fail(f"messages.{i}.content.{j}: {_NOT_OBJECT}", i, j)
             btype = block.get("type")
-            if btype is None:
-                raise _fail(f"messages.{i}.content.{j}: {_NO_TAG}", i, j)
-
+            if btype == "tool_result":
+                substance = True
+                tool_use_id = block.get("tool_use_id")
+                # An id already seen on a tool_use passed the pattern there: skip the regex.
+                if type(tool_use_id) is not str or (tool_use_id not in seen_ids and id_match(tool_use_id) is None):
+                    raise _id_error(block, "tool_result", "tool_use_id", i, j)
+                result_content = block.get("content")
+                if type(result_content) is list:
+                    _check_tool_result_content(result_content, i, j)
+                any_tool_block = True
+                results.append((i, j, tool_use_id, leading))
+                continue
             if btype == "text":
                 text = block.get("text")
                 if type(text) is not str:
@@ -320,18 +341,9 @@ def _validate(body: Any, *, needs_max_tokens: bool, signed_by_sim: bool) -> Reje
                     substance = True
                 leading = False
                 continue
+            if btype is None:
+                raise _fail(f"messages.{i}.content.{j}: {_NO_TAG}", i, j)
             substance = True
-            if btype == "tool_result":
-                tool_use_id = block.get("tool_use_id")
-                # An id already seen on a tool_use passed the pattern there: skip the regex.
-                if type(tool_use_id) is not str or (tool_use_id not in seen_ids and id_match(tool_use_id) is None):
-                    raise _id_error(block, "tool_result", "tool_use_id", i, j)
-                result_content = block.get("content")
-                if type(result_content) is list:
-                    _check_tool_result_content(result_content, i, j)
-                any_tool_block = True
-                results.append((i, j, tool_use_id, leading))
-                continue
             leading = False  # any other block ends the leading run of tool_results
             if btype == "tool_use":
                 tool_use_id = block.get("id")
@@ -347,7 +359,7 @@ def _validate(body: Any, *, needs_max_tokens: bool, signed_by_sim: bool) -> Reje
                 else:
                     seen_ids.add(tool_use_id)
                 any_tool_block = True
-                turn.uses.append((i, j, tool_use_id))
+                uses.append((i, j, tool_use_id))
             elif btype == "thinking":
                 thinking = block.get("thinking")
                 if type(thinking) is not str:
@@ -369,11 +381,16 @@ def _validate(body: Any, *, needs_max_tokens: bool, signed_by_sim: bool) -> Reje
                     i,
                     j,
                 )
-        turn.prefix_open = leading
+        prefix_open = leading
         # A whitespace-only text block next to other content passes (recorded: " " before
         # tool_use blocks, answered 200); a message of nothing but blank text does not.
-        if blank_text is not None and not substance and block_error is None and not final_assistant:
+        if blank_text is not None and not substance and block_error is None and not (i == last and role == "assistant"):
             block_error = _rejection(_MSG_WHITESPACE_TEXT, i, blank_text)
+
+    if role_now is not None:  # close the last turn
+        if role_now == "user" and pairing_error is None and (prev_uses or results):
+            pairing_error = _check_pair(prev_uses, results)
+        turns.append((role_now, first, uses, results))
 
     thinking_type = _check_thinking_config(get("thinking"), max_tokens if needs_max_tokens else None)
     tool_names_error = _check_tools(get("tools"))
@@ -391,7 +408,7 @@ def _validate(body: Any, *, needs_max_tokens: bool, signed_by_sim: bool) -> Reje
         return block_error
     if any_tool_block and not get("tools"):
         return _rejection(_MSG_MUST_DEFINE_TOOLS, field="tools")
-    pairing_error = _check_pairing(turns)
+    # A final assistant turn with unanswered tool_use (prefill, pause_turn continuation) is accepted.
     if pairing_error is not None:
         return pairing_error
     if thinking_type == "enabled" or thinking_type == "adaptive":
@@ -523,28 +540,17 @@ def _custom_tool_error(tool: dict[str, Any], k: int) -> _Reject:
     return _fail(f"{where}.input_schema.type: Input should be 'object'", field=f"tools[{k}].input_schema.type")
 
 
-def _check_pairing(turns: list[_Turn]) -> Rejection | None:
-    """Each assistant tool_use answered at the start of the next user turn; no stray tool_result."""
-    uses = _NO_USES  # the tool_use blocks of the turn before
-    for turn in turns:
-        if turn.role != "user":
-            uses = turn.uses
-            continue
-        results = turn.results
-        if uses or results:
-            # The common case inline and cheap: one call, answered first in the next turn.
-            if len(uses) == 1 == len(results) and uses[0][2] == results[0][2] and results[0][3]:
-                pass
-            elif not _answered_in_order(uses, results):
-                error = _pairing_error(uses, results)
-                if error is not None:
-                    return error
-        uses = _NO_USES
-    # A final assistant turn with unanswered tool_use (prefill, pause_turn continuation) is accepted.
-    return None
+def _check_pair(uses: _Uses, results: _Results) -> Rejection | None:
+    """Each tool_use of the assistant turn answered at the start of the next user turn; no stray tool_result."""
+    # The common case inline and cheap: one call, answered first in the next turn.
+    if len(uses) == 1 == len(results) and uses[0][2] == results[0][2] and results[0][3]:
+        return None
+    if _answered_in_order(uses, results):
+        return None
+    return _pairing_error(uses, results)
 
 
-def _answered_in_order(uses: list[tuple[int, int, str]], results: list[tuple[int, int, str, bool]]) -> bool:
+def _answered_in_order(uses: _Uses, results: _Results) -> bool:
     # The common case, checked cheaply: one leading result per call, in the calls' order.
     if len(uses) != len(results):
         return False
@@ -554,7 +560,7 @@ def _answered_in_order(uses: list[tuple[int, int, str]], results: list[tuple[int
     return True
 
 
-def _pairing_error(uses: list[tuple[int, int, str]], results: list[tuple[int, int, str, bool]]) -> Rejection | None:
+def _pairing_error(uses: _Uses, results: _Results) -> Rejection | None:
     asked = {use[2] for use in uses}
     stray = [result for result in results if result[2] not in asked]
     if stray:
@@ -580,29 +586,29 @@ def _pairing_error(uses: list[tuple[int, int, str]], results: list[tuple[int, in
     return None  # answered out of order, or more than once: accepted
 
 
-def _check_thinking_turn(turns: list[_Turn]) -> Rejection | None:
+def _check_thinking_turn(turns: list[_TurnInfo]) -> Rejection | None:
     """With thinking on, the assistant turn holding the lastmost tool_use must open with thinking."""
     start = 0
     for index in range(len(turns) - 1, -1, -1):
-        turn = turns[index]
-        if turn.role == "user" and not turn.results:
+        role, _, _, results = turns[index]
+        if role == "user" and not results:
             start = index + 1  # the last genuine user turn: the current assistant turn starts after it
             break
     current = turns[start:]
-    if not current or current[0].role != "assistant" or not any(t.uses for t in current):
+    if not current or current[0][0] != "assistant" or not any(turn[2] for turn in current):
         return None
-    first = current[0].first
+    first = current[0][1]
     if first is None or first[2] in _THINKING_BLOCKS:
         return None
     i, j, found = first
     return _rejection(f"messages.{i}.content.{j}.type: " + _MSG_THINKING_FIRST.format(found=found), i, j)
 
 
-def _check_final_without_thinking(messages: list[Any], turns: list[_Turn]) -> Rejection | None:
+def _check_final_without_thinking(messages: list[Any], turns: list[_TurnInfo]) -> Rejection | None:
     """With thinking off, the final assistant message may not contain thinking blocks."""
-    if messages[-1].get("role") != "assistant" or turns[-1].role != "assistant":
+    role, first, _, _ = turns[-1]
+    if messages[-1].get("role") != "assistant" or role != "assistant":
         return None
-    first = turns[-1].first
     if first is None:
         return None
     for i in range(first[0], len(messages)):

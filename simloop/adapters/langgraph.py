@@ -1,0 +1,222 @@
+"""Drives for LangGraph's prebuilt ReAct agent with langchain-anthropic's ``ChatAnthropic``.
+
+``ChatAnthropic`` builds its own ``anthropic`` clients from its settings; the
+drive builds the same clients (same API key, retries, timeout and headers,
+taken from the model's ``_client_params``) on simloop's httpx2 clients, so
+every request reaches the simulated API and nothing else about the model
+changes.  The scenario's tools become LangChain ``StructuredTool`` objects with
+the scenario's JSON schema as ``args_schema``, calling ``sim.run_tool`` /
+``sim.arun_tool``; the agent is ``langgraph.prebuilt.create_react_agent``.
+
+Limits: ``max_steps`` N -> ``recursion_limit`` 2N (one model step and one tool
+step per turn), so the agent makes at most N model calls.  LangGraph has no
+run deadline or token budget, so the drive streams the graph's updates and
+stops it between steps when ``deadline_s`` or ``max_total_tokens`` is spent.
+Without declared limits the graph keeps LangGraph's default recursion limit.
+
+The ending maps onto an `Outcome` through the last AI message's
+``response_metadata["stop_reason"]`` (``end_turn``/``stop_sequence`` ->
+``final``, ``max_tokens`` -> ``truncated``, ``refusal`` -> ``refusal``); the
+agent's own "Sorry, need more steps to process this request." (its answer when
+the recursion budget runs out) and `GraphRecursionError` -> ``max_steps``; an
+``anthropic.APIError`` -> ``error``.  ``drive_trusting_output`` instead takes a
+graph that returned as ``final``, as a caller that reads the last message does;
+``drive_handle_tool_errors`` runs the tools in ``ToolNode(handle_tool_errors=True)``.
+
+Example::
+
+    from simloop.adapters import langgraph as lg
+
+    simloop.verify(lg.drive, limits=simloop.Limits(max_steps=8), max_examples=50)
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Awaitable, Callable
+from contextlib import aclosing, closing
+from typing import TYPE_CHECKING, Any
+
+import anthropic
+from langchain_anthropic import ChatAnthropic
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.tools import StructuredTool
+from langgraph.errors import GraphRecursionError
+from pydantic import SecretStr
+
+from simloop.adapters._common import Guard
+from simloop.outcome import Outcome
+
+if TYPE_CHECKING:
+    from simloop.sim import Sim
+
+__all__ = [
+    "NEED_MORE_STEPS",
+    "async_drive",
+    "chat_model",
+    "drive",
+    "drive_handle_tool_errors",
+    "drive_trusting_output",
+    "make_drive",
+    "outcome_of",
+    "recursion_limit",
+    "tools",
+]
+
+#: What the prebuilt ReAct agent answers, in place of the model's reply, when its recursion budget runs out.
+NEED_MORE_STEPS = "Sorry, need more steps to process this request."
+
+_STOPS = {"end_turn": "final", "stop_sequence": "final", "max_tokens": "truncated",
+          "model_context_window_exceeded": "truncated", "refusal": "refusal"}
+
+
+def chat_model(sim: Sim, *, streaming: bool = False, **settings: Any) -> ChatAnthropic:
+    """A ``ChatAnthropic`` whose clients reach the simulated API (its own settings otherwise untouched)."""
+    key = SecretStr(sim.client.api_key or "sk-ant-simloop")
+    model = ChatAnthropic(model_name=sim.model, api_key=key, streaming=streaming, **settings)
+    params = {**model._client_params, "base_url": str(sim.http_client.base_url)}
+    # ChatAnthropic keeps its clients in cached properties: filling them in is the one seam it has for a transport
+    model.__dict__["_client"] = anthropic.Anthropic(**params, http_client=sim.http_client)
+    model.__dict__["_async_client"] = anthropic.AsyncAnthropic(**params, http_client=sim.async_http_client)
+    return model
+
+
+def tools(sim: Sim) -> list[StructuredTool]:
+    """The scenario's tools as LangChain tools (schema as given; sync and async both reach the scenario's tools)."""
+    return [
+        StructuredTool.from_function(
+            func=_sync_call(sim, schema["name"]),
+            coroutine=_async_call(sim, schema["name"]),
+            name=schema["name"],
+            description=schema.get("description") or schema["name"],
+            args_schema=schema["input_schema"],
+        )
+        for schema in sim.tool_schemas
+    ]
+
+
+def _sync_call(sim: Sim, name: str) -> Callable[..., str]:
+    def call(**input: Any) -> str:
+        return sim.run_tool(name, input)
+
+    return call
+
+
+def _async_call(sim: Sim, name: str) -> Callable[..., Awaitable[str]]:
+    async def call(**input: Any) -> str:
+        return await sim.arun_tool(name, input)
+
+    return call
+
+
+def recursion_limit(max_steps: int | None) -> int | None:
+    """The ``recursion_limit`` that allows ``max_steps`` model calls (None: LangGraph's default)."""
+    return None if max_steps is None else 2 * max_steps
+
+
+def outcome_of(last: BaseMessage | None, *, check_stop_reason: bool = True) -> Outcome:
+    """The `Outcome` of a graph that returned, from its last message."""
+    if not isinstance(last, AIMessage):
+        return Outcome("error", f"the graph ended on {type(last).__name__}, not on the model's answer")
+    text = last.text if isinstance(last.text, str) else str(last.text)
+    if not check_stop_reason:
+        return Outcome("final", text)
+    stop = last.response_metadata.get("stop_reason")
+    if stop is None and text == NEED_MORE_STEPS:
+        return Outcome("max_steps", text)
+    if stop in _STOPS:
+        return Outcome(_STOPS[stop], text)
+    return Outcome("error", f"the agent stopped on stop_reason {stop!r}: {text}")
+
+
+def make_drive(
+    *, is_async: bool = False, streaming: bool = False, check_stop_reason: bool = True,
+    handle_tool_errors: bool = False,
+) -> Callable[[Sim], Any]:
+    """A drive running ``create_react_agent(ChatAnthropic, tools)`` (the ready-made drives are made here).
+
+    Args:
+        is_async: run the graph with ``astream`` on the async client (an ``async def`` drive).
+        streaming: ``ChatAnthropic(streaming=True)``: each model call streams.
+        check_stop_reason: map the last message's ``stop_reason``; ``False`` takes a returned graph as ``final``.
+        handle_tool_errors: run the tools in ``ToolNode(tools, handle_tool_errors=True)``, which makes every tool
+            exception an error ToolMessage (LangGraph's default lets all but invalid-argument errors propagate).
+
+    Example::
+
+        simloop.verify(make_drive(is_async=True), limits=simloop.Limits(max_steps=8))
+    """
+
+    def setup(sim: Sim) -> tuple[Any, dict[str, Any], dict[str, Any], Guard]:
+        from langgraph.prebuilt import ToolNode, create_react_agent
+
+        bridged: Any = ToolNode(tools(sim), handle_tool_errors=True) if handle_tool_errors else tools(sim)
+        with warnings.catch_warnings():
+            # LangGraph 1.x points at langchain.agents.create_agent; the prebuilt agent is what is tested here
+            warnings.simplefilter("ignore", DeprecationWarning)
+            agent = create_react_agent(chat_model(sim, streaming=streaming), bridged, prompt=sim.system)
+        config: dict[str, Any] = {}
+        limit = recursion_limit(sim.limits.max_steps)
+        if limit is not None:
+            config["recursion_limit"] = limit
+        inputs = {"messages": [{"role": "user", "content": sim.task}]}
+        return agent, inputs, config, Guard(sim.limits)
+
+    def step(update: dict[str, Any], guard: Guard, messages: list[BaseMessage]) -> Outcome | None:
+        for node in update.values():
+            for message in (node or {}).get("messages", []):
+                messages.append(message)
+                if isinstance(message, AIMessage) and message.usage_metadata:
+                    guard.used += message.usage_metadata["input_tokens"] + message.usage_metadata["output_tokens"]
+        last = messages[-1] if messages else None
+        if isinstance(last, AIMessage) and not last.tool_calls:
+            return None  # the graph is about to end by itself
+        return guard.spent()
+
+    if is_async:
+        async def adrive(sim: Sim) -> Outcome:
+            agent, inputs, config, guard = setup(sim)
+            messages: list[BaseMessage] = []
+            try:
+                async with aclosing(agent.astream(inputs, config, stream_mode="updates")) as updates:
+                    async for update in updates:
+                        stopped = step(update, guard, messages)
+                        if stopped is not None:
+                            return stopped
+            except GraphRecursionError as exc:
+                return Outcome("max_steps", f"GraphRecursionError: {exc}")
+            except anthropic.APIError as exc:
+                return Outcome("error", f"{type(exc).__name__}: {exc}")
+            return outcome_of(messages[-1] if messages else None, check_stop_reason=check_stop_reason)
+
+        return adrive
+
+    def sdrive(sim: Sim) -> Outcome:
+        agent, inputs, config, guard = setup(sim)
+        messages: list[BaseMessage] = []
+        try:
+            with closing(agent.stream(inputs, config, stream_mode="updates")) as updates:
+                for update in updates:
+                    stopped = step(update, guard, messages)
+                    if stopped is not None:
+                        return stopped
+        except GraphRecursionError as exc:
+            return Outcome("max_steps", f"GraphRecursionError: {exc}")
+        except anthropic.APIError as exc:
+            return Outcome("error", f"{type(exc).__name__}: {exc}")
+        return outcome_of(messages[-1] if messages else None, check_stop_reason=check_stop_reason)
+
+    return sdrive
+
+
+def _named(fn: Callable[[Sim], Any], name: str) -> Callable[[Sim], Any]:
+    # a module-level name makes `verify` print a replay line that imports the drive (`--drive module:name`)
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"simloop drive: LangGraph's ReAct agent with ChatAnthropic ({name.replace('_', ' ')})."
+    return fn
+
+
+drive = _named(make_drive(), "drive")
+async_drive = _named(make_drive(is_async=True), "async_drive")
+drive_trusting_output = _named(make_drive(check_stop_reason=False), "drive_trusting_output")
+drive_handle_tool_errors = _named(make_drive(handle_tool_errors=True), "drive_handle_tool_errors")

@@ -1,0 +1,174 @@
+"""Drives for a pydantic-ai ``Agent`` with ``AnthropicModel`` on simloop's simulated API.
+
+pydantic-ai's `AnthropicProvider` takes an ``AsyncAnthropic`` client, so the
+agent talks to ``sim.async_client`` unmodified.  The scenario's tools are
+registered as pydantic-ai tools built from their JSON schema
+(`pydantic_ai.Tool.from_schema`), each awaiting ``sim.arun_tool``.
+
+Limits map onto pydantic-ai's own: ``max_steps`` -> ``UsageLimits.request_limit``,
+``max_total_tokens`` -> ``UsageLimits.total_tokens_limit``, ``deadline_s`` -> the
+run's ``timeout=``.  Without declared limits the agent keeps its defaults
+(``UsageLimits()``: 50 requests, no token limit, no timeout).
+
+The way a run ends maps onto an `Outcome`:
+
+* it returned: ``final``, or ``truncated`` / ``refusal`` when its last response
+  stopped at ``max_tokens`` / was refused (pydantic-ai returns cut-off text and
+  a refusal's text as the run's output; the drive reads
+  ``result.response.finish_reason``, ``drive_trusting_output`` does not);
+* `UsageLimitExceeded` -> ``max_steps`` / ``token_budget``; `RunTimedOut` ->
+  ``deadline``; `ContentFilterError` (a refusal) -> ``refusal``;
+  `OutputTokenLimitExceeded` -> ``truncated``; any other `AgentRunError`
+  (the API failed, unexpected model behaviour) -> ``error``.
+
+A tool's exception propagates as it would from a plain pydantic-ai tool
+(pydantic-ai only turns `ModelRetry` and `ToolFailed` into results the model
+sees); ``on_tool_error="tool_failed"`` wraps it in `ToolFailed`, the way
+pydantic-ai recommends reporting a terminal failure.
+
+Example::
+
+    from simloop.adapters import pydantic_ai as pai
+
+    simloop.verify(pai.drive, limits=simloop.Limits(max_steps=8, deadline_s=120), max_examples=50)
+    simloop.verify(pai.make_drive(on_tool_error="tool_failed"))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic_ai import Agent, Tool
+from pydantic_ai.exceptions import (
+    AgentRunError,
+    ContentFilterError,
+    OutputTokenLimitExceeded,
+    RunTimedOut,
+    ToolFailed,
+    UsageLimitExceeded,
+)
+from pydantic_ai.models.anthropic import AnthropicModel
+from pydantic_ai.providers.anthropic import AnthropicProvider
+from pydantic_ai.usage import UsageLimits
+
+from simloop.outcome import Outcome
+
+if TYPE_CHECKING:
+    from simloop.scenario import Limits
+    from simloop.sim import Sim
+
+__all__ = [
+    "drive", "drive_tool_failed", "drive_trusting_output", "make_drive", "model", "outcome_of_error", "tools",
+    "usage_limits",
+]
+
+ToolErrorPolicy = Literal["raise", "tool_failed"]
+
+# a run that returned can still have ended on a cut-off or refused response: its finish_reason says so
+_RETURNED = {"length": "truncated", "content_filter": "refusal"}
+
+
+def model(sim: Sim) -> AnthropicModel:
+    """An `AnthropicModel` whose provider talks to ``sim.async_client``."""
+    return AnthropicModel(sim.model, provider=AnthropicProvider(anthropic_client=sim.async_client))
+
+
+def tools(sim: Sim, *, on_tool_error: ToolErrorPolicy = "raise") -> list[Tool[Any]]:
+    """The scenario's tools as pydantic-ai tools (schema as given, input passed through to ``sim.arun_tool``).
+
+    Example::
+
+        agent = Agent(model(sim), tools=tools(sim))
+    """
+    return [
+        Tool.from_schema(
+            _call(sim, schema["name"], on_tool_error),
+            name=schema["name"],
+            description=schema.get("description"),
+            json_schema=schema["input_schema"],
+        )
+        for schema in sim.tool_schemas
+    ]
+
+
+def _call(sim: Sim, name: str, on_tool_error: ToolErrorPolicy) -> Callable[..., Awaitable[str]]:
+    async def call(**input: Any) -> str:
+        if on_tool_error == "raise":
+            return await sim.arun_tool(name, input)
+        try:
+            return await sim.arun_tool(name, input)
+        except Exception as exc:  # every tool failure becomes an observation, as ToolFailed asks
+            raise ToolFailed(f"{type(exc).__name__}: {exc}") from exc
+
+    call.__name__ = name
+    return call
+
+
+def usage_limits(limits: Limits | None) -> UsageLimits:
+    """pydantic-ai's `UsageLimits` for the declared limits (its defaults for what is not declared)."""
+    if limits is None or (limits.max_steps is None and limits.max_total_tokens is None):
+        return UsageLimits()
+    kwargs: dict[str, Any] = {}
+    if limits.max_steps is not None:
+        kwargs["request_limit"] = limits.max_steps
+    if limits.max_total_tokens is not None:
+        kwargs["total_tokens_limit"] = limits.max_total_tokens
+    return UsageLimits(**kwargs)
+
+
+def outcome_of_error(exc: AgentRunError) -> Outcome:
+    """The `Outcome` of a run that raised one of pydantic-ai's run errors."""
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, UsageLimitExceeded):
+        return Outcome("token_budget" if "tokens_limit" in str(exc) else "max_steps", text)
+    if isinstance(exc, RunTimedOut):
+        return Outcome("deadline", text)
+    if isinstance(exc, ContentFilterError):
+        return Outcome("refusal", text)
+    if isinstance(exc, OutputTokenLimitExceeded):
+        return Outcome("truncated", text)
+    return Outcome("error", text)
+
+
+def make_drive(*, on_tool_error: ToolErrorPolicy = "raise", check_finish_reason: bool = True) -> Callable[[Sim], Any]:
+    """An ``async`` drive running a pydantic-ai `Agent` on the scenario (the ready-made drives are made here).
+
+    Args:
+        on_tool_error: ``"raise"`` lets a tool's exception propagate (pydantic-ai's default for a plain
+            exception); ``"tool_failed"`` reports it to the model as `ToolFailed`.
+        check_finish_reason: read ``result.response.finish_reason`` when the run returns (``length`` ->
+            ``truncated``, ``content_filter`` -> ``refusal``); ``False`` takes a returned run as ``final``,
+            as a caller that uses ``result.output`` does.
+
+    Example::
+
+        simloop.verify(make_drive(on_tool_error="tool_failed"), limits=simloop.Limits(max_steps=8))
+    """
+
+    async def adrive(sim: Sim) -> Outcome:
+        agent: Agent[None, str] = Agent(
+            model(sim), tools=tools(sim, on_tool_error=on_tool_error), system_prompt=sim.system or ()
+        )
+        limits = sim.limits
+        timeout = limits.deadline_s if limits is not None else None
+        try:
+            result = await agent.run(sim.task, usage_limits=usage_limits(limits), timeout=timeout)
+        except AgentRunError as exc:
+            return outcome_of_error(exc)
+        reason = result.response.finish_reason if check_finish_reason else None
+        return Outcome(_RETURNED.get(reason or "", "final"), result.output)
+
+    return adrive
+
+
+def _named(fn: Callable[[Sim], Any], name: str) -> Callable[[Sim], Any]:
+    # a module-level name makes `verify` print a replay line that imports the drive (`--drive module:name`)
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"simloop drive: a pydantic-ai Agent with AnthropicModel ({name.replace('_', ' ')})."
+    return fn
+
+
+drive = _named(make_drive(), "drive")
+drive_tool_failed = _named(make_drive(on_tool_error="tool_failed"), "drive_tool_failed")
+drive_trusting_output = _named(make_drive(check_finish_reason=False), "drive_trusting_output")

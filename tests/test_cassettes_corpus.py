@@ -1,0 +1,207 @@
+"""Every real recording in the corpus loads, replays through the SDK as a model, and converts to a scenario.
+
+For each cassette with Anthropic traffic (``../shared/data/cassettes``, both dialects, gzip bodies
+included) the recorded ``/v1/messages`` requests are sent again, in order, through the unmodified SDK
+in a `Sim`, once as plain calls and once streaming:
+
+* with the `Recorded` model (strict: every request must equal the recorded one), each reply must parse
+  into the same SDK Message as the recorded response (a recorded error: the same status);
+* with the cassette's scenario (`to_scenario`), each reply must be the same scenario-level reply: the
+  kind, text, tool calls, stop sequence, usage, and thinking where the recording has it.
+
+The requests are the recorded bodies sent verbatim (``extra_body``), with one change a real loop makes
+too: thinking blocks carry the signature the simulator gave them, since the simulated API checks that
+the loop sends its thinking back unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import typing
+from collections import Counter
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import anthropic
+import httpx2
+import pytest
+from anthropic.types import ContentBlock, StopReason
+from corpus import CASSETTES, all_interactions, requires_corpus
+
+from simloop import Outcome, Reply, Sim
+from simloop.cassettes import Interaction, Recorded, RecordedCall, Recording, load_recording, reply_of_turn
+from simloop.wire.render import Turn, turn_from_message
+from simloop.wire.validate import thinking_signature
+
+pytestmark = [
+    requires_corpus,
+    pytest.mark.filterwarnings("ignore:The model .* is deprecated:DeprecationWarning"),  # recorded model names
+]
+
+
+def _literal_types(union: Any) -> frozenset[str]:
+    members = typing.get_args(union)
+    if members and not hasattr(members[0], "model_fields"):  # Annotated[Union[...], PropertyInfo]
+        members = typing.get_args(members[0])
+    return frozenset(typing.get_args(m.model_fields["type"].annotation)[0] for m in members)
+
+
+NON_BETA_BLOCKS = _literal_types(ContentBlock)
+NON_BETA_STOP_REASONS = frozenset(typing.get_args(StopReason))
+
+
+def _is_beta(interaction: Interaction, call: RecordedCall) -> bool:
+    """Beta traffic is parsed with client.beta (BetaMessage knows blocks the plain models do not)."""
+    if "true" in parse_qs(urlsplit(interaction.request.uri).query).get("beta", []):
+        return True
+    turn = call.answer
+    if not isinstance(turn, Turn):
+        return False
+    if turn.stop_reason is not None and turn.stop_reason not in NON_BETA_STOP_REASONS:
+        return True
+    return any(block.get("type") not in NON_BETA_BLOCKS for block in turn.content)
+
+
+def _resign(body: dict[str, Any]) -> dict[str, Any]:
+    body = copy.deepcopy(body)
+    for message in body.get("messages") or []:
+        for block in message.get("content") if isinstance(message.get("content"), list) else []:
+            if isinstance(block, dict) and block.get("type") == "thinking":
+                block["signature"] = thinking_signature(block.get("thinking", ""))
+    return body
+
+
+def _send(sim: Sim, body: dict[str, Any], *, beta: bool, stream: bool) -> Any:
+    """Send a recorded body verbatim through the SDK; the parsed Message as a dict, or ("error", status)."""
+    body = {k: v for k, v in _resign(body).items() if k != "stream"}
+    api: Any = sim.client.beta.messages if beta else sim.client.messages
+    # The real values travel in extra_body; the keyword max_tokens only feeds the SDK's client-side
+    # "streaming is required" estimate, which must not refuse a recorded non-streaming call.
+    args = {"model": body.get("model", "claude"), "max_tokens": 1, "messages": [], "extra_body": body}
+    try:
+        if stream:
+            with api.stream(**args) as events:
+                return events.get_final_message().model_dump()
+        return api.create(**args).model_dump()
+    except anthropic.APIStatusError as exc:
+        return ("error", exc.status_code)
+
+
+def _recorded_message(interaction: Interaction, *, beta: bool) -> Any:
+    """The SDK's parse of the recorded response, thinking re-signed as the replay serves it."""
+    response = interaction.response
+    if response.status != 200:
+        return ("error", response.status)
+    content_type = "text/event-stream" if response.is_sse else "application/json"
+    client = anthropic.Anthropic(
+        api_key="k", base_url="http://recorded.test", max_retries=0,
+        http_client=httpx2.Client(transport=httpx2.MockTransport(
+            lambda _: httpx2.Response(200, headers={"content-type": content_type}, content=response.body))),
+    )
+    api: Any = client.beta.messages if beta else client.messages
+    args: dict[str, Any] = {"model": "m", "max_tokens": 1, "messages": []}
+    if response.is_sse:
+        with api.stream(**args) as events:
+            message = events.get_final_message().model_dump()
+    else:
+        message = api.create(**args).model_dump()
+    for block in message["content"]:
+        if block.get("type") == "thinking":
+            block["signature"] = thinking_signature(block["thinking"])
+    return message
+
+
+def _view(reply: Reply, recorded: Reply) -> Reply:
+    """What a scenario reply is compared on: no latency (virtual), thinking only where the recording has it
+    (the simulator thinks whenever the request enables thinking)."""
+    update: dict[str, Any] = {"latency": 0.0}
+    if recorded.thinking is None:
+        update["thinking"] = None
+    return reply.model_copy(update=update)
+
+
+def _replay(
+    recording: Recording, calls: list[tuple[Interaction, RecordedCall]], *, scenario: bool, stream: bool
+) -> list[Any]:
+    got: list[Any] = []
+
+    def drive(sim: Sim) -> Outcome:
+        for interaction, call in calls:
+            got.append(_send(sim, call.request, beta=_is_beta(interaction, call), stream=stream))
+        return Outcome("final", "")
+
+    model = None if scenario else Recorded(recording)
+    with Sim(recording.scenario, model=model) as sim:
+        outcome = sim.run(drive)
+    assert outcome.exception is None, f"{recording.scenario.name}: {outcome.text}"
+    assert sim.leftovers() == [], f"{recording.scenario.name}: {sim.leftovers()}"
+    return got
+
+
+def test_every_anthropic_cassette_loads_replays_and_converts(capsys: pytest.CaptureFixture[str]) -> None:
+    counts: Counter[str] = Counter()
+    failures: list[str] = []
+    dropped: Counter[str] = Counter()
+    by_file: dict[Path, list[Interaction]] = {}
+    for file, interaction in all_interactions():  # parsed once for every corpus test
+        by_file.setdefault(file, []).append(interaction)
+    for path, interactions in by_file.items():
+        if not any(i.is_anthropic_messages for i in interactions):
+            continue
+        counts["files"] += 1
+        name = path.relative_to(CASSETTES).as_posix()
+        recording = load_recording(interactions, name=path.stem)
+        counts["loaded"] += 1
+        for note in recording.notes:
+            found = re.search(r": (.*) block\(s\) left out", note)
+            for what in (found.group(1).split(", ") if found else [note.split(": ", 1)[-1].split(" (")[0]]):
+                dropped[what] += 1
+        by_index = {i.index: i for i in interactions}
+        calls = [(by_index[c.interaction], c) for c in recording.calls if by_index[c.interaction].is_anthropic_messages]
+        if not calls:
+            counts["count_tokens only"] += 1
+            continue
+        expected = [_recorded_message(i, beta=_is_beta(i, c)) for i, c in calls]
+        for stream in (False, True):
+            form = "SSE" if stream else "JSON"
+            got = _replay(recording, calls, scenario=False, stream=stream)
+            same = sum(g == e for g, e in zip(got, expected, strict=True))
+            counts[f"recorded {form}"] += same
+            if same != len(calls):
+                bad = next(n for n, (g, e) in enumerate(zip(got, expected, strict=True)) if g != e)
+                failures.append(f"{name} call {bad + 1} replayed as {form} parses differently")
+        # The scenario is replayed in the form the recording used (its rendering in both forms is
+        # what the Recorded runs above and tests/test_fidelity_responses.py check).
+        stream = any(i.response.is_sse for i, _ in calls)
+        form = "SSE" if stream else "JSON"
+        scripted = [(i, c) for i, c in calls if c.reply is not None]
+        got = _replay(recording, scripted, scenario=True, stream=stream)
+        for n, ((_, call), message) in enumerate(zip(scripted, got, strict=True)):
+            assert call.reply is not None
+            replayed = reply_of_turn(turn_from_message(message)) if isinstance(message, dict) else message
+            if isinstance(replayed, Reply) and _view(replayed, call.reply) == _view(call.reply, call.reply):
+                counts["scenario"] += 1
+                counts[f"scenario {form}"] += 1
+            else:
+                failures.append(f"{name} call {n + 1}: the scenario replays {replayed!r} ({form}), "
+                                f"recorded {call.reply!r}")
+        counts["model calls"] += len(calls)
+        counts["errors"] += sum(1 for _, c in calls if not isinstance(c.answer, Turn))
+        counts["scriptable"] += sum(1 for _, c in calls if c.reply is not None)
+    summary = (
+        f"cassettes: {counts['files']} files with Anthropic traffic, {counts['loaded']} loaded "
+        f"({counts['count_tokens only']} with count_tokens calls only); {counts['model calls']} model calls "
+        f"({counts['errors']} recorded errors): {counts['recorded JSON']} replay via Recorded as JSON, "
+        f"{counts['recorded SSE']} as SSE; {counts['scriptable']} in the scenarios, which reproduce "
+        f"{counts['scenario']} ({counts['scenario JSON']} as JSON, {counts['scenario SSE']} as SSE, as recorded)\n"
+        "left out of the scenarios (v1 replies hold text and client tool calls): "
+        + ", ".join(f"{what} ({n})" for what, n in sorted(dropped.items()))
+    )
+    with capsys.disabled():
+        print(f"\n{summary}")
+    assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures[:10])
+    assert counts["files"] == counts["loaded"] > 100
+    assert counts["recorded JSON"] == counts["recorded SSE"] == counts["model calls"]
+    assert counts["scenario"] == counts["scriptable"] == counts["model calls"] - 1  # the recorded 400 is not a reply
