@@ -34,3 +34,23 @@ DEFECTS: dict[str, tuple[str, str]] = {
     "async_tasks_left_running": ("slow-parallel-deadline.yaml", "no_work_after_return"),
     "thinking_dropped": ("thinking-pass-back.yaml", "request_valid"),
 }
+
+#: Under `simloop.verify` (generated runs rather than one scenario) a defect may show first as another
+#: honest violation.  Per defect: the limits the loop declares, and the invariant ids that are a
+#: correct report of it.  ``bench/detect.py`` and the tests hold verify to this table.
+DECLARED = {"max_steps": 10, "deadline_s": 300, "max_total_tokens": 200_000}  # the example loops' defaults
+VERIFY: dict[str, tuple[dict[str, int], frozenset[str]]] = {
+    name: (DECLARED, frozenset({invariant})) for name, (_, invariant) in DEFECTS.items()
+}
+VERIFY.update({
+    # takes refusal and pause_turn for answers too, not only max_tokens
+    "stop_not_tool_use_as_done": (DECLARED, frozenset({"truncation", "honest_outcome"})),
+    # declares no step cap (it has none), so the runaway is its only violation
+    "no_step_cap": ({"deadline_s": 300, "max_total_tokens": 200_000}, frozenset({"stops"})),
+    # retries a failing tool until it gives up and lets the last exception out
+    "tool_retry_on_error": (DECLARED, frozenset({"no_rerun", "tool_errors"})),
+    # its retries are model calls beyond its declared step cap as well as a runaway
+    "api_errors_forever": (DECLARED, frozenset({"stops", "limits"})),
+    # its step retries are model calls beyond its declared step cap too
+    "rerun_after_api_error": (DECLARED, frozenset({"no_rerun", "limits"})),
+})

@@ -35,9 +35,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from simloop.errors import InvariantViolation, UsageError
 from simloop.invariants import CATALOGUE
-from simloop.scenario import Scenario, load_scenario
+from simloop.scenario import Scenario
 from simloop.sim import Drive, ScenarioLike, Sim
-from simloop.timeline import render_timeline
 from simloop.verify import replay as _replay
 from simloop.verify import verify as _verify
 
@@ -272,32 +271,8 @@ def looks_like_scenario(text: str) -> bool:
 
 
 def replay_file(drive: Drive, path: Path, *, seed: int) -> Report:
-    """`simloop.replay` one scenario file, then check its ``expect: {reason: ...}`` too.
-
-    Raises `InvariantViolation` when the loop breaks an invariant, misses an expected violation, or stops
-    for another reason than the file expects.
-    """
-    report = _replay(drive, path, seed=seed)
-    scenario = load_scenario(path)
-    wanted = scenario.expect.reason if scenario.expect else None
-    outcome = report.transcript.outcome if report.transcript is not None else None
-    got = outcome.reason if outcome is not None else None
-    if wanted is not None and got != wanted:
-        timeline = render_timeline(report.transcript) if report.transcript is not None else ""
-        raise InvariantViolation(
-            f"replaying {path}: expected the loop to stop with reason {wanted!r} (the file's expect.reason), "
-            f"it returned {got!r}",
-            violations=[], scenario=scenario, scenario_path=str(path), timeline=timeline,
-            replay=_replay_command(drive, str(path)), transcript=report.transcript,
-        )
-    return report
-
-
-def _replay_command(drive: Drive, path: str) -> str:
-    module, qual = getattr(drive, "__module__", None), getattr(drive, "__qualname__", None)
-    if module and qual and "<" not in qual and module != "__main__":
-        return f"simloop run {path} --drive {module}:{qual}"
-    return f"simloop.replay(drive, {path!r})"
+    """`simloop.replay` one scenario file (its ``expect:`` block, reason included, is checked there)."""
+    return _replay(drive, path, seed=seed)
 
 
 # -- the fixture object -------------------------------------------------------------------------------------------

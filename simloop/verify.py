@@ -146,26 +146,31 @@ def replay(drive: Drive, path: str | Path, *, seed: int = 0, invariants: Iterabl
 
     The file's ``expect: {violations: [...]}`` lists violations that are expected
     (a documented known bug): those do not fail the replay, any other does, and
-    so does an expected one that no longer happens.
+    so does an expected one that no longer happens; ``expect: {reason: ...}``
+    must match the reason the loop gives.
     """
     scenario = load_scenario(path)
     with Sim(scenario, seed=seed) as sim:
-        sim.run(drive)
+        outcome = sim.run(drive)
     report = sim.check(invariants=invariants)
     expected = set(scenario.expect.violations) if scenario.expect else set()
     found = {v.invariant for v in report.violations}
     unexpected = [v for v in report.violations if v.invariant not in expected]
     missing = expected - found
-    if unexpected or missing:
+    reason = scenario.expect.reason if scenario.expect else None
+    wrong_reason = reason is not None and outcome.reason != reason
+    if unexpected or missing or wrong_reason:
         timeline = render_timeline(sim.transcript, report.violations)
         lines = [f"replaying {path}: the loop broke {len(unexpected)} invariant(s)" if unexpected else f"replaying {path}:"]
         lines += [f"  {v}" for v in unexpected]
         if missing:
             lines.append(f"  expected but did not happen: {', '.join(sorted(missing))} (update the file's expect: block)")
+        if wrong_reason:
+            lines.append(f"  the loop stopped with reason {outcome.reason!r}; the file expects {reason!r}")
         lines += ["", "timeline:", timeline]
         raise InvariantViolation(
             "\n".join(lines), violations=unexpected, scenario=scenario, scenario_path=str(path), timeline=timeline,
-            replay=_replay_line(drive, str(path)), transcript=sim.transcript,
+            replay=_replay_line(drive, str(path), seed), transcript=sim.transcript,
         )
     return report
 
@@ -193,7 +198,7 @@ def _violation(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(header + scenario.to_yaml(), encoding="utf-8")
     timeline = render_timeline(sim.transcript, report.violations)
-    replay_line = _replay_line(drive, str(path))
+    replay_line = _replay_line(drive, str(path), sim.seed)
     n = len(scenario.model)
     shape = f"{n} repl{'y' if n == 1 else 'ies'}"
     if scenario.then == "repeat_last":
@@ -227,12 +232,12 @@ def _file_header(violations: Sequence[Violation]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _replay_line(drive: Drive, path: str) -> str:
+def _replay_line(drive: Drive, path: str, seed: int = 0) -> str:
     module = getattr(drive, "__module__", None)
     qual = getattr(drive, "__qualname__", None)
     if module and qual and "<" not in qual and module != "__main__":
-        return f"simloop run {path} --drive {module}:{qual}"
-    return f"simloop.replay(drive, {path!r})"
+        return f"simloop run {path} --drive {module}:{qual}" + (f" --seed {seed}" if seed else "")
+    return f"simloop.replay(drive, {path!r}" + (f", seed={seed})" if seed else ")")
 
 
 def _tools(tools: Sequence[ToolSpec | dict[str, Any]] | None) -> list[ToolSpec]:
