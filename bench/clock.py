@@ -16,9 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import simloop  # noqa: E402
-from examples import correct_async, correct_sync  # noqa: E402
-from simloop.clock import REAL  # noqa: E402
+import simloop
+from examples import correct_async, correct_sync
+from simloop.clock import REAL
 
 SCENARIO = simloop.load_scenario(Path(__file__).resolve().parents[1] / "scenarios" / "long-virtual-day.yaml")
 

@@ -24,10 +24,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import simloop  # noqa: E402
+import simloop
+
 verify_module = importlib.import_module("simloop.verify")
-from examples.catalogue import CORRECT, DECLARED, DEFECTS, VERIFY  # noqa: E402
-from simloop.clock import REAL  # noqa: E402
+from examples.catalogue import CORRECT, DECLARED, DEFECTS, VERIFY
+from simloop.clock import REAL
 
 LIMITS = simloop.Limits(**DECLARED)  # what the example loops declare
 
@@ -52,7 +53,7 @@ class _Counter:
         self.start = REAL.perf_counter()
         self.orig = verify_module.Sim.check
 
-    def __enter__(self) -> _Counter:
+    def __enter__(self) -> _Counter:  # noqa: PYI034
         counter = self
 
         def check(sim: Any, *a: Any, **k: Any) -> Any:

@@ -61,7 +61,7 @@ class GeneratedModel:
             return self.plan.outage
         if self.plan.fault_rate and self.draw(_GATE) >= 10 - self.plan.fault_rate:
             fault = self.draw(_API_FAULTS)
-            one = fault.model_copy(update={"repeat": 1})
+            one: Reply = fault.model_copy(update={"repeat": 1})
             self._burst = [one] * (int(fault.repeat) - 1)
             return one
         if self._ended or (self.plan.persona == "finishes" and self._tool_steps >= self.plan.steps):

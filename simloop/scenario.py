@@ -16,7 +16,7 @@ import io
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -95,7 +95,7 @@ class ToolSpec(_Model):
     description: str = ""
     input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     results: list[str] | None = None
-    function: Union[str, Callable[..., Any], None] = None
+    function: str | Callable[..., Any] | None = None
 
     @field_validator("name")
     @classmethod
@@ -153,7 +153,7 @@ class Reply(_Model):
 
     end_turn: str | None = None
     tool_use: list[ToolCall] | None = None
-    max_tokens: Union[str, MaxTokensBody, None] = None
+    max_tokens: str | MaxTokensBody | None = None
     stop_sequence: str | None = None
     refusal: str | None = None
     pause_turn: str | None = None
@@ -162,7 +162,7 @@ class Reply(_Model):
     text: str | None = None
     sequence: str | None = None
     latency: float = Field(default=0.0, ge=0)
-    repeat: Union[int, Literal["forever"]] = 1
+    repeat: int | Literal["forever"] = 1
     usage: Usage | None = None
     thinking: str | None = None
     retry_after: float | None = Field(default=None, gt=0)
@@ -446,8 +446,7 @@ def _explain(err: Any) -> str:
     if kind in ("literal_error", "enum") and field in _EXPECTED:
         return f"expected {_EXPECTED[field]}, got {got!r}"
     msg = str(err["msg"])
-    if msg.startswith("Value error, "):
-        msg = msg[len("Value error, ") :]
+    msg = msg.removeprefix("Value error, ")
     if got is not None and kind not in ("value_error", "assertion_error"):
         shown = repr(got)
         msg = f"{msg}, got {shown if len(shown) < 60 else shown[:57] + '...'}"

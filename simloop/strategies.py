@@ -44,13 +44,13 @@ __all__ = [
     "faults",
     "latencies",
     "plans",
+    "rarely",
     "scenarios",
     "tool_calls",
     "tool_faults",
     "tool_inputs",
     "tool_specs",
     "turns",
-    "rarely",
     "usages",
     "weighted",
 ]
@@ -114,7 +114,7 @@ def tool_specs(
         return [
             ToolSpec(
                 name=n,
-                kind=draw(st.sampled_from(list(kinds))),  # type: ignore[arg-type]
+                kind=draw(st.sampled_from(list(kinds))),
                 description=f"The {n} tool.",
                 input_schema={"type": "object", "properties": {"q": {"type": "string"}}},
             )

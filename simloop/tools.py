@@ -209,7 +209,7 @@ class ToolBox:
                 return str(block["id"])
         for tid, block in reversed(list(self._issued.items())):  # a rerun of something already executed
             if block.get("name") == name and block.get("input") == input:
-                return tid
+                return str(tid)
         return None
 
     def _mark(self, tid: str) -> None:

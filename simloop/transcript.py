@@ -20,7 +20,7 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from simloop.errors import UsageError
 
@@ -187,9 +187,9 @@ class Halt:
     type: str = "halt"
 
 
-Event = Union[Request, Response, ToolStart, ToolEnd, OutcomeEvent, Halt]
+Event = Request | Response | ToolStart | ToolEnd | OutcomeEvent | Halt
 _TYPES: dict[str, type[Any]] = {
-    c.__dataclass_fields__["type"].default: c  # type: ignore[attr-defined]
+    str(c.__dataclass_fields__["type"].default): c
     for c in (Header, Request, Response, ToolStart, ToolEnd, OutcomeEvent, Halt)
 }
 

@@ -152,7 +152,7 @@ def replay(drive: Drive, path: str | Path, *, seed: int = 0, invariants: Iterabl
     scenario = load_scenario(path)
     with Sim(scenario, seed=seed) as sim:
         outcome = sim.run(drive)
-    report = sim.check(invariants=invariants)
+    report: Report = sim.check(invariants=invariants)
     expected = set(scenario.expect.violations) if scenario.expect else set()
     found = {v.invariant for v in report.violations}
     unexpected = [v for v in report.violations if v.invariant not in expected]

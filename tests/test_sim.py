@@ -48,7 +48,7 @@ def sync_loop(sim: Sim, client: anthropic.Anthropic, *, max_steps: int = 8) -> O
                 try:
                     out = sim.run_tool(block.name, block.input, tool_use_id=block.id)
                     results.append({"type": "tool_result", "tool_use_id": block.id, "content": out})
-                except Exception as e:
+                except Exception as e:  # noqa: BLE001  (a tool's failure is an observation)
                     results.append({"type": "tool_result", "tool_use_id": block.id, "content": str(e), "is_error": True})
         messages.append({"role": "user", "content": results})
     return Outcome("max_steps")

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "ConversationValidator",
     "Rejection",
     "check_signatures",
     "thinking_signature",
@@ -120,6 +121,12 @@ class _Reject(Exception):
 _Uses = list[tuple[int, int, str]]  # tool_use blocks: (message, block, id)
 _Results = list[tuple[int, int, str, bool]]  # tool_result blocks: (message, block, id, in the leading run)
 _TurnInfo = tuple[str, "tuple[int, int, Any] | None", _Uses, _Results]
+# The walk's state between two messages: closed turns, the open turn (role, first block, uses, results,
+# prefix_open), the previous turn's uses, the offences found so far, the tool_use ids seen, any tool block.
+_WalkState = tuple[
+    list[_TurnInfo], Any, "tuple[int, int, Any] | None", _Uses, _Results, bool, _Uses,
+    "Rejection | None", "Rejection | None", set[str], bool, "Rejection | None",
+]
 
 
 @functools.lru_cache(maxsize=4096)  # a conversation resends its history: the same texts again and again
@@ -146,6 +153,38 @@ def validate_messages_request(body: Any, *, signed_by_sim: bool = False) -> Reje
         return _validate(body, needs_max_tokens=True, signed_by_sim=signed_by_sim)
     except _Reject as exc:
         return exc.rejection
+
+
+class ConversationValidator:
+    """`validate_messages_request` for the successive requests of one conversation, walking only what is new.
+
+    A loop resends its whole history on every call, so validating each request from scratch costs time
+    quadratic in the conversation's length.  This keeps the walk's state from the previous request, taken
+    just before its last message (the only one the final-message rules treat specially).  When the next
+    request's messages start with messages equal to those (usually the very same objects: the simulator's
+    parser shares the unchanged history), the walk resumes there.  Equal messages give the same state, so
+    the answer is exactly `validate_messages_request`'s.  The ``tools`` check is reused the same way.
+
+    Example::
+
+        validator = ConversationValidator(signed_by_sim=True)
+        for body in requests:            # each one the previous one's messages plus the new turn
+            rejection = validator.validate(body)
+    """
+
+    __slots__ = ("_resume", "_tools", "signed_by_sim")
+
+    def __init__(self, *, signed_by_sim: bool = False) -> None:
+        self.signed_by_sim = signed_by_sim
+        self._resume: tuple[int, list[Any], _WalkState] | None = None  # (index, messages, state before it)
+        self._tools: tuple[Any, Rejection | None] | None = None  # (tools, what _check_tools returned)
+
+    def validate(self, body: Any) -> Rejection | None:
+        """Check a ``POST /v1/messages`` body; same answer as `validate_messages_request`."""
+        try:
+            return _validate(body, needs_max_tokens=True, signed_by_sim=self.signed_by_sim, memo=self)
+        except _Reject as exc:
+            return exc.rejection
 
 
 def validate_count_tokens_request(body: Any, *, signed_by_sim: bool = False) -> Rejection | None:
@@ -213,7 +252,9 @@ def _id_error(block: dict[str, Any], tag: str, name: str, i: int, j: int) -> _Re
     return _fail(f"messages.{i}.content.{j}.{tag}.{name}: String should match pattern '{_ID_PATTERN}'", i, j, name)
 
 
-def _validate(body: Any, *, needs_max_tokens: bool, signed_by_sim: bool) -> Rejection | None:
+def _validate(
+    body: Any, *, needs_max_tokens: bool, signed_by_sim: bool, memo: ConversationValidator | None = None
+) -> Rejection | None:
     if type(body) is not dict:
         raise _Reject(_NOT_OBJECT, None)
     get = body.get
@@ -252,7 +293,28 @@ def _validate(body: Any, *, needs_max_tokens: bool, signed_by_sim: bool) -> Reje
     signature_error: Rejection | None = None  # first thinking block the simulator did not sign
     id_match = _ID_RE.fullmatch
 
-    for i, message in enumerate(messages):
+    start = 0
+    snapshot_at = -1  # where to keep the state for the next request (before this request's last message)
+    if memo is not None and memo.signed_by_sim == signed_by_sim:
+        snapshot_at = last
+        resume = memo._resume
+        if resume is not None:
+            at, before, state = resume
+            # Equal messages walk to the same state; the history's very same objects compare at once.
+            if at < count and messages[:at] == before[:at]:
+                start = at
+                (turns, role_now, first, uses, results, prefix_open, prev_uses, pairing_error, block_error,
+                 seen_ids, any_tool_block, signature_error) = state
+                # The state is shared with the memo: copy what this walk mutates.
+                turns, uses, results, seen_ids = turns[:], uses[:], results[:], set(seen_ids)
+
+    for i in range(start, count):
+        message = messages[i]
+        if i == snapshot_at and memo is not None:
+            memo._resume = (i, messages, (
+                turns[:], role_now, first, uses[:], results[:], prefix_open, prev_uses, pairing_error,
+                block_error, set(seen_ids), any_tool_block, signature_error,
+            ))
         if type(message) is not dict:
             raise _fail(f"messages.{i}: {_NOT_OBJECT}", i)
         role = message.get("role")
@@ -393,7 +455,14 @@ def _validate(body: Any, *, needs_max_tokens: bool, signed_by_sim: bool) -> Reje
         turns.append((role_now, first, uses, results))
 
     thinking_type = _check_thinking_config(get("thinking"), max_tokens if needs_max_tokens else None)
-    tool_names_error = _check_tools(get("tools"))
+    tools = get("tools")
+    known = memo._tools if memo is not None else None
+    if known is not None and known[0] == tools:  # equal tools pass the same checks
+        tool_names_error = known[1]
+    else:
+        tool_names_error = _check_tools(tools)
+        if memo is not None:
+            memo._tools = (tools, tool_names_error)
 
     # Request-level semantic rules, then the conversation's, in the real API's order.
     if not count:
