@@ -289,11 +289,14 @@ def plans(
     max_steps: int = 6,
     personas: Sequence[tuple[str, int]] = (("finishes", 6), ("stuck", 1), ("wanders", 1)),
     faults: bool = True,
+    ending_kinds: Sequence[str] = _ENDINGS,
 ) -> st.SearchStrategy[Plan]:
     """The model's behaviour for one run; shrinks towards a model that finishes at once with no faults.
 
     ``personas`` weighs the behaviours: by default six runs in eight finish (and so reach every
     ending: refusal, cut-off, pause, ...), one is stuck on one call, one wanders forever.
+    ``ending_kinds`` narrows the endings (``end_turn``, ``stop_sequence``, ``refusal``,
+    ``max_tokens``, ``max_tokens_tool``, ``pause_turn``), e.g. to leave out a known finding.
     """
     # The run-level hazards are drawn first: Hypothesis keeps the first choices of new examples novel,
     # so every kind of run (an outage, a slow or heavy run, a stuck model) keeps coming up even when
@@ -307,7 +310,7 @@ def plans(
         return Plan(
             persona=persona,
             steps=draw(weighted([(n, 3 if n < 2 else 2 if n < 3 else 1) for n in range(max_steps + 1)])),
-            ending=draw(endings()),
+            ending=draw(endings(kinds=ending_kinds)),
             fault_rate=draw(weighted([(0, 4), (1, 2), (2, 1), (3, 1)]) if faults else st.just(0)),
             tool_fault_rate=draw(weighted([(0, 4), (1, 2), (2, 1), (3, 1)]) if faults else st.just(0)),
             thinking=draw(st.one_of(st.none(), st.just("First I check the order, then I act."))),

@@ -9,6 +9,16 @@ Routes (on the URL path only; ``?beta=true`` is ignored, as by the real API):
 ``POST /v1/messages`` (JSON or SSE) and ``POST /v1/messages/count_tokens``.
 Message threads (the beta the SDK's tool runner uses by default) are kept
 per reply id, so a ``continue`` request stands for its whole history.
+
+Why the hot path is incremental: a loop resends its whole history on every
+call, so parsing and validating each body from scratch costs time quadratic in
+the conversation's length, and it is most of the simulator's cost per call.
+`_BodyParser` parses only the bytes a request added to the previous one's
+messages and shares the unchanged history (the same objects, as message
+threads already do); `ConversationValidator` resumes its walk over that
+history.  Both give exactly what a full parse and a full validation give.
+Request bodies are therefore read-only: the transcript and the model policies
+see shared objects.
 """
 
 from __future__ import annotations
@@ -25,7 +35,7 @@ from simloop.scenario import Reply
 from simloop.transcript import Request, Response, Transcript
 from simloop.wire.errors import error_body, error_headers
 from simloop.wire.render import Turn, render_error_event, render_message, render_sse
-from simloop.wire.validate import Rejection, validate_count_tokens_request, validate_messages_request
+from simloop.wire.validate import ConversationValidator, Rejection, validate_count_tokens_request
 
 __all__ = ["READ_HEADERS", "Budget", "InternalFailure", "Planned", "SimServer", "estimate_tokens"]
 
@@ -74,6 +84,78 @@ class Budget:
     requests: int = 128
 
 
+class _BodyParser:
+    """Parses the bodies of one conversation's requests, sharing the unchanged history.
+
+    It keeps the previous ``/v1/messages`` body, its parse and where its ``messages`` array ends.
+    When the next body is those same bytes with messages added at the end of that array (what
+    the SDK sends as a loop appends to its history), only the added messages are parsed; the
+    history and every other field are the previous parse's objects.  Any other body gets a full
+    parse.  The result always equals ``from_json(body)``; invalid JSON raises its ValueError.
+    """
+
+    __slots__ = ("_doc", "_end", "_raw")
+
+    def __init__(self) -> None:
+        self._raw = b""  # the previous body, once located
+        self._doc: dict[str, Any] = {}  # its parse
+        self._end = -1  # offset in _raw of the `]` closing _doc["messages"]; -1: nothing to extend
+
+    def parse(self, body: bytes) -> Any:
+        if self._end >= 0:
+            doc = self._extend(body)
+            if doc is not None:
+                return doc
+        parsed = from_json(body)
+        self._locate(body, parsed)
+        return parsed
+
+    def _extend(self, body: bytes) -> dict[str, Any] | None:
+        raw, end = self._raw, self._end
+        tail = len(raw) - end  # the `]` closing messages, and everything after it
+        new_end = len(body) - tail
+        if new_end == end and body == raw:  # a retry: the same document again
+            doc = dict(self._doc)
+            doc["messages"] = list(doc["messages"])
+            self._doc = doc
+            return doc
+        # body == raw[:end] + "," + N + raw[end:]: the same document with N's values appended to messages
+        if new_end <= end + 1 or body[end] != 0x2C or body[:end] != raw[:end] or body[new_end:] != raw[end:]:
+            return None
+        try:
+            added = from_json(b"[" + body[end + 1 : new_end] + b"]")
+        except ValueError:
+            return None  # not complete values: the full parse decides (and raises)
+        if type(added) is not list or not added:
+            return None
+        doc = dict(self._doc)  # the same keys in the same order: head and tail are the same bytes
+        doc["messages"] = [*doc["messages"], *added]
+        self._raw, self._doc, self._end = body, doc, new_end
+        return doc
+
+    def _locate(self, body: bytes, doc: Any) -> None:
+        """Find where ``doc["messages"]`` ends in ``body``, proving it, or give up (no extension)."""
+        self._end = -1
+        messages = doc.get("messages") if type(doc) is dict else None
+        if type(messages) is not list or not messages:
+            return
+        needle = b'"messages":' + to_json(messages)  # found when the client wrote it compactly, like the SDK
+        at = body.find(needle)
+        if at < 0 or body.find(needle, at + 1) >= 0:
+            return
+        start, end = at + 11, at + len(needle) - 1  # the `[` and the `]` of that array
+        # Proof that this array is the document's messages: with it emptied, the document is the same
+        # document with no messages (a nested array, another key's value or a shadowed duplicate "messages"
+        # key would leave the messages as they are).
+        try:
+            rest = from_json(body[:start] + b"[]" + body[end + 1 :])
+        except ValueError:
+            return
+        if rest != {**doc, "messages": []}:
+            return
+        self._raw, self._doc, self._end = body, doc, end
+
+
 @dataclass(slots=True)
 class _Thread:
     messages: list[Any]
@@ -109,6 +191,8 @@ class SimServer:
         self.requests = 0
         self._threads: dict[str, _Thread] = {}
         self._last_call_by_body: dict[bytes, int] = {}
+        self._parser = _BodyParser()
+        self._validator = ConversationValidator(signed_by_sim=sign_thinking)
 
     # -- entry point -----------------------------------------------------------
 
@@ -140,7 +224,7 @@ class SimServer:
         attempt = _int(headers.get("x-stainless-retry-count"))
         call = self._call_number(path, attempt, body)
         try:
-            parsed = from_json(body) if body else None
+            parsed = (self._parser.parse(body) if path == MESSAGES else from_json(body)) if body else None
         except ValueError:
             parsed = None
         req = Request(
@@ -194,7 +278,10 @@ class SimServer:
             return self._reject(req, thread_error, request_id)
         if effective is not body:
             req.messages = effective["messages"]
-        rejection = validate_messages_request(effective, signed_by_sim=self.sign_thinking)
+        validator = self._validator
+        if validator.signed_by_sim != self.sign_thinking:
+            validator = self._validator = ConversationValidator(signed_by_sim=self.sign_thinking)
+        rejection = validator.validate(effective)
         if rejection is not None:
             return self._reject(req, rejection, request_id)
         req.input_tokens = estimate_tokens(len(raw) + history_bytes)

@@ -32,8 +32,11 @@ def _headers(request: httpx2.Request) -> dict[str, str]:
     """
     found: dict[str, str] = {}
     headers = request.headers
-    for key, value in headers.raw:
-        name = key.lower()
+    # httpx2 keeps (raw name, lower-case name, value) triples: read them as they are when it still does.
+    items = getattr(headers, "_list", None)
+    if type(items) is not list or (items and len(items[0]) != 3):
+        items = [(key, key.lower(), value) for key, value in headers.raw]
+    for _, name, value in items:
         if name in _READ:
             try:
                 text = value.decode("ascii")  # what the headers' own encoding gives for ASCII bytes
