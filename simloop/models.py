@@ -239,7 +239,8 @@ def _turn(reply: Reply, kind: str, request: ModelRequest, ids: Ids) -> Turn:
         _text(content, reply.end_turn)
     elif kind == "tool_use":
         _text(content, reply.text)
-        content.extend(_tool_use(c, ids) for c in reply.tool_use or ())
+        for c in reply.tool_use or ():
+            content.append(_tool_use(c, ids))
     elif kind == "max_tokens":
         body = reply.max_tokens
         if isinstance(body, MaxTokensBody):

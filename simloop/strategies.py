@@ -46,6 +46,7 @@ __all__ = [
     "plans",
     "rarely",
     "scenarios",
+    "stages",
     "tool_calls",
     "tool_faults",
     "tool_inputs",
@@ -284,12 +285,20 @@ def rarely(
     return st.integers(0, of - 1).flatmap(lambda i: strategy if i >= of - chance else otherwise)
 
 
+_RATES = ((0, 4), (1, 2), (2, 1), (3, 1))
+
+
 def plans(
     *,
     max_steps: int = 6,
     personas: Sequence[tuple[str, int]] = (("finishes", 6), ("stuck", 1), ("wanders", 1)),
     faults: bool = True,
     ending_kinds: Sequence[str] = _ENDINGS,
+    outages: Sequence[tuple[Reply | None, int]] = ((None, 9), (Reply(error=529), 1)),
+    slow: Sequence[tuple[bool, int]] = ((False, 3), (True, 1)),
+    heavy: Sequence[tuple[bool, int]] = ((False, 4), (True, 1)),
+    fault_rates: Sequence[tuple[int, int]] = _RATES,
+    tool_fault_rates: Sequence[tuple[int, int]] = _RATES,
 ) -> st.SearchStrategy[Plan]:
     """The model's behaviour for one run; shrinks towards a model that finishes at once with no faults.
 
@@ -297,29 +306,57 @@ def plans(
     ending: refusal, cut-off, pause, ...), one is stuck on one call, one wanders forever.
     ``ending_kinds`` narrows the endings (``end_turn``, ``stop_sequence``, ``refusal``,
     ``max_tokens``, ``max_tokens_tool``, ``pause_turn``), e.g. to leave out a known finding.
+    The other keywords weigh the run-level hazards as ``(value, weight)`` pairs: an API outage,
+    slow replies, budget-breaking usage, and the chance in ten of API and tool faults.
+    ``faults=False`` turns every fault off.
     """
+
     # The run-level hazards are drawn first: Hypothesis keeps the first choices of new examples novel,
-    # so every kind of run (an outage, a slow or heavy run, a stuck model) keeps coming up even when
-    # the engine is busy mutating long examples.
+    # so every kind of run keeps coming up even when the engine is busy mutating long examples.
     @st.composite
     def build(draw: st.DrawFn) -> Plan:
-        outage = draw(weighted([(None, 9), (Reply(error=529), 1)]) if faults else st.none())
+        outage = draw(weighted(outages) if faults else st.none())
         persona = draw(weighted(personas))
-        slow = draw(weighted([(False, 3), (True, 1)]))
-        heavy = draw(weighted([(False, 4), (True, 1)]))
+        is_slow = draw(weighted(slow))
+        is_heavy = draw(weighted(heavy))
         return Plan(
             persona=persona,
             steps=draw(weighted([(n, 3 if n < 2 else 2 if n < 3 else 1) for n in range(max_steps + 1)])),
             ending=draw(endings(kinds=ending_kinds)),
-            fault_rate=draw(weighted([(0, 4), (1, 2), (2, 1), (3, 1)]) if faults else st.just(0)),
-            tool_fault_rate=draw(weighted([(0, 4), (1, 2), (2, 1), (3, 1)]) if faults else st.just(0)),
+            fault_rate=draw(weighted(fault_rates) if faults else st.just(0)),
+            tool_fault_rate=draw(weighted(tool_fault_rates) if faults else st.just(0)),
             thinking=draw(st.one_of(st.none(), st.just("First I check the order, then I act."))),
             outage=outage,
-            slow=slow,
-            heavy=heavy,
+            slow=is_slow,
+            heavy=is_heavy,
         )
 
     return build()
+
+
+def stages(**narrow: Any) -> list[tuple[str, st.SearchStrategy[Plan], int]]:
+    """How `verify` splits its budget: ``(name, plans, share in 20)``.
+
+    Each stage makes one kind of run certain: a search of 200 mixed examples can, by the luck of
+    the engine, draw few stuck models or outages, while a defect that only such a run shows must be
+    caught every time.  The last stage mixes everything, for the bugs that need several hazards.
+    ``narrow`` is passed to every `plans` call (e.g. ``ending_kinds=...``).
+    """
+    none_ = ((None, 1),)
+    calm: dict[str, Any] = {"outages": none_, "slow": ((False, 1),), "heavy": ((False, 1),),
+                            "fault_rates": ((0, 1),), "tool_fault_rates": ((0, 1),)}
+    finishing: dict[str, Any] = {**calm, "personas": (("finishes", 1),)}
+    return [
+        ("endings", plans(**{**finishing, **narrow}), 3),
+        ("api faults", plans(**{**finishing, "fault_rates": ((1, 1), (2, 1), (3, 1)), **narrow}), 2),
+        ("tool faults", plans(**{**finishing, "tool_fault_rates": ((1, 1), (2, 1), (3, 1)), **narrow}), 2),
+        ("slow", plans(**{**finishing, "slow": ((True, 1),), **narrow}), 1),
+        ("heavy", plans(**{**finishing, "heavy": ((True, 1),), **narrow}), 1),
+        ("stuck", plans(**{**calm, "personas": (("stuck", 1),), **narrow}), 1),
+        ("wanders", plans(**{**calm, "personas": (("wanders", 1),), **narrow}), 1),
+        ("outage", plans(**{**finishing, "outages": ((Reply(error=529), 1),), **narrow}), 1),
+        ("mixed", plans(**narrow), 8),
+    ]
 
 
 def scenarios(

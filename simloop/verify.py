@@ -13,7 +13,7 @@ becomes a regression test by committing the file.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from simloop.generated import GeneratedFaults, GeneratedModel, to_scenario
 from simloop.invariants import CATALOGUE, Report, Violation
 from simloop.scenario import Limits, Scenario, ToolSpec, load_scenario
 from simloop.sim import Drive, Sim
-from simloop.strategies import DEFAULT_TOOLS, Plan, plans
+from simloop.strategies import DEFAULT_TOOLS, Plan, stages
 from simloop.timeline import render_timeline
 
 __all__ = ["DEFAULT_TASK", "replay", "verify"]
@@ -63,7 +63,9 @@ def verify(
         max_examples: how many runs Hypothesis tries.
         seed: makes the search deterministic (the same runs in the same order).
         invariants: ids to check (default: all of DESIGN §4).
-        plan: a strategy of model behaviours (default `simloop.strategies.plans()`).
+        plan: a strategy of model behaviours (`simloop.strategies.plans(...)`) for the whole budget;
+            by default the budget is split over `simloop.strategies.stages()`, so that every kind of
+            run (faults, outages, stuck models, slow and heavy runs) is certainly tried.
         out_dir: where the minimal failing scenario is written.
         settings: Hypothesis settings to start from (default: the loaded profile, so its database,
             derandomize and verbosity apply).
@@ -97,47 +99,56 @@ def verify(
         world = cassettes.load_recording(recorded, kinds=kinds)
         base = world.scenario.model_copy(update={"name": _name(drive), "limits": declared, "expect": None})
         specs = list(base.tools)
-    strategy: st.SearchStrategy[Any] = plan if plan is not None else (
-        cassettes.fault_plans() if world is not None else plans()
-    )
-
-    def example(data: st.DataObject) -> None:
-        chosen = data.draw(strategy, label="plan")
-        if world is not None:
-            model: Any = cassettes.FaultedRecording(world, data.draw, chosen)
-            faults = GeneratedFaults(data.draw, chosen.tool_plan)
-        else:
-            model = GeneratedModel(data.draw, chosen)
-            faults = GeneratedFaults(data.draw, chosen)
-        with Sim(base, seed=run_seed, model=model, fault_source=faults) as sim:
-            sim.run(drive)
-        report = sim.check(invariants=checked)
-        state["examples"] += 1
-        if not report.ok:
-            state["failure"] = (report, sim, model, faults)
-            raise _Failed(", ".join(sorted({v.invariant for v in report.violations})))
-
-    digest = (_name(drive), specs, declared, checked, task, world.source if world is not None else None)
-    example._hypothesis_internal_add_digest = repr(digest).encode()  # type: ignore[attr-defined]
+    if plan is not None:
+        searches: list[tuple[str, st.SearchStrategy[Any], int]] = [("plan", plan, max_examples)]
+    elif world is not None:
+        searches = [("recording", cassettes.fault_plans(), max_examples)]
+    else:  # the budget split over stages, each making one kind of run certain (see strategies.stages)
+        searches = [(name, strategy, max(1, max_examples * share // 20)) for name, strategy, share in stages()]
     base_settings = settings or Settings()
-    test = Settings(
-        base_settings,
-        max_examples=max_examples,
-        deadline=None,
-        report_multiple_bugs=False,
-        # no explain phase: it re-runs many variants of the failure to annotate Hypothesis's own report,
-        # which simloop replaces with the scenario file and timeline
-        phases=[p for p in base_settings.phases if p is not Phase.explain],
-        verbosity=Verbosity.quiet if base_settings.verbosity <= Verbosity.normal else base_settings.verbosity,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
-    )(given(st.data())(example))
-    if seed is not None:
-        test = hypothesis_seed(seed)(test)
-    try:
-        test()
-    except _Failed:
-        report, sim, model, faults = state["failure"]
-        raise _violation(drive, report, sim, model, faults, out_dir=Path(out_dir), seed=seed) from None
+
+    def make_example(strategy: st.SearchStrategy[Any]) -> Callable[[st.DataObject], None]:
+        def example(data: st.DataObject) -> None:
+            chosen = data.draw(strategy, label="plan")
+            if world is not None:
+                model: Any = cassettes.FaultedRecording(world, data.draw, chosen)
+                faults = GeneratedFaults(data.draw, chosen.tool_plan)
+            else:
+                model = GeneratedModel(data.draw, chosen)
+                faults = GeneratedFaults(data.draw, chosen)
+            with Sim(base, seed=run_seed, model=model, fault_source=faults) as sim:
+                sim.run(drive)
+            report = sim.check(invariants=checked)
+            state["examples"] += 1
+            if not report.ok:
+                state["failure"] = (report, sim, model, faults)
+                raise _Failed(", ".join(sorted({v.invariant for v in report.violations})))
+
+        return example
+
+    for stage, strategy, budget in searches:
+        example = make_example(strategy)
+        # the example database is keyed by this: the same loop, world and stage find their failures again
+        digest = (_name(drive), specs, declared, checked, task, world.source if world is not None else None, stage)
+        example._hypothesis_internal_add_digest = repr(digest).encode()  # type: ignore[attr-defined]
+        test = Settings(
+            base_settings,
+            max_examples=budget,
+            deadline=None,
+            report_multiple_bugs=False,
+            # no explain phase: it re-runs many variants of the failure to annotate Hypothesis's own report,
+            # which simloop replaces with the scenario file and timeline
+            phases=[p for p in base_settings.phases if p is not Phase.explain],
+            verbosity=Verbosity.quiet if base_settings.verbosity <= Verbosity.normal else base_settings.verbosity,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+        )(given(st.data())(example))
+        if seed is not None:
+            test = hypothesis_seed(seed)(test)
+        try:
+            test()
+        except _Failed:
+            report, sim, model, faults = state["failure"]
+            raise _violation(drive, report, sim, model, faults, out_dir=Path(out_dir), seed=seed) from None
     return Report(violations=[], checked=tuple(checked), examples=state["examples"])
 
 

@@ -73,7 +73,7 @@ def test_the_failure_report_is_actionable(tmp_path: Path) -> None:
     assert "[no_rerun] step " in text and "ran twice for tool_use toolu_" in text
     assert f"written to {err.scenario_path}:" in text
     assert "timeline of the failing run:" in text
-    assert re.search(r"\(no reply\)  \[(5\d\d), \1, \1\]  <-- no_rerun", text), text  # an outage outlasting SDK retries
+    assert re.search(r"\(no reply\)  \[([45]\d\d), \1, \1\]  <-- no_rerun", text), text  # an outage outlasting SDK retries
     assert f"replay it: simloop run {err.scenario_path} --drive examples.rerun_after_api_error:drive" in text
     assert err.replay == f"simloop run {err.scenario_path} --drive examples.rerun_after_api_error:drive"
     assert err.timeline and "<-- no_rerun" in err.timeline

@@ -161,6 +161,7 @@ class _Thread:
     messages: list[Any]
     fields: dict[str, Any]
     continued: bool = False
+    json_items: int = -1  # sum of the compact-JSON lengths of the messages (-1: not known yet)
 
 
 class SimServer:
@@ -190,7 +191,10 @@ class SimServer:
         self.calls = 0  # logical model calls
         self.requests = 0
         self._threads: dict[str, _Thread] = {}
-        self._last_call_by_body: dict[bytes, int] = {}
+        # body -> the latest call that sent it (at most 65 bodies), kept by length: hashing every body
+        # (a whole conversation) just to find the rare retry costs more than comparing a few bodies.
+        self._calls_by_size: dict[int, list[tuple[bytes, int]]] = {}
+        self._known_bodies = 0
         self._parser = _BodyParser()
         self._validator = ConversationValidator(signed_by_sim=sign_thinking)
 
@@ -229,8 +233,7 @@ class SimServer:
             parsed = None
         req = Request(
             t=self.now(), index=index, call=call, attempt=attempt, path=path,
-            stream=bool(isinstance(parsed, dict) and parsed.get("stream")), body=parsed,
-            input_tokens=0,
+            stream=isinstance(parsed, dict) and bool(parsed.get("stream")), body=parsed, input_tokens=0,
         )
         self.transcript.append(req)
         if self.on_request is not None:
@@ -252,12 +255,25 @@ class SimServer:
         """SDK retries (retry count > 0) belong to the call whose body they repeat."""
         if path != MESSAGES:
             return self.calls
-        if attempt > 0 and body in self._last_call_by_body:
-            return self._last_call_by_body[body]
+        same_size = self._calls_by_size.get(len(body))
+        if attempt > 0 and same_size is not None:
+            for sent, call in same_size:
+                if sent == body:
+                    return call
         self.calls += 1
-        if len(self._last_call_by_body) > 64:
-            self._last_call_by_body.clear()
-        self._last_call_by_body[body] = self.calls
+        if self._known_bodies > 64:
+            self._calls_by_size.clear()
+            self._known_bodies = 0
+            same_size = None
+        if same_size is None:
+            self._calls_by_size[len(body)] = [(body, self.calls)]
+        else:
+            for k, (sent, _) in enumerate(same_size):
+                if sent == body:  # the same body sent again as a new call: it now belongs to this one
+                    same_size[k] = (body, self.calls)
+                    return self.calls
+            same_size.append((body, self.calls))
+        self._known_bodies += 1
         return self.calls
 
     # -- endpoints -----------------------------------------------------------------
@@ -273,18 +289,22 @@ class SimServer:
         return Planned(headers=[_JSON, ("request-id", request_id)], body=payload, record=rec)
 
     def _messages(self, req: Request, body: dict[str, Any], raw: bytes, request_id: str) -> Planned:
-        effective, history_bytes, thread_error = self._expand_thread(body)
-        if thread_error is not None:
-            return self._reject(req, thread_error, request_id)
-        if effective is not body:
-            req.messages = effective["messages"]
+        threaded = "thread" in body
+        if threaded:
+            effective, history_bytes, thread_error = self._expand_thread(body)
+            if thread_error is not None:
+                return self._reject(req, thread_error, request_id)
+            if effective is not body:
+                req.messages = effective["messages"]
+        else:
+            effective, history_bytes = body, 0
         validator = self._validator
         if validator.signed_by_sim != self.sign_thinking:
             validator = self._validator = ConversationValidator(signed_by_sim=self.sign_thinking)
         rejection = validator.validate(effective)
         if rejection is not None:
             return self._reject(req, rejection, request_id)
-        req.input_tokens = estimate_tokens(len(raw) + history_bytes)
+        req.input_tokens = max(1, (len(raw) + history_bytes + 3) // 4)  # estimate_tokens, inline
         mreq = ModelRequest(
             call=req.call, attempt=req.attempt, body=effective, conversation=effective["messages"], stream=req.stream
         )
@@ -306,17 +326,18 @@ class SimServer:
             output_tokens = reply.usage.output_tokens
         msg_id = turn.id or self.ids.message()
         model = turn.model or str(effective.get("model", "claude-sonnet-5"))
-        kw: dict[str, Any] = {"id": msg_id, "model": model, "input_tokens": input_tokens, "output_tokens": output_tokens}
-        message = render_message(turn, **kw)
+        message = render_message(turn, id=msg_id, model=model, input_tokens=input_tokens, output_tokens=output_tokens)
+        latency = reply.latency if reply else 0.0
         rec = Response(
             t=0.0, index=req.index, call=req.call, status=200, kind=str(turn.stop_reason),
-            stop_reason=turn.stop_reason, message=message, latency=reply.latency if reply else 0.0,
+            stop_reason=turn.stop_reason, message=message, latency=latency,
         )
-        self._store_thread(body, effective, message)
-        headers = [("request-id", request_id)]
+        if threaded:
+            self._store_thread(body, effective, message)
         if req.stream:
-            return Planned(headers=[_SSE, *headers], events=render_sse(turn, **kw), latency=rec.latency, record=rec)
-        return Planned(headers=[_JSON, *headers], body=to_json(message), latency=rec.latency, record=rec)
+            events = render_sse(turn, id=msg_id, model=model, input_tokens=input_tokens, output_tokens=output_tokens)
+            return Planned(headers=[_SSE, ("request-id", request_id)], events=events, latency=latency, record=rec)
+        return Planned(headers=[_JSON, ("request-id", request_id)], body=to_json(message), latency=latency, record=rec)
 
     def _fault(self, req: Request, reply: Reply, mreq: ModelRequest, request_id: str) -> Planned:
         err = reply.error
@@ -400,7 +421,10 @@ class SimServer:
         new = body.get("messages")
         effective = {**stored.fields, **{k: v for k, v in body.items() if k != "messages"}}
         effective["messages"] = [*stored.messages, *(new if isinstance(new, list) else [])]
-        history_bytes = len(json.dumps(stored.messages, separators=(",", ":")))
+        if stored.json_items < 0:
+            stored.json_items = _json_items(stored.messages)
+        # len(json.dumps(stored.messages, separators=(",", ":"))): brackets, items, commas
+        history_bytes = 2 + stored.json_items + max(0, len(stored.messages) - 1)
         return effective, history_bytes, None
 
     def _store_thread(self, body: dict[str, Any], effective: dict[str, Any], message: dict[str, Any]) -> None:
@@ -413,7 +437,15 @@ class SimServer:
                 self._threads[prev].continued = True
         fields = {k: v for k, v in effective.items() if k in ("system", "tools")}
         reply = {"role": "assistant", "content": message["content"]}
-        self._threads[message["id"]] = _Thread(messages=[*effective["messages"], reply], fields=fields)
+        messages = [*effective["messages"], reply]
+        json_items = -1
+        if thread.get("type") == "continue":
+            # The history's size grows with what this request added: no need to measure it all again.
+            prev = thread.get("previous_message_id")
+            parent = self._threads.get(prev) if isinstance(prev, str) else None
+            if parent is not None and parent.json_items >= 0 and messages[: len(parent.messages)] == parent.messages:
+                json_items = parent.json_items + _json_items(messages[len(parent.messages) :])
+        self._threads[message["id"]] = _Thread(messages=messages, fields=fields, json_items=json_items)
 
 
 def estimate_tokens(nbytes: int) -> int:
@@ -422,6 +454,11 @@ def estimate_tokens(nbytes: int) -> int:
     Deterministic and monotonic in the request size, so a growing history shows growing usage.
     """
     return max(1, (nbytes + 3) // 4)
+
+
+def _json_items(items: list[Any]) -> int:
+    """The total length of the items' compact JSON (``json.dumps`` encodes a list's items one by one)."""
+    return sum(len(json.dumps(item, separators=(",", ":"))) for item in items)
 
 
 def _thread_error(code: str, message: str) -> Rejection:
