@@ -291,6 +291,7 @@ _RATES = ((0, 4), (1, 2), (2, 1), (3, 1))
 def plans(
     *,
     max_steps: int = 6,
+    min_steps: int = 0,
     personas: Sequence[tuple[str, int]] = (("finishes", 6), ("stuck", 1), ("wanders", 1)),
     faults: bool = True,
     ending_kinds: Sequence[str] = _ENDINGS,
@@ -321,7 +322,7 @@ def plans(
         is_heavy = draw(weighted(heavy))
         return Plan(
             persona=persona,
-            steps=draw(weighted([(n, 3 if n < 2 else 2 if n < 3 else 1) for n in range(max_steps + 1)])),
+            steps=draw(weighted([(n, 3 if n < 2 else 2 if n < 3 else 1) for n in range(min_steps, max_steps + 1)])),
             ending=draw(endings(kinds=ending_kinds)),
             fault_rate=draw(weighted(fault_rates) if faults else st.just(0)),
             tool_fault_rate=draw(weighted(tool_fault_rates) if faults else st.just(0)),
@@ -349,13 +350,13 @@ def stages(**narrow: Any) -> list[tuple[str, st.SearchStrategy[Plan], int]]:
     return [
         ("endings", plans(**{**finishing, **narrow}), 3),
         ("api faults", plans(**{**finishing, "fault_rates": ((1, 1), (2, 1), (3, 1)), **narrow}), 2),
-        ("tool faults", plans(**{**finishing, "tool_fault_rates": ((1, 1), (2, 1), (3, 1)), **narrow}), 2),
-        ("slow", plans(**{**finishing, "slow": ((True, 1),), **narrow}), 1),
-        ("heavy", plans(**{**finishing, "heavy": ((True, 1),), **narrow}), 1),
+        ("tool faults", plans(**{**finishing, "min_steps": 1, "tool_fault_rates": ((1, 1), (2, 1), (3, 1)), **narrow}), 3),
+        ("slow", plans(**{**finishing, "min_steps": 2, "slow": ((True, 1),), **narrow}), 2),
+        ("heavy", plans(**{**finishing, "min_steps": 2, "heavy": ((True, 1),), **narrow}), 2),
         ("stuck", plans(**{**calm, "personas": (("stuck", 1),), **narrow}), 1),
         ("wanders", plans(**{**calm, "personas": (("wanders", 1),), **narrow}), 1),
         ("outage", plans(**{**finishing, "outages": ((Reply(error=529), 1),), **narrow}), 1),
-        ("mixed", plans(**narrow), 8),
+        ("mixed", plans(**narrow), 5),
     ]
 
 
