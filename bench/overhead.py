@@ -107,6 +107,9 @@ def main() -> None:
     print(f"bare MockTransport : {b:8.0f} SDK calls/s  (median of {args.rounds} rounds x {args.runs * STEPS} calls)")
     print(f"simloop simulator  : {s:8.0f} SDK calls/s  (a fresh Sim per {STEPS}-step run)")
     print(f"ratio              : {s / b:8.1%} of bare throughput (target >= 85%)")
+    # Each sim round against the bare round just before it: the spread shows how noisy the machine was.
+    paired = sorted(x / y for x, y in zip(sim, bare, strict=True))
+    print(f"per-round ratios   : {paired[0]:8.1%} min, {statistics.median(paired):.1%} median, {paired[-1]:.1%} max")
 
 
 if __name__ == "__main__":

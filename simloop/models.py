@@ -205,14 +205,18 @@ class Ids:
         raw = self.rng.getrandbits(8 * size).to_bytes(size, "big")
         return prefix + b2a_base64(raw, newline=False).translate(_ALTCHARS).decode("ascii")[:n]
 
+    # The three kinds the server draws on every request, written out: make("msg_01", 22) and so on.
     def message(self) -> str:
-        return self.make("msg_01", 22)
+        raw = self.rng.getrandbits(144).to_bytes(18, "big")
+        return "msg_01" + b2a_base64(raw, newline=False).translate(_ALTCHARS).decode("ascii")[:22]
 
     def tool_use(self) -> str:
-        return self.make("toolu_01", 22)
+        raw = self.rng.getrandbits(144).to_bytes(18, "big")
+        return "toolu_01" + b2a_base64(raw, newline=False).translate(_ALTCHARS).decode("ascii")[:22]
 
     def request(self) -> str:
-        return self.make("req_011C", 20)
+        raw = self.rng.getrandbits(120).to_bytes(15, "big")
+        return "req_011C" + b2a_base64(raw, newline=False).translate(_ALTCHARS).decode("ascii")[:20]
 
 
 DEFAULT_STOP_SEQUENCE = "###"
@@ -236,11 +240,13 @@ def _turn(reply: Reply, kind: str, request: ModelRequest, ids: Ids) -> Turn:
     stop_sequence: str | None = None
     stop_details: dict[str, Any] | None = None
     if kind == "end_turn":
-        _text(content, reply.end_turn)
+        if reply.end_turn:
+            content.append({"type": "text", "text": reply.end_turn})
     elif kind == "tool_use":
-        _text(content, reply.text)
+        if reply.text:
+            content.append({"type": "text", "text": reply.text})
         for c in reply.tool_use or ():
-            content.append(_tool_use(c, ids))
+            content.append({"type": "tool_use", "id": ids.tool_use(), "name": c.name, "input": dict(c.input)})
     elif kind == "max_tokens":
         body = reply.max_tokens
         if isinstance(body, MaxTokensBody):

@@ -197,6 +197,7 @@ class SimServer:
         self._known_bodies = 0
         self._parser = _BodyParser()
         self._validator = ConversationValidator(signed_by_sim=sign_thinking)
+        self._kinds: dict[int, tuple[Reply, str]] = {}  # id(reply) -> (reply, reply.kind): replies are frozen
 
     # -- entry point -----------------------------------------------------------
 
@@ -312,7 +313,14 @@ class SimServer:
         reply: Reply | None
         if isinstance(answer, Reply):
             reply = answer
-            kind = answer.kind
+            known = self._kinds.get(id(answer))
+            if known is not None and known[0] is answer:
+                kind = known[1]
+            else:
+                kind = answer.kind
+                if len(self._kinds) >= 256:
+                    self._kinds.clear()
+                self._kinds[id(answer)] = (answer, kind)
             if kind == "error":
                 return self._fault(req, answer, mreq, request_id)
             turn = _turn(answer, kind, mreq, self.ids)

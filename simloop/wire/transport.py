@@ -54,6 +54,12 @@ def _read_timeout(request: httpx2.Request) -> float:
 
 
 def _response(request: httpx2.Request, planned: Planned, content: Any) -> httpx2.Response:
+    if type(content) is bytes:
+        # A body stream, as a network transport returns it: the client reads it (and times it, so
+        # ``elapsed`` works), instead of a response read at construction; the same headers as
+        # ``content=`` gives (``Content-Length`` when there is a body).
+        headers = [*planned.headers, ("Content-Length", str(len(content)))] if content else planned.headers
+        return httpx2.Response(planned.status, headers=headers, stream=httpx2.ByteStream(content), request=request)
     return httpx2.Response(planned.status, headers=planned.headers, content=content, request=request)
 
 

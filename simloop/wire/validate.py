@@ -123,10 +123,12 @@ _Results = list[tuple[int, int, str, bool]]  # tool_result blocks: (message, blo
 _TurnInfo = tuple[str, "tuple[int, int, Any] | None", _Uses, _Results]
 # The walk's state between two messages: closed turns, the open turn (role, first block, uses, results,
 # prefix_open), the previous turn's uses, the offences found so far, the tool_use ids seen, any tool block.
+# fmt: off
 _WalkState = tuple[
     list[_TurnInfo], Any, "tuple[int, int, Any] | None", _Uses, _Results, bool, _Uses,
     "Rejection | None", "Rejection | None", set[str], bool, "Rejection | None",
 ]
+# fmt: on
 
 
 @functools.lru_cache(maxsize=4096)  # a conversation resends its history: the same texts again and again
@@ -159,11 +161,12 @@ class ConversationValidator:
     """`validate_messages_request` for the successive requests of one conversation, walking only what is new.
 
     A loop resends its whole history on every call, so validating each request from scratch costs time
-    quadratic in the conversation's length.  This keeps the walk's state from the previous request, taken
-    just before its last message (the only one the final-message rules treat specially).  When the next
-    request's messages start with messages equal to those (usually the very same objects: the simulator's
-    parser shares the unchanged history), the walk resumes there.  Equal messages give the same state, so
-    the answer is exactly `validate_messages_request`'s.  The ``tools`` check is reused the same way.
+    quadratic in the conversation's length.  This keeps the walk's state from the previous request: after
+    its last message, or just before it when that is an assistant message (the only kind the final-message
+    rules treat specially).  When the next request's messages start with messages equal to those (usually
+    the very same objects: the simulator's parser shares the unchanged history), the walk resumes there.
+    Equal messages give the same state, so the answer is exactly `validate_messages_request`'s.  The
+    ``tools`` check is reused the same way.
 
     Example::
 
@@ -294,27 +297,33 @@ def _validate(
     id_match = _ID_RE.fullmatch
 
     start = 0
-    snapshot_at = -1  # where to keep the state for the next request (before this request's last message)
+    snapshot_at = -1  # where to keep the state for the next request: after the walk, or before message last
     if memo is not None and memo.signed_by_sim == signed_by_sim:
-        snapshot_at = last
+        final = messages[last] if count else None
+        # Only a final assistant message is walked differently for being last (prefill rules).
+        snapshot_at = count if type(final) is dict and final.get("role") in ("user", "system") else last
         resume = memo._resume
         if resume is not None:
             at, before, state = resume
             # Equal messages walk to the same state; the history's very same objects compare at once.
+            # (A state taken before an assistant message at `at` needs messages after it: at < count.)
             if at < count and messages[:at] == before[:at]:
                 start = at
+                # fmt: off
                 (turns, role_now, first, uses, results, prefix_open, prev_uses, pairing_error, block_error,
                  seen_ids, any_tool_block, signature_error) = state
-                # The state is shared with the memo: copy what this walk mutates.
-                turns, uses, results, seen_ids = turns[:], uses[:], results[:], set(seen_ids)
+                # fmt: on
+                memo._resume = None  # this walk mutates the state: it leaves a new one instead
 
     for i in range(start, count):
         message = messages[i]
         if i == snapshot_at and memo is not None:
+            # fmt: off
             memo._resume = (i, messages, (
                 turns[:], role_now, first, uses[:], results[:], prefix_open, prev_uses, pairing_error,
                 block_error, set(seen_ids), any_tool_block, signature_error,
             ))
+            # fmt: on
         if type(message) is not dict:
             raise _fail(f"messages.{i}: {_NOT_OBJECT}", i)
         role = message.get("role")
@@ -333,7 +342,14 @@ def _validate(
         if role != role_now:
             if role_now is not None:  # close the open turn
                 if role_now == "user":
-                    if pairing_error is None and (prev_uses or results):
+                    # The common case inline: one call, answered first in the next turn.
+                    if (
+                        pairing_error is None
+                        and (prev_uses or results)
+                        and not (
+                            len(prev_uses) == 1 == len(results) and prev_uses[0][2] == results[0][2] and results[0][3]
+                        )
+                    ):
                         pairing_error = _check_pair(prev_uses, results)
                     prev_uses = _NO_USES
                 else:
@@ -449,12 +465,23 @@ def _validate(
         if blank_text is not None and not substance and block_error is None and not (i == last and role == "assistant"):
             block_error = _rejection(_MSG_WHITESPACE_TEXT, i, blank_text)
 
+    if snapshot_at == count and memo is not None:
+        # After the whole walk only closing the open turn (below) mutates anything: copy just the turns.
+        # fmt: off
+        memo._resume = (count, messages, (
+            turns[:], role_now, first, uses, results, prefix_open, prev_uses, pairing_error, block_error,
+            seen_ids, any_tool_block, signature_error,
+        ))
+        # fmt: on
     if role_now is not None:  # close the last turn
         if role_now == "user" and pairing_error is None and (prev_uses or results):
             pairing_error = _check_pair(prev_uses, results)
         turns.append((role_now, first, uses, results))
 
-    thinking_type = _check_thinking_config(get("thinking"), max_tokens if needs_max_tokens else None)
+    thinking = get("thinking")
+    thinking_type = (
+        None if thinking is None else _check_thinking_config(thinking, max_tokens if needs_max_tokens else None)
+    )
     tools = get("tools")
     known = memo._tools if memo is not None else None
     if known is not None and known[0] == tools:  # equal tools pass the same checks
