@@ -7,7 +7,11 @@ whole simulator (validation, policy, rendering, transcript, virtual clock),
 a fresh `Sim` per 10-step run.  Rounds alternate between the two so machine
 noise hits both alike; the result is the ratio of calls per second.
 
-    python bench/overhead.py [--rounds 7] [--runs 30]
+    python bench/overhead.py [--rounds 7] [--runs 30] [--paired 300]
+
+``--paired N`` also alternates single 10-step runs N times (bare, then sim) and
+reports the ratio of the median run times: the same calls, sliced finer, so a
+busy shared machine blurs it much less than whole rounds.
 """
 
 from __future__ import annotations
@@ -80,23 +84,44 @@ def time_sim(runs: int) -> float:
     elapsed = 0.0
     for _ in range(runs):
         start = REAL.perf_counter()
-        with simloop.Sim(SCENARIO) as sim:
-            out: dict[str, int] = {}
-
-            def drive(sim: simloop.Sim) -> tuple[str, str]:
-                out["calls"] = loop(sim.client)
-                return ("final", "")
-
-            sim.run(drive)
+        calls += sim_run()
         elapsed += REAL.perf_counter() - start
-        calls += out["calls"]
     return calls / elapsed
+
+
+def sim_run() -> int:
+    """One 10-step run in a fresh Sim; returns the calls made."""
+    with simloop.Sim(SCENARIO) as sim:
+        out: dict[str, int] = {}
+
+        def drive(sim: simloop.Sim) -> tuple[str, str]:
+            out["calls"] = loop(sim.client)
+            return ("final", "")
+
+        sim.run(drive)
+    return out["calls"]
+
+
+def paired_ratio(runs: int) -> float:
+    """Median bare run time over median sim run time, single runs alternating (both make the same calls)."""
+    client = bare_client()
+    bare: list[float] = []
+    sim: list[float] = []
+    for _ in range(runs):
+        start = REAL.perf_counter()
+        loop(client)
+        bare.append(REAL.perf_counter() - start)
+        start = REAL.perf_counter()
+        sim_run()
+        sim.append(REAL.perf_counter() - start)
+    return statistics.median(bare) / statistics.median(sim)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--runs", type=int, default=30, help="10-step runs per round and side")
+    parser.add_argument("--paired", type=int, default=0, help="also alternate this many single runs (see above)")
     args = parser.parse_args()
     time_bare(3), time_sim(3)  # warm up imports and caches
     bare, sim = [], []
@@ -110,6 +135,8 @@ def main() -> None:
     # Each sim round against the bare round just before it: the spread shows how noisy the machine was.
     paired = sorted(x / y for x, y in zip(sim, bare, strict=True))
     print(f"per-round ratios   : {paired[0]:8.1%} min, {statistics.median(paired):.1%} median, {paired[-1]:.1%} max")
+    if args.paired:
+        print(f"paired single runs : {paired_ratio(args.paired):8.1%} (median run times, {args.paired} pairs)")
 
 
 if __name__ == "__main__":

@@ -104,7 +104,7 @@ def verify(
     elif world is not None:
         searches = [("recording", cassettes.fault_plans(), max_examples)]
     else:  # the budget split over stages, each making one kind of run certain (see strategies.stages)
-        searches = [(name, strategy, max(1, max_examples * share // 20)) for name, strategy, share in stages()]
+        searches = _split(max_examples, stages())
     base_settings = settings or Settings()
 
     def make_example(strategy: st.SearchStrategy[Any]) -> Callable[[st.DataObject], None]:
@@ -126,7 +126,11 @@ def verify(
 
         return example
 
-    for stage, strategy, budget in searches:
+    for i, (stage, strategy, share) in enumerate(searches):
+        # the last stage gets what the others left: a stage whose space is exhausted early hands on its budget
+        budget = share if i < len(searches) - 1 else max_examples - state["examples"]
+        if budget < 1:
+            continue
         example = make_example(strategy)
         # the example database is keyed by this: the same loop, world and stage find their failures again
         digest = (_name(drive), specs, declared, checked, task, world.source if world is not None else None, stage)
@@ -249,6 +253,19 @@ def _replay_line(drive: Drive, path: str, seed: int = 0) -> str:
     if module and qual and "<" not in qual and module != "__main__":
         return f"simloop run {path} --drive {module}:{qual}" + (f" --seed {seed}" if seed else "")
     return f"simloop.replay(drive, {path!r}" + (f", seed={seed})" if seed else ")")
+
+
+def _split(
+    max_examples: int, parts: Sequence[tuple[str, st.SearchStrategy[Any], int]]
+) -> list[tuple[str, st.SearchStrategy[Any], int]]:
+    """The budget over the stages by their shares (in twenty); small budgets go to the first stages first."""
+    total = sum(share for _, _, share in parts)
+    out, left = [], max_examples
+    for name, strategy, share in parts:
+        n = min(left, max(1, max_examples * share // total))
+        out.append((name, strategy, n))
+        left -= n
+    return out
 
 
 def _tools(tools: Sequence[ToolSpec | dict[str, Any]] | None) -> list[ToolSpec]:
