@@ -44,22 +44,9 @@ def _docstring(module: str) -> str:
     return ast.get_docstring(ast.parse((EXAMPLES / f"{module}.py").read_text(encoding="utf-8"))) or ""
 
 
-def _has_public(name: str) -> bool:
-    try:
-        import simloop
-    except ImportError:
-        return False
-    return hasattr(simloop, name)
-
-
 def _import_example(name: str) -> ModuleType:
-    """Import ``examples.<name>``; skip (not fail) only while ``simloop.Outcome`` does not exist yet."""
-    try:
-        return importlib.import_module(f"examples.{name}")
-    except ImportError as e:
-        if "Outcome" in str(e) and not _has_public("Outcome"):
-            pytest.skip(f"simloop.Outcome is not in the public API yet ({e}); examples import it")
-        raise
+    """Import ``examples.<name>``."""
+    return importlib.import_module(f"examples.{name}")
 
 
 # -- scenarios/ ----------------------------------------------------------------------------------------------
@@ -138,20 +125,16 @@ def test_catalogue_invariant_ids_are_simloops() -> None:
 # -- running the catalogue (needs simloop.Sim) ------------------------------------------------------------------
 
 
-def _sim_or_skip() -> type:
-    if importlib.util.find_spec("simloop.sim") is None:
-        pytest.skip("simloop.sim does not exist yet")
-    try:
-        from simloop import Sim
-    except ImportError as e:
-        pytest.skip(f"simloop.Sim is not importable yet ({e})")
+def _sim_class() -> type:
+    from simloop import Sim
+
     return Sim
 
 
 def _run(module_name: str, scenario_file: str) -> tuple[object, list[str]]:
     from simloop.scenario import load_scenario
 
-    sim_cls = _sim_or_skip()
+    sim_cls = _sim_class()
     module = _import_example(module_name)
     with sim_cls(load_scenario(SCENARIOS / scenario_file), seed=0) as sim:
         outcome = sim.run(module.drive)
@@ -180,6 +163,6 @@ def test_defect_loop_is_caught_by_exactly_its_invariant(defect: str) -> None:
 
 
 def test_demo_passes() -> None:
-    _sim_or_skip()
+    _sim_class()
     demo = _import_example("demo")
     assert demo.main() == 0
