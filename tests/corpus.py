@@ -8,11 +8,16 @@ need them mark themselves with `requires_corpus` and are skipped cleanly where t
 from __future__ import annotations
 
 import functools
+import typing
 from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from anthropic.types import ContentBlock, StopReason
 
 from simloop.cassettes import Interaction, load_cassette
+from simloop.wire.render import Turn
 
 CASSETTES: Path = Path(__file__).resolve().parents[2] / "shared" / "data" / "cassettes"
 
@@ -52,3 +57,25 @@ def describe(path: Path, interaction: Interaction) -> str:
     except ValueError:
         name = str(path)
     return f"{name}#{interaction.index}"
+
+
+def _literal_types(union: Any) -> frozenset[str]:
+    members = typing.get_args(union)
+    if members and not hasattr(members[0], "model_fields"):  # Annotated[Union[...], PropertyInfo]
+        members = typing.get_args(members[0])
+    return frozenset(typing.get_args(m.model_fields["type"].annotation)[0] for m in members)
+
+
+NON_BETA_BLOCKS = _literal_types(ContentBlock)
+NON_BETA_STOP_REASONS = frozenset(typing.get_args(StopReason))
+
+
+def is_beta(interaction: Interaction, turn: object) -> bool:
+    """Beta traffic is parsed with client.beta (BetaMessage knows blocks the plain models do not)."""
+    if "true" in parse_qs(urlsplit(interaction.request.uri).query).get("beta", []):
+        return True
+    if not isinstance(turn, Turn):
+        return False
+    if turn.stop_reason is not None and turn.stop_reason not in NON_BETA_STOP_REASONS:
+        return True
+    return any(block.get("type") not in NON_BETA_BLOCKS for block in turn.content)

@@ -18,17 +18,14 @@ from __future__ import annotations
 
 import copy
 import re
-import typing
 from collections import Counter
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import anthropic
 import httpx2
 import pytest
-from anthropic.types import ContentBlock, StopReason
-from corpus import CASSETTES, all_interactions, requires_corpus
+from corpus import CASSETTES, all_interactions, is_beta, requires_corpus
 
 from simloop import Outcome, Reply, Sim
 from simloop.cassettes import Interaction, Recorded, RecordedCall, Recording, load_recording, reply_of_turn
@@ -41,27 +38,8 @@ pytestmark = [
 ]
 
 
-def _literal_types(union: Any) -> frozenset[str]:
-    members = typing.get_args(union)
-    if members and not hasattr(members[0], "model_fields"):  # Annotated[Union[...], PropertyInfo]
-        members = typing.get_args(members[0])
-    return frozenset(typing.get_args(m.model_fields["type"].annotation)[0] for m in members)
-
-
-NON_BETA_BLOCKS = _literal_types(ContentBlock)
-NON_BETA_STOP_REASONS = frozenset(typing.get_args(StopReason))
-
-
 def _is_beta(interaction: Interaction, call: RecordedCall) -> bool:
-    """Beta traffic is parsed with client.beta (BetaMessage knows blocks the plain models do not)."""
-    if "true" in parse_qs(urlsplit(interaction.request.uri).query).get("beta", []):
-        return True
-    turn = call.answer
-    if not isinstance(turn, Turn):
-        return False
-    if turn.stop_reason is not None and turn.stop_reason not in NON_BETA_STOP_REASONS:
-        return True
-    return any(block.get("type") not in NON_BETA_BLOCKS for block in turn.content)
+    return is_beta(interaction, call.answer)
 
 
 def _resign(body: dict[str, Any]) -> dict[str, Any]:

@@ -17,20 +17,17 @@ non-beta models.
 from __future__ import annotations
 
 import json
-import typing
 from collections import Counter
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import anthropic
 import httpx2
 import pytest
-from anthropic.types import ContentBlock, StopReason
-from corpus import describe, messages_interactions, requires_corpus
+from corpus import describe, is_beta, messages_interactions, requires_corpus
 
 from simloop.cassettes import Interaction
-from simloop.wire.render import Turn, render_json, render_sse, turn_from_message, turn_from_sse
+from simloop.wire.render import render_json, render_sse, turn_from_message, turn_from_sse
 
 pytestmark = requires_corpus
 
@@ -43,24 +40,7 @@ CREATE: dict[str, Any] = {
 RENDER_ARGS: dict[str, Any] = {"id": "msg_unused", "model": "unused", "input_tokens": 0}
 
 
-def _literal_types(union: Any) -> frozenset[str]:
-    members = typing.get_args(union)
-    if members and not hasattr(members[0], "model_fields"):  # Annotated[Union[...], PropertyInfo]
-        members = typing.get_args(members[0])
-    return frozenset(typing.get_args(m.model_fields["type"].annotation)[0] for m in members)
-
-
-NON_BETA_BLOCKS = _literal_types(ContentBlock)
-NON_BETA_STOP_REASONS = frozenset(typing.get_args(StopReason))
-
-
-def _is_beta(interaction: Interaction, turn: Turn) -> bool:
-    query = parse_qs(urlsplit(interaction.request.uri).query)
-    if "true" in query.get("beta", []):
-        return True
-    if turn.stop_reason is not None and turn.stop_reason not in NON_BETA_STOP_REASONS:
-        return True
-    return any(block.get("type") not in NON_BETA_BLOCKS for block in turn.content)
+_is_beta = is_beta
 
 
 def _parse(body: bytes, *, sse: bool, beta: bool, strict: bool) -> dict[str, Any]:
