@@ -152,6 +152,7 @@ class _Monitor:
         self.cond = threading.Condition(threading.Lock())
         self.watched: dict[Watchdog, int] = {}
         self.thread: RealTimeThread | None = None
+        self.wake = float("inf")  # when the thread wakes next (REAL.monotonic time)
 
     def add(self, dog: Watchdog, thread_id: int) -> None:
         with self.cond:
@@ -160,7 +161,8 @@ class _Monitor:
             if self.thread is None or not self.thread.is_alive():
                 self.thread = RealTimeThread(target=self._run, name="simloop-watchdog", daemon=True)
                 self.thread.start()
-            self.cond.notify()
+            elif dog._due() < self.wake:  # only then: waking the thread costs the drive a switch per run
+                self.cond.notify()
 
     def remove(self, dog: Watchdog) -> None:  # with cond held
         self.watched.pop(dog, None)
@@ -176,8 +178,9 @@ class _Monitor:
                 for dog in due:
                     if not dog._fire(self.watched[dog]):
                         self.remove(dog)
-                wake = min((dog._due() for dog in self.watched), default=None)
-                self.cond.wait(None if wake is None else max(0.0, wake - REAL.monotonic()))
+                # A dog removed since is not waited out: the thread wakes at its old due time, finds nothing.
+                self.wake = min((dog._due() for dog in self.watched), default=float("inf"))
+                self.cond.wait(None if self.wake == float("inf") else max(0.0, self.wake - REAL.monotonic()))
 
 
 _MONITOR = _Monitor()

@@ -247,6 +247,12 @@ _fake("threading.Thread.start", lambda c, thread: c._start_thread(thread), takes
 _WALL = ("time.time", "time.time_ns", "datetime.datetime", "datetime.date")
 _OWNERS: dict[str, Any] = {"time": time, "datetime": _dt, "asyncio.events": asyncio.events, "asyncio": asyncio,
                            "threading.Thread": threading.Thread}
+# (key, owner, attribute, fake, is a time/datetime attribute): worked out once, installed at every run.
+_TARGETS = [
+    (key, _OWNERS[owner_name], attr, fake, owner_name in ("time", "datetime"))
+    for key, fake in _fakes.items()
+    for owner_name, attr in [key.rsplit(".", 1)]
+]
 
 
 def _freezegun() -> Any:
@@ -260,15 +266,13 @@ def _install() -> None:
         return
     api = _freezegun()
     frozen = api is not None and bool(api.freeze_factories)  # a freeze_time is active: it owns the wall clock
-    for key, fake in _fakes.items():
+    for key, owner, attr, fake, aliased in _TARGETS:
         if frozen and key in _WALL:
             continue
-        owner_name, attr = key.rsplit(".", 1)
-        owner = _OWNERS[owner_name]
         _saved[key] = original = getattr(owner, attr)
         setattr(owner, attr, fake)
         _State.applied.append((owner, attr, original, fake))
-        if owner_name in ("time", "datetime"):
+        if aliased:
             _State.aliases[id(original)] = key
             # A freeze_time entered inside the Sim restores freezegun.api.real_* on exit: make that us.
             if api is not None and getattr(api, "real_" + attr, None) is original:

@@ -191,6 +191,31 @@ def test_the_sdks_tool_runner(thread: bool) -> None:
     assert sim.check(outcome).ok
 
 
+def test_response_elapsed_is_the_virtual_latency() -> None:
+    """``response.elapsed`` works as on the network, and shows the virtual time the request took."""
+    s = scenario({"end_turn": "a", "latency": 2.5}, {"end_turn": "b", "latency": 4.0}, {"end_turn": "c", "latency": 1.5})
+    elapsed: list[float] = []
+
+    def drive(sim: Sim) -> Outcome:
+        args: dict[str, Any] = {"model": sim.model, "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
+        raw = sim.client.messages.with_raw_response.create(**args)
+        elapsed.append(raw.elapsed.total_seconds())
+        with sim.client.messages.with_streaming_response.create(**args, stream=True) as streamed:
+            streamed.read()
+        elapsed.append(streamed.elapsed.total_seconds())
+
+        async def arun() -> None:
+            raw = await sim.async_client.messages.with_raw_response.create(**args)
+            elapsed.append(raw.elapsed.total_seconds())
+
+        sim.clock.run(arun())
+        return Outcome("final", "")
+
+    with Sim(s) as sim:
+        sim.run(drive)
+    assert elapsed == [2.5, 4.0, 1.5]
+
+
 def test_running_out_of_script_names_the_call_and_the_request() -> None:
     s = scenario(SEARCH)
     with Sim(s) as sim, pytest.raises(simloop.ScriptExhaustedError) as info:
