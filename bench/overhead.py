@@ -3,21 +3,24 @@
 Both sides make the same ``client.messages.create`` calls (a 10-step loop's
 growing history, one call per step) with the real SDK; the bare side answers
 a canned Message from `httpx2.MockTransport`, the simulated side runs the
-whole simulator (validation, policy, rendering, transcript, virtual clock),
-a fresh `Sim` per 10-step run.  Rounds alternate between the two so machine
-noise hits both alike; the result is the ratio of calls per second.
+whole simulator (validation, policy, rendering, transcript, virtual clock,
+watchdog), a fresh `Sim` per 10-step run.
 
-    python bench/overhead.py [--rounds 7] [--runs 30] [--paired 300]
+Single runs alternate, bare then simulated, so whatever else the machine is
+doing hits both alike; the ratio is of the median run times, by the wall
+clock and by this thread's CPU time (which other processes on a busy machine
+disturb much less).  Both sides make the same calls, so the ratio of run times
+is the ratio of calls per second.
 
-``--paired N`` also alternates single 10-step runs N times (bare, then sim) and
-reports the ratio of the median run times: the same calls, sliced finer, so a
-busy shared machine blurs it much less than whole rounds.
+    python bench/overhead.py [--pairs 400]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import time
+from dataclasses import dataclass
 from typing import Any
 
 import anthropic
@@ -72,23 +75,6 @@ def bare_client() -> anthropic.Anthropic:
     return anthropic.Anthropic(api_key="k", http_client=httpx2.Client(transport=httpx2.MockTransport(handler)))
 
 
-def time_bare(runs: int) -> float:
-    client = bare_client()
-    start = REAL.perf_counter()
-    calls = sum(loop(client) for _ in range(runs))
-    return calls / (REAL.perf_counter() - start)
-
-
-def time_sim(runs: int) -> float:
-    calls = 0
-    elapsed = 0.0
-    for _ in range(runs):
-        start = REAL.perf_counter()
-        calls += sim_run()
-        elapsed += REAL.perf_counter() - start
-    return calls / elapsed
-
-
 def sim_run() -> int:
     """One 10-step run in a fresh Sim; returns the calls made."""
     with simloop.Sim(SCENARIO) as sim:
@@ -102,41 +88,52 @@ def sim_run() -> int:
     return out["calls"]
 
 
-def paired_ratio(runs: int) -> float:
-    """Median bare run time over median sim run time, single runs alternating (both make the same calls)."""
+@dataclass
+class Paired:
+    """Median times of one 10-step run, bare and simulated, by the wall clock and by CPU time."""
+
+    bare_wall: float
+    sim_wall: float
+    bare_cpu: float
+    sim_cpu: float
+    pairs: int
+
+    @property
+    def ratio(self) -> float:
+        """Simulated calls per second over bare calls per second (wall clock)."""
+        return self.bare_wall / self.sim_wall
+
+    @property
+    def cpu_ratio(self) -> float:
+        return self.bare_cpu / self.sim_cpu
+
+
+def paired(pairs: int) -> Paired:
+    """Alternate single 10-step runs, bare then simulated, ``pairs`` times (after a warm-up)."""
     client = bare_client()
-    bare: list[float] = []
-    sim: list[float] = []
-    for _ in range(runs):
-        start = REAL.perf_counter()
-        loop(client)
-        bare.append(REAL.perf_counter() - start)
-        start = REAL.perf_counter()
-        sim_run()
-        sim.append(REAL.perf_counter() - start)
-    return statistics.median(bare) / statistics.median(sim)
+    for _ in range(10):
+        loop(client), sim_run()
+    times: dict[str, list[float]] = {"bare_wall": [], "sim_wall": [], "bare_cpu": [], "sim_cpu": []}
+    for _ in range(pairs):
+        for side, run in (("bare", lambda: loop(client)), ("sim", sim_run)):
+            wall, cpu = REAL.perf_counter(), time.thread_time()
+            run()
+            times[side + "_cpu"].append(time.thread_time() - cpu)
+            times[side + "_wall"].append(REAL.perf_counter() - wall)
+    return Paired(**{k: statistics.median(v) for k, v in times.items()}, pairs=pairs)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--runs", type=int, default=30, help="10-step runs per round and side")
-    parser.add_argument("--paired", type=int, default=0, help="also alternate this many single runs (see above)")
+    parser.add_argument("--pairs", type=int, default=400, help="alternating bare and simulated 10-step runs")
     args = parser.parse_args()
-    time_bare(3), time_sim(3)  # warm up imports and caches
-    bare, sim = [], []
-    for _ in range(args.rounds):
-        bare.append(time_bare(args.runs))
-        sim.append(time_sim(args.runs))
-    b, s = statistics.median(bare), statistics.median(sim)
-    print(f"bare MockTransport : {b:8.0f} SDK calls/s  (median of {args.rounds} rounds x {args.runs * STEPS} calls)")
-    print(f"simloop simulator  : {s:8.0f} SDK calls/s  (a fresh Sim per {STEPS}-step run)")
-    print(f"ratio              : {s / b:8.1%} of bare throughput (target >= 85%)")
-    # Each sim round against the bare round just before it: the spread shows how noisy the machine was.
-    paired = sorted(x / y for x, y in zip(sim, bare, strict=True))
-    print(f"per-round ratios   : {paired[0]:8.1%} min, {statistics.median(paired):.1%} median, {paired[-1]:.1%} max")
-    if args.paired:
-        print(f"paired single runs : {paired_ratio(args.paired):8.1%} (median run times, {args.paired} pairs)")
+    r = paired(args.pairs)
+    per_call = 1e6 / STEPS
+    print(f"bare MockTransport : {r.bare_wall * per_call:6.0f} us a call ({r.bare_cpu * per_call:.0f} us CPU)")
+    print(f"simloop simulator  : {r.sim_wall * per_call:6.0f} us a call ({r.sim_cpu * per_call:.0f} us CPU), "
+          f"a fresh Sim per {STEPS}-step run")
+    print(f"ratio              : {r.ratio:6.1%} of bare throughput by the wall clock, {r.cpu_ratio:.1%} by CPU time "
+          f"(median of {r.pairs} alternating runs a side; target >= 85%)")
 
 
 if __name__ == "__main__":

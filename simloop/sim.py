@@ -336,7 +336,7 @@ def _base_url() -> httpx2.URL:
     return httpx2.URL(BASE_URL + "/")
 
 
-def _sdk_client(cls: type[Any], http_client: Any) -> Any:
+def _sdk_client(cls: Any, http_client: Any) -> Any:
     """A new SDK client of ``cls`` (with SDK defaults) whose requests go through ``http_client``.
 
     Building an ``anthropic`` client takes about 100 µs (credential discovery, runtime protocol checks),
@@ -353,10 +353,14 @@ def _sdk_client(cls: type[Any], http_client: Any) -> Any:
 
 
 @functools.cache
-def _prototype(cls: type[Any]) -> tuple[Any, str | None]:
+def _prototype(cls: Any) -> tuple[Any, str | None]:
     import httpx2
 
-    placeholder = httpx2.AsyncClient() if "Async" in cls.__name__ else httpx2.Client()
+    placeholder: Any = (  # never sends: a bare transport, not the default one (that loads TLS certificates)
+        httpx2.AsyncClient(transport=httpx2.AsyncBaseTransport())
+        if "Async" in cls.__name__
+        else httpx2.Client(transport=httpx2.BaseTransport())
+    )
     proto = cls(api_key=API_KEY, base_url=_base_url(), http_client=placeholder)
     slots = [name for name, value in vars(proto).items() if value is placeholder]
     return proto, slots[0] if len(slots) == 1 else None

@@ -10,8 +10,8 @@ talks to the simulator unmodified.  Latency is spent on the virtual clock:
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import httpx2
