@@ -670,3 +670,63 @@ def test_both_cassette_dialects_are_normalised(tmp_path: Path) -> None:
     assert not third.is_anthropic_messages and third.response.status == 404
     assert third.request.body == b"" and third.request.json() is None
     assert third.response.json() == {"error": "nope"}
+
+
+# -- any JSON gets an answer, never an exception ----------------------------------------------------------
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.floats(allow_nan=False) | st.sampled_from(
+        ["", " ", "x", "user", "assistant", "system", "text", "tool_use", "tool_result", "thinking", "image",
+         "toolu_01", "search", "enabled", "auto", "any", "tool", "none"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(
+        ["type", "text", "id", "name", "input", "tool_use_id", "content", "is_error", "thinking", "signature",
+         "data", "source", "cache_control", "role"]), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _mostly(valid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """``valid`` in four draws of five, else any JSON: deep rules are reached, shallow ones still broken."""
+    return st.integers(0, 4).flatmap(lambda i: _JSON if i == 0 else valid)
+
+
+_TAG = _mostly(st.sampled_from(["text", "tool_use", "tool_result", "thinking", "image", "document"]))
+_BLOCK = _mostly(st.fixed_dictionaries(
+    {"type": _TAG},
+    optional={**{k: _JSON for k in ("text", "id", "name", "input", "tool_use_id", "thinking", "signature")},
+              "content": st.lists(_mostly(st.fixed_dictionaries({"type": _TAG, "text": _JSON})), max_size=2)},
+))
+_MESSAGE = _mostly(st.fixed_dictionaries(
+    {"role": _mostly(st.sampled_from(["user", "assistant", "system"])), "content": _mostly(st.lists(_BLOCK, max_size=3))},
+))
+_BODY = st.fixed_dictionaries(
+    {"model": _mostly(st.just("m")), "max_tokens": _mostly(st.just(64)), "messages": _mostly(st.lists(_MESSAGE, max_size=4))},
+    optional={"tools": st.lists(st.fixed_dictionaries({"name": _JSON, "input_schema": _JSON}) | _JSON, max_size=2),
+              "tool_choice": _JSON, "thinking": _JSON, "system": _JSON, "stream": _JSON},
+)
+
+
+@given(_BODY)
+def test_any_json_body_gets_an_answer_not_an_exception(body: dict[str, Any]) -> None:
+    """Whatever a loop sends, the simulator answers it (a 400 or a pass), as the real API does."""
+    for answer in (validate_messages_request(body), validate_count_tokens_request(body)):
+        assert answer is None or (isinstance(answer, Rejection) and answer.status in (400, 413))
+
+
+@pytest.mark.parametrize("tag", [{"a": 1}, ["text"], 3, True])
+@pytest.mark.parametrize("where", ["block", "tool_result content"])
+def test_a_block_type_that_is_not_a_string_is_a_400(tag: Any, where: str) -> None:
+    block = {"type": tag, "text": "x"}
+    body: dict[str, Any] = {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": [block]}]}
+    if where == "tool_result content":
+        body["messages"] = [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "search", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [block]}]},
+        ]
+        body["tools"] = TOOLS
+    rejection = validate_messages_request(body)
+    assert rejection is not None and rejection.status == 400

@@ -452,7 +452,7 @@ def _validate(
             elif btype == "redacted_thinking":
                 if type(block.get("data")) is not str:
                     raise _field_error(block, "redacted_thinking", "data", i, j)
-            elif btype not in _BLOCK_TYPES and not _is_server_block(btype):
+            elif type(btype) is not str or (btype not in _BLOCK_TYPES and not _is_server_block(btype)):
                 raise _fail(
                     f"messages.{i}.content.{j}: Input tag '{btype}' found using 'type' does not match any of "
                     f"the expected tags: {_BLOCK_TAGS}",
@@ -539,7 +539,7 @@ def _check_system_message(message: dict[str, Any], i: int) -> None:
 def _check_tool_result_content(content: list[Any], i: int, j: int) -> None:
     for k, item in enumerate(content):
         itype = item.get("type") if type(item) is dict else None
-        if itype not in _TOOL_RESULT_CONTENT_TYPES:
+        if type(itype) is not str or itype not in _TOOL_RESULT_CONTENT_TYPES:
             where = f"messages.{i}.content.{j}.tool_result.content.{k}"
             if type(item) is not dict:
                 problem = _NOT_OBJECT
