@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from simloop.cassettes import CassetteError, load_cassette
 from simloop.wire.validate import (
@@ -673,9 +675,6 @@ def test_both_cassette_dialects_are_normalised(tmp_path: Path) -> None:
 
 
 # -- any JSON gets an answer, never an exception ----------------------------------------------------------
-
-from hypothesis import given  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers(-3, 3) | st.floats(allow_nan=False) | st.sampled_from(
