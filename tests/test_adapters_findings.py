@@ -87,11 +87,8 @@ def test_tool_runner_default_has_no_iteration_cap() -> None:
 def test_tool_runner_default_has_no_iteration_cap_with_threads() -> None:
     from simloop.adapters import tool_runner
 
-    # pairing is left out: when simloop halts a threaded request it records the thread's delta, not the history
-    replay_finding(
-        tool_runner.drive, "tool-runner-no-iteration-cap", breaks={"stops"},
-        invariants=[i for i in simloop.invariants.CATALOGUE if i != "pairing"],
-    )
+    # every invariant: a request halted mid-thread is recorded with the thread's whole history
+    replay_finding(tool_runner.drive, "tool-runner-no-iteration-cap", breaks={"stops"})
 
 
 def test_tool_runner_with_a_cap_holds_on_the_same_scenario() -> None:

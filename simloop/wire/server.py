@@ -236,6 +236,11 @@ class SimServer:
             t=self.now(), index=index, call=call, attempt=attempt, path=path,
             stream=isinstance(parsed, dict) and bool(parsed.get("stream")), body=parsed, input_tokens=0,
         )
+        # A thread continuation stands for its whole history: record that before the budgets may halt the
+        # run here, so that the transcript never shows a request as only the messages it added.
+        expanded = self._expand_thread(parsed) if path == MESSAGES and type(parsed) is dict and "thread" in parsed else None
+        if expanded is not None and expanded[0] is not parsed:
+            req.messages = expanded[0]["messages"]
         self.transcript.append(req)
         if self.on_request is not None:
             self.on_request(self)
@@ -250,7 +255,7 @@ class SimServer:
             return self._error(req, 400, request_id, message="There was an error parsing the body of your request.")
         if path == COUNT_TOKENS:
             return self._count_tokens(req, parsed, body, request_id)
-        return self._messages(req, parsed, body, request_id)
+        return self._messages(req, parsed, body, request_id, expanded)
 
     def _call_number(self, path: str, attempt: int, body: bytes) -> int:
         """SDK retries (retry count > 0) belong to the call whose body they repeat."""
@@ -289,14 +294,15 @@ class SimServer:
         rec = Response(t=0.0, index=req.index, call=req.call, status=200, kind="count_tokens")
         return Planned(headers=[_JSON, ("request-id", request_id)], body=payload, record=rec)
 
-    def _messages(self, req: Request, body: dict[str, Any], raw: bytes, request_id: str) -> Planned:
-        threaded = "thread" in body
-        if threaded:
-            effective, history_bytes, thread_error = self._expand_thread(body)
+    def _messages(
+        self, req: Request, body: dict[str, Any], raw: bytes, request_id: str,
+        expanded: tuple[dict[str, Any], int, Rejection | None] | None,
+    ) -> Planned:
+        threaded = expanded is not None
+        if expanded is not None:  # a thread: see _handle
+            effective, history_bytes, thread_error = expanded
             if thread_error is not None:
                 return self._reject(req, thread_error, request_id)
-            if effective is not body:
-                req.messages = effective["messages"]
         else:
             effective, history_bytes = body, 0
         validator = self._validator
