@@ -20,23 +20,21 @@ or on which xdist worker runs it.
 
 from __future__ import annotations
 
-import asyncio
 import difflib
 import importlib
 import os
 import re
 import sys
-import threading
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from simloop.errors import InvariantViolation, UsageError
 from simloop.invariants import CATALOGUE
 from simloop.scenario import Scenario
-from simloop.sim import Drive, ScenarioLike, Sim
+from simloop.sim import Drive, ScenarioLike, Sim, off_loop
 from simloop.verify import replay as _replay
 from simloop.verify import verify as _verify
 
@@ -63,7 +61,6 @@ __all__ = [
     "short_violation",
 ]
 
-T = TypeVar("T")
 
 #: The keys ``@pytest.mark.simloop(...)`` and ``simloop_config`` accept.
 OPTION_KEYS = (
@@ -343,7 +340,7 @@ class SimloopFixture:
             kw["max_examples"] = self.options.max_examples
         kw.update(kwargs)
         try:
-            report = _off_loop(lambda: _verify(fn, **kw))
+            report = off_loop(lambda: _verify(fn, **kw))
         except InvariantViolation as e:
             self.checked.update(kw.get("invariants") or CATALOGUE)
             raise self._short(e, seed=int(kw["seed"]), shown="verify") from None
@@ -366,7 +363,7 @@ class SimloopFixture:
             raise UsageError(f"simloop.replay() replays a scenario file; got {type(located).__name__}")
         run_seed = self.seed if seed is None else seed
         try:
-            report = _off_loop(lambda: _replay(fn, display_path(located), seed=run_seed, invariants=invariants))
+            report = off_loop(lambda: _replay(fn, display_path(located), seed=run_seed, invariants=invariants))
         except InvariantViolation as e:
             self.replays += 1
             self.checked.update(invariants or CATALOGUE)
@@ -444,31 +441,6 @@ def display_path(path: Path) -> Path:
     except ValueError:  # another drive on Windows
         return path
     return rel if not str(rel).startswith("..") else path
-
-
-def _off_loop(fn: Callable[[], T]) -> T:
-    """Run ``fn`` here, or in a helper thread when an event loop runs in this thread (an async test).
-
-    A Sim runs async drives on its own virtual-time loop, which cannot start inside a running one.
-    """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return fn()
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 - handed back to the test's thread as is
-            box["error"] = e
-
-    worker = threading.Thread(target=target, name="simloop-off-loop", daemon=True)
-    worker.start()
-    worker.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]  # type: ignore[no-any-return]
 
 
 # -- reports -------------------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import functools
 import inspect
@@ -22,7 +23,7 @@ import random
 import threading
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, TypeVar, Union
 
 from simloop._watchdog import LoopHalted, Watchdog
 from simloop.clock import VirtualClock
@@ -47,6 +48,7 @@ BASE_URL = "https://api.anthropic.com"
 
 Drive = Callable[["Sim"], Union[Outcome, tuple[str, str], Awaitable[Any]]]
 ScenarioLike = Union[Scenario, str, Path, dict[str, Any]]
+T = TypeVar("T")
 
 
 class ScriptExhaustedError(UsageError):
@@ -207,6 +209,13 @@ class Sim:
         if self._ran:
             raise UsageError("a Sim runs one loop; make a new Sim (same scenario and seed) to run it again")
         self._ran = True
+        if inspect.iscoroutinefunction(drive):
+            # The drive runs on the Sim's own virtual-time event loop, which cannot start inside a running
+            # one (an async test): then the run takes a thread of its own.
+            return off_loop(lambda: self._run(drive))
+        return self._run(drive)
+
+    def _run(self, drive: Drive) -> Outcome:
         state = random.getstate()
         random.seed(self.seed)  # the SDK's retry jitter reads the global PRNG
         try:
@@ -334,6 +343,28 @@ def _base_url() -> httpx2.URL:
     import httpx2
 
     return httpx2.URL(BASE_URL + "/")
+
+
+def off_loop(fn: Callable[[], T]) -> T:
+    """``fn()`` here, or in a helper thread when an asyncio event loop is running in this thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return fn()
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed back to the calling thread as is
+            box["error"] = e
+
+    worker = threading.Thread(target=target, name="simloop-off-loop", daemon=True)
+    worker.start()
+    worker.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
 
 
 def _sdk_client(cls: Any, http_client: Any) -> Any:

@@ -125,6 +125,32 @@ def test_async_loop_with_parallel_tools() -> None:
     assert sim.check(outcome).ok
 
 
+def test_an_async_drive_runs_from_inside_a_running_event_loop() -> None:
+    """An async test calling `Sim.run` gets the run (on its own thread), not a RuntimeError as the outcome."""
+    s = scenario(SEARCH, {"end_turn": "ok", "latency": 60})
+
+    async def drive(sim: Sim) -> Outcome:
+        messages: list[dict[str, Any]] = [{"role": "user", "content": sim.task}]
+        reply = await sim.async_client.messages.create(
+            model=sim.model, max_tokens=64, messages=messages, tools=sim.tool_schemas)
+        block = next(b for b in reply.content if b.type == "tool_use")
+        out = await sim.arun_tool(block.name, block.input, tool_use_id=block.id)
+        messages += [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in reply.content]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": block.id, "content": out}]}]
+        final = await sim.async_client.messages.create(
+            model=sim.model, max_tokens=64, messages=messages, tools=sim.tool_schemas)
+        return Outcome("final", _text(final))
+
+    async def async_test() -> tuple[Outcome, Sim]:
+        with Sim(s) as sim:
+            return sim.run(drive), sim
+
+    outcome, sim = asyncio.run(async_test())
+    assert outcome == Outcome("final", "ok")
+    assert sim.clock.now() == 60.0  # on the Sim's virtual clock, not the test's loop
+    assert sim.check(outcome).ok
+
+
 def test_streaming_loop() -> None:
     s = scenario(SEARCH, {"end_turn": "All done, the refund is processed."})
 
