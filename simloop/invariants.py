@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import difflib
+import functools
 import json
 import re
 from collections import Counter
@@ -115,6 +116,7 @@ class _View:
     """Event positions and lookups the invariants need (built per call: invariants stay pure)."""
 
     t: Transcript
+    size: int  # len(t.events) when built: a transcript only grows, so the same size is the same view
     model_requests: list[tuple[int, Request]] = field(default_factory=list)
     request_at: dict[int, Request] = field(default_factory=dict)  # request index -> request
     replies: list[tuple[int, Response]] = field(default_factory=list)  # model replies that arrived
@@ -122,6 +124,7 @@ class _View:
     ends: dict[int, tuple[int, ToolEnd]] = field(default_factory=dict)  # exec -> (position, end)
     issued: dict[str, tuple[int, Response]] = field(default_factory=dict)  # tool_use id -> its reply
     outcome_pos: int | None = None
+    _inputs: dict[int, str] = field(default_factory=dict)  # exec -> canonical input
 
     def step_at(self, pos: int) -> int | None:
         """The logical model call in progress at event position ``pos`` (the last one sent before it)."""
@@ -135,9 +138,42 @@ class _View:
     def before_outcome(self, pos: int) -> bool:
         return self.outcome_pos is None or pos < self.outcome_pos
 
+    def input_of(self, s: ToolStart) -> str:
+        """The execution's input in canonical JSON (memoised: the rerun checks compare executions pairwise)."""
+        canon = self._inputs.get(s.exec)
+        if canon is None:
+            canon = self._inputs[s.exec] = _canon(s.input)
+        return canon
+
+    @functools.cached_property
+    def result_sent(self) -> dict[str, int]:
+        """tool_use id -> position of the first model request that carries a tool_result for it."""
+        first: dict[str, int] = {}
+        for pos, r in self.model_requests:
+            for m in r.conversation:
+                content = m.get("content") if isinstance(m, dict) else None
+                if isinstance(content, list):
+                    for b in content:
+                        if isinstance(b, dict) and b.get("type") == "tool_result":
+                            first.setdefault(b.get("tool_use_id"), pos)  # type: ignore[arg-type]
+        return first
+
 
 def _view(t: Transcript) -> _View:
-    v = _View(t)
+    """The view of ``t`` as it is now: built once and shared by the invariants checked one after another."""
+    cached = _LAST_VIEW[0]
+    if cached is not None and cached.t is t and cached.size == len(t.events):
+        return cached
+    v = _build_view(t)
+    _LAST_VIEW[0] = v
+    return v
+
+
+_LAST_VIEW: list[_View | None] = [None]  # one entry: `check` runs the invariants over one transcript in turn
+
+
+def _build_view(t: Transcript) -> _View:
+    v = _View(t, size=len(t.events))
     for pos, e in enumerate(t.events):
         if isinstance(e, Request):
             v.request_at[e.index] = e
@@ -387,20 +423,6 @@ def request_valid(t: Transcript) -> list[Violation]:
 # -- no_rerun ---------------------------------------------------------------------------------------------------
 
 
-def _result_seen_at(v: _View, tool_use_id: str | None, after: int) -> int | None:
-    """Position of the first model request after ``after`` that carries a tool_result for ``tool_use_id``."""
-    if tool_use_id is None:
-        return None
-    for pos, r in v.model_requests:
-        if pos > after and any(
-            b.get("tool_use_id") == tool_use_id
-            for m in r.conversation if isinstance(m, dict) and isinstance(m.get("content"), list)
-            for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result"
-        ):
-            return pos
-    return None
-
-
 def no_rerun(t: Transcript) -> list[Violation]:
     """Each execution answers a tool_use not executed before; a committed write never runs again.
 
@@ -427,10 +449,10 @@ def no_rerun(t: Transcript) -> list[Violation]:
 
 def _rerun_of_commit(v: _View, pos: int, s: ToolStart, committed: list[tuple[int, ToolStart]]) -> Violation | None:
     for end_pos, prior in committed:
-        if end_pos > pos or prior.tool != s.tool or _canon(prior.input) != _canon(s.input):
+        if end_pos > pos or prior.tool != s.tool or v.input_of(prior) != v.input_of(s):
             continue
         if s.matched is not None and s.matched != prior.matched:
-            answered = _result_seen_at(v, s.matched, -1)
+            answered = v.result_sent.get(s.matched)
             if answered is None or answered > pos:
                 continue  # the model asked for it in its own tool_use: its call, not the loop's
             why = f" for tool_use {s.matched}, whose result the loop had already sent to the model"
@@ -452,7 +474,7 @@ def _unrequested_or_repeated(v: _View, pos: int, s: ToolStart, by_tool_use: dict
     if s.matched is None:
         given = f" (the loop passed id {s.tool_use_id}, which matches none)" if s.tool_use_id else ""
         evidence: dict[str, Any] = {"exec": s.exec, "tool": s.tool, "tool_use_id": s.tool_use_id}
-        same = next((p for _, p in v.starts if p.exec < s.exec and p.tool == s.tool and _canon(p.input) == _canon(s.input)),
+        same = next((p for _, p in v.starts if p.exec < s.exec and p.tool == s.tool and v.input_of(p) == v.input_of(s)),
                     None)
         if same is not None:
             given += f"; it repeats exec {same.exec} with the same input"
