@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from simloop.models import ModelRequest
 from simloop.scenario import Fault, Limits, Reply, Scenario, ToolCall, ToolSpec
-from simloop.strategies import Plan, _faults_of, api_faults, latencies, tool_calls, usages
+from simloop.strategies import Plan, _faults_of, api_faults, latencies, slow_latencies, tool_calls, usages
 
 __all__ = ["GeneratedFaults", "GeneratedModel", "to_scenario"]
 
@@ -28,7 +28,6 @@ Draw = Callable[[st.SearchStrategy[Any]], Any]
 # Built once: a strategy is costly to build, and these are drawn on every request and tool execution.
 _GATE = st.integers(0, 9)
 _API_FAULTS = api_faults()
-_SLOW = latencies(long_chance=5)
 _SHORT = latencies(max_s=3.0)
 _HEAVY = usages(chance=5)
 
@@ -69,7 +68,7 @@ class GeneratedModel:
         self._tool_steps += 1
         if self.plan.persona == "stuck" and self._stuck is not None:
             return self._stuck  # the same reply forever: nothing new to draw (and to shrink)
-        latency = self.draw(_SLOW if self.plan.slow else _SHORT)
+        latency = self.draw(slow_latencies(self.plan.deadline_s) if self.plan.slow else _SHORT)
         usage = self.draw(_HEAVY) if self.plan.heavy else None
         reply = Reply(tool_use=self._calls(request), latency=latency, usage=usage)
         if self.plan.persona == "stuck":
@@ -104,10 +103,16 @@ class GeneratedFaults:
         self.fired: list[Fault] = []
 
     def __call__(self, spec: ToolSpec, nth: int) -> Fault | None:
-        if not self.plan.tool_fault_rate or self.draw(_GATE) < 10 - self.plan.tool_fault_rate:
-            return None
-        fault: Fault = self.draw(_faults_of(spec.name, spec.kind)).model_copy(update={"call": nth})
-        self.fired.append(fault)
+        fault: Fault | None = None
+        if self.plan.tool_fault_rate and self.draw(_GATE) >= 10 - self.plan.tool_fault_rate:
+            fault = self.draw(_faults_of(spec.name, spec.kind)).model_copy(update={"call": nth})
+        elif self.plan.slow:
+            # in a slow run tools take minutes too, not only replies: a deadline passing while a tool
+            # runs (one of a parallel turn's, say) is what deadline bugs need; 0.0 (no fault) is the simplest
+            latency = self.draw(slow_latencies(self.plan.deadline_s))
+            fault = Fault(tool=spec.name, kind="slow", call=nth, latency=latency) if latency > 0 else None
+        if fault is not None:
+            self.fired.append(fault)
         return fault
 
 

@@ -46,6 +46,7 @@ __all__ = [
     "plans",
     "rarely",
     "scenarios",
+    "slow_latencies",
     "stages",
     "tool_calls",
     "tool_faults",
@@ -90,6 +91,15 @@ def latencies(*, max_s: float = 600.0, long_chance: int = 1) -> st.SearchStrateg
     small = weighted([(0.0, 4), (0.05, 1), (0.4, 1), (1.5, 1), (3.0, 1)])
     large = st.floats(min_value=0.001, max_value=max_s, allow_nan=False, allow_infinity=False).map(lambda x: round(x, 3))
     return rarely(large, otherwise=small, chance=long_chance) if max_s > 3.0 else small
+
+
+@functools.lru_cache(maxsize=64)
+def slow_latencies(deadline_s: float | None = None) -> st.SearchStrategy[float]:
+    """The latencies of a slow run's replies and tool executions: in half the draws, long ones spread
+    evenly up to twice ``deadline_s`` (the loop's declared deadline; ten minutes when unknown), so a
+    long model call or tool started at zero is as likely to end before the deadline as after it.  Built once
+    per deadline: it is drawn on every request and tool execution."""
+    return latencies(max_s=2 * deadline_s if deadline_s else 600.0, long_chance=5)
 
 
 def usages(*, max_tokens: int = 400_000, chance: int = 1) -> st.SearchStrategy[Usage | None]:
@@ -257,8 +267,11 @@ class Plan:
     ``fault_rate``/``tool_fault_rate``: chance in ten of an API fault before a
     reply / a fault in a tool execution.  ``outage``: after ``steps`` replies,
     every request fails this way (an API that stays down).  ``slow``: replies
-    may take minutes (deadlines); ``heavy``: replies may report budget-breaking
-    token usage.  Hazards are per run, so most runs are plain and reach their ending.
+    and tool executions may take minutes, up to twice ``deadline_s`` (see
+    `slow_latencies`): a tool still running when the deadline passes, often one
+    of several in a parallel turn, is what deadline bugs need.  ``heavy``: replies
+    may report budget-breaking token usage.  Hazards are per run, so most runs
+    are plain and reach their ending.
     """
 
     persona: Literal["finishes", "stuck", "wanders"]
@@ -270,6 +283,7 @@ class Plan:
     outage: Reply | None = None
     slow: bool = False
     heavy: bool = False
+    deadline_s: float | None = None
 
 
 def weighted(options: Sequence[tuple[Any, int]]) -> st.SearchStrategy[Any]:
@@ -300,6 +314,7 @@ def plans(
     heavy: Sequence[tuple[bool, int]] = ((False, 4), (True, 1)),
     fault_rates: Sequence[tuple[int, int]] = _RATES,
     tool_fault_rates: Sequence[tuple[int, int]] = _RATES,
+    deadline_s: float | None = None,
 ) -> st.SearchStrategy[Plan]:
     """The model's behaviour for one run; shrinks towards a model that finishes at once with no faults.
 
@@ -309,7 +324,8 @@ def plans(
     ``max_tokens``, ``max_tokens_tool``, ``pause_turn``), e.g. to leave out a known finding.
     The other keywords weigh the run-level hazards as ``(value, weight)`` pairs: an API outage,
     slow replies, budget-breaking usage, and the chance in ten of API and tool faults.
-    ``faults=False`` turns every fault off.
+    ``faults=False`` turns every fault off.  ``deadline_s`` is the deadline the loop declares: slow
+    runs aim their latencies at it (see `slow_latencies`).
     """
 
     # The run-level hazards are drawn first: Hypothesis keeps the first choices of new examples novel,
@@ -330,6 +346,7 @@ def plans(
             outage=outage,
             slow=is_slow,
             heavy=is_heavy,
+            deadline_s=deadline_s,
         )
 
     return build()
@@ -341,7 +358,8 @@ def stages(**narrow: Any) -> list[tuple[str, st.SearchStrategy[Plan], int]]:
     Each stage makes one kind of run certain: a search of 200 mixed examples can, by the luck of
     the engine, draw few stuck models or outages, while a defect that only such a run shows must be
     caught every time.  The last stage mixes everything, for the bugs that need several hazards.
-    ``narrow`` is passed to every `plans` call (e.g. ``ending_kinds=...``).
+    ``narrow`` is passed to every `plans` call (e.g. ``ending_kinds=...``, or the loop's
+    ``deadline_s``, which the slow runs aim their reply and tool latencies at).
     """
     none_ = ((None, 1),)
     calm: dict[str, Any] = {"outages": none_, "slow": ((False, 1),), "heavy": ((False, 1),),
