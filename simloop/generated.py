@@ -12,13 +12,14 @@ and the faults by tool and execution number.  Replaying that file with
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from hypothesis import strategies as st
 
 from simloop.models import ModelRequest
-from simloop.scenario import Fault, Limits, Reply, Scenario, ToolCall, ToolSpec
+from simloop.scenario import Fault, Limits, Reply, Scenario, ToolSpec
 from simloop.strategies import Plan, _faults_of, api_faults, latencies, slow_latencies, tool_calls, usages
 
 __all__ = ["GeneratedFaults", "GeneratedModel", "to_scenario"]
@@ -58,29 +59,25 @@ class GeneratedModel:
             return self._burst.pop()
         if self.plan.outage is not None and self._tool_steps >= self.plan.steps:
             return self.plan.outage
-        if self.plan.fault_rate and self.draw(_GATE) >= 10 - self.plan.fault_rate:
-            fault = self.draw(_API_FAULTS)
-            one: Reply = fault.model_copy(update={"repeat": 1})
-            self._burst = [one] * (int(fault.repeat) - 1)
-            return one
+        if self.plan.fault_rate:
+            fault: Reply | None = self.draw(_api_fault(self.plan.fault_rate))
+            if fault is not None:
+                one: Reply = fault.model_copy(update={"repeat": 1})
+                self._burst = [one] * (int(fault.repeat) - 1)
+                return one
         if self._ended or (self.plan.persona == "finishes" and self._tool_steps >= self.plan.steps):
             return self._ending(request)
         self._tool_steps += 1
         if self.plan.persona == "stuck" and self._stuck is not None:
             return self._stuck  # the same reply forever: nothing new to draw (and to shrink)
-        latency = self.draw(slow_latencies(self.plan.deadline_s) if self.plan.slow else _SHORT)
-        usage = self.draw(_HEAVY) if self.plan.heavy else None
-        reply = Reply(tool_use=self._calls(request), latency=latency, usage=usage)
+        names = tuple(request.tools or ["search"])
+        reply: Reply = self.draw(_tool_reply(names, self.plan.slow, self.plan.deadline_s, self.plan.heavy))
+        if self.plan.persona == "wanders":  # new calls forever: each step asks something it never asked
+            calls = [c.model_copy(update={"input": {**c.input, "attempt": self._tool_steps}}) for c in reply.tool_use or []]
+            reply = reply.model_copy(update={"tool_use": calls})
         if self.plan.persona == "stuck":
             self._stuck = reply
         return reply
-
-    def _calls(self, request: ModelRequest) -> list[ToolCall]:
-        names = request.tools or ["search"]
-        calls: list[ToolCall] = self.draw(tool_calls(names))
-        if self.plan.persona == "wanders":  # new calls forever: each step asks something it never asked
-            return [c.model_copy(update={"input": {**c.input, "attempt": self._tool_steps}}) for c in calls]
-        return calls
 
     def _ending(self, request: ModelRequest) -> Reply:
         """The plan's ending once; a paused turn is finished on its continuation; then plain answers."""
@@ -103,17 +100,68 @@ class GeneratedFaults:
         self.fired: list[Fault] = []
 
     def __call__(self, spec: ToolSpec, nth: int) -> Fault | None:
-        fault: Fault | None = None
-        if self.plan.tool_fault_rate and self.draw(_GATE) >= 10 - self.plan.tool_fault_rate:
-            fault = self.draw(_faults_of(spec.name, spec.kind)).model_copy(update={"call": nth})
-        elif self.plan.slow:
-            # in a slow run tools take minutes too, not only replies: a deadline passing while a tool
-            # runs (one of a parallel turn's, say) is what deadline bugs need; 0.0 (no fault) is the simplest
-            latency = self.draw(slow_latencies(self.plan.deadline_s))
-            fault = Fault(tool=spec.name, kind="slow", call=nth, latency=latency) if latency > 0 else None
-        if fault is not None:
-            self.fired.append(fault)
+        if not self.plan.tool_fault_rate and not self.plan.slow:
+            return None
+        drawn: Fault | None = self.draw(
+            _tool_fault(spec.name, spec.kind, self.plan.tool_fault_rate, self.plan.slow, self.plan.deadline_s)
+        )
+        if drawn is None:
+            return None
+        fault = drawn.model_copy(update={"call": nth})
+        self.fired.append(fault)
         return fault
+
+
+# One draw per reply and per tool execution: each of the run's `draw` calls (Hypothesis's ``data.draw``)
+# costs bookkeeping of its own, so everything a reply needs is drawn inside one composite, built once per key.
+
+
+@functools.lru_cache(maxsize=64)
+def _api_fault(rate: int) -> st.SearchStrategy[Reply | None]:
+    """An API fault in ``rate`` chances of ten, else None (the simplest)."""
+
+    @st.composite
+    def build(draw: st.DrawFn) -> Reply | None:
+        return draw(_API_FAULTS) if draw(_GATE) >= 10 - rate else None
+
+    return build()
+
+
+@functools.lru_cache(maxsize=256)
+def _tool_reply(names: tuple[str, ...], slow: bool, deadline_s: float | None, heavy: bool) -> st.SearchStrategy[Reply]:
+    """A reply asking for tools among ``names``, with its latency (and budget-breaking usage when heavy)."""
+    latency_of = slow_latencies(deadline_s) if slow else _SHORT
+    calls_of = tool_calls(names)
+
+    @st.composite
+    def build(draw: st.DrawFn) -> Reply:
+        latency = draw(latency_of)
+        usage = draw(_HEAVY) if heavy else None
+        return Reply(tool_use=draw(calls_of), latency=latency, usage=usage)
+
+    return build()
+
+
+@functools.lru_cache(maxsize=256)
+def _tool_fault(name: str, kind: str, rate: int, slow: bool, deadline_s: float | None) -> st.SearchStrategy[Fault | None]:
+    """One tool execution's fault: in ``rate`` chances of ten a fault of the tool's kind; otherwise, in a
+    slow run, a latency (0.0, no fault, is the simplest); else None."""
+    faults_of = _faults_of(name, kind)
+    latency_of = slow_latencies(deadline_s)
+
+    @st.composite
+    def build(draw: st.DrawFn) -> Fault | None:
+        if rate and draw(_GATE) >= 10 - rate:
+            fault: Fault = draw(faults_of)
+            return fault
+        if slow:
+            # in a slow run tools take minutes too, not only replies: a deadline passing while a tool
+            # runs (one of a parallel turn's, say) is what deadline bugs need
+            latency = draw(latency_of)
+            return Fault(tool=name, kind="slow", latency=latency) if latency > 0 else None
+        return None
+
+    return build()
 
 
 def to_scenario(

@@ -136,11 +136,24 @@ def tool_specs(
 
 
 def tool_inputs() -> st.SearchStrategy[dict[str, Any]]:
-    """Small JSON inputs for a tool call."""
-    return st.one_of(
-        st.just({"q": "refund"}),
-        st.builds(lambda w, n: {"q": f"{w} {n}"}, st.sampled_from(_WORDS), st.integers(0, 99)),
-    )
+    """Small JSON inputs for a tool call: half the time ``{"q": "refund"}`` (the simplest, and equal
+    inputs across calls), else one of 800 others.
+
+    One number a draw: the loops under test pass inputs through without reading them, so what matters
+    is equal or different inputs, and a draw per reply of every run should cost little.
+    """
+    return _TOOL_INPUTS
+
+
+_OTHER_INPUTS = 100 * len(_WORDS)
+
+
+def _tool_input(n: int) -> dict[str, Any]:
+    n -= _OTHER_INPUTS
+    return {"q": "refund"} if n < 0 else {"q": f"{_WORDS[n % len(_WORDS)]} {n // len(_WORDS)}"}
+
+
+_TOOL_INPUTS = st.integers(0, 2 * _OTHER_INPUTS - 1).map(_tool_input)
 
 
 def tool_calls(
@@ -153,12 +166,16 @@ def tool_calls(
 
 @functools.lru_cache(maxsize=256)
 def _tool_calls(names: tuple[str, ...], max_parallel: int, duplicates: bool) -> st.SearchStrategy[list[ToolCall]]:
-    one = st.builds(ToolCall, name=st.sampled_from(names), input=tool_inputs())
+    # Built once, and drawn flat (a few numbers, no nested strategies): this is drawn for every reply of
+    # every run, and each draw costs Hypothesis bookkeeping.  Half the replies make one call.
+    count_of = weighted([(1, max_parallel - 1), *((n, 1) for n in range(2, max_parallel + 1))])
+    name_of = st.sampled_from(names)
+    gate = st.integers(0, 9)
 
     @st.composite
     def build(draw: st.DrawFn) -> list[ToolCall]:
-        calls = draw(st.lists(one, min_size=1, max_size=max_parallel))
-        if duplicates and len(calls) < max_parallel and draw(st.integers(0, 9)) == 9:
+        calls = [ToolCall(name=draw(name_of), input=draw(_TOOL_INPUTS)) for _ in range(draw(count_of))]
+        if duplicates and len(calls) < max_parallel and draw(gate) == 9:
             calls.append(calls[0])  # two identical calls in one reply
         return calls
 
@@ -168,10 +185,18 @@ def _tool_calls(names: tuple[str, ...], max_parallel: int, duplicates: bool) -> 
 def endings(*, kinds: Sequence[str] = _ENDINGS) -> st.SearchStrategy[Reply]:
     """How a run's model stops asking for tools: a final answer (the simplest), or a stop sequence,
     a refusal, a ``max_tokens`` cut (in text or mid tool input), a ``pause_turn``."""
+    return _endings(tuple(kinds))
+
+
+@functools.lru_cache(maxsize=64)
+def _endings(kinds: tuple[str, ...]) -> st.SearchStrategy[Reply]:
+    # Built once per set of kinds: ``plans`` draws an ending for every run.
+    kind_of = weighted([(k, _ENDING_WEIGHTS.get(k, 1)) for k in kinds])
+    tool_names = st.sampled_from(["send_email", "search"])
 
     @st.composite
     def build(draw: st.DrawFn) -> Reply:
-        kind = draw(weighted([(k, _ENDING_WEIGHTS.get(k, 1)) for k in kinds]))
+        kind = draw(kind_of)
         if kind == "end_turn":
             return Reply(end_turn="The refund was processed and the customer was told.")
         if kind == "stop_sequence":
@@ -181,7 +206,7 @@ def endings(*, kinds: Sequence[str] = _ENDINGS) -> st.SearchStrategy[Reply]:
         if kind == "max_tokens":
             return Reply(max_tokens="The refund policy says that customers who")
         if kind == "max_tokens_tool":
-            call = ToolCall(name=draw(st.sampled_from(["send_email", "search"])), input={"to": "ann@example.com", "body": "Your refund of $40 is on its way."})
+            call = ToolCall(name=draw(tool_names), input={"to": "ann@example.com", "body": "Your refund of $40 is on its way."})
             return Reply(max_tokens=MaxTokensBody(text="Sending it now.", tool_use=[call]))
         return Reply(pause_turn="Searching the web for the policy.")
 
@@ -192,14 +217,19 @@ def api_faults(*, codes: Sequence[int | str] = API_ERRORS, max_burst: int = 4) -
     """An API failure in place of a reply: one error, or a burst (3+ in a row outlasts the SDK's 2 retries);
     429s carry ``retry_after``."""
 
+    code_of = st.sampled_from(list(codes))
+    repeat_of = st.integers(min_value=1, max_value=max_burst)
+    retry_after_of = st.sampled_from([1.0, 5.0, 30.0, 120.0])
+    latency_of = latencies(max_s=30)
+
     @st.composite
     def build(draw: st.DrawFn) -> Reply:
-        code = draw(st.sampled_from(list(codes)))
-        repeat = draw(st.integers(min_value=1, max_value=max_burst))
+        code = draw(code_of)
+        repeat = draw(repeat_of)
         extra: dict[str, Any] = {}
         if code == 429:
-            extra["retry_after"] = draw(st.sampled_from([1.0, 5.0, 30.0, 120.0]))
-        return Reply(error=code, repeat=repeat, latency=draw(latencies(max_s=30)), **extra)  # type: ignore[arg-type]
+            extra["retry_after"] = draw(retry_after_of)
+        return Reply(error=code, repeat=repeat, latency=draw(latency_of), **extra)  # type: ignore[arg-type]
 
     return build()
 
@@ -330,19 +360,27 @@ def plans(
 
     # The run-level hazards are drawn first: Hypothesis keeps the first choices of new examples novel,
     # so every kind of run keeps coming up even when the engine is busy mutating long examples.
+    outage_of = weighted(outages) if faults else st.none()
+    persona_of, slow_of, heavy_of = weighted(personas), weighted(slow), weighted(heavy)
+    steps_of = weighted([(n, 3 if n < 2 else 2 if n < 3 else 1) for n in range(min_steps, max_steps + 1)])
+    ending_of = endings(kinds=ending_kinds)
+    fault_rate_of = weighted(fault_rates) if faults else st.just(0)
+    tool_fault_rate_of = weighted(tool_fault_rates) if faults else st.just(0)
+    thinking_of = st.one_of(st.none(), st.just("First I check the order, then I act."))
+
     @st.composite
     def build(draw: st.DrawFn) -> Plan:
-        outage = draw(weighted(outages) if faults else st.none())
-        persona = draw(weighted(personas))
-        is_slow = draw(weighted(slow))
-        is_heavy = draw(weighted(heavy))
+        outage = draw(outage_of)
+        persona = draw(persona_of)
+        is_slow = draw(slow_of)
+        is_heavy = draw(heavy_of)
         return Plan(
             persona=persona,
-            steps=draw(weighted([(n, 3 if n < 2 else 2 if n < 3 else 1) for n in range(min_steps, max_steps + 1)])),
-            ending=draw(endings(kinds=ending_kinds)),
-            fault_rate=draw(weighted(fault_rates) if faults else st.just(0)),
-            tool_fault_rate=draw(weighted(tool_fault_rates) if faults else st.just(0)),
-            thinking=draw(st.one_of(st.none(), st.just("First I check the order, then I act."))),
+            steps=draw(steps_of),
+            ending=draw(ending_of),
+            fault_rate=draw(fault_rate_of),
+            tool_fault_rate=draw(tool_fault_rate_of),
+            thinking=draw(thinking_of),
             outage=outage,
             slow=is_slow,
             heavy=is_heavy,
