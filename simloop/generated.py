@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from hypothesis import strategies as st
+from hypothesis.errors import Frozen
 
 from simloop.models import ModelRequest
 from simloop.scenario import Fault, Limits, Reply, Scenario, ToolSpec
@@ -47,7 +48,10 @@ class GeneratedModel:
         self._paused = False
 
     def reply(self, request: ModelRequest) -> Reply:
-        reply = self._next(request)
+        try:
+            reply = self._next(request)
+        except Frozen:  # Hypothesis stopped the example in a tool task the loop left running: wind down
+            reply = Reply(end_turn="Done.")
         self.served.append(reply)
         return reply
 
@@ -102,9 +106,13 @@ class GeneratedFaults:
     def __call__(self, spec: ToolSpec, nth: int) -> Fault | None:
         if not self.plan.tool_fault_rate and not self.plan.slow:
             return None
-        drawn: Fault | None = self.draw(
-            _tool_fault(spec.name, spec.kind, self.plan.tool_fault_rate, self.plan.slow, self.plan.deadline_s)
-        )
+        strategy = _tool_fault(spec.name, spec.kind, self.plan.tool_fault_rate, self.plan.slow, self.plan.deadline_s)
+        try:
+            drawn: Fault | None = self.draw(strategy)
+        except Frozen:
+            # The example is over (Hypothesis stopped it as too large, in another task): a tool task the
+            # loop left running may still start; it runs without a fault, not failing where nobody looks.
+            return None
         if drawn is None:
             return None
         fault = drawn.model_copy(update={"call": nth})

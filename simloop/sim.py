@@ -242,10 +242,7 @@ class Sim:
         return result
 
     async def _arun(self, drive: Drive) -> Outcome:
-        try:
-            returned = await drive(self)  # type: ignore[misc]
-        except LoopHalted:
-            raise
+        returned = await drive(self)  # type: ignore[misc]
         return self._record(returned)
 
     def _record(self, returned: Any) -> Outcome:
@@ -350,6 +347,10 @@ def off_loop(fn: Callable[[], T]) -> T:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
+        running = False
+    else:
+        running = True
+    if not running:  # called outside the except block: fn's own exceptions must not chain to this one
         return fn()
     box: dict[str, Any] = {}
 
