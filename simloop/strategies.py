@@ -166,16 +166,23 @@ def tool_calls(
 
 @functools.lru_cache(maxsize=256)
 def _tool_calls(names: tuple[str, ...], max_parallel: int, duplicates: bool) -> st.SearchStrategy[list[ToolCall]]:
-    # Built once, and drawn flat (a few numbers, no nested strategies): this is drawn for every reply of
-    # every run, and each draw costs Hypothesis bookkeeping.  Half the replies make one call.
-    count_of = weighted([(1, max_parallel - 1), *((n, 1) for n in range(2, max_parallel + 1))])
-    name_of = st.sampled_from(names)
-    gate = st.integers(0, 9)
+    # Built once, and drawn flat (a number for the shape, one for each call): this is drawn for every
+    # reply of every run, and each choice costs Hypothesis bookkeeping.  Half the replies make one
+    # call; one in ten repeats its first call.  A call's number picks the tool and the input together
+    # (0 is the first tool with the simplest input), so it shrinks to both at once.
+    shapes = [((1, False), 2 * (max_parallel - 1)), *(((n, False), 2) for n in range(2, max_parallel + 1))]
+    if duplicates:
+        shapes += [((n, True), 1) for n in range(1, max_parallel)]
+    shape_of = weighted(shapes)
+    call_of = st.integers(0, len(names) * 2 * _OTHER_INPUTS - 1).map(
+        lambda k: ToolCall(name=names[k % len(names)], input=_tool_input(k // len(names)))
+    )
 
     @st.composite
     def build(draw: st.DrawFn) -> list[ToolCall]:
-        calls = [ToolCall(name=draw(name_of), input=draw(_TOOL_INPUTS)) for _ in range(draw(count_of))]
-        if duplicates and len(calls) < max_parallel and draw(gate) == 9:
+        count, duplicate = draw(shape_of)
+        calls = [draw(call_of) for _ in range(count)]
+        if duplicate:
             calls.append(calls[0])  # two identical calls in one reply
         return calls
 
