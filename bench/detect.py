@@ -49,6 +49,7 @@ class _Counter:
 
     def __init__(self) -> None:
         self.n = 0
+        self.last: Any = None  # the transcript of the last example
         self.first: tuple[int, float] | None = None
         self.start = REAL.perf_counter()
         self.orig = verify_module.Sim.check
@@ -59,6 +60,7 @@ class _Counter:
         def check(sim: Any, *a: Any, **k: Any) -> Any:
             report = counter.orig(sim, *a, **k)
             counter.n += 1
+            counter.last = sim.transcript
             if not report.ok and counter.first is None:
                 counter.first = (counter.n, REAL.perf_counter() - counter.start)
             return report
@@ -89,15 +91,52 @@ def run(name: str, expected: frozenset[str] | None, seeds: int, max_examples: in
     return row
 
 
-def throughput(runs: int = 30) -> tuple[float, float]:
-    """Full 10-step examples per second through `Sim` vs the bare SDK doing the same 10 calls."""
-    sys.path.insert(0, str(Path(__file__).parent))
-    import overhead
+def throughput(chunks: int = 6, examples: int = 25) -> tuple[float, float]:
+    """Full `verify` examples per second for a 10-call run vs the same loop making the same calls bare.
 
-    overhead.time_bare(3), overhead.time_sim(3)
-    bare = statistics.median(overhead.time_bare(runs) for _ in range(3)) / overhead.STEPS
-    sim = statistics.median(overhead.time_sim(runs) for _ in range(3)) / overhead.STEPS
-    return sim, bare
+    A full example is all `verify` does for one: Hypothesis draws the plan and each reply as the loop
+    asks, a fresh Sim runs `examples.correct_sync` (its tools included), the invariants are checked.  The
+    plan is fixed to 9 tool-calling replies and a final answer, without faults.  The limit the SDK sets is
+    the same loop against `httpx2.MockTransport` serving the replies of one such run, its tools returning
+    at once.  Chunks of verify examples alternate with as many bare runs, so noise hits both alike.
+    """
+    sys.path.insert(0, str(Path(__file__).parent))
+    import anthropic
+    import httpx2
+    from pydantic_core import to_json
+
+    from simloop import strategies
+
+    loop = importlib.import_module("examples.correct_sync")
+    plan = strategies.plans(
+        min_steps=9, max_steps=9, personas=(("finishes", 1),), faults=False, ending_kinds=("end_turn",),
+        slow=((False, 1),), heavy=((False, 1),),
+    )
+    with simloop.Sim({"task": "t", "tools": [t.model_dump() for t in strategies.DEFAULT_TOOLS], "model": []}) as sim:
+        schemas = sim.tool_schemas
+    sim_s = bare_s = 0.0
+    done = 0
+    client: anthropic.Anthropic | None = None
+    for chunk in range(chunks):
+        with _Counter() as counter:
+            start = REAL.perf_counter()
+            simloop.verify(loop.drive, limits=LIMITS, plan=plan, max_examples=examples, seed=chunk)
+            sim_s += REAL.perf_counter() - start
+        done += counter.n
+        if client is None:  # the replies of the last verified run, served as they are
+            bodies = [to_json(r.message) for r in counter.last.responses if r.message is not None]
+            served = iter(range(10**9))
+
+            def handler(request: httpx2.Request, bodies: list[bytes] = bodies) -> httpx2.Response:
+                body = bodies[next(served) % len(bodies)]
+                return httpx2.Response(200, headers={"content-type": "application/json"}, content=body)
+
+            client = anthropic.Anthropic(api_key="k", http_client=httpx2.Client(transport=httpx2.MockTransport(handler)))
+        start = REAL.perf_counter()
+        for _ in range(counter.n):
+            loop.run_agent(client, schemas, lambda name, input, tool_use_id=None: "result", "t", LIMITS)
+        bare_s += REAL.perf_counter() - start
+    return done / sim_s, done / bare_s
 
 
 def peak_memory(max_examples: int) -> int:
@@ -149,8 +188,8 @@ def main() -> None:
         print(f"false positives: {flagged} over {total} examples of correct loops")
     if not only:
         sim, bare = throughput()
-        print(f"throughput: {sim:.0f} full 10-step examples/s vs {bare:.0f}/s for the bare SDK's same calls "
-              f"({sim / bare:.0%} of the limit the SDK sets)")
+        print(f"throughput: {sim:.1f} full 10-call examples/s vs {bare:.1f}/s for the same loop and calls bare "
+              f"({sim / bare:.0%} of the limit the SDK sets; target >= 70%)")
     if not args.skip_memory:
         small = peak_memory(100)
         large = peak_memory(args.memory_examples)
