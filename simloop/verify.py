@@ -8,16 +8,24 @@ as `InvariantViolation` with its timeline and the line that replays it.
 
 `replay(drive, path)` re-runs such a file and re-checks it, so a failure
 becomes a regression test by committing the file.
+
+A Hypothesis run keeps every example it tried (its cache of results and its
+tree of choice sequences, some 20 KB an example here), so one long run grows
+without bound; a long budget is therefore run as bounded chunks, each a fresh
+Hypothesis run under the stage's database key with a seed derived from the
+stage and the chunk number, and the finished runs are collected as it goes.
 """
 
 from __future__ import annotations
 
+import gc
+import hashlib
 import re
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, Verbosity, given
+from hypothesis import HealthCheck, Phase, Verbosity, core, given
 from hypothesis import seed as hypothesis_seed
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
@@ -34,6 +42,10 @@ __all__ = ["DEFAULT_TASK", "replay", "verify"]
 
 DEFAULT_TASK = "The customer asks for a refund of order 1234. Check the policy, then email them the outcome."
 DEFAULT_OUT = Path(".simloop") / "failures"
+# The most examples one Hypothesis run is given: its memory grows with every example it tries (the
+# engine caches each result and records each choice sequence), so a longer stage runs as several
+# chunks and a run of 10,000 examples peaks no higher than one of a few hundred.
+_CHUNK = 100
 
 
 class _Failed(Exception):
@@ -60,7 +72,8 @@ def verify(
         drive: the adapter (sync or ``async def``) that runs the loop in a `Sim` and returns an `Outcome`.
         tools: the tools the loop gets (default: a read ``search`` and a write ``send_email``).
         limits: the limits the loop declares (checked by the ``limits`` invariant).
-        max_examples: how many runs Hypothesis tries.
+        max_examples: how many runs Hypothesis tries (a long budget is tried as several Hypothesis runs of
+            at most a hundred examples, so memory stays flat however many are asked for).
         seed: makes the search deterministic (the same runs in the same order).
         invariants: ids to check (default: all of DESIGN §4).
         plan: a strategy of model behaviours (`simloop.strategies.plans(...)`) for the whole budget;
@@ -126,33 +139,38 @@ def verify(
 
         return example
 
+    collected_at = 0  # state["examples"] when the last finished runs were collected
     for i, (stage, strategy, share) in enumerate(searches):
         # the last stage gets what the others left: a stage whose space is exhausted early hands on its budget
         budget = share if i < len(searches) - 1 else max_examples - state["examples"]
-        if budget < 1:
-            continue
-        example = make_example(strategy)
         # the example database is keyed by this: the same loop, world and stage find their failures again
-        digest = (_name(drive), specs, declared, checked, task, world.source if world is not None else None, stage)
-        example._hypothesis_internal_add_digest = repr(digest).encode()  # type: ignore[attr-defined]
-        test = Settings(
-            base_settings,
-            max_examples=budget,
-            deadline=None,
-            report_multiple_bugs=False,
-            # no explain phase: it re-runs many variants of the failure to annotate Hypothesis's own report,
-            # which simloop replaces with the scenario file and timeline
-            phases=[p for p in base_settings.phases if p is not Phase.explain],
-            verbosity=Verbosity.quiet if base_settings.verbosity <= Verbosity.normal else base_settings.verbosity,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
-        )(given(st.data())(example))
-        if seed is not None:
-            test = hypothesis_seed(seed)(test)
-        try:
-            test()
-        except _Failed:
-            report, sim, model, faults = state["failure"]
-            raise _violation(drive, report, sim, model, faults, out_dir=Path(out_dir), seed=seed) from None
+        digest = repr(
+            (_name(drive), specs, declared, checked, task, world.source if world is not None else None, stage)
+        ).encode()
+        for n, size in enumerate(_chunks(budget)):
+            if state["examples"] - collected_at >= _CHUNK:
+                # a finished Hypothesis run is freed only by a full collection (its engine sits in reference
+                # cycles through the frames its tracebacks keep), which CPython runs ever more rarely as the
+                # heap grows: without this, the finished runs of a long budget pile up
+                gc.collect()
+                collected_at = state["examples"]
+            example = make_example(strategy)
+            example._hypothesis_internal_add_digest = digest  # type: ignore[attr-defined]
+            test = _chunk_settings(base_settings, size, first=n == 0)(given(st.data())(example))
+            if seed is not None:  # (as with any @seed, Hypothesis leaves its database out of seeded runs)
+                test = hypothesis_seed(seed if n == 0 else _derived_seed(seed, stage, n))(test)
+            elif n > 0 and (root := _fixed_seed(base_settings, digest)) is not None:
+                # every chunk would repeat the first; hypothesis.seed would also turn the database off, which
+                # derandomize (with a database given) keeps on, so the seed is set as it sets it, minus that
+                test._hypothesis_internal_use_seed = _derived_seed(root, stage, n)  # type: ignore[attr-defined]
+            before = state["examples"]
+            try:
+                test()
+            except _Failed:
+                report, sim, model, faults = state["failure"]
+                raise _violation(drive, report, sim, model, faults, out_dir=Path(out_dir), seed=seed) from None
+            if state["examples"] - before < size:
+                break  # the stage's space is exhausted (or its phases generate nothing): more chunks only repeat it
     return Report(violations=[], checked=tuple(checked), examples=state["examples"])
 
 
@@ -253,6 +271,44 @@ def _replay_line(drive: Drive, path: str, seed: int = 0) -> str:
     if module and qual and "<" not in qual and module != "__main__":
         return f"simloop run {path} --drive {module}:{qual}" + (f" --seed {seed}" if seed else "")
     return f"simloop.replay(drive, {path!r}" + (f", seed={seed})" if seed else ")")
+
+
+def _chunks(budget: int) -> list[int]:
+    """A stage's budget as the sizes of its Hypothesis runs: at most `_CHUNK` each, none much smaller."""
+    if budget < 1:
+        return []
+    count = -(-budget // _CHUNK)
+    return [budget // count + (1 if k < budget % count else 0) for k in range(count)]
+
+
+def _chunk_settings(base: Settings, size: int, *, first: bool) -> Settings:
+    """The settings of one chunk: the caller's (profile, database, verbosity) with simloop's overrides."""
+    # no explain phase: it re-runs many variants of the failure to annotate Hypothesis's own report, which
+    # simloop replaces with the scenario file and timeline; the database is replayed by the first chunk only
+    # (a saved failure is tried first; the entries that no longer fail are dropped there, so later chunks
+    # would find nothing new), while every chunk still saves the failure it finds
+    drop = {Phase.explain} if first else {Phase.explain, Phase.reuse}
+    return Settings(
+        base,
+        max_examples=size,
+        deadline=None,
+        report_multiple_bugs=False,
+        phases=[p for p in base.phases if p not in drop],
+        verbosity=Verbosity.quiet if base.verbosity <= Verbosity.normal else base.verbosity,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+    )
+
+
+def _fixed_seed(base: Settings, digest: bytes) -> object | None:
+    """What fixes the randomness of an unseeded run, if anything does (``derandomize``, ``--hypothesis-seed``)."""
+    if base.derandomize:
+        return hashlib.sha256(digest).hexdigest()
+    return getattr(core, "global_force_seed", None)  # set by pytest's --hypothesis-seed
+
+
+def _derived_seed(root: object, stage: str, n: int) -> int:
+    """The seed of chunk ``n`` of a stage, from the run's seed: the same every time, different per chunk."""
+    return int.from_bytes(hashlib.sha256(f"{root}/{stage}/{n}".encode()).digest()[:8], "big")
 
 
 def _split(
