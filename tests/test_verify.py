@@ -200,14 +200,16 @@ def test_finished_hypothesis_runs_do_not_pile_up(monkeypatch: pytest.MonkeyPatch
     from hypothesis.internal.conjecture.data import ConjectureResult
 
     monkeypatch.setattr(VERIFY, "_CHUNK", 5)
-    gc.collect()  # what earlier tests left
+    gc.collect()
+
+    def results() -> int:
+        return sum(1 for o in gc.get_objects() if type(o) is ConjectureResult)
+
+    before = results()  # what other tests in this process still hold (their runs are not ours to free)
     alive: list[int] = []
 
     def drive(sim: simloop.Sim) -> Any:
-        if len(alive) % 5 == 4 or not alive:
-            alive.append(sum(1 for o in gc.get_objects() if type(o) is ConjectureResult))
-        else:
-            alive.append(-1)
+        alive.append(results() - before if len(alive) % 5 == 4 or not alive else -1)
         return drive_of("correct_sync")(sim)
 
     report = simloop.verify(drive, limits=LIMITS, plan=simloop.strategies.plans(), max_examples=60, seed=0)
