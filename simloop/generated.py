@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from hypothesis import strategies as st
-from hypothesis.errors import Frozen
+from hypothesis.errors import Frozen, StopTest
 
 from simloop.models import ModelRequest
 from simloop.scenario import Fault, Limits, Reply, Scenario, ToolSpec
@@ -102,6 +102,9 @@ class GeneratedFaults:
         self.draw = draw
         self.plan = plan
         self.fired: list[Fault] = []
+        # Hypothesis stopped the example in a tool execution (it grew too large): kept here rather than
+        # raised, since the execution may be a task the loop never awaits; `verify` raises it after the run
+        self.stopped: StopTest | None = None
 
     def __call__(self, spec: ToolSpec, nth: int) -> Fault | None:
         if not self.plan.tool_fault_rate and not self.plan.slow:
@@ -109,9 +112,10 @@ class GeneratedFaults:
         strategy = _tool_fault(spec.name, spec.kind, self.plan.tool_fault_rate, self.plan.slow, self.plan.deadline_s)
         try:
             drawn: Fault | None = self.draw(strategy)
-        except Frozen:
-            # The example is over (Hypothesis stopped it as too large, in another task): a tool task the
-            # loop left running may still start; it runs without a fault, not failing where nobody looks.
+        except StopTest as stop:
+            self.stopped = self.stopped or stop
+            return None
+        except Frozen:  # stopped before: the run winds down without faults (the model ends it, see reply)
             return None
         if drawn is None:
             return None

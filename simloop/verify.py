@@ -131,6 +131,8 @@ def verify(
                 faults = GeneratedFaults(data.draw, chosen)
             with Sim(base, seed=run_seed, model=model, fault_source=faults) as sim:
                 sim.run(drive)
+            if faults.stopped is not None:
+                raise faults.stopped  # Hypothesis's own stop, met in a tool execution (see GeneratedFaults)
             report = sim.check(invariants=checked)
             state["examples"] += 1
             if not report.ok:
