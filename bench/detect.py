@@ -102,7 +102,7 @@ def throughput(chunks: int = 6, examples: int = 25) -> tuple[float, float]:
     """
     sys.path.insert(0, str(Path(__file__).parent))
     import anthropic
-    import httpx2
+    import overhead
     from pydantic_core import to_json
 
     from simloop import strategies
@@ -112,8 +112,7 @@ def throughput(chunks: int = 6, examples: int = 25) -> tuple[float, float]:
         min_steps=9, max_steps=9, personas=(("finishes", 1),), faults=False, ending_kinds=("end_turn",),
         slow=((False, 1),), heavy=((False, 1),),
     )
-    with simloop.Sim({"task": "t", "tools": [t.model_dump() for t in strategies.DEFAULT_TOOLS], "model": []}) as sim:
-        schemas = sim.tool_schemas
+    schemas = [t.schema_dict() for t in strategies.DEFAULT_TOOLS]  # what Sim.tool_schemas gives the loop
     sim_s = bare_s = 0.0
     done = 0
     client: anthropic.Anthropic | None = None
@@ -124,14 +123,7 @@ def throughput(chunks: int = 6, examples: int = 25) -> tuple[float, float]:
             sim_s += REAL.perf_counter() - start
         done += counter.n
         if client is None:  # the replies of the last verified run, served as they are
-            bodies = [to_json(r.message) for r in counter.last.responses if r.message is not None]
-            served = iter(range(10**9))
-
-            def handler(request: httpx2.Request, bodies: list[bytes] = bodies) -> httpx2.Response:
-                body = bodies[next(served) % len(bodies)]
-                return httpx2.Response(200, headers={"content-type": "application/json"}, content=body)
-
-            client = anthropic.Anthropic(api_key="k", http_client=httpx2.Client(transport=httpx2.MockTransport(handler)))
+            client = overhead.bare_client([to_json(r.message) for r in counter.last.responses if r.message])
         start = REAL.perf_counter()
         for _ in range(counter.n):
             loop.run_agent(client, schemas, lambda name, input, tool_use_id=None: "result", "t", LIMITS)

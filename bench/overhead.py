@@ -58,17 +58,21 @@ def loop(client: anthropic.Anthropic) -> int:
     return STEPS
 
 
-def bare_client() -> anthropic.Anthropic:
-    tool_turn = Turn(
-        content=[{"type": "tool_use", "id": "toolu_01", "name": "search", "input": {"q": "refund"}}], stop_reason="tool_use"
-    )
-    final = Turn(content=[{"type": "text", "text": "ok"}], stop_reason="end_turn")
-    bodies = [render_json(tool_turn, id=f"msg_{i}", model="m", input_tokens=10) for i in range(STEPS - 1)]
-    bodies.append(render_json(final, id="msg_f", model="m", input_tokens=10))
+def bare_client(bodies: list[bytes] | None = None) -> anthropic.Anthropic:
+    """An SDK client on `httpx2.MockTransport` answering ``bodies`` in turn (default: the 10-step loop's)."""
+    if bodies is None:
+        tool_turn = Turn(
+            content=[{"type": "tool_use", "id": "toolu_01", "name": "search", "input": {"q": "refund"}}],
+            stop_reason="tool_use",
+        )
+        final = Turn(content=[{"type": "text", "text": "ok"}], stop_reason="end_turn")
+        bodies = [render_json(tool_turn, id=f"msg_{i}", model="m", input_tokens=10) for i in range(STEPS - 1)]
+        bodies.append(render_json(final, id="msg_f", model="m", input_tokens=10))
+    served = bodies
     state = {"i": 0}
 
     def handler(request: httpx2.Request) -> httpx2.Response:
-        body = bodies[state["i"] % STEPS]
+        body = served[state["i"] % len(served)]
         state["i"] += 1
         return httpx2.Response(200, headers={"content-type": "application/json", "request-id": "req_1"}, content=body)
 
