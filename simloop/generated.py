@@ -21,17 +21,26 @@ from hypothesis.errors import Frozen, StopTest
 
 from simloop.models import ModelRequest
 from simloop.scenario import Fault, Limits, Reply, Scenario, ToolSpec
-from simloop.strategies import Plan, _faults_of, api_faults, latencies, slow_latencies, tool_calls, usages
+from simloop.strategies import (
+    Codec,
+    Plan,
+    api_fault_codec,
+    calls_codec,
+    joined,
+    latency_codec,
+    slow_latency_codec,
+    tool_fault_codec,
+    usage_codec,
+)
 
 __all__ = ["GeneratedFaults", "GeneratedModel", "to_scenario"]
 
 Draw = Callable[[st.SearchStrategy[Any]], Any]
 
-# Built once: a strategy is costly to build, and these are drawn on every request and tool execution.
-_GATE = st.integers(0, 9)
-_API_FAULTS = api_faults()
-_SHORT = latencies(max_s=3.0)
-_HEAVY = usages(chance=5)
+_GATE = Codec(1, lambda d: d.pick(range(10)))  # a chance in ten
+_NONE: Codec[None] = Codec(0, lambda d: None)
+_SHORT = latency_codec(max_s=3.0)
+_HEAVY = usage_codec(chance=5)
 
 
 class GeneratedModel:
@@ -124,56 +133,44 @@ class GeneratedFaults:
         return fault
 
 
-# One draw per reply and per tool execution: each of the run's `draw` calls (Hypothesis's ``data.draw``)
-# costs bookkeeping of its own, so everything a reply needs is drawn inside one composite, built once per key.
+# One draw of one bytes choice per reply and per tool execution (see `simloop.strategies.Codec`): each of
+# the run's draws (Hypothesis's ``data.draw``) and each choice costs bookkeeping of its own.
 
 
 @functools.lru_cache(maxsize=64)
 def _api_fault(rate: int) -> st.SearchStrategy[Reply | None]:
     """An API fault in ``rate`` chances of ten, else None (the simplest)."""
-
-    @st.composite
-    def build(draw: st.DrawFn) -> Reply | None:
-        return draw(_API_FAULTS) if draw(_GATE) >= 10 - rate else None
-
-    return build()
+    fault = api_fault_codec()
+    return joined(lambda gate, reply: reply if gate >= 10 - rate else None, _GATE, fault).strategy()
 
 
 @functools.lru_cache(maxsize=256)
 def _tool_reply(names: tuple[str, ...], slow: bool, deadline_s: float | None, heavy: bool) -> st.SearchStrategy[Reply]:
     """A reply asking for tools among ``names``, with its latency (and budget-breaking usage when heavy)."""
-    latency_of = slow_latencies(deadline_s) if slow else _SHORT
-    calls_of = tool_calls(names)
-
-    @st.composite
-    def build(draw: st.DrawFn) -> Reply:
-        latency = draw(latency_of)
-        usage = draw(_HEAVY) if heavy else None
-        return Reply(tool_use=draw(calls_of), latency=latency, usage=usage)
-
-    return build()
+    latency = slow_latency_codec(deadline_s) if slow else _SHORT
+    usage = _HEAVY if heavy else _NONE
+    return joined(
+        lambda latency, usage, calls: Reply(tool_use=calls, latency=latency, usage=usage),
+        latency, usage, calls_codec(names),
+    ).strategy()
 
 
 @functools.lru_cache(maxsize=256)
 def _tool_fault(name: str, kind: str, rate: int, slow: bool, deadline_s: float | None) -> st.SearchStrategy[Fault | None]:
     """One tool execution's fault: in ``rate`` chances of ten a fault of the tool's kind; otherwise, in a
     slow run, a latency (0.0, no fault, is the simplest); else None."""
-    faults_of = _faults_of(name, kind)
-    latency_of = slow_latencies(deadline_s)
 
-    @st.composite
-    def build(draw: st.DrawFn) -> Fault | None:
-        if rate and draw(_GATE) >= 10 - rate:
-            fault: Fault = draw(faults_of)
+    def build(gate: int, fault: Fault, latency: float | None) -> Fault | None:
+        if rate and gate >= 10 - rate:
             return fault
-        if slow:
+        if latency:
             # in a slow run tools take minutes too, not only replies: a deadline passing while a tool
             # runs (one of a parallel turn's, say) is what deadline bugs need
-            latency = draw(latency_of)
-            return Fault(tool=name, kind="slow", latency=latency) if latency > 0 else None
+            return Fault(tool=name, kind="slow", latency=latency)
         return None
 
-    return build()
+    latency = slow_latency_codec(deadline_s) if slow else _NONE
+    return joined(build, _GATE, tool_fault_codec(name, kind), latency).strategy()
 
 
 def to_scenario(

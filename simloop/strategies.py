@@ -18,9 +18,9 @@ no latency, a model that answers at once.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from hypothesis import strategies as st
 
@@ -83,34 +83,186 @@ _ENDINGS = ("end_turn", "stop_sequence", "refusal", "max_tokens", "max_tokens_to
 # endings loops get wrong are drawn more often than a uniform choice would
 _ENDING_WEIGHTS = {"end_turn": 2, "stop_sequence": 1, "refusal": 2, "max_tokens": 2, "max_tokens_tool": 3, "pause_turn": 2}
 ToolFaultKind = Literal["raise", "timeout", "slow", "huge_output", "commit_then_raise"]
+T = TypeVar("T")
+
+
+# -- codecs: a value drawn as one bytes choice ---------------------------------------------------
+#
+# The parts drawn on every reply and tool execution (latencies, usage, tool calls, faults) are each
+# read from ONE drawn bytes value rather than from a tree of strategies: Hypothesis's bookkeeping
+# is paid per choice and per draw (some 50-150 us each), and a reply used to take five to ten of
+# them.  Every byte is one small choice, mapped in order onto a table, so that the zero byte is the
+# table's first (simplest) entry and smaller bytes are simpler values: Hypothesis shrinks a bytes
+# value towards zeros, byte by byte from the left, which shrinks each part towards its simplest.
+
+
+class Digits:
+    """A drawn bytes value read as a sequence of small choices, left to right."""
+
+    __slots__ = ("at", "raw")
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+        self.at = 0
+
+    def pick(self, table: Sequence[T]) -> T:
+        """One byte: an entry of ``table`` in proportion (zero is the first)."""
+        byte = self.raw[self.at]
+        self.at += 1
+        return table[byte * len(table) >> 8]
+
+    def fraction(self) -> float:
+        """Two bytes: a number in [0, 1] (zero is 0.0)."""
+        hi, lo = self.raw[self.at], self.raw[self.at + 1]
+        self.at += 2
+        return ((hi << 8) | lo) / 0xFFFF
+
+    def below(self, n: int) -> int:
+        """Two bytes: an integer in [0, n) in proportion (zero is 0)."""
+        return min(int(self.fraction() * n), n - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Codec(Generic[T]):
+    """How a value is read from ``size`` drawn bytes (see `Digits`)."""
+
+    size: int
+    decode: Callable[[Digits], T]
+
+    def strategy(self) -> st.SearchStrategy[T]:
+        """The values, drawn as one bytes choice."""
+        decode = self.decode
+        return st.binary(min_size=self.size, max_size=self.size).map(lambda raw: decode(Digits(raw)))
+
+
+def joined(build: Callable[..., T], *parts: Codec[Any]) -> Codec[T]:
+    """One codec reading ``parts`` in turn and passing their values to ``build``."""
+    decoders = tuple(p.decode for p in parts)
+    return Codec(sum(p.size for p in parts), lambda digits: build(*(d(digits) for d in decoders)))
+
+
+def table(options: Sequence[tuple[Any, int]]) -> tuple[Any, ...]:
+    """``(value, weight)`` pairs as a table in which each value appears ``weight`` times, in order."""
+    return tuple(value for value, weight in options for _ in range(weight))
+
+
+_TENTHS = tuple(range(10))
+_SMALL = table([(0.0, 4), (0.05, 1), (0.4, 1), (1.5, 1), (3.0, 1)])
+
+
+@functools.lru_cache(maxsize=64)
+def latency_codec(max_s: float = 600.0, long_chance: int = 1) -> Codec[float]:
+    """See `latencies`: three bytes (a gate, then a short latency or a long one's two bytes)."""
+    if max_s <= 3.0:
+        return Codec(1, lambda d: d.pick(_SMALL))
+
+    def decode(d: Digits) -> float:
+        if d.pick(_TENTHS) >= 10 - long_chance:
+            return round(0.001 + d.fraction() * (max_s - 0.001), 3)
+        short: float = d.pick(_SMALL)
+        d.at += 1
+        return short
+
+    return Codec(3, decode)
+
+
+@functools.lru_cache(maxsize=64)
+def usage_codec(max_tokens: int = 400_000, chance: int = 1) -> Codec[Usage | None]:
+    """See `usages`: a gate, then two bytes for each count."""
+    max_out = min(max_tokens, 64_000)
+
+    def decode(d: Digits) -> Usage | None:
+        big = d.pick(_TENTHS) >= 10 - chance
+        inp, out = 1 + d.below(max_tokens), 1 + d.below(max_out)
+        return Usage(input_tokens=inp, output_tokens=out) if big else None
+
+    return Codec(5, decode)
+
+
+@functools.lru_cache(maxsize=256)
+def calls_codec(names: tuple[str, ...], max_parallel: int = 3, duplicates: bool = True) -> Codec[list[ToolCall]]:
+    """See `tool_calls`: a byte for the shape, then two bytes for each call.
+
+    Half the replies make one call; one in ten repeats its first call.  A call's number picks the tool
+    and the input together (0 is the first tool with the simplest input), so it shrinks to both at once.
+    """
+    shapes = [((1, False), 2 * (max_parallel - 1)), *(((n, False), 2) for n in range(2, max_parallel + 1))]
+    if duplicates:
+        shapes += [((n, True), 1) for n in range(1, max_parallel)]
+    shape_table = table(shapes)
+    span = len(names) * 2 * _OTHER_INPUTS
+
+    def decode(d: Digits) -> list[ToolCall]:
+        count, duplicate = d.pick(shape_table)
+        numbers = [d.below(span) for _ in range(max_parallel)]
+        calls = [ToolCall(name=names[k % len(names)], input=_tool_input(k // len(names))) for k in numbers[:count]]
+        if duplicate:
+            calls.append(calls[0])  # two identical calls in one reply
+        return calls
+
+    return Codec(1 + 2 * max_parallel, decode)
+
+
+_RETRY_AFTER = (1.0, 5.0, 30.0, 120.0)
+
+
+@functools.lru_cache(maxsize=64)
+def api_fault_codec(codes: tuple[int | str, ...] = tuple(API_ERRORS), max_burst: int = 4) -> Codec[Reply]:
+    """See `api_faults`: the code, the burst length, a 429's ``retry_after``, the latency."""
+    bursts = tuple(range(1, max_burst + 1))
+    latency = latency_codec(30.0).decode
+
+    def decode(d: Digits) -> Reply:
+        code, repeat, retry_after = d.pick(codes), d.pick(bursts), d.pick(_RETRY_AFTER)
+        extra: dict[str, Any] = {"retry_after": retry_after} if code == 429 else {}
+        return Reply(error=code, repeat=repeat, latency=latency(d), **extra)  # type: ignore[arg-type]
+
+    return Codec(6, decode)
+
+
+_TOOL_ERRORS = ("ConnectionError", "ValueError", "PermissionError", "TimeoutError")
+_TOOL_LATENCIES = (5.0, 30.0, 90.0, 400.0)
+
+
+@functools.lru_cache(maxsize=256)
+def tool_fault_codec(name: str, kind: str) -> Codec[Fault]:
+    """One fault of a tool: its kind (commit_then_raise only for writes), then its error or latency."""
+    kinds = ("raise", "timeout", "slow", "huge_output", *(("commit_then_raise",) if kind == "write" else ()))
+
+    def decode(d: Digits) -> Fault:
+        fault_kind, error, latency = d.pick(kinds), d.pick(_TOOL_ERRORS), d.pick(_TOOL_LATENCIES)
+        if fault_kind == "raise":
+            return Fault(tool=name, kind="raise", error=error)
+        if fault_kind in ("timeout", "slow"):
+            return Fault(tool=name, kind=fault_kind, latency=latency)
+        return Fault(tool=name, kind=fault_kind)
+
+    return Codec(3, decode)
 
 
 def latencies(*, max_s: float = 600.0, long_chance: int = 1) -> st.SearchStrategy[float]:
     """Virtual seconds a reply or a tool takes: zero (the simplest) or milliseconds to seconds mostly,
     in ``long_chance`` of ten draws up to ``max_s`` (minutes: the latencies that blow deadlines)."""
-    small = weighted([(0.0, 4), (0.05, 1), (0.4, 1), (1.5, 1), (3.0, 1)])
-    large = st.floats(min_value=0.001, max_value=max_s, allow_nan=False, allow_infinity=False).map(lambda x: round(x, 3))
-    return rarely(large, otherwise=small, chance=long_chance) if max_s > 3.0 else small
+    return latency_codec(max_s, long_chance).strategy()
 
 
 @functools.lru_cache(maxsize=64)
 def slow_latencies(deadline_s: float | None = None) -> st.SearchStrategy[float]:
     """The latencies of a slow run's replies and tool executions: in half the draws, long ones spread
     evenly up to twice ``deadline_s`` (the loop's declared deadline; ten minutes when unknown), so a
-    long model call or tool started at zero is as likely to end before the deadline as after it.  Built once
-    per deadline: it is drawn on every request and tool execution."""
-    return latencies(max_s=2 * deadline_s if deadline_s else 600.0, long_chance=5)
+    long model call or tool started at zero is as likely to end before the deadline as after it."""
+    return slow_latency_codec(deadline_s).strategy()
+
+
+def slow_latency_codec(deadline_s: float | None = None) -> Codec[float]:
+    """See `slow_latencies`."""
+    return latency_codec(2 * deadline_s if deadline_s else 600.0, 5)
 
 
 def usages(*, max_tokens: int = 400_000, chance: int = 1) -> st.SearchStrategy[Usage | None]:
     """Token usage overriding the computed counts: usually none (the simplest), in ``chance`` of ten
     draws large enough to break budgets."""
-    big = st.builds(
-        Usage,
-        input_tokens=st.integers(min_value=1, max_value=max_tokens),
-        output_tokens=st.integers(min_value=1, max_value=min(max_tokens, 64_000)),
-    )
-    return rarely(big, otherwise=st.none(), chance=chance)
+    return usage_codec(max_tokens, chance).strategy()
 
 
 def tool_specs(
@@ -166,27 +318,7 @@ def tool_calls(
 
 @functools.lru_cache(maxsize=256)
 def _tool_calls(names: tuple[str, ...], max_parallel: int, duplicates: bool) -> st.SearchStrategy[list[ToolCall]]:
-    # Built once, and drawn flat (a number for the shape, one for each call): this is drawn for every
-    # reply of every run, and each choice costs Hypothesis bookkeeping.  Half the replies make one
-    # call; one in ten repeats its first call.  A call's number picks the tool and the input together
-    # (0 is the first tool with the simplest input), so it shrinks to both at once.
-    shapes = [((1, False), 2 * (max_parallel - 1)), *(((n, False), 2) for n in range(2, max_parallel + 1))]
-    if duplicates:
-        shapes += [((n, True), 1) for n in range(1, max_parallel)]
-    shape_of = weighted(shapes)
-    call_of = st.integers(0, len(names) * 2 * _OTHER_INPUTS - 1).map(
-        lambda k: ToolCall(name=names[k % len(names)], input=_tool_input(k // len(names)))
-    )
-
-    @st.composite
-    def build(draw: st.DrawFn) -> list[ToolCall]:
-        count, duplicate = draw(shape_of)
-        calls = [draw(call_of) for _ in range(count)]
-        if duplicate:
-            calls.append(calls[0])  # two identical calls in one reply
-        return calls
-
-    return build()
+    return calls_codec(names, max_parallel, duplicates).strategy()
 
 
 def endings(*, kinds: Sequence[str] = _ENDINGS) -> st.SearchStrategy[Reply]:
@@ -224,21 +356,7 @@ def api_faults(*, codes: Sequence[int | str] = API_ERRORS, max_burst: int = 4) -
     """An API failure in place of a reply: one error, or a burst (3+ in a row outlasts the SDK's 2 retries);
     429s carry ``retry_after``."""
 
-    code_of = st.sampled_from(list(codes))
-    repeat_of = st.integers(min_value=1, max_value=max_burst)
-    retry_after_of = st.sampled_from([1.0, 5.0, 30.0, 120.0])
-    latency_of = latencies(max_s=30)
-
-    @st.composite
-    def build(draw: st.DrawFn) -> Reply:
-        code = draw(code_of)
-        repeat = draw(repeat_of)
-        extra: dict[str, Any] = {}
-        if code == 429:
-            extra["retry_after"] = draw(retry_after_of)
-        return Reply(error=code, repeat=repeat, latency=draw(latency_of), **extra)  # type: ignore[arg-type]
-
-    return build()
+    return api_fault_codec(tuple(codes), max_burst).strategy()
 
 
 def tool_faults(tools: Sequence[ToolSpec], *, max_faults: int = 3) -> st.SearchStrategy[list[Fault]]:
@@ -268,18 +386,7 @@ def fault_for(draw: st.DrawFn, spec: ToolSpec, *, call: int | None) -> Fault:
 @functools.lru_cache(maxsize=256)
 def _faults_of(name: str, kind: str) -> st.SearchStrategy[Fault]:
     """The faults of one tool, built once: strategies are costly to build and are drawn on every execution."""
-    options: list[st.SearchStrategy[Fault]] = [
-        st.builds(
-            Fault, tool=st.just(name), kind=st.just("raise"),
-            error=st.sampled_from(["ConnectionError", "ValueError", "PermissionError", "TimeoutError"]),
-        ),
-        st.builds(Fault, tool=st.just(name), kind=st.just("timeout"), latency=st.sampled_from([5.0, 30.0, 90.0, 400.0])),
-        st.builds(Fault, tool=st.just(name), kind=st.just("slow"), latency=st.sampled_from([5.0, 30.0, 90.0, 400.0])),
-        st.builds(Fault, tool=st.just(name), kind=st.just("huge_output")),
-    ]
-    if kind == "write":
-        options.append(st.builds(Fault, tool=st.just(name), kind=st.just("commit_then_raise")))
-    return st.one_of(options)
+    return tool_fault_codec(name, kind).strategy()
 
 
 def turns(
@@ -325,8 +432,8 @@ class Plan:
 
 def weighted(options: Sequence[tuple[Any, int]]) -> st.SearchStrategy[Any]:
     """One of ``options`` (value, weight), drawn in proportion to the weights; shrinks towards the first."""
-    table = [value for value, weight in options for _ in range(weight)]
-    return st.integers(0, len(table) - 1).map(table.__getitem__)
+    values = table(options)
+    return st.integers(0, len(values) - 1).map(values.__getitem__)
 
 
 def rarely(

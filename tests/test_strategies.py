@@ -1,0 +1,85 @@
+"""The codecs behind the per-reply strategies: one bytes choice, read byte by byte, zero the simplest."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from hypothesis import find, given
+from hypothesis import strategies as st
+
+from simloop import strategies
+from simloop.generated import _api_fault, _tool_fault, _tool_reply
+from simloop.scenario import Fault, ToolCall
+from simloop.strategies import Codec, Digits
+
+NAMES = ("search", "send_email")
+CODECS: dict[str, Codec[Any]] = {
+    "latency": strategies.latency_codec(),
+    "short latency": strategies.latency_codec(3.0),
+    "slow latency": strategies.slow_latency_codec(300.0),
+    "usage": strategies.usage_codec(),
+    "calls": strategies.calls_codec(NAMES),
+    "api fault": strategies.api_fault_codec(),
+    "tool fault": strategies.tool_fault_codec("send_email", "write"),
+}
+
+
+@pytest.mark.parametrize("name", CODECS)
+@given(data=st.data())
+def test_a_codec_reads_exactly_its_size(name: str, data: st.DataObject) -> None:
+    codec = CODECS[name]
+    digits = Digits(data.draw(st.binary(min_size=codec.size, max_size=codec.size)))
+    codec.decode(digits)
+    assert digits.at == codec.size
+
+
+def test_zero_bytes_are_the_simplest_values() -> None:
+    def zero(codec: Codec[Any]) -> Any:
+        return codec.decode(Digits(bytes(codec.size)))
+
+    assert zero(CODECS["latency"]) == 0.0
+    assert zero(CODECS["slow latency"]) == 0.0
+    assert zero(CODECS["usage"]) is None
+    assert zero(CODECS["calls"]) == [ToolCall(name="search", input={"q": "refund"})]
+    reply = zero(CODECS["api fault"])
+    assert (reply.error, reply.repeat, reply.latency, reply.retry_after) == (429, 1, 0.0, 1.0)
+    assert zero(CODECS["tool fault"]) == Fault(tool="send_email", kind="raise", error="ConnectionError")
+
+
+def test_a_byte_picks_in_proportion_to_the_weights() -> None:
+    distinct = bytes([0, 0, 0xFF, 0xFF, 0x80, 0])  # three different calls
+    shapes = Counter(
+        (len(calls), calls[-1] == calls[0] and len(calls) > 1)
+        for calls in (CODECS["calls"].decode(Digits(bytes([b]) + distinct)) for b in range(256))
+    )
+    # weights (of 10): one call 4, two 2, three 2, one and its duplicate 1, two and a duplicate 1
+    expected = {(1, False): 4, (2, False): 2, (3, False): 2, (2, True): 1, (3, True): 1}
+    assert shapes == pytest.approx({k: 256 * w / 10 for k, w in expected.items()}, abs=1)
+    assert Digits(b"\xff").pick("abc") == "c"
+    assert Digits(b"\xff\xff").below(7) == 6
+
+
+def test_two_bytes_spread_a_number_evenly() -> None:
+    seen = {Digits(bytes([hi, lo])).below(1600) for hi in range(256) for lo in range(0, 256, 8)}
+    assert seen == set(range(1600))
+
+
+def test_a_long_latency_shrinks_to_just_past_the_threshold() -> None:
+    assert 100 < find(strategies.latencies(), lambda s: s > 100) <= 100.01
+
+
+def test_generated_parts_shrink_to_their_simplest() -> None:
+    reply = find(_tool_reply(NAMES, True, 300.0, True), lambda r: r.latency > 60 and r.usage is not None)
+    assert reply.tool_use == [ToolCall(name="search", input={"q": "refund"})]
+    assert reply.usage is not None and (reply.usage.input_tokens, reply.usage.output_tokens) == (1, 1)
+    assert find(_api_fault(1), lambda r: r is not None).error == 429
+    assert find(_tool_fault("send_email", "write", 3, False, None), lambda f: f is not None).kind == "raise"
+    slow = find(_tool_fault("search", "read", 0, True, 300.0), lambda f: f is not None)
+    assert (slow.kind, slow.latency) == ("slow", 0.05)
+
+
+def test_two_identical_calls_in_one_reply_are_found() -> None:
+    calls = find(strategies.tool_calls(NAMES), lambda c: len(c) == 2 and c[0] == c[1])
+    assert calls == [ToolCall(name="search", input={"q": "refund"})] * 2
