@@ -73,7 +73,7 @@ class GeneratedModel:
         if self.plan.outage is not None and self._tool_steps >= self.plan.steps:
             return self.plan.outage
         if self.plan.fault_rate:
-            fault: Reply | None = self.draw(_api_fault(self.plan.fault_rate))
+            fault: Reply | None = _api_fault(self.plan.fault_rate).draw(self.draw)
             if fault is not None:
                 one: Reply = fault.model_copy(update={"repeat": 1})
                 self._burst = [one] * (int(fault.repeat) - 1)
@@ -84,7 +84,7 @@ class GeneratedModel:
         if self.plan.persona == "stuck" and self._stuck is not None:
             return self._stuck  # the same reply forever: nothing new to draw (and to shrink)
         names = tuple(request.tools or ["search"])
-        reply: Reply = self.draw(_tool_reply(names, self.plan.slow, self.plan.deadline_s, self.plan.heavy))
+        reply: Reply = _tool_reply(names, self.plan.slow, self.plan.deadline_s, self.plan.heavy).draw(self.draw)
         if self.plan.persona == "wanders":  # new calls forever: each step asks something it never asked
             calls = [c.model_copy(update={"input": {**c.input, "attempt": self._tool_steps}}) for c in reply.tool_use or []]
             reply = reply.model_copy(update={"tool_use": calls})
@@ -118,9 +118,9 @@ class GeneratedFaults:
     def __call__(self, spec: ToolSpec, nth: int) -> Fault | None:
         if not self.plan.tool_fault_rate and not self.plan.slow:
             return None
-        strategy = _tool_fault(spec.name, spec.kind, self.plan.tool_fault_rate, self.plan.slow, self.plan.deadline_s)
+        codec = _tool_fault(spec.name, spec.kind, self.plan.tool_fault_rate, self.plan.slow, self.plan.deadline_s)
         try:
-            drawn: Fault | None = self.draw(strategy)
+            drawn: Fault | None = codec.draw(self.draw)
         except StopTest as stop:
             self.stopped = self.stopped or stop
             return None
@@ -138,25 +138,24 @@ class GeneratedFaults:
 
 
 @functools.lru_cache(maxsize=64)
-def _api_fault(rate: int) -> st.SearchStrategy[Reply | None]:
+def _api_fault(rate: int) -> Codec[Reply | None]:
     """An API fault in ``rate`` chances of ten, else None (the simplest)."""
-    fault = api_fault_codec()
-    return joined(lambda gate, reply: reply if gate >= 10 - rate else None, _GATE, fault).strategy()
+    return joined(lambda gate, reply: reply if gate >= 10 - rate else None, _GATE, api_fault_codec())
 
 
 @functools.lru_cache(maxsize=256)
-def _tool_reply(names: tuple[str, ...], slow: bool, deadline_s: float | None, heavy: bool) -> st.SearchStrategy[Reply]:
+def _tool_reply(names: tuple[str, ...], slow: bool, deadline_s: float | None, heavy: bool) -> Codec[Reply]:
     """A reply asking for tools among ``names``, with its latency (and budget-breaking usage when heavy)."""
     latency = slow_latency_codec(deadline_s) if slow else _SHORT
     usage = _HEAVY if heavy else _NONE
     return joined(
         lambda latency, usage, calls: Reply(tool_use=calls, latency=latency, usage=usage),
         latency, usage, calls_codec(names),
-    ).strategy()
+    )
 
 
 @functools.lru_cache(maxsize=256)
-def _tool_fault(name: str, kind: str, rate: int, slow: bool, deadline_s: float | None) -> st.SearchStrategy[Fault | None]:
+def _tool_fault(name: str, kind: str, rate: int, slow: bool, deadline_s: float | None) -> Codec[Fault | None]:
     """One tool execution's fault: in ``rate`` chances of ten a fault of the tool's kind; otherwise, in a
     slow run, a latency (0.0, no fault, is the simplest); else None."""
 
@@ -170,7 +169,7 @@ def _tool_fault(name: str, kind: str, rate: int, slow: bool, deadline_s: float |
         return None
 
     latency = slow_latency_codec(deadline_s) if slow else _NONE
-    return joined(build, _GATE, tool_fault_codec(name, kind), latency).strategy()
+    return joined(build, _GATE, tool_fault_codec(name, kind), latency)
 
 
 def to_scenario(

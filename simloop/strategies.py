@@ -132,7 +132,16 @@ class Codec(Generic[T]):
     def strategy(self) -> st.SearchStrategy[T]:
         """The values, drawn as one bytes choice."""
         decode = self.decode
-        return st.binary(min_size=self.size, max_size=self.size).map(lambda raw: decode(Digits(raw)))
+        return _bytes(self.size).map(lambda raw: decode(Digits(raw)))
+
+    def draw(self, draw: Callable[[st.SearchStrategy[bytes]], bytes]) -> T:
+        """A value drawn with ``draw`` (e.g. ``data.draw``): what `strategy` gives, without a mapped strategy's cost."""
+        return self.decode(Digits(draw(_bytes(self.size))))
+
+
+@functools.lru_cache(maxsize=None)
+def _bytes(size: int) -> st.SearchStrategy[bytes]:
+    return st.binary(min_size=size, max_size=size)
 
 
 def joined(build: Callable[..., T], *parts: Codec[Any]) -> Codec[T]:
@@ -192,10 +201,14 @@ def calls_codec(names: tuple[str, ...], max_parallel: int = 3, duplicates: bool 
     shape_table = table(shapes)
     span = len(names) * 2 * _OTHER_INPUTS
 
+    @functools.lru_cache(maxsize=4096)
+    def call(k: int) -> ToolCall:  # frozen: one instance a number, rather than a validation a draw
+        return ToolCall(name=names[k % len(names)], input=_tool_input(k // len(names)))
+
     def decode(d: Digits) -> list[ToolCall]:
         count, duplicate = d.pick(shape_table)
         numbers = [d.below(span) for _ in range(max_parallel)]
-        calls = [ToolCall(name=names[k % len(names)], input=_tool_input(k // len(names))) for k in numbers[:count]]
+        calls = [call(k) for k in numbers[:count]]
         if duplicate:
             calls.append(calls[0])  # two identical calls in one reply
         return calls

@@ -123,12 +123,13 @@ def verify(
     def make_example(strategy: st.SearchStrategy[Any]) -> Callable[[st.DataObject], None]:
         def example(data: st.DataObject) -> None:
             chosen = data.draw(strategy, label="plan")
+            draw = _run_draw(data)
             if world is not None:
-                model: Any = cassettes.FaultedRecording(world, data.draw, chosen)
-                faults = GeneratedFaults(data.draw, chosen.tool_plan)
+                model: Any = cassettes.FaultedRecording(world, draw, chosen)
+                faults = GeneratedFaults(draw, chosen.tool_plan)
             else:
-                model = GeneratedModel(data.draw, chosen)
-                faults = GeneratedFaults(data.draw, chosen)
+                model = GeneratedModel(draw, chosen)
+                faults = GeneratedFaults(draw, chosen)
             with Sim(base, seed=run_seed, model=model, fault_source=faults) as sim:
                 sim.run(drive)
             if faults.stopped is not None:
@@ -211,6 +212,21 @@ def replay(drive: Drive, path: str | Path, *, seed: int = 0, invariants: Iterabl
 
 
 # -- helpers ------------------------------------------------------------------------------
+
+
+def _run_draw(data: st.DataObject) -> Callable[[st.SearchStrategy[Any]], Any]:
+    """How a run draws its replies and faults: straight from the example's choices.
+
+    ``data.draw`` adds, per draw, a check that the strategy left the global ``random`` alone (two
+    copies of its state) and a note for Hypothesis's printout of a falsifying example, which `verify`
+    replaces with its own report: a good part of a reply's cost, paid on every reply of every run.
+    ``data.conjecture_data`` is what ``data.draw`` draws from (Hypothesis keeps it "semi-stable");
+    should it go, runs draw through ``data.draw``.
+    """
+    choices = getattr(data, "conjecture_data", None)
+    draw = getattr(choices, "draw", None)
+    return draw if callable(draw) else data.draw
+
 
 
 def _violation(

@@ -71,12 +71,12 @@ def test_a_long_latency_shrinks_to_just_past_the_threshold() -> None:
 
 
 def test_generated_parts_shrink_to_their_simplest() -> None:
-    reply = find(_tool_reply(NAMES, True, 300.0, True), lambda r: r.latency > 60 and r.usage is not None)
+    reply = find(_tool_reply(NAMES, True, 300.0, True).strategy(), lambda r: r.latency > 60 and r.usage is not None)
     assert reply.tool_use == [ToolCall(name="search", input={"q": "refund"})]
     assert reply.usage is not None and (reply.usage.input_tokens, reply.usage.output_tokens) == (1, 1)
-    assert find(_api_fault(1), lambda r: r is not None).error == 429
-    assert find(_tool_fault("send_email", "write", 3, False, None), lambda f: f is not None).kind == "raise"
-    slow = find(_tool_fault("search", "read", 0, True, 300.0), lambda f: f is not None)
+    assert find(_api_fault(1).strategy(), lambda r: r is not None).error == 429
+    assert find(_tool_fault("send_email", "write", 3, False, None).strategy(), lambda f: f is not None).kind == "raise"
+    slow = find(_tool_fault("search", "read", 0, True, 300.0).strategy(), lambda f: f is not None)
     assert (slow.kind, slow.latency) == ("slow", 0.05)
 
 
