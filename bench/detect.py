@@ -48,11 +48,10 @@ class Row:
 class _Counter:
     """Counts examples and notes when the first failing one happened (wraps `Sim.check`)."""
 
-    def __init__(self, *, keep: bool = False) -> None:
+    def __init__(self, after: Any = None) -> None:
         self.n = 0
         self.last: Any = None  # the transcript of the last example
-        self.keep = keep
-        self.runs: list[Any] = []  # with keep: every example's transcript
+        self.after = after  # called with each example's transcript
         self.first: tuple[int, float] | None = None
         self.start = REAL.perf_counter()
         self.orig = verify_module.Sim.check
@@ -64,8 +63,8 @@ class _Counter:
             report = counter.orig(sim, *a, **k)
             counter.n += 1
             counter.last = sim.transcript
-            if counter.keep:
-                counter.runs.append(sim.transcript)
+            if counter.after is not None:
+                counter.after(sim.transcript)
             if not report.ok and counter.first is None:
                 counter.first = (counter.n, REAL.perf_counter() - counter.start)
             return report
@@ -113,11 +112,11 @@ def throughput(chunks: int = 12, examples: int = 25) -> Throughput:
     A full example is all `verify` does for one: Hypothesis draws the plan and each reply as the loop
     asks, a fresh Sim runs `examples.correct_sync` (its tools included), the invariants are checked.  The
     plan is fixed to 9 tool-calling replies and a final answer, without faults.  The limit the SDK sets is
-    the same loop making the same calls against `httpx2.MockTransport`: for every verified example, its
-    replies served as they were sent and its tools returning at once what they returned, so that each
-    request is the same bytes.  After a warm-up chunk (imports, caches), each chunk of verify examples is
-    followed by its bare runs, and the ratio is the median of the chunks' ratios, so that a burst of noise
-    on a shared machine moves one chunk, not the result.
+    the same loop making the same calls against `httpx2.MockTransport`: the example's replies served as
+    they were sent and its tools returning at once what they returned, so that each request is the same
+    bytes.  That bare run follows each example inside the search, and is taken out of the search's time,
+    so that the two alternate example by example and the machine's drifts hit both alike; the ratio is
+    the median over chunks (after one to warm up imports and caches).
     """
     sys.path.insert(0, str(Path(__file__).parent))
     import overhead
@@ -132,43 +131,33 @@ def throughput(chunks: int = 12, examples: int = 25) -> Throughput:
         slow=((False, 1),), heavy=((False, 1),),
     )
     schemas = [t.schema_dict() for t in strategies.DEFAULT_TOOLS]  # what Sim.tool_schemas gives the loop
+    clocks = (REAL.perf_counter, time.thread_time)
+    bare = [0.0, 0.0]  # wall, CPU: the bare runs of this chunk
+    aside = [0.0, 0.0]  # wall, CPU: everything done inside the search for the bare runs
 
-    def timed(run: Any) -> tuple[float, float]:
-        wall, cpu = REAL.perf_counter(), time.thread_time()
-        run()
-        return REAL.perf_counter() - wall, time.thread_time() - cpu
+    def bare_run(transcript: Any) -> None:
+        begin = [c() for c in clocks]
+        client = overhead.bare_client([to_json(r.message) for r in transcript.responses if r.message])
+        returned = iter([e.result for e in transcript.of(ToolEnd)])
+        tool = lambda name, input, tool_use_id=None: next(returned)  # noqa: E731
+        model = transcript.requests[0].body["model"]
+        start = [c() for c in clocks]
+        loop.run_agent(client, schemas, tool, verify_module.DEFAULT_TASK, LIMITS, model=model)
+        for i, c in enumerate(clocks):
+            now = c()
+            bare[i] += now - start[i]
+            aside[i] += now - begin[i]
 
-    rows: list[tuple[int, float, float, float, float]] = []  # examples, verify wall, cpu, bare wall, cpu
+    ratios: list[tuple[float, float, float, float]] = []  # verify/s, bare/s, wall ratio, CPU ratio
     for chunk in range(chunks + 1):  # chunk 0 warms up
-        with _Counter(keep=True) as counter:
-            v_wall, v_cpu = timed(
-                lambda: simloop.verify(loop.drive, limits=LIMITS, plan=plan, max_examples=examples, seed=chunk)
-            )
-        runs = [
-            (
-                overhead.bare_client([to_json(r.message) for r in t.responses if r.message]),
-                [e.result for e in t.of(ToolEnd)],
-                t.requests[0].body["model"],
-            )
-            for t in counter.runs
-        ]
-
-        def bare() -> None:
-            for client, outputs, model in runs:
-                returned = iter(outputs)
-                tool = lambda name, input, tool_use_id=None: next(returned)  # noqa: E731
-                loop.run_agent(client, schemas, tool, verify_module.DEFAULT_TASK, LIMITS, model=model)
-
-        b_wall, b_cpu = timed(bare)
+        bare[:] = aside[:] = [0.0, 0.0]
+        begin = [c() for c in clocks]
+        with _Counter(after=bare_run) as counter:
+            simloop.verify(loop.drive, limits=LIMITS, plan=plan, max_examples=examples, seed=chunk)
+        search = [c() - b - a for c, b, a in zip(clocks, begin, aside)]
         if chunk:
-            rows.append((counter.n, v_wall, v_cpu, b_wall, b_cpu))
-    return Throughput(
-        verify_per_s=statistics.median(n / v for n, v, _, _, _ in rows),
-        bare_per_s=statistics.median(n / b for n, _, _, b, _ in rows),
-        ratio=statistics.median(b / v for _, v, _, b, _ in rows),
-        cpu_ratio=statistics.median(b / v for _, _, v, _, b in rows),
-        chunks=len(rows),
-    )
+            ratios.append((counter.n / search[0], counter.n / bare[0], bare[0] / search[0], bare[1] / search[1]))
+    return Throughput(*(statistics.median(r[i] for r in ratios) for i in range(4)), chunks=len(ratios))
 
 
 def peak_memory(max_examples: int) -> int:

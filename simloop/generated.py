@@ -148,8 +148,9 @@ def _tool_reply(names: tuple[str, ...], slow: bool, deadline_s: float | None, he
     """A reply asking for tools among ``names``, with its latency (and budget-breaking usage when heavy)."""
     latency = slow_latency_codec(deadline_s) if slow else _SHORT
     usage = _HEAVY if heavy else _NONE
+    # built unvalidated (a validation costs more than drawing the reply): the codecs give valid fields
     return joined(
-        lambda latency, usage, calls: Reply(tool_use=calls, latency=latency, usage=usage),
+        lambda latency, usage, calls: Reply.model_construct(tool_use=calls, latency=latency, usage=usage),
         latency, usage, calls_codec(names),
     )
 

@@ -248,7 +248,12 @@ def _huge(seed: str, size: int) -> str:
     return (unit * (size // len(unit) + 1))[:size]
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _jsonable(value: Any) -> Any:
+    if type(value) is dict and all(type(k) is str and type(v) in _SCALARS for k, v in value.items()):
+        return value  # what a model's tool input mostly is: JSON as it stands, without a trial dump
     try:
         json.dumps(value)
         return value
