@@ -23,9 +23,11 @@ from simloop.models import ModelRequest
 from simloop.scenario import Fault, Limits, Reply, Scenario, ToolSpec
 from simloop.strategies import (
     Codec,
+    Digits,
     Plan,
     api_fault_codec,
     calls_codec,
+    fixed_bytes,
     joined,
     latency_codec,
     slow_latency_codec,
@@ -37,6 +39,7 @@ __all__ = ["GeneratedFaults", "GeneratedModel", "to_scenario"]
 
 Draw = Callable[[st.SearchStrategy[Any]], Any]
 
+_TAPE = 8  # tool-calling replies drawn at once
 _GATE = Codec(1, lambda d: d.pick(range(10)))  # a chance in ten
 _NONE: Codec[None] = Codec(0, lambda d: None)
 _SHORT = latency_codec(max_s=3.0)
@@ -55,6 +58,8 @@ class GeneratedModel:
         self._stuck: Reply | None = None
         self._ended = False
         self._paused = False
+        self._tape = b""  # the bytes of the next replies' draws (see _draw_reply)
+        self._at = 0
 
     def reply(self, request: ModelRequest) -> Reply:
         try:
@@ -84,12 +89,26 @@ class GeneratedModel:
         if self.plan.persona == "stuck" and self._stuck is not None:
             return self._stuck  # the same reply forever: nothing new to draw (and to shrink)
         names = tuple(request.tools or ["search"])
-        reply: Reply = _tool_reply(names, self.plan.slow, self.plan.deadline_s, self.plan.heavy).draw(self.draw)
+        reply = self._draw_reply(_tool_reply(names, self.plan.slow, self.plan.deadline_s, self.plan.heavy))
         if self.plan.persona == "wanders":  # new calls forever: each step asks something it never asked
             calls = [c.model_copy(update={"input": {**c.input, "attempt": self._tool_steps}}) for c in reply.tool_use or []]
             reply = reply.model_copy(update={"tool_use": calls})
         if self.plan.persona == "stuck":
             self._stuck = reply
+        return reply
+
+    def _draw_reply(self, codec: Codec[Reply]) -> Reply:
+        """The next tool-calling reply, read from a tape of `_TAPE` replies' bytes drawn at once.
+
+        Hypothesis's bookkeeping is paid per draw, and the replies of a run are most of its draws.  The
+        tape's size is fixed (it depends on the plan's slow and heavy, not on its steps), so a shrink
+        of the steps leaves the tape's bytes where they were, the next replies' included.
+        """
+        if self._at + codec.size > len(self._tape):
+            self._tape, self._at = self.draw(fixed_bytes(codec.size * _TAPE)), 0
+        digits = Digits(self._tape, self._at)
+        reply = codec.decode(digits)
+        self._at = digits.at
         return reply
 
     def _ending(self, request: ModelRequest) -> Reply:

@@ -103,9 +103,9 @@ class Digits:
 
     __slots__ = ("at", "raw")
 
-    def __init__(self, raw: bytes) -> None:
+    def __init__(self, raw: bytes, at: int = 0) -> None:
         self.raw = raw
-        self.at = 0
+        self.at = at
 
     def pick(self, table: Sequence[T]) -> T:
         """One byte: an entry of ``table`` in proportion (zero is the first)."""
@@ -121,7 +121,9 @@ class Digits:
 
     def below(self, n: int) -> int:
         """Two bytes: an integer in [0, n) in proportion (zero is 0)."""
-        return min(int(self.fraction() * n), n - 1)
+        raw, at = self.raw, self.at
+        self.at = at + 2
+        return min(int(((raw[at] << 8) | raw[at + 1]) / 0xFFFF * n), n - 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,22 +136,23 @@ class Codec(Generic[T]):
     def strategy(self) -> st.SearchStrategy[T]:
         """The values, drawn as one bytes choice."""
         decode = self.decode
-        return _bytes(self.size).map(lambda raw: decode(Digits(raw)))
+        return fixed_bytes(self.size).map(lambda raw: decode(Digits(raw)))
 
     def draw(self, draw: Callable[[st.SearchStrategy[bytes]], bytes]) -> T:
         """A value drawn with ``draw`` (e.g. ``data.draw``): what `strategy` gives, without a mapped strategy's cost."""
-        return self.decode(Digits(draw(_bytes(self.size))))
+        return self.decode(Digits(draw(fixed_bytes(self.size))))
 
 
 @functools.lru_cache(maxsize=None)
-def _bytes(size: int) -> st.SearchStrategy[bytes]:
+def fixed_bytes(size: int) -> st.SearchStrategy[bytes]:
+    """Bytes values of exactly ``size`` bytes (what a codec reads), built once per size."""
     return st.binary(min_size=size, max_size=size)
 
 
 def joined(build: Callable[..., T], *parts: Codec[Any]) -> Codec[T]:
     """One codec reading ``parts`` in turn and passing their values to ``build``."""
     decoders = tuple(p.decode for p in parts)
-    return Codec(sum(p.size for p in parts), lambda digits: build(*(d(digits) for d in decoders)))
+    return Codec(sum(p.size for p in parts), lambda digits: build(*[d(digits) for d in decoders]))
 
 
 def table(options: Sequence[tuple[Any, int]]) -> tuple[Any, ...]:
@@ -217,8 +220,8 @@ def calls_codec(names: tuple[str, ...], max_parallel: int = 3, duplicates: bool 
 
     def decode(d: Digits) -> list[ToolCall]:
         count, duplicate = d.pick(shape_table)
-        numbers = [d.below(span) for _ in range(max_parallel)]
-        calls = [call(k) for k in numbers[:count]]
+        calls = [call(d.below(span)) for _ in range(count)]
+        d.at += 2 * (max_parallel - count)  # the unused calls' bytes
         if duplicate:
             calls.append(calls[0])  # two identical calls in one reply
         return calls
