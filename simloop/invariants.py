@@ -279,17 +279,26 @@ _PAIRING_FIX = {
 }
 
 
-def _turns(conversation: list[Any]) -> list[tuple[str, list[tuple[tuple[int, int], str, dict[str, Any]]]]]:
-    """Messages with consecutive same-role messages merged (as the API merges them); blocks keep their paths."""
-    turns: list[tuple[str, list[tuple[tuple[int, int], str, dict[str, Any]]]]] = []
+Block = tuple[tuple[int, int], dict[str, Any]]  # (message index, block index or -1 for string content), block
+
+
+def _path(order: tuple[int, int]) -> str:
+    i, j = order
+    return f"messages[{i}].content" if j < 0 else f"messages[{i}].content[{j}]"
+
+
+def _turns(conversation: list[Any]) -> list[tuple[str, list[Block]]]:
+    """Messages with consecutive same-role messages merged (as the API merges them); blocks keep their place
+    (made a path by `_path` only for an offence: every request re-sends the whole history)."""
+    turns: list[tuple[str, list[Block]]] = []
     for i, msg in enumerate(conversation):
         if not isinstance(msg, dict):
             continue
         role, content = str(msg.get("role")), msg.get("content")
         if isinstance(content, str):
-            blocks = [((i, -1), f"messages[{i}].content", {"type": "text", "text": content})]
+            blocks: list[Block] = [((i, -1), {"type": "text", "text": content})]
         elif isinstance(content, list):
-            blocks = [((i, j), f"messages[{i}].content[{j}]", b) for j, b in enumerate(content) if isinstance(b, dict)]
+            blocks = [((i, j), b) for j, b in enumerate(content) if isinstance(b, dict)]
         else:
             blocks = []
         if turns and turns[-1][0] == role:
@@ -302,53 +311,57 @@ def _turns(conversation: list[Any]) -> list[tuple[str, list[tuple[tuple[int, int
 def _pairing_offences(conversation: list[Any]) -> list[_Offence]:
     """Every tool_use/tool_result pairing problem of one conversation, in message order."""
     found: list[_Offence] = []
-    uses_seen: dict[str, tuple[str, str]] = {}  # id -> (path, tool name)
-    results_seen: dict[str, str] = {}
-    pending: dict[str, tuple[tuple[int, int], str, str]] = {}  # tool_uses of the previous assistant message
+    uses_seen: dict[str, tuple[tuple[int, int], str]] = {}  # id -> (place, tool name)
+    results_seen: dict[str, tuple[int, int]] = {}
+    pending: dict[str, tuple[tuple[int, int], str]] = {}  # tool_uses of the previous assistant message
+
+    def offence(kind: str, order: tuple[int, int], uid: str, tool: str | None, what: str) -> None:
+        found.append(_Offence(kind, order, _path(order), uid, tool, what))
+
     turns = _turns(conversation)
     for k, (role, blocks) in enumerate(turns):
         if role == "assistant":
             pending = {}
-            for order, path, b in blocks:
+            for order, b in blocks:
                 if b.get("type") != "tool_use":
                     continue
                 uid, name = str(b.get("id")), str(b.get("name"))
                 if uid in uses_seen:
-                    what = f"the tool_use id {uid} appears twice (first at {uses_seen[uid][0]})"
-                    found.append(_Offence("duplicate_tool_use", order, path, uid, name, what))
+                    offence("duplicate_tool_use", order, uid, name,
+                            f"the tool_use id {uid} appears twice (first at {_path(uses_seen[uid][0])})")
                     continue
-                uses_seen[uid] = (path, name)
-                pending[uid] = (order, path, name)
+                uses_seen[uid] = (order, name)
+                pending[uid] = (order, name)
             if k == len(turns) - 1:  # a final assistant message is a prefill: fine unless it asks for tools
-                for uid, (order, path, name) in pending.items():
-                    what = f"the tool_use {uid} ({name}) ends the conversation with no tool_result after it"
-                    found.append(_Offence("missing_result", order, path, uid, name, what))
+                for uid, (order, name) in pending.items():
+                    offence("missing_result", order, uid, name,
+                            f"the tool_use {uid} ({name}) ends the conversation with no tool_result after it")
             continue
         answered: set[str] = set()
         leading = True
-        for order, path, b in blocks:
+        for order, b in blocks:
             if b.get("type") != "tool_result":
                 leading = False
                 continue
             uid = str(b.get("tool_use_id"))
             tool = uses_seen[uid][1] if uid in uses_seen else None
             if uid in results_seen:
-                what = f"a second tool_result for {uid} (the first is at {results_seen[uid]})"
-                found.append(_Offence("duplicate_result", order, path, uid, tool, what))
+                offence("duplicate_result", order, uid, tool,
+                        f"a second tool_result for {uid} (the first is at {_path(results_seen[uid])})")
             elif uid not in pending:
-                where = f"it was asked for at {uses_seen[uid][0]}" if uid in uses_seen else "no tool_use has that id"
-                what = f"a tool_result answers {uid}, which is not a tool_use of the previous assistant message ({where})"
-                found.append(_Offence("orphan_result", order, path, uid, tool, what))
+                where = f"it was asked for at {_path(uses_seen[uid][0])}" if uid in uses_seen else "no tool_use has that id"
+                offence("orphan_result", order, uid, tool,
+                        f"a tool_result answers {uid}, which is not a tool_use of the previous assistant message ({where})")
             else:
                 answered.add(uid)
                 if not leading:
-                    what = f"the tool_result for {uid} comes after other content in its message"
-                    found.append(_Offence("result_not_first", order, path, uid, tool, what))
-            results_seen.setdefault(uid, path)
-        for uid, (order, path, name) in pending.items():
+                    offence("result_not_first", order, uid, tool,
+                            f"the tool_result for {uid} comes after other content in its message")
+            results_seen.setdefault(uid, order)
+        for uid, (order, name) in pending.items():
             if uid not in answered:
-                what = f"the tool_use {uid} ({name}) has no tool_result at the start of the next message"
-                found.append(_Offence("missing_result", order, path, uid, name, what))
+                offence("missing_result", order, uid, name,
+                        f"the tool_use {uid} ({name}) has no tool_result at the start of the next message")
         pending = {}
     return sorted(found, key=lambda o: o.order)
 
