@@ -74,6 +74,9 @@ class ToolBox:
         self._pending: list[dict[str, Any]] = []  # tool_use blocks issued, not yet executed
         self._issued: dict[str, dict[str, Any]] = {}
         self._functions: dict[str, Callable[..., Any]] = {}
+        self._specs: dict[str, ToolSpec] = {}
+        for t in scenario.tools:
+            self._specs.setdefault(t.name, t)  # the first of a name, as the loop's lookups find it
 
     # -- public -----------------------------------------------------------------
 
@@ -115,7 +118,7 @@ class ToolBox:
             raise UsageError(f"run_tool(name, input): name must be the tool's name as a string, got {name!r}")
         self.executions += 1
         nth = self._nth[name] = self._nth.get(name, 0) + 1
-        spec = next((t for t in self.scenario.tools if t.name == name), None)
+        spec = self._specs.get(name)
         fault = self._fault_for(spec, name, nth)
         start = ToolStart(
             t=self.now(), exec=self.executions, tool=name, input=_jsonable(input), nth=nth,
@@ -171,7 +174,7 @@ class ToolBox:
             return out if isinstance(out, str) else json.dumps(out, default=str)
         if spec.results:
             return spec.results[(nth - 1) % len(spec.results)]
-        shown = json.dumps(input, sort_keys=True, separators=(",", ":"), default=str)
+        shown = _SHOWN.encode(input)
         return f"{spec.name} ok: {shown}" if spec.kind == "write" else f"result {nth} of {spec.name}({shown})"
 
     def _function(self, spec: ToolSpec) -> Callable[..., Any]:
@@ -248,6 +251,7 @@ def _huge(seed: str, size: int) -> str:
     return (unit * (size // len(unit) + 1))[:size]
 
 
+_SHOWN = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)  # one encoder, not one a call
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 

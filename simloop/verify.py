@@ -122,8 +122,8 @@ def verify(
 
     def make_example(strategy: st.SearchStrategy[Any]) -> Callable[[st.DataObject], None]:
         def example(data: st.DataObject) -> None:
-            chosen = data.draw(strategy, label="plan")
             draw = _run_draw(data)
+            chosen = draw(strategy)
             if world is not None:
                 model: Any = cassettes.FaultedRecording(world, draw, chosen)
                 faults = GeneratedFaults(draw, chosen.tool_plan)
