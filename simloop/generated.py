@@ -21,6 +21,7 @@ from hypothesis.errors import Frozen, StopTest
 
 from simloop.models import ModelRequest
 from simloop.scenario import Fault, Limits, Reply, Scenario, ToolSpec
+from simloop.transcript import Response, Transcript
 from simloop.strategies import (
     Codec,
     Digits,
@@ -124,22 +125,34 @@ class GeneratedModel:
 
 
 class GeneratedFaults:
-    """Each tool execution's fault, drawn when it starts (a `simloop.tools.ToolBox` fault source)."""
+    """Each tool execution's fault (a `simloop.tools.FaultSource`), drawn with its reply's other calls.
 
-    def __init__(self, draw: Draw, plan: Plan) -> None:
+    A loop may run a reply's calls at once, on threads, and so start them in any order; were each
+    fault drawn as its execution starts, the draws would follow that order and Hypothesis would see a
+    different run each time.  So the first execution that answers a reply's tool_use draws the faults
+    of all of that reply's calls, in the reply's order, and each execution takes its call's.  An
+    execution that answers no tool_use, or one already answered (a re-run), draws its own.
+    """
+
+    def __init__(self, draw: Draw, plan: Plan, tools: Sequence[ToolSpec] = ()) -> None:
         self.draw = draw
         self.plan = plan
         self.fired: list[Fault] = []
         # Hypothesis stopped the example in a tool execution (it grew too large): kept here rather than
         # raised, since the execution may be a task the loop never awaits; `verify` raises it after the run
         self.stopped: StopTest | None = None
+        self.transcript: Transcript | None = None  # the run's (set once the Sim exists): the replies' calls
+        self._specs = {t.name: t for t in reversed(tools)}  # the first of a name wins, as in the ToolBox
+        self._ready: dict[str, Fault | None] = {}  # tool_use id -> its fault, drawn, not yet taken
+        self._drawn: set[str] = set()
 
-    def __call__(self, spec: ToolSpec, nth: int) -> Fault | None:
+    def __call__(self, spec: ToolSpec, nth: int, tool_use_id: str | None = None) -> Fault | None:
         if not self.plan.tool_fault_rate and not self.plan.slow:
             return None
-        codec = _tool_fault(spec.name, spec.kind, self.plan.tool_fault_rate, self.plan.slow, self.plan.deadline_s)
         try:
-            drawn: Fault | None = codec.draw(self.draw)
+            if tool_use_id is not None and tool_use_id not in self._drawn:
+                self._draw_reply(tool_use_id, spec)
+            drawn = self._ready.pop(tool_use_id) if tool_use_id in self._ready else self._draw(spec)
         except StopTest as stop:
             self.stopped = self.stopped or stop
             return None
@@ -150,6 +163,30 @@ class GeneratedFaults:
         fault = drawn.model_copy(update={"call": nth})
         self.fired.append(fault)
         return fault
+
+    def _draw(self, spec: ToolSpec) -> Fault | None:
+        plan = self.plan
+        return _tool_fault(spec.name, spec.kind, plan.tool_fault_rate, plan.slow, plan.deadline_s).draw(self.draw)
+
+    def _draw_reply(self, tool_use_id: str, spec: ToolSpec) -> None:
+        """Draw the faults of the calls of the reply that asked for ``tool_use_id``, in their order
+        (a call of a tool not given to this source draws its own when it runs)."""
+        for block in self._calls_with(tool_use_id):
+            tid = block.get("id")
+            known = spec if tid == tool_use_id else self._specs.get(str(block.get("name")))
+            if isinstance(tid, str) and tid not in self._drawn and known is not None:
+                self._drawn.add(tid)
+                self._ready[tid] = self._draw(known)
+        self._drawn.add(tool_use_id)
+
+    def _calls_with(self, tool_use_id: str) -> list[dict[str, Any]]:
+        events = self.transcript.events if self.transcript is not None else []
+        for event in reversed(events):
+            if isinstance(event, Response):
+                calls = event.tool_uses
+                if any(block.get("id") == tool_use_id for block in calls):
+                    return calls
+        return []
 
 
 # One draw of one bytes choice per reply and per tool execution (see `simloop.strategies.Codec`): each of

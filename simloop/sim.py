@@ -31,8 +31,8 @@ from simloop.errors import SimloopInternalError, UsageError
 from simloop.invariants import Report, check
 from simloop.models import Ids, ModelPolicy, Script, ScriptExhausted
 from simloop.outcome import Outcome
-from simloop.scenario import Fault, Limits, Scenario, ToolSpec, load_scenario
-from simloop.tools import ToolBox
+from simloop.scenario import Limits, Scenario, load_scenario
+from simloop.tools import FaultSource, ToolBox
 from simloop.transcript import Halt, Header, OutcomeEvent, Transcript
 from simloop.wire.server import Budget, InternalFailure, SimServer
 
@@ -78,7 +78,7 @@ class Sim:
         budget: Budget | None = None,
         max_virtual_s: float | None = None,
         watchdog_s: float = 10.0,
-        fault_source: Callable[[ToolSpec, int], Fault | None] | None = None,
+        fault_source: FaultSource | None = None,
     ) -> None:
         self.scenario = _as_scenario(scenario)
         if limits is not None:

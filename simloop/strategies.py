@@ -92,8 +92,8 @@ T = TypeVar("T")
 #
 # The parts drawn on every reply and tool execution (latencies, usage, tool calls, faults) are each
 # read from ONE drawn bytes value rather than from a tree of strategies: Hypothesis's bookkeeping
-# is paid per choice and per draw (some 50-150 us each), and a reply used to take five to ten of
-# them.  Every byte is one small choice, mapped in order onto a table, so that the zero byte is the
+# is paid per choice and per draw (tens of microseconds each; a few per byte), and a reply used to
+# take five to ten of them.  Every byte is one small choice, mapped in order onto a table, so that the zero byte is the
 # table's first (simplest) entry and smaller bytes are simpler values: Hypothesis shrinks a bytes
 # value towards zeros, byte by byte from the left, which shrinks each part towards its simplest.
 
@@ -155,16 +155,18 @@ def joined(build: Callable[..., T], *parts: Codec[Any]) -> Codec[T]:
     return Codec(sum(p.size for p in parts), lambda digits: build(*[d(digits) for d in decoders]))
 
 
-def table(options: Sequence[tuple[Any, int]]) -> tuple[Any, ...]:
+def table(options: Sequence[tuple[Any, int]], *, most: int | None = 256) -> tuple[Any, ...]:
     """``(value, weight)`` pairs as a table in which each value appears ``weight`` times, in order.
 
-    A codec picks from it with one byte, so it holds at most 256 entries (weights are divided by their
-    greatest common divisor first).
+    The weights are divided by their greatest common divisor.  A codec picks from the table with one
+    byte, so it holds at most ``most`` entries.
     """
     divisor = math.gcd(*(weight for _, weight in options)) or 1
     values = tuple(value for value, weight in options for _ in range(weight // divisor))
-    if not values or len(values) > 256:
-        raise UsageError(f"weights {[w for _, w in options]} must be positive and sum to at most 256; scale them down")
+    if not values or (most is not None and len(values) > most):
+        raise UsageError(
+            f"weights {[w for _, w in options]} must be positive and sum to at most {most}; scale them down"
+        )
     return values
 
 
@@ -464,7 +466,7 @@ class Plan:
 
 def weighted(options: Sequence[tuple[Any, int]]) -> st.SearchStrategy[Any]:
     """One of ``options`` (value, weight), drawn in proportion to the weights; shrinks towards the first."""
-    values = table(options)
+    values = table(options, most=None)
     return st.integers(0, len(values) - 1).map(values.__getitem__)
 
 

@@ -22,6 +22,7 @@ import asyncio
 import builtins
 import importlib
 import json
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +30,11 @@ from simloop.errors import UsageError
 from simloop.scenario import Fault, Scenario, ToolSpec
 from simloop.transcript import Response, ToolEnd, ToolStart, Transcript
 
-__all__ = ["ToolBox", "UnknownToolError"]
+__all__ = ["FaultSource", "ToolBox", "UnknownToolError"]
+
+#: Decides a tool execution's fault, given the tool, its execution number and the tool_use id it answers
+#: (None when it answers none): what a generated run uses instead of the scenario's ``faults``.
+FaultSource = Callable[[ToolSpec, int, "str | None"], "Fault | None"]
 
 DEFAULT_LATENCY = 30.0
 DEFAULT_HUGE = 400_000
@@ -58,7 +63,7 @@ class ToolBox:
         now: Callable[[], float],
         sleep: Callable[[float], None],
         on_call: Callable[[], None] | None = None,
-        fault_source: Callable[[ToolSpec, int], Fault | None] | None = None,
+        fault_source: FaultSource | None = None,
     ) -> None:
         self.scenario = scenario
         self.fault_source = fault_source
@@ -74,6 +79,7 @@ class ToolBox:
         self._pending: list[dict[str, Any]] = []  # tool_use blocks issued, not yet executed
         self._issued: dict[str, dict[str, Any]] = {}
         self._functions: dict[str, Callable[..., Any]] = {}
+        self._lock = threading.Lock()
         self._specs: dict[str, ToolSpec] = {}
         for t in scenario.tools:
             self._specs.setdefault(t.name, t)  # the first of a name, as the loop's lookups find it
@@ -116,16 +122,18 @@ class ToolBox:
             self.on_call()
         if not isinstance(name, str):
             raise UsageError(f"run_tool(name, input): name must be the tool's name as a string, got {name!r}")
-        self.executions += 1
-        nth = self._nth[name] = self._nth.get(name, 0) + 1
-        spec = self._specs.get(name)
-        fault = self._fault_for(spec, name, nth)
-        start = ToolStart(
-            t=self.now(), exec=self.executions, tool=name, input=_jsonable(input), nth=nth,
-            kind=spec.kind if spec else "read", tool_use_id=tool_use_id,
-            matched=self._match(name, input, tool_use_id), fault=fault.kind if fault else None,
-        )
-        self.transcript.append(start)
+        with self._lock:  # a loop may run several tools at once, on threads: number and match them one by one
+            self.executions += 1
+            nth = self._nth[name] = self._nth.get(name, 0) + 1
+            spec = self._specs.get(name)
+            matched = self._match(name, input, tool_use_id)
+            fault = self._fault_for(spec, name, nth, matched)
+            start = ToolStart(
+                t=self.now(), exec=self.executions, tool=name, input=_jsonable(input), nth=nth,
+                kind=spec.kind if spec else "read", tool_use_id=tool_use_id,
+                matched=matched, fault=fault.kind if fault else None,
+            )
+            self.transcript.append(start)
         return start, spec, fault
 
     def _finish(self, start: ToolStart, spec: ToolSpec | None, fault: Fault | None, input: Any) -> str:
@@ -158,9 +166,9 @@ class ToolBox:
             end.t = self.now()
             self.transcript.append(end)
 
-    def _fault_for(self, spec: ToolSpec | None, name: str, nth: int) -> Fault | None:
+    def _fault_for(self, spec: ToolSpec | None, name: str, nth: int, matched: str | None) -> Fault | None:
         if self.fault_source is not None:
-            return self.fault_source(spec, nth) if spec is not None else None
+            return self.fault_source(spec, nth, matched) if spec is not None else None
         for i, f in enumerate(self.scenario.faults):
             if f.tool == name and (f.call is None or f.call == nth):
                 self._fired.add(i)

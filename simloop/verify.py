@@ -21,6 +21,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import re
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -126,11 +127,12 @@ def verify(
             chosen = draw(strategy)
             if world is not None:
                 model: Any = cassettes.FaultedRecording(world, draw, chosen)
-                faults = GeneratedFaults(draw, chosen.tool_plan)
+                faults = GeneratedFaults(draw, chosen.tool_plan, specs)
             else:
                 model = GeneratedModel(draw, chosen)
-                faults = GeneratedFaults(draw, chosen)
+                faults = GeneratedFaults(draw, chosen, specs)
             with Sim(base, seed=run_seed, model=model, fault_source=faults) as sim:
+                faults.transcript = sim.transcript
                 sim.run(drive)
             if faults.stopped is not None:
                 raise faults.stopped  # Hypothesis's own stop, met in a tool execution (see GeneratedFaults)
@@ -225,7 +227,15 @@ def _run_draw(data: st.DataObject) -> Callable[[st.SearchStrategy[Any]], Any]:
     """
     choices = getattr(data, "conjecture_data", None)
     draw = getattr(choices, "draw", None)
-    return draw if callable(draw) else data.draw
+    if not callable(draw):
+        draw = data.draw
+    lock = threading.Lock()  # the choices are one sequence: a draw from a tool thread waits its turn
+
+    def locked(strategy: st.SearchStrategy[Any]) -> Any:
+        with lock:
+            return draw(strategy)
+
+    return locked
 
 
 

@@ -54,6 +54,19 @@ def test_the_agent_runs_tools_and_answers_through_the_simulated_api(drive: Any) 
     assert sim.check(outcome).ok
 
 
+@pytest.mark.parametrize("drive", [lg.drive, lg.async_drive])
+def test_each_tool_run_is_told_the_call_it_answers_also_for_identical_calls_run_at_once(drive: Any) -> None:
+    # The ToolNode runs a reply's calls at once (threads, or tasks): matched by name and input, two identical
+    # calls could each take the other's id, and a fault meant for one would be reported for the other.
+    twice = {"tool_use": [{"name": "search", "input": {"q": "refund policy"}}] * 2}
+    outcome, sim = run(drive, scenario(twice, {"end_turn": "Refunded."}))
+    starts = sim.transcript.of(simloop.transcript.ToolStart)
+    asked = [b["id"] for b in sim.transcript.responses[0].tool_uses]
+    assert sorted(s.tool_use_id for s in starts) == sorted(asked)
+    assert all(s.matched == s.tool_use_id for s in starts)
+    assert sim.check(outcome).ok
+
+
 def test_the_chat_model_keeps_its_own_settings_and_sends_the_scenarios_schemas() -> None:
     with Sim(scenario({"end_turn": "x"})) as sim:
         model = lg.chat_model(sim, max_retries=5)

@@ -9,9 +9,10 @@ import pytest
 from hypothesis import find, given
 from hypothesis import strategies as st
 
+import simloop
 from simloop import strategies
 from simloop.generated import _api_fault, _tool_fault, _tool_reply
-from simloop.scenario import Fault, ToolCall
+from simloop.scenario import Fault, Reply, ToolCall
 from simloop.strategies import Codec, Digits
 
 NAMES = ("search", "send_email")
@@ -83,3 +84,38 @@ def test_generated_parts_shrink_to_their_simplest() -> None:
 def test_two_identical_calls_in_one_reply_are_found() -> None:
     calls = find(strategies.tool_calls(NAMES), lambda c: len(c) == 2 and c[0] == c[1])
     assert calls == [ToolCall(name="search", input={"q": "refund"})] * 2
+
+
+def test_weights_a_byte_cannot_pick_from_are_refused_with_the_fix() -> None:
+    assert strategies.table([("a", 20), ("b", 10)]) == ("a", "a", "b")  # divided by their gcd
+    with pytest.raises(simloop.UsageError, match="sum to at most 256; scale them down"):
+        strategies.plans(personas=(("finishes", 300), ("stuck", 1)))
+    assert len(strategies.table([("a", 300), ("b", 1)], most=None)) == 301  # weighted() has no such bound
+
+
+def test_a_replys_tool_faults_are_drawn_in_its_order_whatever_order_its_calls_run_in() -> None:
+    # A loop that runs a reply's calls at once (on threads) starts them in any order: the faults must
+    # still come from the same draws, each to its own call, or Hypothesis sees a different run each time.
+    from simloop.generated import GeneratedFaults
+    from simloop.strategies import DEFAULT_TOOLS, Plan
+    from simloop.transcript import Response, Transcript
+
+    search, email = DEFAULT_TOOLS
+    calls = [{"type": "tool_use", "id": f"toolu_{i}", "name": n, "input": {}} for i, n in enumerate(["search", "send_email", "search"])]
+    plan = Plan(persona="finishes", steps=1, ending=Reply(end_turn="x"), fault_rate=0, tool_fault_rate=3)
+
+    def faults(order: list[int]) -> dict[str, Fault | None]:
+        tape = iter([bytes([255, 0, 0, 0]), bytes(4), bytes([255, 255, 0, 0])])  # gate, kind, error, latency
+        source = GeneratedFaults(lambda strategy: next(tape), plan, DEFAULT_TOOLS)
+        source.transcript = Transcript(header=None)  # type: ignore[arg-type]
+        source.transcript.append(Response(t=0.0, index=0, call=1, status=200, kind="tool_use", message={"content": calls}))
+        spec = {"search": search, "send_email": email}
+        return {calls[i]["id"]: source(spec[calls[i]["name"]], 1, calls[i]["id"]) for i in order}
+
+    forward, backward = faults([0, 1, 2]), faults([2, 1, 0])
+    assert forward == backward
+    assert forward == {
+        "toolu_0": Fault(tool="search", kind="raise", error="ConnectionError", call=1),
+        "toolu_1": None,
+        "toolu_2": Fault(tool="search", kind="huge_output", call=1),
+    }

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from contextlib import aclosing, closing
 from typing import TYPE_CHECKING, Any
 
@@ -81,10 +82,34 @@ def chat_model(sim: Sim, *, streaming: bool = False, **settings: Any) -> ChatAnt
     return model
 
 
+# The tool_use id of the call a tool is running for.  A LangChain tool's function is not told it (an
+# injected argument needs a pydantic ``args_schema``; these keep the scenario's JSON schema), so the tool
+# sets it around its run: the ToolBox then matches the execution to that very call, which by name and
+# input alone it cannot do for two identical calls run at once on the ToolNode's threads.
+_CALL_ID: ContextVar[str | None] = ContextVar("simloop_tool_call_id", default=None)
+
+
+class _SimTool(StructuredTool):
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        token = _CALL_ID.set(kwargs.get("tool_call_id"))
+        try:
+            return super().run(*args, **kwargs)
+        finally:
+            _CALL_ID.reset(token)
+
+    async def arun(self, *args: Any, **kwargs: Any) -> Any:
+        token = _CALL_ID.set(kwargs.get("tool_call_id"))
+        try:
+            return await super().arun(*args, **kwargs)
+        finally:
+            _CALL_ID.reset(token)
+
+
 def tools(sim: Sim) -> list[StructuredTool]:
-    """The scenario's tools as LangChain tools (schema as given; sync and async both reach the scenario's tools)."""
+    """The scenario's tools as LangChain tools (schema as given; sync and async both reach the scenario's tools,
+    told the tool_use id of the call they run for)."""
     return [
-        StructuredTool.from_function(
+        _SimTool.from_function(
             func=_sync_call(sim, schema["name"]),
             coroutine=_async_call(sim, schema["name"]),
             name=schema["name"],
@@ -97,14 +122,14 @@ def tools(sim: Sim) -> list[StructuredTool]:
 
 def _sync_call(sim: Sim, name: str) -> Callable[..., str]:
     def call(**input: Any) -> str:
-        return sim.run_tool(name, input)
+        return sim.run_tool(name, input, tool_use_id=_CALL_ID.get())
 
     return call
 
 
 def _async_call(sim: Sim, name: str) -> Callable[..., Awaitable[str]]:
     async def call(**input: Any) -> str:
-        return await sim.arun_tool(name, input)
+        return await sim.arun_tool(name, input, tool_use_id=_CALL_ID.get())
 
     return call
 
