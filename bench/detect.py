@@ -199,7 +199,7 @@ def main() -> None:
             good = hits == len(r.found)
             caught = f"{hits}/{len(r.found)}"
         ok &= good
-        ids = ",".join(sorted(set(r.found)))
+        ids = ",".join(sorted({i for f in r.found if f != "-" for i in f.split(",")})) or "-"
         ex = f"{statistics.median(r.first_examples):.0f}/{max(r.first_examples)}" if r.first_examples else "-"
         secs = f"{statistics.median(r.first_seconds):.2f}/{max(r.first_seconds):.2f}" if r.first_seconds else "-"
         size = f"{statistics.median(r.sizes):.0f}/{max(r.sizes)}" if r.sizes else "-"

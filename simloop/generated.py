@@ -1,9 +1,9 @@
 """A model and tool faults drawn by Hypothesis as the loop runs, and the scenario that replays them.
 
-`GeneratedModel` answers each request with a reply drawn *then*, from the
-run's `Plan` and what the request shows (the tools it defines, how many calls
-it answered); `GeneratedFaults` draws each tool execution's fault when it
-starts.  Both record what they served, so `to_scenario` can write the exact
+`GeneratedModel` answers each request with a reply decoded *then*, from the
+run's `Plan` and what the request shows (the tools it defines), out of bytes
+Hypothesis draws a few replies at a time; `GeneratedFaults` draws the faults
+of a reply's tool calls when the first of them starts.  Both record what they served, so `to_scenario` can write the exact
 run down as a v1 scenario file: the replies in the order served (identical
 neighbours folded into ``repeat``; a stuck tail into ``then: repeat_last``)
 and the faults by tool and execution number.  Replaying that file with
