@@ -139,7 +139,7 @@ def throughput(chunks: int = 12, examples: int = 25) -> Throughput:
         begin = [c() for c in clocks]
         client = overhead.bare_client([to_json(r.message) for r in transcript.responses if r.message])
         returned = iter([e.result for e in transcript.of(ToolEnd)])
-        tool = lambda name, input, tool_use_id=None: next(returned)  # noqa: E731
+        tool = lambda name, input, tool_use_id=None: next(returned)
         model = transcript.requests[0].body["model"]
         start = [c() for c in clocks]
         loop.run_agent(client, schemas, tool, verify_module.DEFAULT_TASK, LIMITS, model=model)

@@ -3,11 +3,11 @@
 `GeneratedModel` answers each request with a reply decoded *then*, from the
 run's `Plan` and what the request shows (the tools it defines), out of bytes
 Hypothesis draws a few replies at a time; `GeneratedFaults` draws the faults
-of a reply's tool calls when the first of them starts.  Both record what they served, so `to_scenario` can write the exact
-run down as a v1 scenario file: the replies in the order served (identical
-neighbours folded into ``repeat``; a stuck tail into ``then: repeat_last``)
-and the faults by tool and execution number.  Replaying that file with
-`simloop.replay` reproduces the run.
+of a reply's tool calls when the first of them starts.  Both record what they
+served, so `to_scenario` can write the exact run down as a v1 scenario file:
+the replies in the order served (identical neighbours folded into ``repeat``;
+a stuck tail into ``then: repeat_last``) and the faults by tool and execution
+number.  Replaying that file with `simloop.replay` reproduces the run.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from hypothesis.errors import Frozen, StopTest
 
 from simloop.models import ModelRequest
 from simloop.scenario import Fault, Limits, Reply, Scenario, ToolSpec
-from simloop.transcript import Response, Transcript
 from simloop.strategies import (
     Codec,
     Digits,
@@ -35,6 +34,7 @@ from simloop.strategies import (
     tool_fault_codec,
     usage_codec,
 )
+from simloop.transcript import Response, Transcript
 
 __all__ = ["GeneratedFaults", "GeneratedModel", "to_scenario"]
 
@@ -189,8 +189,7 @@ class GeneratedFaults:
         return []
 
 
-# One draw of one bytes choice per reply and per tool execution (see `simloop.strategies.Codec`): each of
-# the run's draws (Hypothesis's ``data.draw``) and each choice costs bookkeeping of its own.
+# What a run decodes its replies and faults from (see `simloop.strategies.Codec`), built once per key.
 
 
 @functools.lru_cache(maxsize=64)

@@ -143,7 +143,7 @@ class Codec(Generic[T]):
         return self.decode(Digits(draw(fixed_bytes(self.size))))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def fixed_bytes(size: int) -> st.SearchStrategy[bytes]:
     """Bytes values of exactly ``size`` bytes (what a codec reads), built once per size."""
     return st.binary(min_size=size, max_size=size)

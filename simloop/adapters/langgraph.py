@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
 from contextlib import aclosing, closing
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 import anthropic
