@@ -41,7 +41,10 @@ __all__ = ["GeneratedFaults", "GeneratedModel", "to_scenario"]
 Draw = Callable[[st.SearchStrategy[Any]], Any]
 
 _TAPE = 8  # tool-calling replies drawn at once
-_GATE = Codec(1, lambda d: d.pick(range(10)))  # a chance in ten
+# Whether a request or a tool execution fails is a small integer choice of its own, and the fault's bytes are
+# drawn only when it does: the shrinker then drops a fault by lowering one number, and deletes the choices of
+# the steps a failure does not need (a bytes value holding both shrinks far less well).
+_GATE = st.integers(0, 9)
 _NONE: Codec[None] = Codec(0, lambda d: None)
 _SHORT = latency_codec(max_s=3.0)
 _HEAVY = usage_codec(chance=5)
@@ -79,7 +82,7 @@ class GeneratedModel:
         if self.plan.outage is not None and self._tool_steps >= self.plan.steps:
             return self.plan.outage
         if self.plan.fault_rate:
-            fault: Reply | None = _api_fault(self.plan.fault_rate).draw(self.draw)
+            fault = api_fault_codec().draw(self.draw) if self.draw(_GATE) >= 10 - self.plan.fault_rate else None
             if fault is not None:
                 one: Reply = fault.model_copy(update={"repeat": 1})
                 self._burst = [one] * (int(fault.repeat) - 1)
@@ -165,8 +168,12 @@ class GeneratedFaults:
         return fault
 
     def _draw(self, spec: ToolSpec) -> Fault | None:
+        """In ``tool_fault_rate`` chances of ten a fault of the tool's kind; otherwise, in a slow run, a latency
+        (a deadline passing while a tool runs, one of a parallel turn's say, is what deadline bugs need)."""
         plan = self.plan
-        return _tool_fault(spec.name, spec.kind, plan.tool_fault_rate, plan.slow, plan.deadline_s).draw(self.draw)
+        if plan.tool_fault_rate and self.draw(_GATE) >= 10 - plan.tool_fault_rate:
+            return tool_fault_codec(spec.name, spec.kind).draw(self.draw)
+        return _slow(plan.deadline_s, spec.name).draw(self.draw) if plan.slow else None
 
     def _draw_reply(self, tool_use_id: str, spec: ToolSpec) -> None:
         """Draw the faults of the calls of the reply that asked for ``tool_use_id``, in their order
@@ -192,12 +199,6 @@ class GeneratedFaults:
 # What a run decodes its replies and faults from (see `simloop.strategies.Codec`), built once per key.
 
 
-@functools.lru_cache(maxsize=64)
-def _api_fault(rate: int) -> Codec[Reply | None]:
-    """An API fault in ``rate`` chances of ten, else None (the simplest)."""
-    return joined(lambda gate, reply: reply if gate >= 10 - rate else None, _GATE, api_fault_codec())
-
-
 @functools.lru_cache(maxsize=256)
 def _tool_reply(names: tuple[str, ...], slow: bool, deadline_s: float | None, heavy: bool) -> Codec[Reply]:
     """A reply asking for tools among ``names``, with its latency (and budget-breaking usage when heavy)."""
@@ -211,21 +212,10 @@ def _tool_reply(names: tuple[str, ...], slow: bool, deadline_s: float | None, he
 
 
 @functools.lru_cache(maxsize=256)
-def _tool_fault(name: str, kind: str, rate: int, slow: bool, deadline_s: float | None) -> Codec[Fault | None]:
-    """One tool execution's fault: in ``rate`` chances of ten a fault of the tool's kind; otherwise, in a
-    slow run, a latency (0.0, no fault, is the simplest); else None."""
-
-    def build(gate: int, fault: Fault, latency: float | None) -> Fault | None:
-        if rate and gate >= 10 - rate:
-            return fault
-        if latency:
-            # in a slow run tools take minutes too, not only replies: a deadline passing while a tool
-            # runs (one of a parallel turn's, say) is what deadline bugs need
-            return Fault(tool=name, kind="slow", latency=latency)
-        return None
-
-    latency = slow_latency_codec(deadline_s) if slow else _NONE
-    return joined(build, _GATE, tool_fault_codec(name, kind), latency)
+def _slow(deadline_s: float | None, name: str) -> Codec[Fault | None]:
+    """A slow run's tool latency: minutes too, not only the replies' (0.0, no fault, is the simplest)."""
+    latency = slow_latency_codec(deadline_s)
+    return Codec(latency.size, lambda d: Fault(tool=name, kind="slow", latency=v) if (v := latency.decode(d)) else None)
 
 
 def to_scenario(

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import simloop
 from simloop import strategies
-from simloop.generated import _api_fault, _tool_fault, _tool_reply
+from simloop.generated import _slow, _tool_reply
 from simloop.scenario import Fault, Reply, ToolCall
 from simloop.strategies import Codec, Digits
 
@@ -75,10 +75,11 @@ def test_generated_parts_shrink_to_their_simplest() -> None:
     reply = find(_tool_reply(NAMES, True, 300.0, True).strategy(), lambda r: r.latency > 60 and r.usage is not None)
     assert reply.tool_use == [ToolCall(name="search", input={"q": "refund"})]
     assert reply.usage is not None and (reply.usage.input_tokens, reply.usage.output_tokens) == (1, 1)
-    assert find(_api_fault(1).strategy(), lambda r: r is not None).error == 429
-    assert find(_tool_fault("send_email", "write", 3, False, None).strategy(), lambda f: f is not None).kind == "raise"
-    slow = find(_tool_fault("search", "read", 0, True, 300.0).strategy(), lambda f: f is not None)
-    assert (slow.kind, slow.latency) == ("slow", 0.05)
+    assert find(strategies.api_faults(), lambda r: r.error == "timeout").repeat == 1
+    assert find(strategies.faults(), lambda f: any(x.kind == "commit_then_raise" for x in f)) == [
+        Fault(tool="send_email", kind="commit_then_raise")
+    ]
+    assert find(_slow(300.0, "search").strategy(), lambda f: f is not None) == Fault(tool="search", kind="slow", latency=0.05)
 
 
 def test_two_identical_calls_in_one_reply_are_found() -> None:
@@ -105,7 +106,8 @@ def test_a_replys_tool_faults_are_drawn_in_its_order_whatever_order_its_calls_ru
     plan = Plan(persona="finishes", steps=1, ending=Reply(end_turn="x"), fault_rate=0, tool_fault_rate=3)
 
     def faults(order: list[int]) -> dict[str, Fault | None]:
-        tape = iter([bytes([255, 0, 0, 0]), bytes(4), bytes([255, 255, 0, 0])])  # gate, kind, error, latency
+        # per call: the gate (a chance in ten), then the fault's bytes (kind, error, latency) when it fires
+        tape = iter([9, bytes([0, 0, 0]), 0, 9, bytes([255, 0, 0])])
         source = GeneratedFaults(lambda strategy: next(tape), plan, DEFAULT_TOOLS)
         source.transcript = Transcript(header=None)  # type: ignore[arg-type]
         source.transcript.append(Response(t=0.0, index=0, call=1, status=200, kind="tool_use", message={"content": calls}))
