@@ -357,33 +357,27 @@ def endings(*, kinds: Sequence[str] = _ENDINGS) -> st.SearchStrategy[Reply]:
 
 @functools.lru_cache(maxsize=64)
 def _endings(kinds: tuple[str, ...]) -> st.SearchStrategy[Reply]:
-    return ending_codec(kinds).strategy()
+    # Built once per set of kinds: ``plans`` draws an ending for every run.
+    kind_of = weighted([(k, _ENDING_WEIGHTS.get(k, 1)) for k in kinds])
+    tool_names = st.sampled_from(["send_email", "search"])
 
+    @st.composite
+    def build(draw: st.DrawFn) -> Reply:
+        kind = draw(kind_of)
+        if kind == "end_turn":
+            return Reply(end_turn="The refund was processed and the customer was told.")
+        if kind == "stop_sequence":
+            return Reply(stop_sequence="Here is the summary", sequence="###")
+        if kind == "refusal":
+            return Reply(refusal="I can't help with that request.")
+        if kind == "max_tokens":
+            return Reply(max_tokens="The refund policy says that customers who")
+        if kind == "max_tokens_tool":
+            call = ToolCall(name=draw(tool_names), input={"to": "ann@example.com", "body": "Your refund of $40 is on its way."})
+            return Reply(max_tokens=MaxTokensBody(text="Sending it now.", tool_use=[call]))
+        return Reply(pause_turn="Searching the web for the policy.")
 
-_CUT_CALLS = tuple(
-    ToolCall(name=name, input={"to": "ann@example.com", "body": "Your refund of $40 is on its way."})
-    for name in ("send_email", "search")
-)
-
-
-@functools.lru_cache(maxsize=64)
-def ending_codec(kinds: tuple[str, ...] = _ENDINGS) -> Codec[Reply]:
-    """See `endings`: a byte for the kind, one for the tool a ``max_tokens`` cut leaves half-written."""
-    kind_table = table([(k, _ENDING_WEIGHTS.get(k, 1)) for k in kinds])
-    fixed = {
-        "end_turn": Reply(end_turn="The refund was processed and the customer was told."),
-        "stop_sequence": Reply(stop_sequence="Here is the summary", sequence="###"),
-        "refusal": Reply(refusal="I can't help with that request."),
-        "max_tokens": Reply(max_tokens="The refund policy says that customers who"),
-        "pause_turn": Reply(pause_turn="Searching the web for the policy."),
-    }
-    cut = {c.name: Reply(max_tokens=MaxTokensBody(text="Sending it now.", tool_use=[c])) for c in _CUT_CALLS}
-
-    def decode(d: Digits) -> Reply:
-        kind, call = d.pick(kind_table), d.pick(_CUT_CALLS)
-        return cut[call.name] if kind == "max_tokens_tool" else fixed[kind]
-
-    return Codec(2, decode)
+    return build()
 
 
 def api_faults(*, codes: Sequence[int | str] = API_ERRORS, max_burst: int = 4) -> st.SearchStrategy[Reply]:
@@ -506,33 +500,38 @@ def plans(
     runs aim their latencies at it (see `slow_latencies`).
     """
 
-    # The run-level hazards come first: the bytes shrink from the left, so a failure shrinks to the
-    # fewest hazards before its step count and its ending.
-    hazards = [table(outages) if faults else (None,), table(personas), table(slow), table(heavy)]
-    steps_table = table([(n, 3 if n < 2 else 2 if n < 3 else 1) for n in range(min_steps, max_steps + 1)])
-    ending = ending_codec(tuple(ending_kinds))
-    fault_table = table(fault_rates) if faults else (0,)
-    tool_fault_table = table(tool_fault_rates) if faults else (0,)
+    # The run-level hazards are drawn first: Hypothesis keeps the first choices of new examples novel,
+    # so every kind of run keeps coming up even when the engine is busy mutating long examples.  They
+    # stay small integer choices (not a codec's bytes): Hypothesis enumerates the values of a small
+    # range it has not tried yet, so every ending and persona comes up within a few examples.
+    outage_of = weighted(outages) if faults else st.none()
+    persona_of, slow_of, heavy_of = weighted(personas), weighted(slow), weighted(heavy)
+    steps_of = weighted([(n, 3 if n < 2 else 2 if n < 3 else 1) for n in range(min_steps, max_steps + 1)])
+    ending_of = endings(kinds=ending_kinds)
+    fault_rate_of = weighted(fault_rates) if faults else st.just(0)
+    tool_fault_rate_of = weighted(tool_fault_rates) if faults else st.just(0)
+    thinking_of = st.one_of(st.none(), st.just("First I check the order, then I act."))
 
-    def decode(d: Digits) -> Plan:
-        outage, persona, is_slow, is_heavy = (d.pick(t) for t in hazards)
+    @st.composite
+    def build(draw: st.DrawFn) -> Plan:
+        outage = draw(outage_of)
+        persona = draw(persona_of)
+        is_slow = draw(slow_of)
+        is_heavy = draw(heavy_of)
         return Plan(
             persona=persona,
-            steps=d.pick(steps_table),
-            ending=ending.decode(d),
-            fault_rate=d.pick(fault_table),
-            tool_fault_rate=d.pick(tool_fault_table),
-            thinking=d.pick(_THINKING),
+            steps=draw(steps_of),
+            ending=draw(ending_of),
+            fault_rate=draw(fault_rate_of),
+            tool_fault_rate=draw(tool_fault_rate_of),
+            thinking=draw(thinking_of),
             outage=outage,
             slow=is_slow,
             heavy=is_heavy,
             deadline_s=deadline_s,
         )
 
-    return Codec(10, decode).strategy()
-
-
-_THINKING = (None, "First I check the order, then I act.")
+    return build()
 
 
 def stages(**narrow: Any) -> list[tuple[str, st.SearchStrategy[Plan], int]]:

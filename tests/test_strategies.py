@@ -90,7 +90,7 @@ def test_two_identical_calls_in_one_reply_are_found() -> None:
 def test_weights_a_byte_cannot_pick_from_are_refused_with_the_fix() -> None:
     assert strategies.table([("a", 20), ("b", 10)]) == ("a", "a", "b")  # divided by their gcd
     with pytest.raises(simloop.UsageError, match="sum to at most 256; scale them down"):
-        strategies.plans(personas=(("finishes", 300), ("stuck", 1)))
+        strategies.table([("finishes", 300), ("stuck", 1)])
     assert len(strategies.table([("a", 300), ("b", 1)], most=None)) == 301  # weighted() has no such bound
 
 
