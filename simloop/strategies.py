@@ -93,9 +93,10 @@ T = TypeVar("T")
 # The parts drawn on every reply and tool execution (latencies, usage, tool calls, faults) are each
 # read from ONE drawn bytes value rather than from a tree of strategies: Hypothesis's bookkeeping
 # is paid per choice and per draw (tens of microseconds each; a few per byte), and a reply used to
-# take five to ten of them.  Every byte is one small choice, mapped in order onto a table, so that the zero byte is the
-# table's first (simplest) entry and smaller bytes are simpler values: Hypothesis shrinks a bytes
-# value towards zeros, byte by byte from the left, which shrinks each part towards its simplest.
+# take five to ten of them.  Every byte is one small choice, mapped in order onto a table, so that
+# the zero byte is the table's first (simplest) entry and smaller bytes are simpler values:
+# Hypothesis shrinks a bytes value towards zeros, byte by byte from the left, which shrinks each
+# part towards its simplest.
 
 
 class Digits:
@@ -121,9 +122,7 @@ class Digits:
 
     def below(self, n: int) -> int:
         """Two bytes: an integer in [0, n) in proportion (zero is 0)."""
-        raw, at = self.raw, self.at
-        self.at = at + 2
-        return min(int(((raw[at] << 8) | raw[at + 1]) / 0xFFFF * n), n - 1)
+        return min(int(self.fraction() * n), n - 1)
 
 
 @dataclass(frozen=True, slots=True)
