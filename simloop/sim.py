@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, Union
 
+from simloop._stack import on_fresh_stack
 from simloop._watchdog import LoopHalted, Watchdog
 from simloop.clock import VirtualClock
 from simloop.errors import SimloopInternalError, UsageError
@@ -222,9 +223,9 @@ class Sim:
             with self.clock.patched(), self.watchdog.watching(threading.get_ident()):
                 try:
                     if inspect.iscoroutinefunction(drive):
-                        result = self.clock.run(self._arun(drive))
+                        result = on_fresh_stack(self.clock.run, self._arun(drive))
                     else:
-                        result = self._record(drive(self))
+                        result = self._record(on_fresh_stack(drive, self))
                 except LoopHalted as halted:
                     self.transcript.append(Halt(t=self.clock.now(), budget=halted.reason, detail=halted.detail))
                     result = self._record_error(halted)

@@ -31,6 +31,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
+from simloop._stack import on_fresh_stack
 from simloop.errors import InvariantViolation, UsageError
 from simloop.generated import GeneratedFaults, GeneratedModel, to_scenario
 from simloop.invariants import CATALOGUE, Report, Violation
@@ -170,7 +171,7 @@ def verify(
                 test._hypothesis_internal_use_seed = _derived_seed(root, stage, n)  # type: ignore[attr-defined]
             before = state["examples"]
             try:
-                test()
+                on_fresh_stack(test)  # the engine and every example on stack space of their own (see _stack)
             except _Failed:
                 report, sim, model, faults = state["failure"]
                 raise _violation(drive, report, sim, model, faults, out_dir=Path(out_dir), seed=seed) from None
