@@ -144,7 +144,7 @@ def throughput(chunks: int = 12, examples: int = 25) -> Throughput:
         model = transcript.requests[0].body["model"]
         start = [c() for c in clocks]
         # on stack space of its own, as the Sim runs the verified loop (see simloop._stack)
-        on_fresh_stack(lambda: loop.run_agent(client, schemas, tool, verify_module.DEFAULT_TASK, LIMITS, model=model))
+        on_fresh_stack(loop.run_agent, client, schemas, tool, verify_module.DEFAULT_TASK, LIMITS, model=model)
         for i, c in enumerate(clocks):
             now = c()
             bare[i] += now - start[i]

@@ -16,10 +16,11 @@ Elsewhere (another interpreter, a CPython whose frames live elsewhere) it is an 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import ParamSpec, TypeVar
 
 __all__ = ["on_fresh_stack"]
 
+P = ParamSpec("P")
 T = TypeVar("T")
 
 # Frame slots (8 bytes each) the spacer frame reserves: 64 KiB, more than a chunk of the default size
@@ -27,9 +28,9 @@ T = TypeVar("T")
 _SLOTS = 8 * 1024
 
 
-def on_fresh_stack(fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)``, called from a frame that starts a new stack chunk with room for deep calls above it."""
-    return fn(*args)
+def on_fresh_stack(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """``fn(*args, **kwargs)``, called from a frame that starts a new stack chunk with room for deep calls."""
+    return fn(*args, **kwargs)
 
 
 try:  # the frame's size is the code's stack size plus its locals: a larger stack is space never used
