@@ -22,7 +22,8 @@ import gc
 import hashlib
 import re
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -145,38 +146,39 @@ def verify(
 
         return example
 
-    collected_at = 0  # state["examples"] when the last finished runs were collected
-    for i, (stage, strategy, share) in enumerate(searches):
-        # the last stage gets what the others left: a stage whose space is exhausted early hands on its budget
-        budget = share if i < len(searches) - 1 else max_examples - state["examples"]
-        # the example database is keyed by this: the same loop, world and stage find their failures again
-        digest = repr(
-            (_name(drive), specs, declared, checked, task, world.source if world is not None else None, stage)
-        ).encode()
-        for n, size in enumerate(_chunks(budget)):
-            if state["examples"] - collected_at >= _CHUNK:
-                # a finished Hypothesis run is freed only by a full collection (its engine sits in reference
-                # cycles through the frames its tracebacks keep), which CPython runs ever more rarely as the
-                # heap grows: without this, the finished runs of a long budget pile up
-                gc.collect()
-                collected_at = state["examples"]
-            example = make_example(strategy)
-            example._hypothesis_internal_add_digest = digest  # type: ignore[attr-defined]
-            test = _chunk_settings(base_settings, size, first=n == 0)(given(st.data())(example))
-            if seed is not None:  # (as with any @seed, Hypothesis leaves its database out of seeded runs)
-                test = hypothesis_seed(seed if n == 0 else _derived_seed(seed, stage, n))(test)
-            elif n > 0 and (root := _fixed_seed(base_settings, digest)) is not None:
-                # every chunk would repeat the first; hypothesis.seed would also turn the database off, which
-                # derandomize (with a database given) keeps on, so the seed is set as it sets it, minus that
-                test._hypothesis_internal_use_seed = _derived_seed(root, stage, n)  # type: ignore[attr-defined]
-            before = state["examples"]
-            try:
-                on_fresh_stack(test)  # the engine and every example on stack space of their own (see _stack)
-            except _Failed:
-                report, sim, model, faults = state["failure"]
-                raise _violation(drive, report, sim, model, faults, out_dir=Path(out_dir), seed=seed) from None
-            if state["examples"] - before < size:
-                break  # the stage's space is exhausted (or its phases generate nothing): more chunks only repeat it
+    with _collector_for_search():
+        collected_at = 0  # state["examples"] when the last finished runs were collected
+        for i, (stage, strategy, share) in enumerate(searches):
+            # the last stage gets what the others left: a stage whose space is exhausted early hands on its budget
+            budget = share if i < len(searches) - 1 else max_examples - state["examples"]
+            # the example database is keyed by this: the same loop, world and stage find their failures again
+            digest = repr(
+                (_name(drive), specs, declared, checked, task, world.source if world is not None else None, stage)
+            ).encode()
+            for n, size in enumerate(_chunks(budget)):
+                if state["examples"] - collected_at >= _CHUNK:
+                    # a finished Hypothesis run is freed only by a full collection (its engine sits in reference
+                    # cycles through the frames its tracebacks keep), which CPython runs ever more rarely as the
+                    # heap grows: without this, the finished runs of a long budget pile up
+                    gc.collect()
+                    collected_at = state["examples"]
+                example = make_example(strategy)
+                example._hypothesis_internal_add_digest = digest  # type: ignore[attr-defined]
+                test = _chunk_settings(base_settings, size, first=n == 0)(given(st.data())(example))
+                if seed is not None:  # (as with any @seed, Hypothesis leaves its database out of seeded runs)
+                    test = hypothesis_seed(seed if n == 0 else _derived_seed(seed, stage, n))(test)
+                elif n > 0 and (root := _fixed_seed(base_settings, digest)) is not None:
+                    # every chunk would repeat the first; hypothesis.seed would also turn the database off, which
+                    # derandomize (with a database given) keeps on, so the seed is set as it sets it, minus that
+                    test._hypothesis_internal_use_seed = _derived_seed(root, stage, n)  # type: ignore[attr-defined]
+                before = state["examples"]
+                try:
+                    on_fresh_stack(test)  # the engine and every example on stack space of their own (see _stack)
+                except _Failed:
+                    report, sim, model, faults = state["failure"]
+                    raise _violation(drive, report, sim, model, faults, out_dir=Path(out_dir), seed=seed) from None
+                if state["examples"] - before < size:
+                    break  # the stage's space is exhausted (or its phases generate nothing): more chunks only repeat it
     return Report(violations=[], checked=tuple(checked), examples=state["examples"])
 
 
@@ -238,6 +240,44 @@ def _run_draw(data: st.DataObject) -> Callable[[st.SearchStrategy[Any]], Any]:
 
     return locked
 
+
+
+
+# Searches running in this process, and the collector settings the first of them replaced.
+_COLLECTOR: dict[str, Any] = {"searches": 0, "threshold": None, "froze": False}
+_COLLECTOR_LOCK = threading.Lock()
+_YOUNG = 10_000  # the young generation's threshold during a search (CPython's default is 700)
+
+
+@contextmanager
+def _collector_for_search() -> Iterator[None]:
+    """Garbage collection tuned for a search while it runs, as it was afterwards.
+
+    An example keeps most of what it allocates until it ends (its transcript, the SDK's messages), so
+    at CPython's default threshold the young generation is collected several times per example and
+    little is found, and each full collection walks the whole heap: the SDK's and pydantic's classes,
+    some 170k objects (190 ms here).  So a search raises the young threshold and freezes what the
+    heap held before it (`gc.freeze`), which `gc.unfreeze` hands back to the collector at the end.
+    A process that froze its own heap keeps it as it is; only the threshold changes then.
+    """
+    with _COLLECTOR_LOCK:
+        _COLLECTOR["searches"] += 1
+        if _COLLECTOR["searches"] == 1:
+            threshold = gc.get_threshold()
+            _COLLECTOR["threshold"] = threshold
+            _COLLECTOR["froze"] = gc.get_freeze_count() == 0
+            if _COLLECTOR["froze"]:
+                gc.freeze()
+            gc.set_threshold(max(threshold[0], _YOUNG), *threshold[1:])
+    try:
+        yield
+    finally:
+        with _COLLECTOR_LOCK:
+            _COLLECTOR["searches"] -= 1
+            if _COLLECTOR["searches"] == 0:
+                gc.set_threshold(*_COLLECTOR["threshold"])
+                if _COLLECTOR["froze"]:
+                    gc.unfreeze()
 
 
 def _violation(

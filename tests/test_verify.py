@@ -217,3 +217,29 @@ def test_finished_hypothesis_runs_do_not_pile_up(monkeypatch: pytest.MonkeyPatch
     # each run's engine keeps every example's result until a full collection frees the finished run: without
     # the collection between chunks they pile up (some 30 by the end of this search)
     assert max(alive) <= 15, alive
+
+
+def test_the_collector_is_tuned_during_a_search_and_restored_after(tmp_path: Path) -> None:
+    before = gc.get_threshold()
+    seen: list[tuple[tuple[int, int, int], int]] = []
+
+    def drive(sim: simloop.Sim) -> Any:
+        seen.append((gc.get_threshold(), gc.get_freeze_count()))
+        return drive_of("correct_sync")(sim)
+
+    simloop.verify(drive, limits=LIMITS, max_examples=5, seed=0)
+    assert seen and all(threshold[0] >= 10_000 and frozen > 0 for threshold, frozen in seen)
+    assert (gc.get_threshold(), gc.get_freeze_count()) == (before, 0)
+    with pytest.raises(simloop.InvariantViolation):  # a failing search restores it too
+        simloop.verify(drive_of("no_step_cap"), max_examples=50, seed=0, out_dir=tmp_path)
+    assert (gc.get_threshold(), gc.get_freeze_count()) == (before, 0)
+
+
+def test_a_process_that_froze_its_heap_keeps_it_frozen() -> None:
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        simloop.verify(drive_of("correct_sync"), limits=LIMITS, max_examples=3, seed=0)
+        assert 0 < gc.get_freeze_count() <= frozen  # neither unfrozen nor frozen further (some objects died)
+    finally:
+        gc.unfreeze()
