@@ -149,8 +149,13 @@ class _View:
     def result_sent(self) -> dict[str, int]:
         """tool_use id -> position of the first model request that carries a tool_result for it."""
         first: dict[str, int] = {}
+        walked: list[Any] = []
         for pos, r in self.model_requests:
-            for m in r.conversation:
+            conversation = r.conversation
+            # the history the last request sent (the same objects, usually) holds no result not recorded yet
+            n = len(walked) if conversation[: len(walked)] == walked else 0
+            walked = conversation
+            for m in conversation[n:]:
                 content = m.get("content") if isinstance(m, dict) else None
                 if isinstance(content, list):
                     for b in content:
@@ -287,11 +292,12 @@ def _path(order: tuple[int, int]) -> str:
     return f"messages[{i}].content" if j < 0 else f"messages[{i}].content[{j}]"
 
 
-def _turns(conversation: list[Any]) -> list[tuple[str, list[Block]]]:
-    """Messages with consecutive same-role messages merged (as the API merges them); blocks keep their place
-    (made a path by `_path` only for an offence: every request re-sends the whole history)."""
+def _turns(conversation: list[Any], start: int = 0) -> list[tuple[str, list[Block]]]:
+    """Messages (from ``start``) with consecutive same-role messages merged (as the API merges them); blocks
+    keep their place (made a path by `_path` only for an offence: every request re-sends the whole history)."""
     turns: list[tuple[str, list[Block]]] = []
-    for i, msg in enumerate(conversation):
+    for i in range(start, len(conversation)):
+        msg = conversation[i]
         if not isinstance(msg, dict):
             continue
         role, content = str(msg.get("role")), msg.get("content")
@@ -308,17 +314,44 @@ def _turns(conversation: list[Any]) -> list[tuple[str, list[Block]]]:
     return turns
 
 
+@dataclass(slots=True)
+class _Walk:
+    """The pairing walk's state after the closed turns of a conversation: ``found`` so far, the ids seen."""
+
+    messages: list[Any]  # the conversation walked
+    found: list[_Offence] = field(default_factory=list)
+    uses_seen: dict[str, tuple[tuple[int, int], str]] = field(default_factory=dict)  # id -> (place, tool name)
+    results_seen: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
 def _pairing_offences(conversation: list[Any]) -> list[_Offence]:
     """Every tool_use/tool_result pairing problem of one conversation, in message order."""
-    found: list[_Offence] = []
-    uses_seen: dict[str, tuple[tuple[int, int], str]] = {}  # id -> (place, tool name)
-    results_seen: dict[str, tuple[int, int]] = {}
+    return _walk(conversation).found
+
+
+def _walk(conversation: list[Any], resume: _Walk | None = None) -> _Walk:
+    """Walk ``conversation`` for pairing offences, from where ``resume`` stopped if this conversation extends it.
+
+    A loop resends its history with each request, so the next conversation is usually the last one plus
+    an assistant message and a user message.  When the last one ended with a closed (non-assistant) turn
+    and the next starts its new part with an assistant message, the turns of the history are unchanged and
+    the walk resumes after them; otherwise it walks the whole conversation.  (A walk that ended with an
+    assistant turn, whose prefill rule depends on its being last, is never resumed.)
+    """
+    start = 0
+    walk = _Walk(conversation)
+    if resume is not None and _extends(conversation, resume.messages):
+        start = len(resume.messages)
+        walk.found = resume.found[:]
+        walk.uses_seen = dict(resume.uses_seen)
+        walk.results_seen = dict(resume.results_seen)
+    found, uses_seen, results_seen = walk.found, walk.uses_seen, walk.results_seen
     pending: dict[str, tuple[tuple[int, int], str]] = {}  # tool_uses of the previous assistant message
 
     def offence(kind: str, order: tuple[int, int], uid: str, tool: str | None, what: str) -> None:
         found.append(_Offence(kind, order, _path(order), uid, tool, what))
 
-    turns = _turns(conversation)
+    turns = _turns(conversation, start)
     for k, (role, blocks) in enumerate(turns):
         if role == "assistant":
             pending = {}
@@ -363,7 +396,21 @@ def _pairing_offences(conversation: list[Any]) -> list[_Offence]:
                 offence("missing_result", order, uid, name,
                         f"the tool_use {uid} ({name}) has no tool_result at the start of the next message")
         pending = {}
-    return sorted(found, key=lambda o: o.order)
+    found.sort(key=lambda o: o.order)
+    return walk
+
+
+def _extends(conversation: list[Any], walked: list[Any]) -> bool:
+    """``conversation`` is ``walked`` (ending with a closed turn) plus messages that start with an assistant one."""
+    n = len(walked)
+    if len(conversation) <= n or not n:
+        return False
+    last, following = walked[-1], conversation[n]
+    return (
+        type(last) is dict and last.get("role") != "assistant"
+        and type(following) is dict and following.get("role") == "assistant"
+        and conversation[:n] == walked  # the very same objects, as the simulator's parser shares them: quick
+    )
 
 
 def pairing(t: Transcript) -> list[Violation]:
@@ -374,8 +421,10 @@ def pairing(t: Transcript) -> list[Violation]:
     """
     out: list[Violation] = []
     seen: set[tuple[str, str]] = set()
+    walk: _Walk | None = None
     for r in t.requests:
-        offences = _pairing_offences(r.conversation)
+        walk = _walk(r.conversation, walk)
+        offences = walk.found
         new = [o for o in offences if (o.kind, o.tool_use_id) not in seen]
         seen.update((o.kind, o.tool_use_id) for o in offences)
         if not new:
@@ -447,22 +496,27 @@ def no_rerun(t: Transcript) -> list[Violation]:
     v = _view(t)
     out: list[Violation] = []
     by_tool_use: dict[str, ToolStart] = {}
-    committed: list[tuple[int, ToolStart]] = []  # (position of the ToolEnd, the write that committed)
+    # the writes that committed, by tool and input: (position of the ToolEnd, the write), in execution order
+    committed: dict[tuple[str, str], list[tuple[int, ToolStart]]] = {}
+    written: set[str] = set()  # the tools among them (an input is made canonical only when it may matter)
     for pos, s in v.starts:
-        found = _rerun_of_commit(v, pos, s, committed) or _unrequested_or_repeated(v, pos, s, by_tool_use)
+        same = committed.get((s.tool, v.input_of(s)), []) if s.tool in written else []
+        found = _rerun_of_commit(v, pos, s, same) or _unrequested_or_repeated(v, pos, s, by_tool_use)
         if found is not None:
             out.append(found)
         if s.matched is not None:
             by_tool_use.setdefault(s.matched, s)
         end = v.ends.get(s.exec)
         if end is not None and end[1].committed and _is_write(t, s):
-            committed.append((end[0], s))
+            committed.setdefault((s.tool, v.input_of(s)), []).append((end[0], s))
+            written.add(s.tool)
     return out
 
 
-def _rerun_of_commit(v: _View, pos: int, s: ToolStart, committed: list[tuple[int, ToolStart]]) -> Violation | None:
-    for end_pos, prior in committed:
-        if end_pos > pos or prior.tool != s.tool or v.input_of(prior) != v.input_of(s):
+def _rerun_of_commit(v: _View, pos: int, s: ToolStart, same: list[tuple[int, ToolStart]]) -> Violation | None:
+    """A rerun of one of ``same``: the committed writes of the same tool with the same input."""
+    for end_pos, prior in same:
+        if end_pos > pos:
             continue
         if s.matched is not None and s.matched != prior.matched:
             answered = v.result_sent.get(s.matched)

@@ -878,3 +878,37 @@ def test_no_work_after_return_flags_a_tool_that_never_ended() -> None:
     [v] = only(run.outcome("deadline"), "no_work_after_return")
     assert "was still running when the loop returned (it never ended)" in v.message
 
+
+
+# -- the pairing walk resumed on a longer conversation gives what a whole walk gives ----------------------------
+
+_IDS = st.sampled_from(["toolu_a", "toolu_b", "toolu_c"])
+_BLOCK = st.one_of(
+    st.builds(lambda i: {"type": "tool_use", "id": i, "name": "search", "input": {}}, _IDS),
+    st.builds(lambda i: {"type": "tool_result", "tool_use_id": i, "content": "ok"}, _IDS),
+    st.just({"type": "text", "text": "hi"}),
+)
+_MESSAGE = st.one_of(
+    st.builds(lambda role, blocks: {"role": role, "content": blocks}, st.sampled_from(["user", "assistant"]),
+              st.lists(_BLOCK, max_size=3)),
+    st.builds(lambda role: {"role": role, "content": "text"}, st.sampled_from(["user", "assistant"])),
+    st.just("not a message"),
+)
+# what a loop appends per step: an assistant message and a user message (the case the walk resumes on)
+_STEP = st.tuples(
+    st.builds(lambda blocks: {"role": "assistant", "content": blocks}, st.lists(_BLOCK, max_size=3)),
+    st.builds(lambda blocks: {"role": "user", "content": blocks}, st.lists(_BLOCK, max_size=3)),
+).map(list)
+
+
+@settings(max_examples=300)
+@given(st.lists(st.one_of(_STEP, st.lists(_MESSAGE, min_size=1, max_size=3)), min_size=1, max_size=6))
+def test_a_resumed_pairing_walk_finds_what_a_whole_walk_finds(additions: list[list[Any]]) -> None:
+    from simloop.invariants import _walk
+
+    conversation: list[Any] = []
+    walk = None
+    for added in additions:  # each request: the previous one's history (the same objects) plus new messages
+        conversation = [*conversation, *added]
+        walk = _walk(conversation, walk)
+        assert walk.found == _walk(conversation).found
