@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import Frozen, StopTest
 
 from simloop.models import ModelRequest
-from simloop.scenario import Fault, Limits, Reply, Scenario, ToolSpec
+from simloop.scenario import Fault, Limits, Reply, Scenario, ToolCall, ToolSpec
 from simloop.strategies import (
     Codec,
     Digits,
@@ -48,6 +48,7 @@ _GATE = st.integers(0, 9)
 _NONE: Codec[None] = Codec(0, lambda d: None)
 _SHORT = latency_codec(max_s=3.0)
 _HEAVY = usage_codec(chance=5)
+_TOOL_REPLY = Reply(tool_use=[ToolCall(name="search")])
 
 
 class GeneratedModel:
@@ -204,9 +205,10 @@ def _tool_reply(names: tuple[str, ...], slow: bool, deadline_s: float | None, he
     """A reply asking for tools among ``names``, with its latency (and budget-breaking usage when heavy)."""
     latency = slow_latency_codec(deadline_s) if slow else _SHORT
     usage = _HEAVY if heavy else _NONE
-    # built unvalidated (a validation costs more than drawing the reply): the codecs give valid fields
+    # a copy of a valid reply with the drawn fields (a validation costs more than drawing the reply, and
+    # even `model_construct` fills every field): the codecs give valid fields
     return joined(
-        lambda latency, usage, calls: Reply.model_construct(tool_use=calls, latency=latency, usage=usage),
+        lambda latency, usage, calls: _TOOL_REPLY.model_copy(update={"tool_use": calls, "latency": latency, "usage": usage}),
         latency, usage, calls_codec(names),
     )
 
