@@ -4,8 +4,8 @@ CPython keeps a thread's Python frames in chunks of memory (the first is 16 KiB)
 does not fit in what is left of the current chunk gets a new chunk, mapped from the OS, and the
 return from that call unmaps it again.  A loop whose calls keep going deeper right where a chunk
 ends pays an ``mmap`` and a ``munmap`` on nearly every call and return there: under `verify`, the
-``anthropic`` SDK measured up to three times slower at some depths than at others (strace counted
-some 600 extra mappings per 10-call run).  Which depth is unlucky depends on everything above the
+``anthropic`` SDK ran two to three times slower at some depths than at others (``bench/stack.py``;
+strace counted some 600 extra mappings per 10-call run).  Which depth is unlucky depends on everything above the
 loop (pytest, Hypothesis, the Sim), so the Sim calls the loop through `on_fresh_stack`: a frame too
 large for any chunk in use, which opens a chunk of its own (128 KiB) and leaves about 60 KiB above
 itself, so the loop's calls come and go inside that one chunk.  It costs one mapping per run.
