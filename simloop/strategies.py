@@ -348,6 +348,23 @@ def _tool_calls(names: tuple[str, ...], max_parallel: int, duplicates: bool) -> 
     return calls_codec(names, max_parallel, duplicates).strategy()
 
 
+def _cut_call(name: str) -> Reply:
+    call = ToolCall(name=name, input={"to": "ann@example.com", "body": "Your refund of $40 is on its way."})
+    return Reply(max_tokens=MaxTokensBody(text="Sending it now.", tool_use=[call]))
+
+
+# The endings a run may draw, built once (replies are frozen): a validation per run costs more than the draw.
+_ENDING_REPLIES = {
+    "end_turn": Reply(end_turn="The refund was processed and the customer was told."),
+    "stop_sequence": Reply(stop_sequence="Here is the summary", sequence="###"),
+    "refusal": Reply(refusal="I can't help with that request."),
+    "max_tokens": Reply(max_tokens="The refund policy says that customers who"),
+    "max_tokens_tool/send_email": _cut_call("send_email"),
+    "max_tokens_tool/search": _cut_call("search"),
+    "pause_turn": Reply(pause_turn="Searching the web for the policy."),
+}
+
+
 def endings(*, kinds: Sequence[str] = _ENDINGS) -> st.SearchStrategy[Reply]:
     """How a run's model stops asking for tools: a final answer (the simplest), or a stop sequence,
     a refusal, a ``max_tokens`` cut (in text or mid tool input), a ``pause_turn``."""
@@ -358,25 +375,8 @@ def endings(*, kinds: Sequence[str] = _ENDINGS) -> st.SearchStrategy[Reply]:
 def _endings(kinds: tuple[str, ...]) -> st.SearchStrategy[Reply]:
     # Built once per set of kinds: ``plans`` draws an ending for every run.
     kind_of = weighted([(k, _ENDING_WEIGHTS.get(k, 1)) for k in kinds])
-    tool_names = st.sampled_from(["send_email", "search"])
-
-    @st.composite
-    def build(draw: st.DrawFn) -> Reply:
-        kind = draw(kind_of)
-        if kind == "end_turn":
-            return Reply(end_turn="The refund was processed and the customer was told.")
-        if kind == "stop_sequence":
-            return Reply(stop_sequence="Here is the summary", sequence="###")
-        if kind == "refusal":
-            return Reply(refusal="I can't help with that request.")
-        if kind == "max_tokens":
-            return Reply(max_tokens="The refund policy says that customers who")
-        if kind == "max_tokens_tool":
-            call = ToolCall(name=draw(tool_names), input={"to": "ann@example.com", "body": "Your refund of $40 is on its way."})
-            return Reply(max_tokens=MaxTokensBody(text="Sending it now.", tool_use=[call]))
-        return Reply(pause_turn="Searching the web for the policy.")
-
-    return build()
+    cut_calls = st.sampled_from([_ENDING_REPLIES[f"max_tokens_tool/{name}"] for name in ("send_email", "search")])
+    return kind_of.flatmap(lambda kind: cut_calls if kind == "max_tokens_tool" else st.just(_ENDING_REPLIES[kind]))
 
 
 def api_faults(*, codes: Sequence[int | str] = API_ERRORS, max_burst: int = 4) -> st.SearchStrategy[Reply]:
@@ -458,8 +458,13 @@ class Plan:
 
 
 def weighted(options: Sequence[tuple[Any, int]]) -> st.SearchStrategy[Any]:
-    """One of ``options`` (value, weight), drawn in proportion to the weights; shrinks towards the first."""
+    """One of ``options`` (value, weight), drawn in proportion to the weights; shrinks towards the first.
+
+    A single option is `st.just` it: no choice for Hypothesis to make, record and mutate.
+    """
     values = table(options, most=None)
+    if len(options) == 1:
+        return st.just(options[0][0])
     return st.integers(0, len(values) - 1).map(values.__getitem__)
 
 
