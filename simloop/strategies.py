@@ -508,26 +508,32 @@ def plans(
     # so every kind of run keeps coming up even when the engine is busy mutating long examples.  They
     # stay small integer choices (not a codec's bytes): Hypothesis enumerates the values of a small
     # range it has not tried yet, so every ending and persona comes up within a few examples.
-    outage_of = weighted(outages) if faults else st.none()
-    persona_of, slow_of, heavy_of = weighted(personas), weighted(slow), weighted(heavy)
-    steps_of = weighted([(n, 3 if n < 2 else 2 if n < 3 else 1) for n in range(min_steps, max_steps + 1)])
-    ending_of = endings(kinds=ending_kinds)
-    fault_rate_of = weighted(fault_rates) if faults else st.just(0)
-    tool_fault_rate_of = weighted(tool_fault_rates) if faults else st.just(0)
+    # A field with one possible value is that value, not a strategy: a stage fixes most of them, and each
+    # draw costs Hypothesis's bookkeeping even when there is nothing to choose.
+    outage_of = _choice(outages) if faults else None
+    persona_of, slow_of, heavy_of = _choice(personas), _choice(slow), _choice(heavy)
+    steps_of = _choice([(n, 3 if n < 2 else 2 if n < 3 else 1) for n in range(min_steps, max_steps + 1)])
+    kinds = tuple(ending_kinds)
+    ending_of = _ENDING_REPLIES[kinds[0]] if len(kinds) == 1 and kinds[0] in _ENDING_REPLIES else endings(kinds=kinds)
+    fault_rate_of = _choice(fault_rates) if faults else 0
+    tool_fault_rate_of = _choice(tool_fault_rates) if faults else 0
     thinking_of = st.one_of(st.none(), st.just("First I check the order, then I act."))
 
     @st.composite
     def build(draw: st.DrawFn) -> Plan:
-        outage = draw(outage_of)
-        persona = draw(persona_of)
-        is_slow = draw(slow_of)
-        is_heavy = draw(heavy_of)
+        def pick(field: Any) -> Any:
+            return draw(field) if isinstance(field, st.SearchStrategy) else field
+
+        outage = pick(outage_of)
+        persona = pick(persona_of)
+        is_slow = pick(slow_of)
+        is_heavy = pick(heavy_of)
         return Plan(
             persona=persona,
-            steps=draw(steps_of),
-            ending=draw(ending_of),
-            fault_rate=draw(fault_rate_of),
-            tool_fault_rate=draw(tool_fault_rate_of),
+            steps=pick(steps_of),
+            ending=pick(ending_of),
+            fault_rate=pick(fault_rate_of),
+            tool_fault_rate=pick(tool_fault_rate_of),
             thinking=draw(thinking_of),
             outage=outage,
             slow=is_slow,
@@ -536,6 +542,12 @@ def plans(
         )
 
     return build()
+
+
+def _choice(options: Sequence[tuple[Any, int]]) -> Any:
+    """`weighted` ``options``, or the value itself when there is only one."""
+    strategy = weighted(options)  # (which checks the weights either way)
+    return options[0][0] if len(options) == 1 else strategy
 
 
 def stages(**narrow: Any) -> list[tuple[str, st.SearchStrategy[Plan], int]]:
