@@ -508,8 +508,9 @@ def plans(
     # so every kind of run keeps coming up even when the engine is busy mutating long examples.  They
     # stay small integer choices (not a codec's bytes): Hypothesis enumerates the values of a small
     # range it has not tried yet, so every ending and persona comes up within a few examples.
-    # A field with one possible value is that value, not a strategy: a stage fixes most of them, and each
-    # draw costs Hypothesis's bookkeeping even when there is nothing to choose.
+    #
+    # A field with one possible value (the ending too) is that value, not a strategy: a stage fixes most
+    # of them, and each draw costs Hypothesis's bookkeeping even when there is nothing to choose.
     outage_of = _choice(outages) if faults else None
     persona_of, slow_of, heavy_of = _choice(personas), _choice(slow), _choice(heavy)
     steps_of = _choice([(n, 3 if n < 2 else 2 if n < 3 else 1) for n in range(min_steps, max_steps + 1)])
