@@ -40,7 +40,7 @@ __all__ = ["GeneratedFaults", "GeneratedModel", "to_scenario"]
 
 Draw = Callable[[st.SearchStrategy[Any]], Any]
 
-_TAPE = 8  # tool-calling replies drawn at once
+_TAPE = 10  # tool-calling replies drawn at once: a ten-call run's in one draw
 # Whether a request or a tool execution fails is a small integer choice of its own, and the fault's bytes are
 # drawn only when it does: the shrinker then drops a fault by lowering one number, and deletes the choices of
 # the steps a failure does not need (a bytes value holding both shrinks far less well).
@@ -105,8 +105,8 @@ class GeneratedModel:
     def _draw_reply(self, codec: Codec[Reply]) -> Reply:
         """The next tool-calling reply, read from a tape of `_TAPE` replies' bytes drawn at once.
 
-        Hypothesis's bookkeeping is paid per draw, and the replies of a run are most of its draws.  The
-        tape's size is fixed (it depends on the plan's slow and heavy, not on its steps), so a shrink
+        Hypothesis's bookkeeping is paid per draw (some 80 µs, far more than a few more bytes cost), and the
+        replies of a run are most of its draws: one tape holds a ten-call run's.  The tape's size is fixed (it depends on the plan's slow and heavy, not on its steps), so a shrink
         of the steps leaves the tape's bytes where they were, the next replies' included.
         """
         if self._at + codec.size > len(self._tape):

@@ -450,7 +450,6 @@ class Plan:
     ending: Reply
     fault_rate: int
     tool_fault_rate: int
-    thinking: str | None = None
     outage: Reply | None = None
     slow: bool = False
     heavy: bool = False
@@ -518,29 +517,17 @@ def plans(
     ending_of = _ENDING_REPLIES[kinds[0]] if len(kinds) == 1 and kinds[0] in _ENDING_REPLIES else endings(kinds=kinds)
     fault_rate_of = _choice(fault_rates) if faults else 0
     tool_fault_rate_of = _choice(tool_fault_rates) if faults else 0
-    thinking_of = st.one_of(st.none(), st.just("First I check the order, then I act."))
+
+    # in the order they are drawn
+    fields = {"outage": outage_of, "persona": persona_of, "slow": slow_of, "heavy": heavy_of, "steps": steps_of,
+              "ending": ending_of, "fault_rate": fault_rate_of, "tool_fault_rate": tool_fault_rate_of}
+    if not any(isinstance(f, st.SearchStrategy) for f in fields.values()):
+        return st.just(Plan(**fields, deadline_s=deadline_s))  # nothing left to choose
 
     @st.composite
     def build(draw: st.DrawFn) -> Plan:
-        def pick(field: Any) -> Any:
-            return draw(field) if isinstance(field, st.SearchStrategy) else field
-
-        outage = pick(outage_of)
-        persona = pick(persona_of)
-        is_slow = pick(slow_of)
-        is_heavy = pick(heavy_of)
-        return Plan(
-            persona=persona,
-            steps=pick(steps_of),
-            ending=pick(ending_of),
-            fault_rate=pick(fault_rate_of),
-            tool_fault_rate=pick(tool_fault_rate_of),
-            thinking=draw(thinking_of),
-            outage=outage,
-            slow=is_slow,
-            heavy=is_heavy,
-            deadline_s=deadline_s,
-        )
+        drawn = {k: draw(f) if isinstance(f, st.SearchStrategy) else f for k, f in fields.items()}
+        return Plan(**drawn, deadline_s=deadline_s)
 
     return build()
 
