@@ -215,8 +215,11 @@ def calls_codec(names: tuple[str, ...], max_parallel: int = 3, duplicates: bool 
     shape_table = table(shapes)
     span = len(names) * 2 * _OTHER_INPUTS
 
-    @functools.lru_cache(maxsize=4096)
-    def call(k: int) -> ToolCall:  # frozen: one instance a number, rather than a validation a draw
+    # frozen: one instance a number, rather than a validation a draw.  The numbers that come back (the simplest,
+    # a shrink's, a mutation's) are few; a large cache would only keep the new ones, some 800 bytes each, and
+    # so grow with the length of the search
+    @functools.lru_cache(maxsize=256)
+    def call(k: int) -> ToolCall:
         return ToolCall(name=names[k % len(names)], input=_tool_input(k // len(names)))
 
     def decode(d: Digits) -> list[ToolCall]:
