@@ -106,8 +106,9 @@ class GeneratedModel:
         """The next tool-calling reply, read from a tape of `_TAPE` replies' bytes drawn at once.
 
         Hypothesis's bookkeeping is paid per draw (some 80 µs, far more than a few more bytes cost), and the
-        replies of a run are most of its draws: one tape holds a ten-call run's.  The tape's size is fixed (it depends on the plan's slow and heavy, not on its steps), so a shrink
-        of the steps leaves the tape's bytes where they were, the next replies' included.
+        replies of a run are most of its draws: one tape holds a ten-call run's.  The tape's size is fixed
+        (it depends on the plan's slow and heavy, not on its steps), so a shrink of the steps leaves the
+        tape's bytes where they were, the next replies' included.
         """
         if self._at + codec.size > len(self._tape):
             self._tape, self._at = self.draw(fixed_bytes(codec.size * _TAPE)), 0

@@ -121,3 +121,16 @@ def test_a_replys_tool_faults_are_drawn_in_its_order_whatever_order_its_calls_ru
         "toolu_1": None,
         "toolu_2": Fault(tool="search", kind="huge_output", call=1),
     }
+
+
+def test_a_plan_with_nothing_left_to_choose_makes_no_choice() -> None:
+    # each choice costs Hypothesis's bookkeeping in every example: a stage that fixes every field makes none
+    from hypothesis.errors import StopTest
+    from hypothesis.internal.conjecture.data import ConjectureData
+
+    fixed: dict[str, Any] = {"min_steps": 9, "personas": (("finishes", 1),), "faults": False,
+                             "ending_kinds": ("end_turn",), "slow": ((False, 1),), "heavy": ((False, 1),)}
+    plan = ConjectureData.for_choices([]).draw(strategies.plans(max_steps=9, **fixed))  # no choice to replay
+    assert (plan.persona, plan.steps, plan.ending.kind, plan.outage) == ("finishes", 9, "end_turn", None)
+    with pytest.raises(StopTest):  # one field left to choose: the empty choice sequence runs out
+        ConjectureData.for_choices([]).draw(strategies.plans(max_steps=10, **fixed))
