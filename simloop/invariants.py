@@ -862,7 +862,10 @@ def check(transcript: Transcript, *, invariants: Iterable[str] | None = None) ->
             "pass sim.transcript or Transcript.read(path)"
         )
     ids = _resolve(invariants)
-    violations = _fold_overlaps([v for i in ids for v in CATALOGUE[i](transcript)])
+    try:
+        violations = _fold_overlaps([v for i in ids for v in CATALOGUE[i](transcript)])
+    finally:
+        _LAST_VIEW[0] = None  # the view holds the transcript: keep it no longer than the caller does
     return Report(violations, ids, transcript)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -912,3 +913,13 @@ def test_a_resumed_pairing_walk_finds_what_a_whole_walk_finds(additions: list[li
         conversation = [*conversation, *added]
         walk = _walk(conversation, walk)
         assert walk.found == _walk(conversation).found
+
+
+@pytest.mark.skipif(not hasattr(sys, "getrefcount"), reason="reference counts are CPython's")
+def test_check_keeps_no_reference_to_the_transcript() -> None:
+    # verify keeps a run past its example only when it fails: a checked transcript (a history of huge tool
+    # outputs, say) must not stay alive in the invariants' view cache into the next run
+    t = clean_run()
+    before = sys.getrefcount(t)
+    assert check(t).ok
+    assert sys.getrefcount(t) == before
