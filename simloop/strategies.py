@@ -464,10 +464,8 @@ def weighted(options: Sequence[tuple[Any, int]]) -> st.SearchStrategy[Any]:
 
     A single option is `st.just` it: no choice for Hypothesis to make, record and mutate.
     """
-    values = table(options, most=None)
-    if len(options) == 1:
-        return st.just(options[0][0])
-    return st.integers(0, len(values) - 1).map(values.__getitem__)
+    choice = _choice(options)
+    return st.just(choice) if len(options) == 1 else choice
 
 
 def rarely(
@@ -536,9 +534,9 @@ def plans(
 
 
 def _choice(options: Sequence[tuple[Any, int]]) -> Any:
-    """`weighted` ``options``, or the value itself when there is only one."""
-    strategy = weighted(options)  # (which checks the weights either way)
-    return options[0][0] if len(options) == 1 else strategy
+    """The value of a single option, else a strategy drawing ``options`` by weight (see `weighted`)."""
+    values = table(options, most=None)  # (which checks the weights either way)
+    return options[0][0] if len(options) == 1 else st.integers(0, len(values) - 1).map(values.__getitem__)
 
 
 def stages(**narrow: Any) -> list[tuple[str, st.SearchStrategy[Plan], int]]:

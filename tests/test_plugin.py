@@ -503,7 +503,7 @@ def test_async_drives_in_sync_and_async_tests(pytester: pytest.Pytester) -> None
 def test_xdist_workers_get_the_same_seeds_and_results_as_a_serial_run(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("xdist")
+    pytest.importorskip("xdist", reason="pytest-xdist is not installed (it is in the test extras)")
     _project(pytester, "happy-path.yaml", "refusal.yaml", test_parity="""
         import pytest
         from simloop import InvariantViolation
