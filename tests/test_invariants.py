@@ -454,7 +454,7 @@ def test_removing_one_tool_result_gives_exactly_one_violation(messages: list[Any
 
 def cassette_requests() -> list[Any]:
     """The request bodies the real API answered with 200, from the recorded cassettes."""
-    yaml = pytest.importorskip("yaml", reason="PyYAML is not installed (vcrpy, a simloop dependency, brings it)")
+    yaml = pytest.importorskip("yaml", reason="PyYAML is not installed (a simloop dependency: pip install -e .)")
     if not CASSETTES.is_dir():
         pytest.skip(f"no recorded cassettes at {CASSETTES}")
     bodies = []
