@@ -19,16 +19,19 @@ from __future__ import annotations
 
 import ctypes
 import sys
+import sysconfig
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
 from typing import Any, Literal
 
 from simloop.clock import REAL, RealTimeThread
 
-__all__ = ["HaltReason", "LoopHalted", "Watchdog"]
+__all__ = ["HaltReason", "LoopHalted", "Watchdog", "park", "where_of"]
 
-HaltReason = Literal["model_calls", "virtual_time", "watchdog"]
+HaltReason = Literal["model_calls", "virtual_time", "watchdog", "deadlock", "network", "abandoned"]
 
 # Our own prototype: setting argtypes on the shared ctypes.pythonapi function would change it for everyone.
 _set_async_exc = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(
@@ -38,25 +41,38 @@ _set_async_exc = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_objec
 class LoopHalted(BaseException):
     """simloop unwound the loop under test: a runaway budget ran out.
 
-    ``reason`` is ``"model_calls"``, ``"virtual_time"`` or ``"watchdog"``; ``detail`` says what happened.
+    ``reason`` is ``"model_calls"``, ``"virtual_time"``, ``"watchdog"``, ``"deadlock"`` or ``"network"``;
+    ``detail`` says what happened and ``where`` (``FILE:LINE in function``, when known) where the loop was.
     """
 
-    def __init__(self, reason: str, detail: str) -> None:
+    def __init__(self, reason: str, detail: str, where: str | None = None, target: str | None = None) -> None:
         super().__init__(reason, detail)
         self.reason = reason
         self.detail = detail
+        self.where = where
+        self.target = target  # what a blocked network connection was for (host:port)
 
     def __str__(self) -> str:
         return f"{self.reason}: {self.detail}"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (LoopHalted, (self.reason, self.detail))  # also for the argument-less subclass below
+        # also for the argument-less subclass below
+        return (LoopHalted, (self.reason, self.detail, self.where, self.target))
 
 
-def _halt_type(reason: str, detail: str) -> type[LoopHalted]:
-    # PyThreadState_SetAsyncExc takes a class, which the thread instantiates without arguments.
+def park() -> None:
+    """Block the calling thread for good, in C and without using the CPU (a thread simloop abandoned)."""
+    while True:
+        threading.Event().wait()
+
+
+def _halt_type(reason: str, detail: str, where: str | None, dog: Watchdog | None = None) -> type[LoopHalted]:
+    # PyThreadState_SetAsyncExc takes a class, which the thread instantiates without arguments, in that
+    # thread, when the exception is delivered: a thread whose run was abandoned parks there for good.
     def __init__(self: LoopHalted) -> None:
-        LoopHalted.__init__(self, reason, detail)
+        if dog is not None and dog.abandoned:
+            park()
+        LoopHalted.__init__(self, reason, detail, where)
 
     return type("LoopHalted", (LoopHalted,), {"__init__": __init__, "__module__": __name__})
 
@@ -94,6 +110,7 @@ class Watchdog:
             raise UsageError(f"the watchdog budget must be a positive number of real seconds, got {seconds!r}")
         self.seconds = float(seconds)
         self.halts = 0  # how many times it fired
+        self.abandoned = False  # the run gave up on the watched thread: a halt delivered now parks it
         self._last = REAL.monotonic()
         self._thread_id: int | None = None
         self._fired = False  # during the current watching()
@@ -130,14 +147,21 @@ class Watchdog:
             if self._fired:
                 _raise_in(thread_id, None)  # drop a halt that was scheduled but not delivered yet
 
+    def abandon(self, thread_id: int) -> None:
+        """The run gave up on the watched thread: park it now if it runs Python, or when it comes back from C."""
+        with _MONITOR.cond:
+            self.abandoned = True
+            if self._thread_id == thread_id:
+                _raise_in(thread_id, _halt_type("abandoned", "the run was abandoned", None, self))
+
     def _due(self) -> float:
         return self._last + self.seconds
 
     def _fire(self, thread_id: int) -> bool:
         """Raise the halt in the watched thread (with the monitor's lock held); False if the thread is gone."""
-        detail = (f"no model call or tool call for {self.seconds:g} s of real time; "
-                  f"the drive was at {_where(thread_id)}")
-        if _raise_in(thread_id, _halt_type("watchdog", detail)) == 0:
+        where = _where(thread_id)
+        detail = f"no model call or tool call for {self.seconds:g} s of real time; the drive was at {where}"
+        if _raise_in(thread_id, _halt_type("watchdog", detail, where, self)) == 0:
             return False
         self.halts += 1
         self._fired = True
@@ -190,4 +214,35 @@ def _where(thread_id: int) -> str:
     frame = sys._current_frames().get(thread_id)
     if frame is None:
         return "an unknown place (the thread has no Python frame)"
+    return where_of(frame)
+
+
+_PATHS = sysconfig.get_paths()
+_STDLIB = _PATHS["stdlib"] + "/"
+_SIMLOOP = str(Path(__file__).resolve().parent) + "/"
+_LIBRARIES = tuple({_PATHS["purelib"] + "/", _PATHS["platlib"] + "/"})
+
+
+def _skipped(filename: str, skip_libraries: bool) -> bool:
+    if filename.startswith(_SIMLOOP):
+        return True
+    if filename.startswith(_LIBRARIES):  # (site-packages may lie under the standard library's folder)
+        return skip_libraries
+    return filename.startswith(_STDLIB)
+
+
+def where_of(frame: FrameType | None, *, skip_libraries: bool = False) -> str:
+    """``FILE:LINE in function`` of the innermost frame that is the loop's own code.
+
+    simloop's and the standard library's frames are skipped (a thread blocked in ``Event().wait()`` is
+    "at" the line that waits, not in threading.py), and with ``skip_libraries`` installed packages too (a
+    connection is "opened" by the loop's line, not by socket.py or httpx).  With no such frame, the
+    innermost one.
+    """
+    first = frame
+    while frame is not None and _skipped(frame.f_code.co_filename, skip_libraries):
+        frame = frame.f_back
+    frame = frame or first
+    if frame is None:
+        return "an unknown place (no Python frame)"
     return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"

@@ -374,6 +374,10 @@ class VirtualClock:
         self._sleepers: list[_Job] = []  # executor jobs sleeping until their wake time
         self._depth = 0  # active patched() contexts on this clock, all threads
         self._thread_ids: set[int] = set()
+        self.halts = 0  # LoopHalted raised by this clock (virtual time ran out, a deadlock in a Sim)
+        # In a Sim a deadlock unwinds the loop as LoopHalted("deadlock"), which the loop cannot swallow
+        # (`except Exception` catches VirtualTimeDeadlock, a RuntimeError), and the run records a Halt.
+        self.halt_on_deadlock = False
 
     def __repr__(self) -> str:
         return f"VirtualClock(start={self._start_ns / _NS!r}, now={self.now()!r})"
@@ -425,6 +429,7 @@ class VirtualClock:
             if self._end_ns is not None and target > self._end_ns:
                 from simloop._watchdog import LoopHalted
 
+                self.halts += 1
                 raise LoopHalted("virtual_time", f"virtual time would pass the end of the run at {self._end_ns / _NS:g}"
                                                  f" s (now {self.now():g} s, asked {target / _NS:g} s)")
             self._ns = target
@@ -467,6 +472,16 @@ class VirtualClock:
     def _jump_to(self, target: int) -> None:
         with self._cond:
             self._advance_to(target)
+
+    def _deadlock(self, loop: VirtualTimeEventLoop) -> BaseException:
+        """The exception a deadlocked loop on this clock raises (see ``halt_on_deadlock``)."""
+        report = loop._deadlock_report()
+        if not self.halt_on_deadlock:
+            return VirtualTimeDeadlock(report)
+        from simloop._watchdog import LoopHalted
+
+        self.halts += 1
+        return LoopHalted("deadlock", report, where=loop._stuck_at())
 
     def new_event_loop(self) -> VirtualTimeEventLoop:
         """A new `VirtualTimeEventLoop` on this clock."""
@@ -758,7 +773,7 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
             events = sel.select(self._deadlock_after)
             if events:
                 return events
-            raise VirtualTimeDeadlock(self._deadlock_report())
+            raise self.simloop_clock._deadlock(self)
         clock._jump_to(wake)
         return []
 
@@ -780,6 +795,14 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
         ssock = getattr(self, "_ssock", None)
         return ssock is None or ssock.fileno() not in registered
 
+    def _stuck_at(self) -> str | None:
+        """Where the first pending task (by name: the main one is ``Task-1`` or the like) waits."""
+        for task in sorted(asyncio.all_tasks(self), key=lambda t: t.get_name()):
+            where = _innermost(task)
+            if where is not None:
+                return where
+        return None
+
     def _deadlock_report(self) -> str:
         tasks = [f"  {task.get_name()}: {_where(task)}" for task in asyncio.all_tasks(self)]
         return (
@@ -787,6 +810,19 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
             "executor job is running and no real file descriptor is registered, and no other thread woke it "
             f"within {self._deadlock_after:g} s of real time.  Something awaits a future, event, lock or queue "
             "that nothing will ever set.\nPending tasks:\n" + ("\n".join(tasks) or "  (none)"))
+
+
+def _innermost(task: asyncio.Task[Any]) -> str | None:
+    """``FILE:LINE in function`` of the innermost coroutine frame a suspended task waits in."""
+    coro: Any = task.get_coro()
+    found = None
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is None:
+            break
+        found = f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return found
 
 
 def _where(task: asyncio.Task[Any]) -> str:

@@ -35,7 +35,7 @@ from typing import Any
 
 from simloop.errors import InvariantViolation, SimloopInternalError, UsageError
 from simloop.scenario import INVARIANT_IDS
-from simloop.transcript import OutcomeEvent, Request, Response, ToolEnd, ToolStart, Transcript
+from simloop.transcript import Halt, OutcomeEvent, Request, Response, ThreadLeft, ToolEnd, ToolStart, Transcript
 
 __all__ = ["CATALOGUE", "REASONS", "Invariant", "Report", "Violation", "check"]
 
@@ -215,38 +215,61 @@ def _is_write(t: Transcript, s: ToolStart) -> bool:
 
 
 def stops(t: Transcript) -> list[Violation]:
-    """The loop returned on its own: no `Halt` (runaway budget) in the transcript."""
-    halt = t.halt
-    if halt is None:
+    """The loop returned on its own: no `Halt` (runaway budget, watchdog, deadlock, blocked network) in the transcript."""
+    halts: list[Halt] = t.of(Halt)
+    if not halts:
         return []
+    halt = halts[0]
     v = _view(t)
-    step = v.model_requests[-1][1].call if v.model_requests else None
-    ran_out = {
-        "model_calls": f"the loop made {t.model_calls} model calls without stopping",
-        "virtual_time": f"the loop ran for {halt.t:g} virtual seconds without stopping",
-        "watchdog": "the loop did not return before the real-time watchdog fired",
-    }.get(halt.budget, f"simloop halted the loop (budget {halt.budget!r})")
-    fix = {
-        "virtual_time": "a correct loop enforces a deadline and bounds its retries, backoff and tool timeouts",
-        "watchdog": "a correct loop never blocks or spins without a bound: every wait has a timeout",
-    }.get(halt.budget, "a correct loop caps its steps (max_steps) and stops on repeated identical tool calls")
-    message = f"{ran_out}; {_runaway(v)}; {fix}"
-    evidence = {"budget": halt.budget, "model_calls": t.model_calls, "t": halt.t, "detail": halt.detail}
+    at = t.events.index(halt)
+    before = v.model_requests[: bisect.bisect_left(v.model_requests, at, key=lambda pr: pr[0])]
+    calls = len({r.call for _, r in before})
+    step = before[-1][1].call if before else None
+    made = f"{calls} model call{'' if calls == 1 else 's'}"
+    where = f" at {halt.where}" if halt.where else ""
+    if halt.budget == "model_calls":
+        what = f"the loop made {made} without stopping; {_runaway(v, at)}"
+        fix = "a correct loop caps its steps (max_steps) and stops on repeated identical tool calls"
+    elif halt.budget == "virtual_time":
+        what = f"the loop ran for {halt.t:g} virtual seconds without stopping; {_runaway(v, at)}"
+        fix = "a correct loop enforces a deadline and bounds its retries, backoff and tool timeouts"
+    elif halt.budget == "watchdog":
+        what = (f"after {made} the loop ran on{where} without calling the model or a tool until the real-time "
+                "watchdog halted it (it spun, or waited on something with no timeout)")
+        fix = "a correct loop never blocks or spins without a bound: every wait has a timeout"
+    elif halt.budget == "deadlock":
+        what = (f"the loop deadlocked after {made}: it awaits{where} something nothing will ever complete "
+                "(no task, timer, thread or socket could wake its event loop)")
+        fix = "a correct loop awaits only what something will complete, and puts a timeout on every wait"
+    elif halt.budget == "network":
+        what = (f"the loop bypassed the simulator: after {made} it opened a real network connection to "
+                f"{halt.target or 'a host'}{where}, which simloop blocked")
+        fix = ("a loop under test reaches the model only through sim.client, sim.async_client or sim.http_client; "
+               "for a loop that must reach a local service, run with network='loopback' (--network loopback)")
+    else:
+        what = f"simloop halted the loop after {made} (budget {halt.budget!r}): {halt.detail}"
+        fix = "a correct loop returns on its own"
+    abandoned = next((h for h in halts[1:] if h.budget == "abandoned"), None)
+    message = f"{what}; " + (f"{abandoned.detail}; " if abandoned is not None else "") + fix
+    evidence: dict[str, Any] = {"budget": halt.budget, "model_calls": calls, "t": halt.t, "detail": halt.detail}
+    evidence.update({k: getattr(halt, k) for k in ("where", "target") if getattr(halt, k)})
+    if abandoned is not None:
+        evidence["abandoned"] = abandoned.detail
     return [Violation("stops", message, step, evidence)]
 
 
-def _runaway(v: _View) -> str:
-    """What the loop kept doing before it was halted, in a phrase."""
-    if not v.model_requests:
+def _runaway(v: _View, until: int) -> str:
+    """What the loop kept doing before it was halted (at event position ``until``), in a phrase."""
+    requests = [r for pos, r in v.model_requests if pos < until]
+    if not requests:
         return "it made no model call at all (it was blocked or busy elsewhere)"
-    calls = Counter(
-        (str(b.get("name")), _canon(b.get("input"))) for _, r in v.replies for b in r.tool_uses
-    )
+    replies = [r for pos, r in v.replies if pos < until]
+    calls = Counter((str(b.get("name")), _canon(b.get("input"))) for r in replies for b in r.tool_uses)
     if calls:
         (name, _), n = calls.most_common(1)[0]
         if n >= 3:
             return f"the model kept asking for {name} with the same input ({n} times)"
-    responses = v.t.responses
+    responses = [e for e in v.t.events[:until] if isinstance(e, Response)]
     failed = 0
     for r in reversed(responses):
         if _is_reply(r):
@@ -257,6 +280,8 @@ def _runaway(v: _View) -> str:
         return f"the last {failed} model calls failed ({kinds}) and the loop kept retrying"
     if calls:
         return f"the model kept asking for tools ({sum(calls.values())} tool calls) and the loop kept running them"
+    if len({r.call for r in requests}) <= 2:
+        return "it spent the time between model calls (sleeping, or waiting on timeouts)"
     return "the loop kept calling the model"
 
 
@@ -803,7 +828,11 @@ def no_work_after_return(t: Transcript) -> list[Violation]:
         out.append(Violation("no_work_after_return", message, v.step_at(pos), {"exec": s.exec, "tool": s.tool}))
     reported: set[int] = set()
     for e in t.events[at + 1:]:
-        if isinstance(e, (Request, Response)) and e.index not in reported:
+        if isinstance(e, ThreadLeft):
+            message = (f"thread {e.name!r} was still running at {e.where} when the loop returned; a correct loop "
+                       "joins (or stops and joins) every thread it starts, and shuts down its executors")
+            out.append(Violation("no_work_after_return", message, v.step_at(at), {"thread": e.name, "where": e.where}))
+        elif isinstance(e, (Request, Response)) and e.index not in reported:
             reported.add(e.index)
             req = v.request_at.get(e.index)
             state = "started after the loop returned" if isinstance(e, Request) else "was still running when it returned"

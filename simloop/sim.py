@@ -20,21 +20,24 @@ import copy
 import functools
 import inspect
 import random
+import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, Union
 
+from simloop._netguard import NetworkPolicy, check_policy, guarding
 from simloop._stack import on_fresh_stack
-from simloop._watchdog import LoopHalted, Watchdog
-from simloop.clock import VirtualClock
+from simloop._watchdog import LoopHalted, Watchdog, park, where_of
+from simloop._worker import Abandoned, run_on_worker
+from simloop.clock import REAL, VirtualClock
 from simloop.errors import SimloopInternalError, UsageError
 from simloop.invariants import Report, check
 from simloop.models import Ids, ModelPolicy, Script, ScriptExhausted
 from simloop.outcome import Outcome
 from simloop.scenario import Limits, Scenario, load_scenario
 from simloop.tools import FaultSource, ToolBox
-from simloop.transcript import Halt, Header, OutcomeEvent, Transcript
+from simloop.transcript import Halt, Header, OutcomeEvent, ThreadLeft, Transcript
 from simloop.wire.server import Budget, InternalFailure, SimServer
 
 if TYPE_CHECKING:
@@ -50,6 +53,13 @@ BASE_URL = "https://api.anthropic.com"
 Drive = Callable[["Sim"], Union[Outcome, tuple[str, str], Awaitable[Any]]]
 ScenarioLike = Union[Scenario, str, Path, dict[str, Any]]
 T = TypeVar("T")
+
+#: Halts a run may take before simloop gives up on the loop's thread: a loop that catches even
+#: BaseException and goes on is halted again at its next model or tool call, and abandoned after this many.
+MAX_HALTS = 5
+# Real seconds a thread the loop started may take to finish after the loop returned, before it is
+# reported as left running (a thread that is done anyway finishes within microseconds).
+_THREAD_GRACE = 0.2
 
 
 class ScriptExhaustedError(UsageError):
@@ -67,6 +77,12 @@ class Sim:
         budget: when to unwind a loop that does not stop (model calls); virtual time is capped by ``max_virtual_s``.
         watchdog_s: real seconds a loop may spin without calling the model or a tool before it is unwound.
         fault_source: decides each tool execution's fault instead of the scenario's ``faults`` (generated runs).
+        network: ``"block"`` (default) stops the loop at its first real network connection or host-name
+            lookup and reports it (the loop bypassed the simulator); ``"loopback"`` allows connections to
+            this machine (a loop that uses a local service); ``"allow"`` turns the guard off.
+
+    The loop runs on a worker thread: a loop blocked in C (a wait with no timeout) or one that swallows
+    every halt is abandoned with a ``stops`` report instead of hanging the run.
     """
 
     def __init__(
@@ -80,7 +96,9 @@ class Sim:
         max_virtual_s: float | None = None,
         watchdog_s: float = 10.0,
         fault_source: FaultSource | None = None,
+        network: NetworkPolicy = "block",
     ) -> None:
+        self.network: NetworkPolicy = check_policy(network)
         self.scenario = _as_scenario(scenario)
         if limits is not None:
             self.scenario = self.scenario.model_copy(update={"limits": limits})
@@ -90,6 +108,7 @@ class Sim:
         deadline = self.limits.deadline_s
         max_virtual_s = max_virtual_s or max(6 * 3600.0, 10 * deadline if deadline else 0.0)
         self.clock = VirtualClock(end=max_virtual_s)
+        self.clock.halt_on_deadlock = True
         self.watchdog = Watchdog(seconds=watchdog_s)
         self._guard = _Guard(self.clock, self.watchdog, budget or _default_budget(self.limits), max_virtual_s)
         self.transcript = Transcript(
@@ -101,6 +120,7 @@ class Sim:
             )
         )
         guard = self._guard
+        guard.transcript = self.transcript
         self.server = SimServer(
             self.policy, self.transcript, ids=Ids(random.Random(self.seed)), now=self.clock.now,
             on_request=guard.on_request,
@@ -112,6 +132,7 @@ class Sim:
         self.model = DEFAULT_MODEL
         self._clients: dict[str, Any] = {}
         self._ran = False
+        self._halted_at: float | None = None  # REAL.monotonic() when the run was first seen halted
 
     @property
     def budget(self) -> Budget:
@@ -210,24 +231,63 @@ class Sim:
         if self._ran:
             raise UsageError("a Sim runs one loop; make a new Sim (same scenario and seed) to run it again")
         self._ran = True
-        if inspect.iscoroutinefunction(drive):
-            # The drive runs on the Sim's own virtual-time event loop, which cannot start inside a running
-            # one (an async test): then the run takes a thread of its own.
-            return off_loop(lambda: self._run(drive))
-        return self._run(drive)
-
-    def _run(self, drive: Drive) -> Outcome:
+        # The loop runs on a worker thread (also the way out of a running event loop, for an async drive
+        # called from an async test): a run that cannot end is abandoned there (see `_give_up`).
         state = random.getstate()
         random.seed(self.seed)  # the SDK's retry jitter reads the global PRNG
         try:
-            with self.clock.patched(), self.watchdog.watching(threading.get_ident()):
+            return run_on_worker(lambda: self._run(drive), give_up=self._give_up)
+        except Abandoned as e:
+            return self._abandoned(e.thread_id)
+        finally:
+            random.setstate(state)
+
+    def _give_up(self, thread_id: int) -> bool:
+        """Whether the run has to be abandoned: halted, and neither unwound within the grace nor done halting."""
+        halts = self._guard.halts + self.clock.halts + self.watchdog.halts
+        if not halts:
+            return False
+        now = REAL.monotonic()
+        if self._halted_at is None:
+            self._halted_at = now
+        return halts >= MAX_HALTS or now - self._halted_at >= self.watchdog.seconds
+
+    def _abandoned(self, thread_id: int) -> Outcome:
+        """Report a run whose thread would not end (blocked in C, or swallowing every halt); park the thread."""
+        self._guard.abandoned = True  # its next model or tool call parks it
+        self.watchdog.abandon(thread_id)  # and so does its next line of Python
+        where = _thread_where(thread_id)
+        halts = self._guard.halts + self.clock.halts + self.watchdog.halts
+        now = self.clock.now()
+        if self.transcript.halt is None:  # the halt never reached the loop: it is blocked in C
+            self.transcript.append(Halt(
+                t=now, budget="watchdog", where=where,
+                detail=f"no model call or tool call for {self.watchdog.seconds:g} s of real time; the drive was "
+                       f"blocked at {where} and did not come back to Python",
+            ))
+            how = f"it stayed blocked at {where} (in a call that does not return, such as a wait with no timeout)"
+        else:
+            how = f"it caught simloop's halt and went on ({halts} halts), last seen at {where}"
+        self.transcript.append(Halt(t=now, budget="abandoned", where=where, detail=(
+            f"the loop did not unwind: {how}; simloop abandoned its thread (parked, a daemon: it never holds "
+            "the process)")))
+        halted = LoopHalted("abandoned", self.transcript.of(Halt)[-1].detail, where)
+        return self._record_error(halted)
+
+    def _run(self, drive: Drive) -> Outcome:
+        tid = threading.get_ident()
+        with self.clock.patched(), self.watchdog.watching(tid), \
+                guarding(self.clock, self.network, self._guard.blocked):
+            try:
                 try:
                     if inspect.iscoroutinefunction(drive):
                         result = on_fresh_stack(self.clock.run, self._arun(drive))
                     else:
                         result = self._record(on_fresh_stack(drive, self))
                 except LoopHalted as halted:
-                    self.transcript.append(Halt(t=self.clock.now(), budget=halted.reason, detail=halted.detail))
+                    if self.transcript.halt is None:
+                        self.transcript.append(Halt(t=self.clock.now(), budget=halted.reason, detail=halted.detail,
+                                                    where=halted.where, target=halted.target))
                     result = self._record_error(halted)
                 except ScriptExhausted as e:
                     self._record_error(e)
@@ -238,9 +298,25 @@ class Sim:
                     raise
                 except Exception as e:  # the loop raised: that is an outcome, not a crash
                     result = self._record_error(e)
-        finally:
-            random.setstate(state)
+                if self.transcript.halt is None:
+                    self._threads_left(tid)
+            except LoopHalted:  # a halt delivered while the run was being recorded: the run is over anyway
+                result = self._record_error(LoopHalted("watchdog", "halted while the run was being recorded"))
         return result
+
+    def _threads_left(self, tid: int) -> None:
+        """Record the threads the loop started that are still running now it returned (not idle pool workers)."""
+        others = self.clock._thread_ids - {tid}
+        if not others:
+            return
+        deadline = REAL.monotonic() + _THREAD_GRACE
+        for thread in threading.enumerate():
+            if thread.ident not in others or _idle_worker(thread):
+                continue
+            thread.join(max(0.0, deadline - REAL.monotonic()))
+            if thread.is_alive() and not _idle_worker(thread):
+                self.transcript.append(ThreadLeft(t=self.clock.now(), name=thread.name,
+                                                  where=_thread_where(thread.ident or 0)))
 
     async def _arun(self, drive: Drive) -> Outcome:
         returned = await drive(self)  # type: ignore[misc]
@@ -248,13 +324,13 @@ class Sim:
 
     def _record(self, returned: Any) -> Outcome:
         outcome = Outcome.coerce(returned)
-        if self.transcript.outcome is None:
+        if self.transcript.outcome is None and not self._guard.abandoned:
             self.transcript.append(OutcomeEvent(t=self.clock.now(), reason=outcome.reason, text=outcome.text))
         return outcome
 
     def _record_error(self, error: BaseException) -> Outcome:
         text = f"{type(error).__name__}: {error}"
-        if self.transcript.outcome is None:
+        if self.transcript.outcome is None and (not self._guard.abandoned or isinstance(error, LoopHalted)):
             self.transcript.append(OutcomeEvent(t=self.clock.now(), reason="error", text=text, exception=text))
         return Outcome(reason="error", text=text, exception=error)
 
@@ -299,26 +375,32 @@ class _Guard:
     transcript included, alive until a full garbage collection: slow for runs made by the hundred.
     """
 
-    __slots__ = ("budget", "clock", "max_virtual_s", "watchdog")
+    __slots__ = ("abandoned", "budget", "clock", "halts", "max_virtual_s", "transcript", "watchdog")
 
     def __init__(self, clock: VirtualClock, watchdog: Watchdog, budget: Budget, max_virtual_s: float) -> None:
         self.clock = clock
         self.watchdog = watchdog
         self.budget = budget
         self.max_virtual_s = max_virtual_s
+        self.halts = 0  # LoopHalted raised here (the run's budgets, blocked connections)
+        self.abandoned = False  # the run gave up on the loop's thread: a call from it now parks it
+        self.transcript: Transcript | None = None  # where a blocked connection is recorded (set by the Sim)
 
     def on_request(self, server: SimServer) -> None:
-        self.watchdog.feed()
         budget = self.budget
-        if server.calls > budget.model_calls or server.requests > budget.requests:
-            raise LoopHalted(
+        if self.halts or server.calls > budget.model_calls or server.requests > budget.requests:
+            # a halted loop that calls again caught the halt: no feeding the watchdog, count it (MAX_HALTS)
+            raise self._halt(
                 "model_calls",
                 f"the loop made {server.calls} model calls ({server.requests} requests) without stopping; "
                 f"simloop stops a run after {budget.model_calls}",
             )
+        self.watchdog.feed()
         self.check_time()
 
     def on_tool(self) -> None:
+        if self.halts:
+            raise self._halt("model_calls", "the loop called a tool after simloop halted it")
         self.watchdog.feed()
         self.check_time()
 
@@ -328,10 +410,29 @@ class _Guard:
 
     def check_time(self) -> None:
         if self.clock.now() > self.max_virtual_s:
-            raise LoopHalted(
+            raise self._halt(
                 "virtual_time",
                 f"the run passed {self.max_virtual_s:g} virtual seconds without stopping",
             )
+
+    def blocked(self, target: str, where: str) -> BaseException:
+        """The network guard blocked a connection: halt the loop."""
+        return self._halt(
+            "network",
+            f"the loop opened a real network connection to {target} at {where}; simloop blocked it",
+            where=where, target=target,
+        )
+
+    def _halt(self, reason: str, detail: str, *, where: str | None = None, target: str | None = None) -> LoopHalted:
+        """The halt to raise; the first one is recorded now, in case the loop swallows it."""
+        if self.abandoned:
+            park()  # the run is over and reported: this thread stops here for good
+        self.halts += 1
+        if self.transcript is not None and self.transcript.halt is None:
+            if where is None:
+                where = where_of(sys._getframe(2), skip_libraries=True)
+            self.transcript.append(Halt(t=self.clock.now(), budget=reason, detail=detail, where=where, target=target))
+        return LoopHalted(reason, detail, where, target)
 
 
 @functools.cache
@@ -341,6 +442,17 @@ def _base_url() -> httpx2.URL:
     import httpx2
 
     return httpx2.URL(BASE_URL + "/")
+
+
+def _thread_where(thread_id: int) -> str:
+    return where_of(sys._current_frames().get(thread_id))
+
+
+def _idle_worker(thread: threading.Thread) -> bool:
+    """A thread-pool worker waiting for work (not work left running): its innermost frame is the pool's loop."""
+    frame = sys._current_frames().get(thread.ident or 0)
+    return frame is not None and frame.f_code.co_name == "_worker" and frame.f_code.co_filename.endswith(
+        ("concurrent/futures/thread.py", "concurrent\\futures\\thread.py"))
 
 
 def off_loop(fn: Callable[[], T]) -> T:

@@ -7,7 +7,9 @@ scenario's name, seed, declared limits and tool kinds) and a list of events:
 * `Response`  — what the simulated API answered (a message, an error, a cut stream, a 400)
 * `ToolStart` / `ToolEnd` — one tool execution, matched to the tool_use it answers
 * `OutcomeEvent` — what the loop said it did when it returned (or the exception that escaped)
-* `Halt`      — simloop unwound a runaway loop (model-call budget, virtual time, watchdog)
+* `Halt`      — simloop unwound a runaway loop (model-call budget, virtual time, watchdog, a deadlock,
+  a blocked network connection)
+* `ThreadLeft` — a thread the loop started was still running when it returned
 
 Times ``t`` are virtual seconds since the run started, so a transcript is a
 pure function of the scenario and seed: it serialises to JSONL byte for byte
@@ -31,6 +33,7 @@ __all__ = [
     "OutcomeEvent",
     "Request",
     "Response",
+    "ThreadLeft",
     "ToolEnd",
     "ToolStart",
     "Transcript",
@@ -179,18 +182,41 @@ class OutcomeEvent:
 
 @dataclass(slots=True)
 class Halt:
-    """simloop unwound the loop: ``budget`` is ``model_calls``, ``virtual_time`` or ``watchdog``."""
+    """simloop unwound the loop.
+
+    ``budget`` is what ran out or went wrong: ``model_calls``, ``virtual_time``, ``watchdog`` (no model
+    or tool call for too long in real time), ``deadlock`` (an event loop that can never wake up),
+    ``network`` (a real network connection, blocked) or ``abandoned`` (a second Halt: the loop did not
+    unwind, and simloop left its thread parked).  ``where`` is ``FILE:LINE in function`` of the loop
+    when it was halted, ``target`` the ``host:port`` of a blocked connection.
+    """
 
     t: float
     budget: str
     detail: str = ""
+    where: str | None = None
+    target: str | None = None
     type: str = "halt"
 
 
-Event = Request | Response | ToolStart | ToolEnd | OutcomeEvent | Halt
+@dataclass(slots=True)
+class ThreadLeft:
+    """A thread the loop started was still running when the loop returned.
+
+    ``where`` is ``FILE:LINE in function`` of the thread at that moment.  The thread never holds the
+    process: simloop's threads are daemons and the ``simloop`` command exits after its report.
+    """
+
+    t: float
+    name: str
+    where: str
+    type: str = "thread_left"
+
+
+Event = Request | Response | ToolStart | ToolEnd | OutcomeEvent | Halt | ThreadLeft
 _TYPES: dict[str, type[Any]] = {
     str(c.__dataclass_fields__["type"].default): c
-    for c in (Header, Request, Response, ToolStart, ToolEnd, OutcomeEvent, Halt)
+    for c in (Header, Request, Response, ToolStart, ToolEnd, OutcomeEvent, Halt, ThreadLeft)
 }
 
 

@@ -1,0 +1,133 @@
+"""The network guard: while a Sim runs, the loop under test cannot open a real network connection.
+
+A loop that builds its own ``anthropic.Anthropic()`` bypasses the simulator: its requests go to the
+real API (with the user's key, billed), and the run checks nothing.  The Sim's own clients never touch
+a socket (the simulated API is an in-process httpx2 transport), so during a run a host-name lookup or
+a socket connection from the loop's threads is the loop reaching past the Sim.
+
+An audit hook (`sys.addaudithook`, PEP 578) sees every ``socket.getaddrinfo``, ``socket.connect``, ...
+of the process.  Audit hooks cannot be removed, so the hook is installed once, on the first guarded
+run, and acts only in threads that run on a guarded Sim's clock: the drive's thread and the threads
+it starts (the scoping of virtual time, `simloop.clock`).  simloop's own threads, the loopback server
+(``simloop serve``), the test runner and every thread outside a run are never affected.  The hook's
+cost outside a socket event is one set lookup per audit event.
+
+Policies (``Sim(..., network=...)``, ``verify(..., network=...)``, ``simloop verify/run --network``):
+
+* ``block`` (the default): every internet connection and host-name lookup is blocked;
+* ``loopback``: connections to this machine (127.0.0.0/8, ::1, ``localhost``) are allowed, for loops
+  that legitimately reach a local service (a database, a tool server); others are blocked;
+* ``allow``: the guard is off.
+
+Unix-domain sockets are always allowed: they are not network.  A blocked attempt raises `LoopHalted`
+("network") in the thread that made it, which ``except Exception`` cannot swallow, and the run records
+a `Halt` naming the host and the loop's line (reported by the ``stops`` invariant).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Literal
+
+from simloop._watchdog import where_of
+from simloop.clock import VirtualClock, _threads
+from simloop.errors import UsageError
+
+__all__ = ["POLICIES", "NetworkPolicy", "check_policy", "guarding"]
+
+NetworkPolicy = Literal["block", "loopback", "allow"]
+POLICIES: tuple[str, ...] = ("block", "loopback", "allow")
+
+# What the guard looks at: name lookups, connections, and datagrams sent to an address.
+_EVENTS = frozenset({
+    "socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyname_ex", "socket.gethostbyaddr",
+    "socket.connect", "socket.sendto", "socket.sendmsg",
+})
+_LOOKUPS = frozenset({"socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyname_ex",
+                      "socket.gethostbyaddr"})
+_INTERNET = (socket.AF_INET, socket.AF_INET6)
+
+#: What a blocked attempt calls: (host:port, the loop's FILE:LINE) -> the exception to raise.
+OnBlocked = Callable[[str, str], BaseException]
+
+_GUARDS: dict[VirtualClock, tuple[str, OnBlocked]] = {}  # a guarded run's clock -> (policy, on_blocked)
+_get_ident = threading.get_ident
+_installed: list[bool] = []
+
+
+def check_policy(network: object) -> NetworkPolicy:
+    """``network`` if it is a policy name; else a `simloop.UsageError` saying what is allowed."""
+    if network not in POLICIES:
+        raise UsageError(
+            f"network={network!r} is not a network policy; use 'block' (the default: a loop under test reaches "
+            "the model only through the Sim), 'loopback' (also allow connections to this machine, for a loop "
+            "that uses a local service) or 'allow' (no guard)"
+        )
+    return network  # type: ignore[return-value]
+
+
+@contextmanager
+def guarding(clock: VirtualClock, policy: NetworkPolicy, on_blocked: OnBlocked) -> Iterator[None]:
+    """Apply ``policy`` to the threads running on ``clock`` until the block exits."""
+    if policy == "allow":
+        yield
+        return
+    if not _installed:
+        sys.addaudithook(_audit)
+        _installed.append(True)
+    _GUARDS[clock] = (policy, on_blocked)
+    try:
+        yield
+    finally:
+        _GUARDS.pop(clock, None)
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if event not in _EVENTS or not _GUARDS:
+        return
+    clock = _threads.get(_get_ident())
+    guard = _GUARDS.get(clock) if clock is not None else None
+    if guard is None:
+        return
+    target = _target(event, args)
+    if target is None:
+        return
+    host, port = target
+    policy, on_blocked = guard
+    if policy == "loopback" and _is_loopback(host):
+        return
+    shown = f"{host}:{port}" if port is not None else host
+    raise on_blocked(shown, where_of(sys._getframe(1), skip_libraries=True))
+
+
+def _target(event: str, args: tuple[Any, ...]) -> tuple[str, Any] | None:
+    """(host, port) an event reaches for, or None when it is not network (a Unix socket, a bind lookup)."""
+    if event in _LOOKUPS:
+        host = args[0] if args else None
+        if host is None:
+            return None
+        return (host.decode("ascii", "replace") if isinstance(host, bytes) else str(host),
+                args[1] if event == "socket.getaddrinfo" and len(args) > 1 else None)
+    sock, address = args[0], args[1] if len(args) > 1 else None
+    if getattr(sock, "family", None) not in _INTERNET or not isinstance(address, tuple) or not address:
+        return None
+    host = address[0]
+    return (host.decode("ascii", "replace") if isinstance(host, bytes) else str(host),
+            address[1] if len(address) > 1 else None)
+
+
+def _is_loopback(host: str) -> bool:
+    name = host.strip("[]").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(name.split("%", 1)[0])
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))
