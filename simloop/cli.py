@@ -439,6 +439,10 @@ def _run_one(drive: Callable[..., Any], path: Path, seed: int) -> tuple[Transcri
         problems.append(f"[expect] expected violation(s) did not happen: {', '.join(sorted(missing))}")
     if expect and expect.reason is not None and outcome.reason != expect.reason:
         problems.append(f"[expect] the loop stopped with reason {outcome.reason!r}; the file expects {expect.reason!r}")
+    if scenario.strict:
+        from simloop.verify import leftovers_problem
+
+        problems += leftovers_problem(sim.leftovers())
     t = sim.transcript
     known = f", {len(report.violations)} expected violation(s)" if report.violations and not problems else ""
     calls = t.model_calls

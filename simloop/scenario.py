@@ -258,6 +258,10 @@ class Scenario(_Model):
     faults: list[Fault] = Field(default_factory=list)
     limits: Limits = Field(default_factory=Limits)
     expect: Expect | None = None
+    # A run of this file fails when a scripted reply is never served or a scripted fault never fires
+    # (``simloop run``, `simloop.replay`, the pytest scenario items): the file proves something only if what
+    # it declares happened.  ``strict: false`` opts out where leftovers are the point.
+    strict: bool = True
 
     @model_validator(mode="after")
     def _cross(self) -> Scenario:

@@ -32,6 +32,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
+from simloop._netguard import NetworkPolicy, check_policy
 from simloop._stack import on_fresh_stack
 from simloop.errors import InvariantViolation, UsageError
 from simloop.generated import GeneratedFaults, GeneratedModel, to_scenario
@@ -41,7 +42,7 @@ from simloop.sim import Drive, Sim
 from simloop.strategies import DEFAULT_TOOLS, Plan, stages
 from simloop.timeline import render_timeline
 
-__all__ = ["DEFAULT_TASK", "replay", "verify"]
+__all__ = ["DEFAULT_TASK", "leftovers_problem", "replay", "verify"]
 
 DEFAULT_TASK = "The customer asks for a refund of order 1234. Check the policy, then email them the outcome."
 DEFAULT_OUT = Path(".simloop") / "failures"
@@ -182,16 +183,21 @@ def verify(
     return Report(violations=[], checked=tuple(checked), examples=state["examples"])
 
 
-def replay(drive: Drive, path: str | Path, *, seed: int = 0, invariants: Iterable[str] | None = None) -> Report:
+def replay(
+    drive: Drive, path: str | Path, *, seed: int = 0, invariants: Iterable[str] | None = None,
+    network: NetworkPolicy = "block",
+) -> Report:
     """Re-run a saved scenario and re-check it; raises `InvariantViolation` if the loop still breaks it.
 
     The file's ``expect: {violations: [...]}`` lists violations that are expected
     (a documented known bug): those do not fail the replay, any other does, and
     so does an expected one that no longer happens; ``expect: {reason: ...}``
-    must match the reason the loop gives.
+    must match the reason the loop gives.  Unless the file says ``strict: false``,
+    a scripted reply never served or a scripted fault that never fired fails the
+    replay too (the file would prove nothing).  ``network`` is `Sim`'s.
     """
     scenario = load_scenario(path)
-    with Sim(scenario, seed=seed) as sim:
+    with Sim(scenario, seed=seed, network=network) as sim:
         outcome = sim.run(drive)
     report: Report = sim.check(invariants=invariants)
     expected = set(scenario.expect.violations) if scenario.expect else set()
@@ -200,7 +206,8 @@ def replay(drive: Drive, path: str | Path, *, seed: int = 0, invariants: Iterabl
     missing = expected - found
     reason = scenario.expect.reason if scenario.expect else None
     wrong_reason = reason is not None and outcome.reason != reason
-    if unexpected or missing or wrong_reason:
+    leftovers = sim.leftovers() if scenario.strict else []
+    if unexpected or missing or wrong_reason or leftovers:
         timeline = render_timeline(sim.transcript, report.violations)
         lines = [f"replaying {path}: the loop broke {len(unexpected)} invariant(s)" if unexpected else f"replaying {path}:"]
         lines += [f"  {v}" for v in unexpected]
@@ -208,6 +215,7 @@ def replay(drive: Drive, path: str | Path, *, seed: int = 0, invariants: Iterabl
             lines.append(f"  expected but did not happen: {', '.join(sorted(missing))} (update the file's expect: block)")
         if wrong_reason:
             lines.append(f"  the loop stopped with reason {outcome.reason!r}; the file expects {reason!r}")
+        lines += [f"  {line}" for line in leftovers_problem(leftovers)]
         lines += ["", "timeline:", timeline]
         raise InvariantViolation(
             "\n".join(lines), violations=unexpected, scenario=scenario, scenario_path=str(path), timeline=timeline,
@@ -217,6 +225,18 @@ def replay(drive: Drive, path: str | Path, *, seed: int = 0, invariants: Iterabl
 
 
 # -- helpers ------------------------------------------------------------------------------
+
+
+def leftovers_problem(leftovers: Sequence[str]) -> list[str]:
+    """The strict-file failure, one line: what the file scripted that the run never used, and the way out."""
+    if not leftovers:
+        return []
+    return [
+        f"[strict] the run left scripted behaviour unused: {'; '.join(leftovers)}. A scenario file tests something "
+        "only if what it scripts happens: trim the script, or add 'strict: false' to the file if leftovers are "
+        "the point"
+    ]
+
 
 
 def _run_draw(data: st.DataObject) -> Callable[[st.SearchStrategy[Any]], Any]:
