@@ -88,6 +88,15 @@ def cli() -> None:
 
 # -- verify ----------------------------------------------------------------------------------------------------------
 
+_NETWORK = click.option(
+    "--network",
+    type=click.Choice(["block", "loopback", "allow"]),
+    default="block",
+    show_default=True,
+    help="Real network connections from the loop: block them (a loop that bypasses the simulator fails the run), "
+    "allow loopback ones (a loop that uses a local service), or allow all.",
+)
+
 
 class _Counter:
     """Wraps verify's drive to count runs for the progress display and keep the last run's Sim.
@@ -196,6 +205,7 @@ class _Counter:
 @click.option(
     "--progress/--no-progress", default=None, help="Show a progress bar on stderr [default: when stderr is a terminal]."
 )
+@_NETWORK
 def verify(
     drive: str,
     max_examples: int,
@@ -208,6 +218,7 @@ def verify(
     out_dir: str,
     trace: str | None,
     progress: bool | None,
+    network: str,
 ) -> int:
     """Property-test the loop behind DRIVE under generated model, API, tool and timing behaviour.
 
@@ -240,6 +251,7 @@ def verify(
                     invariants=checked,
                     out_dir=out_dir,
                     settings=base,
+                    network=network,  # type: ignore[arg-type]
                 )
             finally:
                 counter.settle()
@@ -379,7 +391,8 @@ class _ProgressBar:
     help="Write each run's transcript (JSONL): to this file for one scenario, else into this folder as NAME.jsonl.",
 )
 @click.option("-v", "--verbose", is_flag=True, help="Show the timeline of every failing run.")
-def run(paths: Sequence[str], drive_spec: str, seed: int, trace: str | None, verbose: bool) -> int:
+@_NETWORK
+def run(paths: Sequence[str], drive_spec: str, seed: int, trace: str | None, verbose: bool, network: str) -> int:
     """Replay scenario files (or folders of *.yaml) through DRIVE, one line each.
 
     Each run is checked against every invariant and the file's expect: block (expected violations and
@@ -397,7 +410,7 @@ def run(paths: Sequence[str], drive_spec: str, seed: int, trace: str | None, ver
     failed = errors = 0
     for path in files:
         try:
-            transcript, problems, line = _run_one(fn, path, seed)
+            transcript, problems, line = _run_one(fn, path, seed, network)
         except UsageError as e:
             errors += 1
             click.echo(f"ERROR {path!s:<{wide}}  {e}")
@@ -422,13 +435,13 @@ def run(paths: Sequence[str], drive_spec: str, seed: int, trace: str | None, ver
     return 2 if errors else 1 if failed else 0
 
 
-def _run_one(drive: Callable[..., Any], path: Path, seed: int) -> tuple[Transcript, list[str], str]:
+def _run_one(drive: Callable[..., Any], path: Path, seed: int, network: str) -> tuple[Transcript, list[str], str]:
     """Run one scenario file; returns the transcript, the problems (violations, unmet expectations) and a summary."""
     from simloop.scenario import load_scenario
     from simloop.sim import Sim
 
     scenario = load_scenario(path)
-    with Sim(scenario, seed=seed) as sim:
+    with Sim(scenario, seed=seed, network=network) as sim:  # type: ignore[arg-type]
         outcome = sim.run(drive)
     report = sim.check()
     expect = scenario.expect
@@ -642,7 +655,38 @@ def convert(cassette: str, output: str | None, kinds: tuple[str, ...]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script; returns the exit code (0 clean, 1 violations, 2 usage errors)."""
+    """Entry point of the console script; returns the exit code (0 clean, 1 violations, 2 usage errors).
+
+    As the console script (``argv`` None), the process ends after the report even when a loop under
+    test left threads running (see `_exit_now_if_held`).
+    """
+    code = _main(argv)
+    if argv is None:
+        _exit_now_if_held(code)
+    return code
+
+
+def _exit_now_if_held(code: int) -> None:
+    """End the process with ``code`` now if a thread a loop left behind would keep it alive.
+
+    Python waits at exit for every non-daemon thread, and for every thread-pool worker (even a daemon
+    one); a loop under test that left one blocked would hold ``simloop`` after its report, so
+    the command flushes its output and ends without waiting.
+    """
+    import concurrent.futures.thread as pool
+
+    main_thread = threading.main_thread()
+    held = any(t is not main_thread and t.is_alive() and not t.daemon for t in threading.enumerate())
+    if held or getattr(pool, "_threads_queues", None):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         rv = cli.main(args=list(argv) if argv is not None else None, prog_name="simloop", standalone_mode=False)
     except click.UsageError as e:

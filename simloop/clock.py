@@ -47,8 +47,14 @@ asyncio
     With nothing ready, no timer and no job, the loop waits ``deadlock_after`` real seconds for another
     thread, then raises `VirtualTimeDeadlock` naming the stuck tasks.
 
+Blocking waits
+    ``Condition.wait(timeout)`` (and what is built on it: ``Event.wait``, ``Queue.get``, ``Future.result``)
+    in a thread that is the only one running on the clock can only time out, so it spends its timeout on
+    the virtual clock and returns at once (a loop that waits 30 s on an event each step costs no real
+    time).  With other threads of the run alive, the wait is the real one (they might notify it).
+
 Limits: sleeps in plain threads that are not loop jobs advance the clock at once (they add up rather than
-overlap); ``threading.Timer``/``Event.wait(timeout)``/``lock.acquire(timeout=)`` run in C on real time;
+overlap); ``threading.Timer``, ``lock.acquire(timeout=)`` and waits while other threads run are real time;
 threads started through ``_thread`` directly do not inherit virtual time; one loop per clock is precise
 (several loops on one clock each jump on their own).
 
@@ -244,9 +250,10 @@ _fake("time.sleep", lambda c, seconds: c.sleep(seconds), takes_args=True)
 _fake("asyncio.events.new_event_loop", lambda c: c.new_event_loop())
 _fake("asyncio.new_event_loop", lambda c: c.new_event_loop())
 _fake("threading.Thread.start", lambda c, thread: c._start_thread(thread), takes_args=True)
+_fake("threading.Condition.wait", lambda c, cond, timeout=None: c._wait(cond, timeout), takes_args=True)
 _WALL = ("time.time", "time.time_ns", "datetime.datetime", "datetime.date")
 _OWNERS: dict[str, Any] = {"time": time, "datetime": _dt, "asyncio.events": asyncio.events, "asyncio": asyncio,
-                           "threading.Thread": threading.Thread}
+                           "threading.Thread": threading.Thread, "threading.Condition": threading.Condition}
 # (key, owner, attribute, fake, is a time/datetime attribute): worked out once, installed at every run.
 _TARGETS = [
     (key, _OWNERS[owner_name], attr, fake, owner_name in ("time", "datetime"))
@@ -542,6 +549,22 @@ class VirtualClock:
         if _threads.get(tid) is self:
             del _threads[tid]
         self._thread_ids.discard(tid)
+
+    def _wait(self, cond: threading.Condition, timeout: float | None) -> bool:
+        """``Condition.wait`` (so ``Event.wait``, ``Queue.get``, ``Future.result``) in a thread on this clock.
+
+        A wait with a timeout, in a thread that is the only one running on this clock, can only end by
+        timing out (no thread of the run is left to notify it): it spends its timeout in virtual time
+        and returns at once.  Any other wait is the real one.
+        """
+        original = _saved["threading.Condition.wait"]
+        if (timeout is None or isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                or not 0 < timeout < math.inf or len(self._thread_ids) != 1 or _get_ident() not in self._thread_ids):
+            return original(cond, timeout)  # type: ignore[no-any-return]
+        if original(cond, 0):  # notified already (by a thread outside the run, say)
+            return True
+        self.sleep(timeout)
+        return False
 
     def _start_thread(self, thread: threading.Thread) -> None:
         if not isinstance(thread, RealTimeThread):

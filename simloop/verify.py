@@ -69,6 +69,7 @@ def verify(
     out_dir: str | Path = DEFAULT_OUT,
     settings: Settings | None = None,
     recorded: str | Path | Any = None,
+    network: NetworkPolicy = "block",
 ) -> Report:
     """Property-test ``drive`` under generated model behaviours, API faults, tool faults and latencies.
 
@@ -89,6 +90,9 @@ def verify(
         recorded: a cassette (path or `simloop.cassettes.Recording`): keep its real replies and let
             Hypothesis inject API errors, tool faults, latencies and cut-offs into them; a failure
             shrinks to "the recording, plus these faults".  Its tools and task are used.
+        network: ``"block"`` (default): a real network connection or host-name lookup from the loop is
+            blocked and fails the run (``stops``: the loop bypassed the simulator); ``"loopback"`` allows
+            connections to this machine, for a loop that uses a local service; ``"allow"``: no guard.
 
     Returns a `Report` (``violations`` empty) when every example holds.
 
@@ -102,6 +106,7 @@ def verify(
     """
     if not callable(drive):
         raise UsageError(f"verify(drive): drive must be a function taking a Sim, got {drive!r}")
+    check_policy(network)
     specs = _tools(tools)
     declared = limits if isinstance(limits, Limits) else Limits.model_validate(limits or {})
     checked = _invariant_ids(invariants)
@@ -134,7 +139,7 @@ def verify(
             else:
                 model = GeneratedModel(draw, chosen)
                 faults = GeneratedFaults(draw, chosen, specs)
-            with Sim(base, seed=run_seed, model=model, fault_source=faults) as sim:
+            with Sim(base, seed=run_seed, model=model, fault_source=faults, network=network) as sim:
                 faults.transcript = sim.transcript
                 sim.run(drive)
             if faults.stopped is not None:
