@@ -236,11 +236,11 @@ def leftovers_problem(leftovers: Sequence[str]) -> list[str]:
     """The strict-file failure, one line: what the file scripted that the run never used, and the way out."""
     if not leftovers:
         return []
-    return [
+    return [(
         f"[strict] the run left scripted behaviour unused: {'; '.join(leftovers)}. A scenario file tests something "
         "only if what it scripts happens: trim the script, or add 'strict: false' to the file if leftovers are "
         "the point"
-    ]
+    )]
 
 
 
