@@ -72,6 +72,7 @@ import contextlib
 import datetime as _dt
 import functools
 import math
+import queue
 import selectors
 import sys
 import threading
@@ -251,9 +252,14 @@ _fake("asyncio.events.new_event_loop", lambda c: c.new_event_loop())
 _fake("asyncio.new_event_loop", lambda c: c.new_event_loop())
 _fake("threading.Thread.start", lambda c, thread: c._start_thread(thread), takes_args=True)
 _fake("threading.Condition.wait", lambda c, cond, timeout=None: c._wait(cond, timeout), takes_args=True)
+# Deadline arithmetic of the waits above reads these aliases of time.monotonic, bound at import: on the
+# virtual clock too, a wait that timed out there also ends there (Condition.wait_for, Queue.get).
+_fake("threading._time", lambda c: c.monotonic())
+_fake("queue.time", lambda c: c.monotonic())
 _WALL = ("time.time", "time.time_ns", "datetime.datetime", "datetime.date")
 _OWNERS: dict[str, Any] = {"time": time, "datetime": _dt, "asyncio.events": asyncio.events, "asyncio": asyncio,
-                           "threading.Thread": threading.Thread, "threading.Condition": threading.Condition}
+                           "threading.Thread": threading.Thread, "threading.Condition": threading.Condition,
+                           "threading": threading, "queue": queue}
 # (key, owner, attribute, fake, is a time/datetime attribute): worked out once, installed at every run.
 _TARGETS = [
     (key, _OWNERS[owner_name], attr, fake, owner_name in ("time", "datetime"))

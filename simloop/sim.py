@@ -19,7 +19,6 @@ import asyncio
 import copy
 import functools
 import inspect
-import queue
 import random
 import sys
 import threading
@@ -58,9 +57,6 @@ T = TypeVar("T")
 #: Halts a run may take before simloop gives up on the loop's thread: a loop that catches even
 #: BaseException and goes on is halted again at its next model or tool call, and abandoned after this many.
 MAX_HALTS = 5
-# Modules whose deadline arithmetic reads an alias of time.monotonic bound at import (``from time import
-# monotonic as time``): rebound for the run, so a wait that timed out on virtual time also ends on it.
-_WAIT_MODULES = (threading, queue)
 # Real seconds a thread the loop started may take to finish after the loop returned, before it is
 # reported as left running (a thread that is done anyway finishes within microseconds).
 _THREAD_GRACE = 0.2
@@ -280,7 +276,7 @@ class Sim:
 
     def _run(self, drive: Drive) -> Outcome:
         tid = threading.get_ident()
-        with self.clock.patched(modules=_WAIT_MODULES), self.watchdog.watching(tid), \
+        with self.clock.patched(), self.watchdog.watching(tid), \
                 guarding(self.clock, self.network, self._guard.blocked):
             try:
                 try:
