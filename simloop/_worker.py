@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from simloop.clock import RealTimeThread
+from simloop.clock import BYSTANDERS, RealTimeThread
 
 __all__ = ["Abandoned", "run_on_worker"]
 
@@ -90,6 +90,8 @@ def run_on_worker(fn: Callable[[], T], *, give_up: Callable[[int], bool]) -> T:
     job: _Job[T] = _Job(lambda: context.run(fn))
     worker.jobs.put(job)
     thread_id = worker.ident or 0
+    caller = threading.get_ident()
+    BYSTANDERS.add(caller)  # it only waits for the run: the run's waits need not wait for it to notify them
     try:
         while not job.done.acquire(True, _POLL):
             if give_up(thread_id):
@@ -100,6 +102,8 @@ def run_on_worker(fn: Callable[[], T], *, give_up: Callable[[int], bool]) -> T:
     except KeyboardInterrupt:
         _abandon(job, worker)
         raise
+    finally:
+        BYSTANDERS.discard(caller)
     if job.error is not None:
         error, job.error = job.error, None
         raise error

@@ -49,9 +49,10 @@ asyncio
 
 Blocking waits
     ``Condition.wait(timeout)`` (and what is built on it: ``Event.wait``, ``Queue.get``, ``Future.result``)
-    in a thread that is the only one running on the clock can only time out, so it spends its timeout on
-    the virtual clock and returns at once (a loop that waits 30 s on an event each step costs no real
-    time).  With other threads of the run alive, the wait is the real one (they might notify it).
+    in a thread that is the only one running on the clock, while every other thread of the process is
+    simloop's own, can only time out: it spends its timeout on the virtual clock and returns at once (a
+    loop that waits 30 s on an event each step costs no real time).  With any other thread alive (one of
+    the run, a pool started before it, a test's helper), the wait is the real one: it might be notified.
 
 Limits: sleeps in plain threads that are not loop jobs advance the clock at once (they add up rather than
 overlap); ``threading.Timer``, ``lock.acquire(timeout=)`` and waits while other threads run are real time;
@@ -132,6 +133,10 @@ REAL = RealClocks(
 
 class RealTimeThread(threading.Thread):
     """A thread that never inherits virtual time, even when started inside ``patched()`` (the watchdog)."""
+
+
+#: Threads that only wait for a run to finish (`simloop.Sim.run`'s callers): they notify none of its waits.
+BYSTANDERS: set[int] = set()
 
 
 class VirtualTimeDeadlock(RuntimeError):
@@ -559,18 +564,27 @@ class VirtualClock:
     def _wait(self, cond: threading.Condition, timeout: float | None) -> bool:
         """``Condition.wait`` (so ``Event.wait``, ``Queue.get``, ``Future.result``) in a thread on this clock.
 
-        A wait with a timeout, in a thread that is the only one running on this clock, can only end by
-        timing out (no thread of the run is left to notify it): it spends its timeout in virtual time
-        and returns at once.  Any other wait is the real one.
+        A wait with a timeout, in a thread that is the only one running on this clock while every other
+        thread of the process is simloop's own (see `_nobody_else`), can only end by timing out: it
+        spends its timeout in virtual time and returns at once.  Any other wait is the real one.
         """
         original = _saved["threading.Condition.wait"]
         if (timeout is None or isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                or not 0 < timeout < math.inf or len(self._thread_ids) != 1 or _get_ident() not in self._thread_ids):
+                or not 0 < timeout < math.inf or not self._nobody_else()):
             return original(cond, timeout)  # type: ignore[no-any-return]
         if original(cond, 0):  # notified already (by a thread outside the run, say)
             return True
         self.sleep(timeout)
         return False
+
+    def _nobody_else(self) -> bool:
+        """Whether no thread but the caller could notify it: it is this clock's only thread, and every other
+        thread is a `RealTimeThread` (simloop's watchdog, servers, parked runs) or waits for a run to end."""
+        me = _get_ident()
+        if len(self._thread_ids) != 1 or me not in self._thread_ids:
+            return False
+        return all(t.ident == me or t.ident in BYSTANDERS or isinstance(t, RealTimeThread)
+                   for t in threading.enumerate())
 
     def _start_thread(self, thread: threading.Thread) -> None:
         if not isinstance(thread, RealTimeThread):
