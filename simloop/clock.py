@@ -393,6 +393,7 @@ class VirtualClock:
         self._depth = 0  # active patched() contexts on this clock, all threads
         self._thread_ids: set[int] = set()
         self.halts = 0  # LoopHalted raised by this clock (virtual time ran out, a deadlock in a Sim)
+        self.first_halt: BaseException | None = None  # the first of them (a loop may swallow it)
         # In a Sim a deadlock unwinds the loop as LoopHalted("deadlock"), which the loop cannot swallow
         # (`except Exception` catches VirtualTimeDeadlock, a RuntimeError), and the run records a Halt.
         self.halt_on_deadlock = False
@@ -447,9 +448,9 @@ class VirtualClock:
             if self._end_ns is not None and target > self._end_ns:
                 from simloop._watchdog import LoopHalted
 
-                self.halts += 1
-                raise LoopHalted("virtual_time", f"virtual time would pass the end of the run at {self._end_ns / _NS:g}"
-                                                 f" s (now {self.now():g} s, asked {target / _NS:g} s)")
+                raise self._halted(LoopHalted(
+                    "virtual_time", f"virtual time would pass the end of the run at {self._end_ns / _NS:g} s (now "
+                                    f"{self.now():g} s, asked {target / _NS:g} s)"))
             self._ns = target
             _tick_freezegun(delta)
         due = [job for job in self._sleepers if job.wake is not None and job.wake <= self._ns]
@@ -498,8 +499,13 @@ class VirtualClock:
             return VirtualTimeDeadlock(report)
         from simloop._watchdog import LoopHalted
 
+        return self._halted(LoopHalted("deadlock", report, where=loop._stuck_at()))
+
+    def _halted(self, halt: BaseException) -> BaseException:
         self.halts += 1
-        return LoopHalted("deadlock", report, where=loop._stuck_at())
+        if self.first_halt is None:
+            self.first_halt = halt
+        return halt
 
     def new_event_loop(self) -> VirtualTimeEventLoop:
         """A new `VirtualTimeEventLoop` on this clock."""

@@ -262,7 +262,7 @@ def _runaway(v: _View, until: int) -> str:
     """What the loop kept doing before it was halted (at event position ``until``), in a phrase."""
     requests = [r for pos, r in v.model_requests if pos < until]
     if not requests:
-        return "it made no model call at all (it was blocked or busy elsewhere)"
+        return "it made no model call at all"
     replies = [r for pos, r in v.replies if pos < until]
     calls = Counter((str(b.get("name")), _canon(b.get("input"))) for r in replies for b in r.tool_uses)
     if calls:

@@ -227,6 +227,13 @@ class Sim:
         An exception escaping ``drive`` is kept in the outcome (reason ``error``),
         not raised.  Raises `ScriptExhaustedError` when the loop outlives a
         ``then: fail`` script, and `SimloopInternalError` for a bug in simloop.
+
+        The drive runs on a worker thread (in a copy of the caller's context), so that a run which
+        cannot end is abandoned: halted and neither unwound within ``watchdog_s`` real seconds nor
+        done after `MAX_HALTS` halts (blocked in C, or catching every halt).  Its thread is then
+        parked for good and the outcome is a ``stops`` report.  Objects bound to the calling thread
+        (an sqlite3 connection made without ``check_same_thread=False``, signal handlers) are not
+        usable from the drive.
         """
         if self._ran:
             raise UsageError("a Sim runs one loop; make a new Sim (same scenario and seed) to run it again")
@@ -259,6 +266,9 @@ class Sim:
         where = _thread_where(thread_id)
         halts = self._guard.halts + self.clock.halts + self.watchdog.halts
         now = self.clock.now()
+        first = self.clock.first_halt
+        if self.transcript.halt is None and isinstance(first, LoopHalted):  # the clock's halt, swallowed
+            self.transcript.append(Halt(t=now, budget=first.reason, detail=first.detail, where=first.where))
         if self.transcript.halt is None:  # the halt never reached the loop: it is blocked in C
             self.transcript.append(Halt(
                 t=now, budget="watchdog", where=where,

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -293,6 +294,23 @@ def test_a_loop_that_swallows_every_halt_is_abandoned_and_parked() -> None:
     assert "the loop did not unwind: it caught simloop's halt and went on" in message
     assert eventually(lambda: len(parked()) == before + 1)  # parked at its next model call: no CPU burnt
     assert all(t.daemon for t in parked())
+
+
+def test_a_loop_that_swallows_the_end_of_virtual_time_is_abandoned() -> None:
+    def drive(sim: Sim) -> Outcome:
+        while True:
+            try:
+                time.sleep(3600)  # virtual: the run's six hours go by at once, then each sleep is halted
+            except BaseException:  # noqa: BLE001, S110 - the attack
+                pass
+
+    with Sim(scenario(), watchdog_s=WATCHDOG) as sim:
+        outcome = sim.run(drive)
+    assert outcome.reason == "error"
+    assert [h.budget for h in sim.transcript.of(Halt)] == ["virtual_time", "abandoned"]
+    assert stops_message(sim).startswith(
+        "the loop ran for 21600 virtual seconds without stopping; it made no model call at all; the loop did not "
+        "unwind: it caught simloop's halt and went on")
 
 
 @pytest.mark.parametrize("how", ["event", "lock"])
