@@ -10,7 +10,8 @@ using no CPU) as soon as it runs Python again or calls the simulator; it never h
 Workers are reused: handing a run to an idle worker costs some 40 µs, starting a thread about 100 µs.
 Workers are `RealTimeThread` s, so a Sim run from inside another Sim's drive gets a fresh thread that
 does not inherit the outer run's virtual clock.  The caller's context variables are visible to the
-drive (it runs in a copy of the caller's context).
+drive (it runs in a copy of the caller's context), and so is Hypothesis's build context (a drive in a
+Hypothesis test may draw); other thread-local state of the caller is not.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import _thread
 import contextvars
 import queue
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
@@ -87,7 +89,17 @@ def run_on_worker(fn: Callable[[], T], *, give_up: Callable[[int], bool]) -> T:
         worker = _Worker()
         worker.start()
     context = contextvars.copy_context()
-    job: _Job[T] = _Job(lambda: context.run(fn))
+    carried = _hypothesis_context()
+    if carried is None:
+        job: _Job[T] = _Job(lambda: context.run(fn))
+    else:
+        variable, value = carried
+
+        def in_context() -> T:
+            with variable.with_value(value):
+                return fn()
+
+        job = _Job(lambda: context.run(in_context))
     worker.jobs.put(job)
     thread_id = worker.ident or 0
     caller = threading.get_ident()
@@ -108,6 +120,20 @@ def run_on_worker(fn: Callable[[], T], *, give_up: Callable[[int], bool]) -> T:
         error, job.error = job.error, None
         raise error
     return job.value  # type: ignore[return-value]
+
+
+def _hypothesis_context() -> tuple[Any, Any] | None:
+    """Hypothesis's build context of the calling thread (thread-local), for the worker to run in.
+
+    A drive inside a Hypothesis test (`simloop.verify`'s, or a user's ``@given``) may draw, ``note`` or
+    ``assume``: those need the test's build context, which Hypothesis keeps per thread.
+    """
+    control = sys.modules.get("hypothesis.control")
+    variable = getattr(control, "_current_build_context", None)
+    value = getattr(variable, "value", None)
+    if value is None or not hasattr(variable, "with_value"):
+        return None
+    return variable, value
 
 
 def _abandon(job: _Job[Any], worker: _Worker) -> None:

@@ -22,6 +22,8 @@ from typing import Any
 
 import anthropic
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import simloop
 from simloop import Outcome, Scenario, Sim
@@ -387,6 +389,18 @@ def test_a_wait_that_another_thread_of_the_run_ends_is_real() -> None:
     with Sim(scenario()) as sim:
         sim.run(drive)
     assert sim.clock.now() < 30
+
+
+@settings(max_examples=3, deadline=None, database=None)
+@given(st.data())
+def test_a_drive_in_a_hypothesis_test_may_draw(data: st.DataObject) -> None:
+    """The drive runs on a worker thread, in the caller's Hypothesis build context (thread-local in Hypothesis)."""
+    def drive(sim: Sim) -> Outcome:
+        return Outcome("aborted", str(data.draw(st.integers(0, 3), label="from the drive")))
+
+    with Sim(scenario()) as sim:
+        outcome = sim.run(drive)
+    assert outcome.reason == "aborted" and outcome.text in {"0", "1", "2", "3"}, outcome
 
 
 def test_threads_left_running_are_reported_by_no_work_after_return() -> None:
