@@ -70,11 +70,26 @@ def _halt_type(reason: str, detail: str, where: str | None, dog: Watchdog | None
     # PyThreadState_SetAsyncExc takes a class, which the thread instantiates without arguments, in that
     # thread, when the exception is delivered: a thread whose run was abandoned parks there for good.
     def __init__(self: LoopHalted) -> None:
-        if dog is not None and dog.abandoned:
+        if dog is not None and dog.abandoned and _may_park(sys._getframe(1)):
             park()
         LoopHalted.__init__(self, reason, detail, where)
 
     return type("LoopHalted", (LoopHalted,), {"__init__": __init__, "__module__": __name__})
+
+
+def _may_park(frame: FrameType | None) -> bool:
+    """Whether a thread may be parked here: not in simloop's code or in an import (they may hold locks that
+    other runs need: the clock's, the import lock); a run's own frames further out hold none.
+
+    Elsewhere the halt is raised as usual (unwinding releases those locks), and the watchdog comes back.
+    """
+    if frame is not None and frame.f_code.co_filename.startswith(_SIMLOOP):
+        return False
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return False
+        frame = frame.f_back
+    return True
 
 
 def _raise_in(thread_id: int, exc_type: type[BaseException] | None) -> int:
@@ -148,11 +163,16 @@ class Watchdog:
                 _raise_in(thread_id, None)  # drop a halt that was scheduled but not delivered yet
 
     def abandon(self, thread_id: int) -> None:
-        """The run gave up on the watched thread: park it now if it runs Python, or when it comes back from C."""
+        """The run gave up on the watched thread: park it now if it runs Python, or when it comes back from C.
+
+        The watchdog stops watching it: a parked thread needs no more halts (and one that called into the
+        simulator is parked there).
+        """
         with _MONITOR.cond:
             self.abandoned = True
             if self._thread_id == thread_id:
                 _raise_in(thread_id, _halt_type("abandoned", "the run was abandoned", None, self))
+                _MONITOR.remove(self)
 
     def _due(self) -> float:
         return self._last + self.seconds

@@ -65,11 +65,11 @@ class _Worker(RealTimeThread):
             except BaseException as e:  # noqa: BLE001 - handed to the caller as is
                 job.error = e
             job.fn = None
-            with _LOCK:
+            with _LOCK:  # (the caller abandons a job under this lock too: one or the other happens)
                 if job.abandoned:  # the caller left: this thread is not reused
                     return
                 _IDLE.append(self)
-            job.done.release()
+                job.done.release()
 
 
 _IDLE: list[_Worker] = []
