@@ -76,12 +76,15 @@ _IDLE: list[_Worker] = []
 _LOCK = threading.Lock()
 
 
-def run_on_worker(fn: Callable[[], T], *, give_up: Callable[[int], bool]) -> T:
+def run_on_worker(
+    fn: Callable[[], T], *, give_up: Callable[[int], bool], on_abandon: Callable[[int], None] | None = None,
+) -> T:
     """``fn()`` on a worker thread; returns its value or raises its exception.
 
     ``give_up(thread_id)`` is asked every few tens of milliseconds while ``fn`` runs; when it says
     True, the worker is abandoned and `Abandoned` is raised.  A KeyboardInterrupt in the caller (a
-    real Ctrl-C) abandons the worker too and is re-raised.
+    real Ctrl-C) abandons the worker too and is re-raised at once.  ``on_abandon(thread_id)`` is
+    called when the worker is abandoned, either way.
     """
     with _LOCK:
         worker = _IDLE.pop() if _IDLE else None
@@ -110,9 +113,13 @@ def run_on_worker(fn: Callable[[], T], *, give_up: Callable[[int], bool]) -> T:
                 _abandon(job, worker)
                 if not job.abandoned:  # it finished meanwhile after all
                     break
+                if on_abandon is not None:
+                    on_abandon(thread_id)
                 raise Abandoned(thread_id)
     except KeyboardInterrupt:
         _abandon(job, worker)
+        if job.abandoned and on_abandon is not None:
+            on_abandon(thread_id)
         raise
     finally:
         BYSTANDERS.discard(caller)

@@ -243,7 +243,7 @@ class Sim:
         state = random.getstate()
         random.seed(self.seed)  # the SDK's retry jitter reads the global PRNG
         try:
-            return run_on_worker(lambda: self._run(drive), give_up=self._give_up)
+            return run_on_worker(lambda: self._run(drive), give_up=self._give_up, on_abandon=self._let_go)
         except Abandoned as e:
             return self._abandoned(e.thread_id)
         finally:
@@ -259,10 +259,13 @@ class Sim:
             self._halted_at = now
         return halts >= MAX_HALTS or now - self._halted_at >= self.watchdog.seconds
 
-    def _abandoned(self, thread_id: int) -> Outcome:
-        """Report a run whose thread would not end (blocked in C, or swallowing every halt); park the thread."""
+    def _let_go(self, thread_id: int) -> None:
+        """The run's thread is abandoned (the run would not end, or a real Ctrl-C): park it, stop watching it."""
         self._guard.abandoned = True  # its next model or tool call parks it
         self.watchdog.abandon(thread_id)  # and so does its next line of Python
+
+    def _abandoned(self, thread_id: int) -> Outcome:
+        """Report a run whose thread would not end (blocked in C, or swallowing every halt)."""
         where = _thread_where(thread_id)
         halts = self._guard.halts + self.clock.halts + self.watchdog.halts
         now = self.clock.now()
