@@ -78,12 +78,13 @@ def _halt_type(reason: str, detail: str, where: str | None, dog: Watchdog | None
 
 
 def _may_park(frame: FrameType | None) -> bool:
-    """Whether a thread may be parked here: not in simloop's code or in an import (they may hold locks that
-    other runs need: the clock's, the import lock); a run's own frames further out hold none.
+    """Whether a thread may be parked here: in the loop's own code, and not in an import.
 
-    Elsewhere the halt is raised as usual (unwinding releases those locks), and the watchdog comes back.
+    simloop's, the standard library's and installed packages' code may hold locks the rest of the process
+    needs (the clock's, ``threading``'s list of threads, logging's, the import lock); parked there, the
+    thread would hold them for good.  There the halt is raised as usual instead: unwinding releases them.
     """
-    if frame is not None and frame.f_code.co_filename.startswith(_SIMLOOP):
+    if frame is None or _skipped(frame.f_code.co_filename, True):
         return False
     while frame is not None:
         if frame.f_code.co_filename.startswith("<frozen importlib"):
@@ -162,7 +163,7 @@ class Watchdog:
             if self._fired:
                 _raise_in(thread_id, None)  # drop a halt that was scheduled but not delivered yet
 
-    def abandon(self, thread_id: int) -> None:
+    def abandon(self, thread_id: int, *, interrupt: bool = True) -> None:
         """The run gave up on the watched thread: park it now if it runs Python, or when it comes back from C.
 
         The watchdog stops watching it: a parked thread needs no more halts (and one that called into the
@@ -171,7 +172,8 @@ class Watchdog:
         with _MONITOR.cond:
             self.abandoned = True
             if self._thread_id == thread_id:
-                _raise_in(thread_id, _halt_type("abandoned", "the run was abandoned", None, self))
+                if interrupt:
+                    _raise_in(thread_id, _halt_type("abandoned", "the run was abandoned", None, self))
                 _MONITOR.remove(self)
 
     def _due(self) -> float:

@@ -84,7 +84,7 @@ def run_on_worker(
     ``give_up(thread_id)`` is asked every few tens of milliseconds while ``fn`` runs; when it says
     True, the worker is abandoned and `Abandoned` is raised.  A KeyboardInterrupt in the caller (a
     real Ctrl-C) abandons the worker too and is re-raised at once.  ``on_abandon(thread_id)`` is
-    called when the worker is abandoned, either way.
+    called when the worker is given up on.
     """
     with _LOCK:
         worker = _IDLE.pop() if _IDLE else None
@@ -117,9 +117,7 @@ def run_on_worker(
                     on_abandon(thread_id)
                 raise Abandoned(thread_id)
     except KeyboardInterrupt:
-        _abandon(job, worker)
-        if job.abandoned and on_abandon is not None:
-            on_abandon(thread_id)
+        _abandon(job, worker)  # (on_abandon is not called: the process is being stopped, leave the thread be)
         raise
     finally:
         BYSTANDERS.discard(caller)

@@ -246,6 +246,11 @@ class Sim:
             return run_on_worker(lambda: self._run(drive), give_up=self._give_up, on_abandon=self._let_go)
         except Abandoned as e:
             return self._abandoned(e.thread_id)
+        except KeyboardInterrupt:  # a real Ctrl-C reached the caller: the loop's thread is left as it is
+            self._guard.abandoned = True  # parked at its next model or tool call
+            if self.watchdog._thread_id is not None:
+                self.watchdog.abandon(self.watchdog._thread_id, interrupt=False)
+            raise
         finally:
             random.setstate(state)
 
