@@ -19,7 +19,7 @@ import random
 from binascii import b2a_base64
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Union, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from simloop.errors import UsageError
 from simloop.scenario import MaxTokensBody, Reply, Scenario, ToolCall
@@ -31,6 +31,7 @@ __all__ = [
     "Ids",
     "ModelPolicy",
     "ModelRequest",
+    "RecordedError",
     "Script",
     "ScriptExhausted",
     "turn_from_reply",
@@ -88,11 +89,25 @@ class ModelRequest:
         return 0
 
 
+@dataclass(frozen=True, slots=True)
+class RecordedError:
+    """An HTTP error answer served byte for byte as recorded: status, headers and body.
+
+    A cassette's 4xx/5xx answers are served this way (`simloop.cassettes.Recorded`), so the SDK sees
+    the recorded ``retry-after`` (or none) and the recorded message, not simloop's canned ones.
+    """
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+    latency: float = 0.0
+
+
 @runtime_checkable
 class ModelPolicy(Protocol):
     """Anything that answers model requests."""
 
-    def reply(self, request: ModelRequest) -> Reply | Turn: ...
+    def reply(self, request: ModelRequest) -> Reply | Turn | RecordedError: ...
 
     def leftovers(self) -> list[str]:
         """What the policy was told to do and never did (strict teardown reports it)."""
@@ -153,7 +168,7 @@ class Script:
         return f"Script({len(self.replies)} replies, then={self.then!r})"
 
 
-ReplyLike = Union[Reply, Turn, dict[str, Any], str]
+ReplyLike = Reply | Turn | dict[str, Any] | str
 
 
 class FunctionModel:

@@ -60,7 +60,14 @@ from simloop.cassettes._record import (
     record,
     vcr_config,
 )
-from simloop.cassettes._replay import Drift, Recorded, RecordingDiverged, RecordingExhausted, request_diff
+from simloop.cassettes._replay import (
+    TRANSPORT_FIELDS,
+    Drift,
+    Recorded,
+    RecordingDiverged,
+    RecordingExhausted,
+    request_diff,
+)
 from simloop.cassettes._scrub import SECRET_REQUEST_HEADERS as SECRET_REQUEST_HEADERS
 from simloop.cassettes._scrub import SECRET_RESPONSE_HEADERS as SECRET_RESPONSE_HEADERS
 from simloop.cassettes._scrub import Scrubber
@@ -68,6 +75,7 @@ from simloop.cassettes._scrub import Scrubber
 __all__ = [
     "MATCH_ON",
     "RECORD_MODES",
+    "TRANSPORT_FIELDS",
     "CassetteError",
     "CassetteSerializer",
     "Drift",

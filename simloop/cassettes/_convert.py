@@ -9,9 +9,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
+from urllib.parse import urlsplit
 
-from simloop.cassettes._read import _FIX, CassetteError, Interaction, _describe, load_cassette
+from simloop.cassettes._read import _FIX, CassetteError, Interaction, _describe, endpoint_by_content, load_cassette
 from simloop.errors import UsageError
+from simloop.models import RecordedError
 from simloop.scenario import API_ERRORS, Fault, MaxTokensBody, Reply, Scenario, ToolCall, ToolSpec, Usage
 from simloop.wire.render import Turn, turn_from_message, turn_from_sse
 
@@ -22,15 +24,15 @@ from simloop.wire.render import Turn, turn_from_message, turn_from_sse
 class RecordedCall:
     """One recorded ``POST /v1/messages``: the request body and what the API answered.
 
-    ``answer`` is what a replay serves: the exact `Turn` for a 200, or a `Reply` error for an error
-    status or a stream that failed mid-way.  ``reply`` is the same answer in the scenario format
+    ``answer`` is what a replay serves: the exact `Turn` for a 200, the recorded status, headers and
+    body (`RecordedError`) for an error status, a `Reply` error for a stream that failed mid-way.  ``reply`` is the same answer in the scenario format
     (None when v1 scenarios cannot script it: a 4xx other than 429).  ``latency`` comes from the
     recorded timing headers (``x-envoy-upstream-service-time``, ``server-timing``), 0.0 without them.
     """
 
     interaction: int
     request: dict[str, Any]
-    answer: Turn | Reply
+    answer: Turn | Reply | RecordedError
     reply: Reply | None
     latency: float = 0.0
 
@@ -39,6 +41,8 @@ class RecordedCall:
         """The answer's kind: a stop reason, ``error <status>``, or ``cut``."""
         if isinstance(self.answer, Turn):
             return str(self.answer.stop_reason or "cut")
+        if isinstance(self.answer, RecordedError):
+            return f"error {self.answer.status}"
         return f"error {self.answer.error}"
 
 
@@ -110,8 +114,31 @@ def load_recording(
         if item.is_model_call:
             calls.append(_call(label, item, notes))
     other = len(interactions) - len(calls)
+    if not calls:
+        notes.append(_why_empty(interactions))
     scenario = _scenario(label, calls, notes, kinds=kinds or {}, name=name)
     return Recording(source=label, calls=calls, scenario=scenario, notes=notes, other=other)
+
+
+def _why_empty(interactions: Sequence[Interaction]) -> str:
+    """Why a cassette yields no model call, by what its interactions are."""
+    if not interactions:
+        return "the cassette holds no interaction at all, so the scenario has no reply"
+    kinds: dict[str, int] = {}
+    for item in interactions:
+        endpoint = endpoint_by_content(item) if item.uri_hidden else None
+        if endpoint == "/v1/complete" or (not item.uri_hidden and item.request.path.rstrip("/") == "/v1/complete"):
+            what = "legacy Text Completions calls (POST /v1/complete), which simloop does not simulate"
+        elif endpoint is not None or item.request.path.rstrip("/") == "/v1/messages/count_tokens":
+            what = "count_tokens calls (no model reply)"
+        elif item.uri_hidden:
+            what = "calls with a redacted URI whose body and response are not a Messages API call"
+        else:
+            parts = urlsplit(item.request.uri)
+            what = f"{item.request.method.upper()} {parts.hostname or ''}{parts.path} calls (not the Messages API)"
+        kinds[what] = kinds.get(what, 0) + 1
+    found = "; ".join(f"{n} {what}" for what, n in kinds.items())
+    return f"no POST /v1/messages call in the cassette, so the scenario has no reply: it holds {found}"
 
 
 def _call(label: str, item: Interaction, notes: list[str]) -> RecordedCall:
@@ -123,13 +150,15 @@ def _call(label: str, item: Interaction, notes: list[str]) -> RecordedCall:
     latency = _latency(response.headers)
     answer: Turn | Reply
     if response.status != 200:
-        answer, reply = _error_answer(response.status, response.headers, latency)
+        reply = _error_reply(response.status, response.headers, latency)
         if reply is None:
             notes.append(
                 f"interaction {item.index}: the recorded {response.status} is not a v1 scenario reply "
                 "(the simulator answers invalid requests itself); left out"
             )
-        return RecordedCall(item.index, request, answer, reply, latency)
+        headers = tuple((k, v) for k, values in response.headers.items() for v in values)
+        recorded = RecordedError(response.status, headers, response.body, latency)
+        return RecordedCall(item.index, request, recorded, reply, latency)
     if response.is_sse:
         if re.search(rb"^event:\s*error\s*$", response.body, re.MULTILINE):
             answer = Reply(error="stream_error", latency=latency)
@@ -161,7 +190,8 @@ def _latency(headers: Mapping[str, list[str]]) -> float:
     return 0.0
 
 
-def _error_answer(status: int, headers: Mapping[str, list[str]], latency: float) -> tuple[Reply, Reply | None]:
+def _error_reply(status: int, headers: Mapping[str, list[str]], latency: float) -> Reply | None:
+    """A recorded error status as a v1 scenario reply (None for the 4xx scenarios cannot script)."""
     scripted = [code for code in API_ERRORS if isinstance(code, int)]
     if status in scripted:
         retry_after: float | None = None
@@ -169,14 +199,10 @@ def _error_answer(status: int, headers: Mapping[str, list[str]], latency: float)
             for value in headers.get("retry-after", ()):
                 with contextlib.suppress(ValueError):
                     retry_after = float(value) if float(value) > 0 else None
-        reply = Reply(error=status, latency=latency, retry_after=retry_after)  # type: ignore[arg-type]
-        return reply, reply
-    # v1 scenarios script only transient statuses, but the server renders any status with the real
-    # error envelope (simloop.wire.errors), so the replay answers the recorded status and error type.
-    answer = Reply.model_construct(error=status, latency=latency)
+        return Reply(error=status, latency=latency, retry_after=retry_after)  # type: ignore[arg-type]
     if status >= 500:
-        return answer, Reply(error=500, latency=latency)
-    return answer, None
+        return Reply(error=500, latency=latency)
+    return None
 
 
 _SERVER_BLOCK_HINT = "v1 replies carry text and client tool calls only"

@@ -86,24 +86,72 @@ class Interaction:
     response: RecordedResponse
 
     @property
+    def uri_hidden(self) -> bool:
+        """True when the recorder replaced the URI (``uri: '**REDACTED**'``, as newer langchain cassettes do)."""
+        uri = self.request.uri
+        return "://" not in uri and not uri.startswith("/")
+
+    @property
     def is_anthropic_messages(self) -> bool:
-        """True for ``POST api.anthropic.com/v1/messages`` and ``…/v1/messages/count_tokens`` (query ignored)."""
+        """True for ``POST api.anthropic.com/v1/messages`` and ``…/v1/messages/count_tokens`` (query ignored).
+
+        A call whose URI was redacted is recognised by its body and response (`endpoint_by_content`).
+        """
         if self.request.method.upper() != "POST":
             return False
+        if self.uri_hidden:
+            return endpoint_by_content(self) in _MESSAGES_PATHS
         parts = urlsplit(self.request.uri)
         return (parts.hostname or "").lower() == _ANTHROPIC_HOST and parts.path.rstrip("/") in _MESSAGES_PATHS
 
     @property
     def is_model_call(self) -> bool:
-        """True for ``POST …/v1/messages`` on any host (a recording made against ``simloop serve`` included)."""
-        return self.request.method.upper() == "POST" and self.request.path.rstrip("/") == _MESSAGES
+        """True for ``POST …/v1/messages`` on any host (a recording made against ``simloop serve`` included).
+
+        A call whose URI was redacted counts when its body and response are a Messages call.
+        """
+        if self.request.method.upper() != "POST":
+            return False
+        if self.uri_hidden:
+            return endpoint_by_content(self) == _MESSAGES
+        return self.request.path.rstrip("/") == _MESSAGES
+
+
+def endpoint_by_content(interaction: Interaction) -> str | None:
+    """The Anthropic endpoint a call was made to, told from its request body and response alone.
+
+    ``/v1/messages`` for a body with ``model``, ``max_tokens`` and a ``messages`` list whose answer
+    is a Message (JSON or a stream) or an error envelope; ``/v1/messages/count_tokens`` for a
+    ``messages`` body answered ``{"input_tokens": …}``; ``/v1/complete`` for the legacy Text
+    Completions API (a ``prompt`` body); None when the call is none of these.  Used for redacted URIs.
+    """
+    body = interaction.request.json()
+    if not isinstance(body, dict):
+        return None
+    response = interaction.response
+    answer = response.json()
+    if "prompt" in body and "messages" not in body:
+        return "/v1/complete"
+    if not isinstance(body.get("messages"), list) or not isinstance(body.get("model"), str):
+        return None
+    if isinstance(answer, dict) and set(answer) == {"input_tokens"}:
+        return "/v1/messages/count_tokens"
+    if "max_tokens" not in body:
+        return None
+    is_message = isinstance(answer, dict) and answer.get("type") in ("message", "error")
+    if is_message or (response.is_sse and b"message_start" in response.body):
+        return _MESSAGES
+    return None
 
 
 def load_cassette(path: str | os.PathLike[str]) -> list[Interaction]:
-    """Read every interaction of a VCR.py cassette (vcrpy or pydantic-ai dialect; a gzip file too).
+    """Read every interaction of a VCR.py cassette, whatever its layout; a gzip-compressed file too.
 
-    Raises `CassetteError` when the file is missing, is not YAML, or does not have the
-    cassette shape (``interactions:`` with ``request`` and ``response`` mappings).
+    Layouts read: vcrpy's file layout (``interactions:``, each a ``request`` and a ``response``),
+    with vcrpy's bodies or pydantic-ai's ``parsed_body``; and the layout vcrpy holds in memory
+    (parallel ``requests:`` and ``responses:`` lists), which langchain writes as ``*.yaml.gz``.
+
+    Raises `CassetteError` when the file is missing, is not YAML, or has neither shape.
     """
     name = os.fspath(path)
     try:
@@ -124,10 +172,13 @@ def load_cassette(path: str | os.PathLike[str]) -> list[Interaction]:
             f"{where}: not valid YAML ({problem}); a cassette is the YAML file VCR.py writes, "
             "check that the file is one and is not truncated."
         ) from exc
+    if type(data) is dict and "interactions" not in data and {"requests", "responses"} <= set(data):
+        data = {"interactions": _paired(name, data["requests"], data["responses"])}
     if type(data) is not dict or "interactions" not in data:
         raise CassetteError(
-            f"{name}: not a VCR.py cassette: expected a mapping with an 'interactions' list at the top, "
-            f"found {_describe(data)}. Pass a file recorded by VCR.py (or pytest-recording)."
+            f"{name}: not a VCR.py cassette: expected a mapping with an 'interactions' list (or parallel "
+            f"'requests' and 'responses' lists) at the top, found {_describe(data)}. Pass a file recorded by "
+            "VCR.py (or pytest-recording)."
         )
     items = data["interactions"]
     if type(items) is not list:
@@ -135,6 +186,21 @@ def load_cassette(path: str | os.PathLike[str]) -> list[Interaction]:
             f"{name}: 'interactions' must be a list of request/response pairs, found {_describe(items)}.{_FIX}"
         )
     return [_interaction(name, index, item) for index, item in enumerate(items)]
+
+
+def _paired(name: str, requests: Any, responses: Any) -> list[dict[str, Any]]:
+    """vcrpy's in-memory layout (parallel lists) as the file layout's interactions."""
+    if type(requests) is not list or type(responses) is not list:
+        raise CassetteError(
+            f"{name}: 'requests' and 'responses' must both be lists (found {_describe(requests)} and "
+            f"{_describe(responses)}).{_FIX}"
+        )
+    if len(requests) != len(responses):
+        raise CassetteError(
+            f"{name}: {len(requests)} requests but {len(responses)} responses; in this layout the n-th "
+            f"response answers the n-th request.{_FIX}"
+        )
+    return [{"request": q, "response": r} for q, r in zip(requests, responses, strict=True)]
 
 
 def _describe(value: Any) -> str:
@@ -213,6 +279,10 @@ def _response(where: str, raw: dict[str, Any]) -> RecordedResponse:
         raw_body = raw_body.get("string")
     body = _to_bytes(where, raw_body)
     encodings = [e.strip().lower() for v in headers.get("content-encoding", ()) for e in v.split(",") if e.strip()]
+    if any("redacted" in e for e in encodings):
+        # The recorder hid the header's value (langchain redacts them all): tell gzip by its magic bytes.
+        encodings = ["gzip"] if isinstance(raw_body, bytes) and body[:2] == b"\x1f\x8b" else []
+        headers.pop("content-encoding", None)
     if encodings:
         if isinstance(raw_body, bytes):
             body = _decompress(where, body, encodings)

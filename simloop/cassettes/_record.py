@@ -153,6 +153,10 @@ class CassetteSerializer:
         from vcr.serializers import yamlserializer  # type: ignore[import-untyped, unused-ignore]
 
         data: Any = yamlserializer.deserialize(cassette_string)
+        if isinstance(data, dict) and "interactions" not in data and {"requests", "responses"} <= set(data):
+            # vcrpy's in-memory layout written as is (langchain's cassettes): pair the lists up.
+            pairs = zip(data["requests"] or [], data["responses"] or [], strict=False)
+            data = {"version": 1, "interactions": [{"request": q, "response": r} for q, r in pairs]}
         if isinstance(data, dict) and isinstance(data.get("interactions"), list):
             data["interactions"] = [_from_disk(item) for item in data["interactions"]]
         return data  # type: ignore[no-any-return]

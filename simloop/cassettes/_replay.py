@@ -10,10 +10,10 @@ from typing import Any
 
 from simloop.cassettes._convert import RecordedCall, Recording, Source, load_recording
 from simloop.errors import UsageError
-from simloop.models import ModelRequest, ScriptExhausted
+from simloop.models import ModelRequest, RecordedError, ScriptExhausted
 from simloop.scenario import Reply
 from simloop.wire.render import Turn
-from simloop.wire.validate import thinking_signature
+from simloop.wire.validate import Rejection, thinking_signature
 
 # =========================================================================== replay as a model
 
@@ -57,9 +57,16 @@ class Recorded:
     exactly (content, ids, usage), as JSON or as a stream, whichever the loop asks for.  When the
     request differs from the recorded one, ``strict`` (the default) stops the run with
     `RecordingDiverged`: which call, which message, which block, what changed; ``strict=False``
-    serves by position and appends a `Drift` to ``drift``.  Top-level keys in ``ignore`` are not
-    compared (default: ``stream``, a transport choice).  Thinking blocks are re-signed with the
-    simulator's signature, so the simulator still checks that the loop sends them back unchanged.
+    serves by position and appends a `Drift` to ``drift``.  Fields that only steer the transport
+    (`TRANSPORT_FIELDS`: ``stream``, and the ``thread`` current SDKs send and older recordings lack)
+    are never part of the match; a drift report says when they differ too.  Top-level keys in
+    ``ignore`` are not compared either.  Thinking blocks are re-signed with the simulator's
+    signature, so the simulator still checks that the loop sends them back unchanged.
+
+    A recorded error is served with its recorded status, headers and body.  When the simulator
+    itself rejects the loop's request with the status the recording shows next (the loop sent the
+    same invalid request), that recorded call is used up too, so the recovery is matched against
+    the call that followed it.
 
     Example::
 
@@ -72,7 +79,7 @@ class Recorded:
         source: Source,
         *,
         strict: bool = True,
-        ignore: Iterable[str] = ("stream",),
+        ignore: Iterable[str] = (),
         resign_thinking: bool = True,
     ) -> None:
         if isinstance(source, (bytes, bytearray)) or not isinstance(source, (str, os.PathLike, Recording, Sequence)):
@@ -82,7 +89,7 @@ class Recorded:
             )
         self.recording = load_recording(source)
         self.strict = strict
-        self.ignore = frozenset(ignore)
+        self.ignore = frozenset(ignore) | TRANSPORT_FIELDS
         self.resign_thinking = resign_thinking
         self.drift: list[Drift] = []
         self.served = 0
@@ -92,7 +99,7 @@ class Recorded:
         """The recorded model calls, in order."""
         return self.recording.calls
 
-    def reply(self, request: ModelRequest) -> Reply | Turn:
+    def reply(self, request: ModelRequest) -> Reply | Turn | RecordedError:
         """The next recorded answer; raises `RecordingDiverged` / `RecordingExhausted` (BaseExceptions)."""
         calls = self.recording.calls
         if self.served >= len(calls):
@@ -103,13 +110,23 @@ class Recorded:
             )
         call = calls[self.served]
         self.served += 1
-        lines = request_diff(self._expected(call.request), self._sent(call.request, request))
-        if lines:
-            drift = Drift(call=request.call, interaction=call.interaction, lines=tuple(lines))
-            if self.strict:
-                raise RecordingDiverged(self._explain(request, call, drift), drift)
-            self.drift.append(drift)
+        self._compare(call, request)
         return self._serve(call.answer)
+
+    def rejected(self, request: ModelRequest, rejection: Rejection) -> None:
+        """The simulator refused ``request`` itself: use up the next recorded call if it is that error.
+
+        The server calls this (instead of `reply`) for a request its validator rejects.  A recording
+        whose next call is an error with the same status was answered the same way, so that call
+        is consumed (and compared like any other); otherwise the recording is left where it is.
+        """
+        calls = self.recording.calls
+        if self.served >= len(calls):
+            return
+        call = calls[self.served]
+        if isinstance(call.answer, RecordedError) and call.answer.status == rejection.status:
+            self.served += 1
+            self._compare(call, request)
 
     def leftovers(self) -> list[str]:
         """The recorded calls the run never reached."""
@@ -124,8 +141,24 @@ class Recorded:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _serve(self, answer: Turn | Reply) -> Turn | Reply:
-        if isinstance(answer, Reply) or not self.resign_thinking:
+    def _compare(self, call: RecordedCall, request: ModelRequest) -> None:
+        lines = request_diff(self._expected(call.request), self._sent(call.request, request))
+        if not lines:
+            return
+        for name in sorted(TRANSPORT_FIELDS):
+            recorded, sent = call.request.get(name, _ABSENT), request.body.get(name, _ABSENT)
+            if recorded != sent:
+                lines.append(
+                    f"{name}: recorded {_shown(recorded)}, sent {_shown(sent)} (not compared: it only steers the "
+                    "transport)"
+                )
+        drift = Drift(call=request.call, interaction=call.interaction, lines=tuple(lines))
+        if self.strict:
+            raise RecordingDiverged(self._explain(request, call, drift), drift)
+        self.drift.append(drift)
+
+    def _serve(self, answer: Turn | Reply | RecordedError) -> Turn | Reply | RecordedError:
+        if not isinstance(answer, Turn) or not self.resign_thinking:
             return answer
         return _resigned(answer)
 
@@ -157,6 +190,16 @@ class Recorded:
                 "serving the recorded replies by position and collecting the drift, use Recorded(path, strict=False)."
             ),
         ])
+
+
+#: Request fields that only steer the transport (how the answer is delivered, whether the server keeps
+#: the history): never part of a replay's match.
+TRANSPORT_FIELDS = frozenset({"stream", "thread"})
+_ABSENT = object()
+
+
+def _shown(value: Any) -> str:
+    return "nothing" if value is _ABSENT else _short(value)
 
 
 def _resigned(turn: Turn) -> Turn:
