@@ -14,6 +14,7 @@ features (`simloop.cassettes`, `simloop.strategies`) and follow the same protoco
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 from binascii import b2a_base64
@@ -188,7 +189,15 @@ class FunctionModel:
         self.fn = fn
 
     def reply(self, request: ModelRequest) -> Reply | Turn:
-        out = self.fn(request)
+        # The function gets its own copy: the simulator's parse of the request is shared with the
+        # transcript and with the next request's history, so an edit here must not rewrite what earlier
+        # requests appear to have sent.
+        body = copy.deepcopy(request.body)
+        messages = body.get("messages")
+        conversation = messages if request.conversation is request.body.get("messages") and type(messages) is list else (
+            copy.deepcopy(request.conversation)
+        )
+        out = self.fn(ModelRequest(request.call, request.attempt, body, conversation, request.stream))
         if isinstance(out, (Reply, Turn)):
             return out
         if isinstance(out, str):

@@ -454,8 +454,12 @@ class SimServer:
                     "thread_unsupported_request", f"{name}: cannot be changed when continuing a thread"
                 )
         new = body.get("messages")
+        if type(new) is not list:
+            # Nothing to append: the validator answers the body as sent ("messages: Field required" or
+            # "messages: Input should be a valid list"), as the real API does before looking at the thread.
+            return body, 0, None
         effective = {**stored.fields, **{k: v for k, v in body.items() if k != "messages"}}
-        effective["messages"] = [*stored.messages, *(new if isinstance(new, list) else [])]
+        effective["messages"] = [*stored.messages, *new]
         if stored.json_items < 0:
             stored.json_items = _json_items(stored.messages)
         # len(json.dumps(stored.messages, separators=(",", ":"))): brackets, items, commas

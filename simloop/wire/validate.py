@@ -514,7 +514,7 @@ def _validate(
         return block_error
     # A final assistant turn with unanswered tool_use (prefill, pause_turn continuation) is accepted.
     if pairing_error is not None:
-        return pairing_error
+        return _at_merged_position(pairing_error, messages)
     if thinking_type == "enabled" or thinking_type == "adaptive":
         thinking_error = _check_thinking_turn(turns)
         if thinking_error is not None:
@@ -637,6 +637,44 @@ def _check_block_extras(block: dict[str, Any], btype: Any, i: int, j: int) -> No
         raise _fail(f"messages.{i}.content.{j}.text.citations: Input should be a valid list", i, j, "citations")
     if btype == "document" and type(citations) is not dict:
         raise _fail(f"messages.{i}.content.{j}.document.citations: {_NOT_OBJECT}", i, j, "citations")
+
+
+_POSITION = re.compile(r"messages\[(\d+)\](?:\.content\[(\d+)\])?")
+
+
+def _at_merged_position(rejection: Rejection, messages: list[Any]) -> Rejection:
+    """The pairing rules run after the API merges consecutive same-role messages: name that position.
+
+    ``[user "a", user tool_result]`` is one user turn to the API, so its tool_result is at
+    ``messages.0.content.1``, not ``messages.1.content.0``.  The ``path`` keeps the position in the
+    request as sent (for reports); only the message's prefix changes.
+    """
+    found = _POSITION.fullmatch(rejection.path or "")
+    if found is None:
+        return rejection
+    i = int(found.group(1))
+    j = int(found.group(2)) if found.group(2) is not None else None
+    merged, offset, role = -1, 0, None
+    for k in range(i + 1):
+        message = messages[k]
+        kind = message.get("role")
+        content = message.get("content")
+        size = 1 if type(content) is str else len(content) if type(content) is list else 0
+        if kind == "system" or kind != role:  # a system message is its own entry and merges with nothing
+            merged, offset = merged + 1, 0
+            role = kind if kind != "system" else role
+        if k < i:
+            offset += size
+    if merged == i and offset == 0:
+        return rejection
+    text = rejection.message
+    if j is not None and text.startswith(f"messages.{i}.content.{j}:"):
+        old, new = f"messages.{i}.content.{j}", f"messages.{merged}.content.{offset + j}"
+    elif text.startswith(f"messages.{i}:"):
+        old, new = f"messages.{i}", f"messages.{merged}"
+    else:
+        return rejection
+    return Rejection(rejection.status, rejection.type, new + text[len(old) :], rejection.details, rejection.path)
 
 
 def _copy_json(value: Any) -> Any:
