@@ -50,8 +50,8 @@ LAX_CASES: list[tuple[str, dict[str, Any], str]] = [
     ("system block text missing", request(system=[{"type": "text"}]), "system.0.text: Field required"),
     ("tools[].type a number", request(tools=[{"type": 5, "name": "x"}]), "tools.0.type: Input should be a valid string"),
     ("tool_choice unknown type", request(tool_choice={"type": "some"}),
-     "tool_choice: Input tag 'some' found using 'type' does not match any of the expected tags: "
-     "'any', 'auto', 'none', 'tool'"),
+     ("tool_choice: Input tag 'some' found using 'type' does not match any of the expected tags: "
+     "'any', 'auto', 'none', 'tool'")),
     ("tool_choice no type", request(tool_choice={"name": "search"}),
      "tool_choice: Unable to extract tag using discriminator 'type'"),
     ("tool_choice a bare string", request(tool_choice="auto"), f"tool_choice: {NOT_OBJECT}"),
@@ -66,8 +66,8 @@ LAX_CASES: list[tuple[str, dict[str, Any], str]] = [
     ("cache_control a string", with_block({"type": "text", "text": "x", "cache_control": "ephemeral"}),
      f"messages.0.content.0.text.cache_control: {NOT_OBJECT}"),
     ("cache_control bad type", with_block({"type": "text", "text": "x", "cache_control": {"type": "forever"}}),
-     "messages.0.content.0.text.cache_control: Input tag 'forever' found using 'type' does not match any of the "
-     "expected tags: 'ephemeral'"),
+     ("messages.0.content.0.text.cache_control: Input tag 'forever' found using 'type' does not match any of the "
+     "expected tags: 'ephemeral'")),
     ("top-level cache_control a list", request(cache_control=[]), f"cache_control: {NOT_OBJECT}"),
     ("tool cache_control a string", request(tools=[{**TOOLS[0], "cache_control": "x"}]),
      f"tools.0.cache_control: {NOT_OBJECT}"),
