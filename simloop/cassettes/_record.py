@@ -84,13 +84,15 @@ def record(
 
     ``mode``: ``once`` (record when the file is absent, else replay it), ``new_episodes``, ``none``
     (replay only), ``all`` (always record), ``rewrite`` (delete the file, then record).  Secrets are
-    scrubbed (`Scrubber`; add literal values with ``secrets``).  JSON bodies are stored parsed,
+    scrubbed from the URI, the headers and the bodies (`Scrubber`; add literal values of at least 8
+    characters with ``secrets``).  JSON bodies are stored parsed,
     streams as their exact text.  Recording talks to a real server, so it runs in real time: it
     refuses to run on simloop's virtual clock (inside ``Sim.run``).  A cassette miss under ``none``
     reaches the SDK as ``APIConnectionError`` (whose ``__cause__`` is vcrpy's report), retried.
 
     Raises:
-        UsageError: an unknown ``mode``, or the block runs on the virtual clock.
+        UsageError: an unknown ``mode``, a listed secret under 8 characters, or the block runs on the
+            virtual clock.
 
     Example::
 
