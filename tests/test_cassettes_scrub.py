@@ -97,12 +97,11 @@ def test_a_recording_keeps_no_secret_from_the_uri_or_the_body(
     monkeypatch.setenv("ANTHROPIC_API_KEY", ENV_KEY)
     path = tmp_path / "leaky.yaml"
     body = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": f"my id is {LISTED}"}]}
-    with loopback.serve(SCENARIO) as server, record(path, secrets=[LISTED]):
-        with httpx2.Client() as client:
-            response = client.post(
-                f"{server.base_url}/v1/messages?api_key=plainvalue123&k={ENV_KEY}&t={quote_plus(LISTED)}",
-                json=body, headers={"x-api-key": ENV_KEY, "x-note": LISTED},
-            )
+    with loopback.serve(SCENARIO) as server, record(path, secrets=[LISTED]), httpx2.Client() as client:
+        response = client.post(
+            f"{server.base_url}/v1/messages?api_key=plainvalue123&k={ENV_KEY}&t={quote_plus(LISTED)}",
+            json=body, headers={"x-api-key": ENV_KEY, "x-note": LISTED},
+        )
     assert response.status_code == 200
     text = path.read_text(encoding="utf-8")
     for leak in ("plainvalue123", ENV_KEY, "tenant", quote_plus(LISTED)):
