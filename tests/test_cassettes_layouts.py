@@ -143,7 +143,7 @@ def test_convert_says_why_a_scenario_is_empty(tmp_path: Path) -> None:
     header = written.read_text(encoding="utf-8").split("\n", 3)
     assert header[1] == (
         "#   note: no POST /v1/messages call in the cassette, so the scenario has no reply: it holds 1 legacy Text "
-        "Completions calls (POST /v1/complete), which simloop does not simulate"
+        "Completions call(s) (POST /v1/complete), which simloop does not simulate"
     )
 
 

@@ -128,14 +128,14 @@ def _why_empty(interactions: Sequence[Interaction]) -> str:
     for item in interactions:
         endpoint = endpoint_by_content(item) if item.uri_hidden else None
         if endpoint == "/v1/complete" or (not item.uri_hidden and item.request.path.rstrip("/") == "/v1/complete"):
-            what = "legacy Text Completions calls (POST /v1/complete), which simloop does not simulate"
+            what = "legacy Text Completions call(s) (POST /v1/complete), which simloop does not simulate"
         elif endpoint is not None or item.request.path.rstrip("/") == "/v1/messages/count_tokens":
-            what = "count_tokens calls (no model reply)"
+            what = "count_tokens call(s) (no model reply)"
         elif item.uri_hidden:
-            what = "calls with a redacted URI whose body and response are not a Messages API call"
+            what = "call(s) with a redacted URI whose body and response are not a Messages API call"
         else:
             parts = urlsplit(item.request.uri)
-            what = f"{item.request.method.upper()} {parts.hostname or ''}{parts.path} calls (not the Messages API)"
+            what = f"{item.request.method.upper()} {parts.hostname or ''}{parts.path} call(s) (not the Messages API)"
         kinds[what] = kinds.get(what, 0) + 1
     found = "; ".join(f"{n} {what}" for what, n in kinds.items())
     return f"no POST /v1/messages call in the cassette, so the scenario has no reply: it holds {found}"
