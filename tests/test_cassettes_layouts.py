@@ -14,7 +14,7 @@ from typing import Any
 import anthropic
 import httpx2
 import pytest
-import yaml
+import yaml  # type: ignore[import-untyped, unused-ignore]
 
 import simloop
 from simloop import Outcome, Sim

@@ -184,7 +184,7 @@ def test_a_function_model_editing_the_conversation_does_not_rewrite_earlier_requ
 
     with Sim(scenario, model=FunctionModel(model)) as sim:
         sim.run(drive)
-    sent = [r.body["messages"] for r in sim.transcript.requests]  # type: ignore[index]
+    sent = [r.body["messages"] for r in sim.transcript.requests]
     assert [m[0]["content"] for m in sent] == ["Say hi.", "Say hi."]
     assert [len(m) for m in sent] == [1, 3]
     assert all(r.status == 200 for r in sim.transcript.responses)
