@@ -275,3 +275,38 @@ def test_a_streamed_fallback_is_relabelled_with_the_model_it_fell_back_to() -> N
     events = render_sse(turn, id="x", model="m", input_tokens=1)
     assert b'"model":"claude-opus-5"' in events[0]  # the stream starts under the requested model, as recorded
     assert sdk_stream_model(b"".join(events)) == "claude-sonnet-5"
+
+
+def test_a_recording_without_threads_replays_the_sdks_threaded_tool_runner_strictly(tmp_path: Path) -> None:
+    """Recorded with ``thread=False`` (as older SDKs sent it), replayed with the runner's default threads."""
+    from simloop import Scenario
+    from simloop.cassettes import record
+    from simloop.wire import loopback
+
+    scenario = Scenario.model_validate({
+        "name": "runner", "task": "Find the refund policy.",
+        "tools": [{"name": "search", "kind": "read", "input_schema": {"type": "object", "properties": {
+            "q": {"type": "string"}}, "required": ["q"]}, "results": ["30 days"]}],
+        "model": [{"tool_use": [{"name": "search", "input": {"q": "refund policy"}}]}, {"end_turn": "30 days."}],
+    })  # fmt: skip
+
+    def run(client: anthropic.Anthropic, **kwargs: Any) -> str:
+        @anthropic.beta_tool
+        def search(q: str) -> str:
+            """Search the knowledge base."""
+            return "30 days"
+
+        runner = client.beta.messages.tool_runner(
+            model=MODEL, max_tokens=512, tools=[search], messages=[{"role": "user", "content": scenario.task}], **kwargs
+        )
+        return "".join(b.text for b in runner.until_done().content if b.type == "text")
+
+    path = tmp_path / "runner.yaml"
+    with loopback.serve(scenario) as server, record(path):
+        assert run(anthropic.Anthropic(api_key="k", base_url=server.base_url, max_retries=0), thread=False) == "30 days."
+    assert all("thread" not in i.request.json() for i in load_cassette(path))
+    with Sim(to_scenario(path), model=Recorded(path)) as sim:
+        outcome = sim.run(lambda s: Outcome("final", run(s.client)))
+    assert outcome.text == "30 days."
+    assert sim.transcript.requests[1].body["thread"]["type"] == "continue"
+    assert sim.leftovers() == []
