@@ -604,8 +604,11 @@ def _check_tool_choice(choice: Any, tools: Any) -> None:
     if type(name) is not str:
         problem = "Field required" if name is None else "Input should be a valid string"
         raise _fail(f"tool_choice.tool.name: {problem}", field="tool_choice.name")  # pydantic
-    names = {t.get("name") for t in tools if type(t) is dict} if type(tools) is list else set()
-    if name not in names:
+    listed = tools if type(tools) is list else []
+    names = {t.get("name") for t in listed if type(t) is dict}
+    # A toolset (MCP, browser...) brings tools by name the request does not list: nothing to check against.
+    opaque = any(type(t) is not dict or type(t.get("name")) is not str for t in listed)
+    if name not in names and not opaque:
         # real: "Tool 'web_search' not found in provided tools" (an API 400 body quoted in proxies' tests)
         raise _fail(f"Tool '{name}' not found in provided tools", field="tool_choice.name")
 
