@@ -7,14 +7,17 @@ know what their loop would have done had call 3 of that run failed.  This module
   string, ``response.body.string`` a string or ``!!binary`` bytes, gzip when the response says
   ``content-encoding: gzip``) and pydantic-ai's (JSON bodies stored as YAML under ``parsed_body``;
   streams stay raw SSE text).  Files are read with PyYAML's safe loader (vcrpy's fails on
-  ``parsed_body``); a whole gzip-compressed file (``.yaml.gz``) is read too.  Everything is
+  ``parsed_body``); a whole gzip-compressed file (``.yaml.gz``) is read too, and so is the layout
+  vcrpy holds in memory (parallel ``requests``/``responses`` lists: langchain's ``*.yaml.gz``).  A
+  call whose URI the recorder redacted is recognised by its body and response.  Everything is
   normalised: header names lower-cased, bodies as bytes (``parsed_body`` re-serialised as compact
   JSON, gzip decompressed), the then-stale ``content-length``/``content-encoding`` dropped.
 * **record** (`record`, `vcr_config`, `configure_vcr`, `cassette_path`): vcrpy (>= 9.4, the first
   that sees httpx2) underneath, writing pytest-recording's layout (``cassettes/{module}/{test}.yaml``).
   JSON bodies are stored parsed (``parsed_body``) when that re-serialises to the exact bytes sent,
-  SSE streams as their exact text, and secrets never reach the disk: the same scrubbing hooks run
-  at record and at replay, as vcrpy needs (research ``libs.md`` §2.4).
+  SSE streams as their exact text, and secrets never reach the disk (`Scrubber`: URI, headers and
+  bodies, every encoding): the same scrubbing hooks run at record and at replay, as vcrpy needs
+  (research ``libs.md`` §2.4).
 * **replay as a model** (`Recorded`): a cassette answers the simulated API's model requests in
   order; a request that differs from the recorded one fails with a readable JSON diff naming the
   call, the message and the block (`RecordingDiverged`), or, tolerant, is served by position and
