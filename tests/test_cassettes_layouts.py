@@ -310,3 +310,18 @@ def test_a_recording_without_threads_replays_the_sdks_threaded_tool_runner_stric
     assert outcome.text == "30 days."
     assert sim.transcript.requests[1].body["thread"]["type"] == "continue"
     assert sim.leftovers() == []
+
+
+def test_the_convert_command_says_why_the_scenario_is_empty(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from simloop.cli import main
+
+    only_count = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+    path = write_file_layout(tmp_path / "count.yaml", [(
+        vcr_request(only_count, uri="https://api.anthropic.com/v1/messages/count_tokens"),
+        vcr_response({"input_tokens": 8}),
+    )])  # fmt: skip
+    assert main(["convert", str(path), "-o", str(tmp_path / "out.yaml")]) == 0
+    assert capsys.readouterr().err == (
+        f"simloop convert: {path}: no POST /v1/messages call in the cassette, so the scenario has no reply: it "
+        "holds 1 count_tokens call(s) (no model reply)\n"
+    )
