@@ -60,6 +60,8 @@ class ModelRequest:
 
     ``conversation`` is the whole message list (a thread continuation's stored
     history included); ``tools`` the names of the tools the request defines.
+    Read-only for a policy: the simulator shares these objects with the transcript
+    and the next request's history (`FunctionModel` hands its function a copy).
     """
 
     call: int
@@ -194,9 +196,11 @@ class FunctionModel:
         # requests appear to have sent.
         body = copy.deepcopy(request.body)
         messages = body.get("messages")
-        conversation = messages if request.conversation is request.body.get("messages") and type(messages) is list else (
-            copy.deepcopy(request.conversation)
-        )
+        conversation: list[Any]
+        if request.conversation is request.body.get("messages") and type(messages) is list:
+            conversation = messages  # one copy, still one object, as in the request handed over
+        else:
+            conversation = copy.deepcopy(request.conversation)
         out = self.fn(ModelRequest(request.call, request.attempt, body, conversation, request.stream))
         if isinstance(out, (Reply, Turn)):
             return out

@@ -25,7 +25,8 @@ class RecordedCall:
     """One recorded ``POST /v1/messages``: the request body and what the API answered.
 
     ``answer`` is what a replay serves: the exact `Turn` for a 200, the recorded status, headers and
-    body (`RecordedError`) for an error status, a `Reply` error for a stream that failed mid-way.  ``reply`` is the same answer in the scenario format
+    body (`RecordedError`) for an error status, a `Reply` error for a stream that failed mid-way.
+    ``reply`` is the same answer in the scenario format
     (None when v1 scenarios cannot script it: a 4xx other than 429).  ``latency`` comes from the
     recorded timing headers (``x-envoy-upstream-service-time``, ``server-timing``), 0.0 without them.
     """

@@ -314,7 +314,9 @@ class SimServer:
         if rejection is not None:
             rejected = getattr(self.policy, "rejected", None)
             if rejected is not None:  # a recording consumes the call it answered with this error
-                rejected(ModelRequest(req.call, req.attempt, effective, [], req.stream), rejection)
+                sent = effective.get("messages")
+                conversation = sent if type(sent) is list else []
+                rejected(ModelRequest(req.call, req.attempt, effective, conversation, req.stream), rejection)
             return self._reject(req, rejection, request_id)
         req.input_tokens = max(1, (len(raw) + history_bytes + 3) // 4)  # estimate_tokens, inline
         mreq = ModelRequest(
