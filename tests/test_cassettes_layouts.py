@@ -325,3 +325,13 @@ def test_the_convert_command_says_why_the_scenario_is_empty(tmp_path: Path, caps
         f"simloop convert: {path}: no POST /v1/messages call in the cassette, so the scenario has no reply: it "
         "holds 1 count_tokens call(s) (no model reply)\n"
     )
+
+
+def test_verify_fuzzes_a_langchain_yaml_gz_recording(tmp_path: Path) -> None:
+    from examples import correct_sync
+
+    path = write_in_memory_layout(
+        tmp_path / "test_invoke.yaml.gz", [vcr_request(REQUEST)], [vcr_response(message("Paris."), gzipped=True)]
+    )
+    report = simloop.verify(correct_sync.drive, recorded=path, max_examples=5, seed=1, out_dir=tmp_path / "out")
+    assert report.ok and report.examples == 5
