@@ -629,11 +629,14 @@ def convert(cassette: str, output: str | None, kinds: tuple[str, ...]) -> int:
         if not sep or kind not in ("read", "write") or not name:
             raise click.UsageError(f"--kind takes TOOL=read or TOOL=write, got {item!r}")
         kind_map[name] = kind
+    recording = cassettes.load_recording(cassette, kinds=kind_map or None)
     if output:
         path = cassettes.convert(cassette, output, kinds=kind_map or None)
         click.echo(f"wrote {path}")
     else:
-        click.echo(cassettes.to_scenario(cassette, kinds=kind_map or None).to_yaml(), nl=False)
+        click.echo(recording.scenario.to_yaml(), nl=False)
+    if not recording.calls:  # say why, rather than leave an empty script to puzzle over
+        click.echo(f"simloop convert: {cassette}: {recording.notes[-1]}", err=True)
     return 0
 
 

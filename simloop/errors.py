@@ -9,10 +9,7 @@ is the assertion a failing check raises: it carries the evidence.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from simloop.invariants import Violation
+from typing import Any
 
 __all__ = ["InvariantViolation", "ScenarioError", "SimloopInternalError", "UsageError"]
 
@@ -44,7 +41,8 @@ class SimloopInternalError(RuntimeError):
 class InvariantViolation(AssertionError):
     """The loop under test broke one or more invariants.
 
-    Attributes: ``violations`` (list of `simloop.Violation`), ``scenario`` (the
+    Attributes: ``violations`` (list of `simloop.Violation`; typed ``Any`` here because
+    this module sits below ``simloop.invariants`` and must not import it), ``scenario`` (the
     minimal scenario, when known), ``scenario_path`` (where it was written),
     ``timeline`` (the rendered run), ``replay`` (the command that replays it)
     and ``transcript`` (the failing run's `simloop.Transcript`, for reports).
@@ -54,7 +52,7 @@ class InvariantViolation(AssertionError):
         self,
         message: str,
         *,
-        violations: list[Violation],
+        violations: list[Any],
         scenario: Any = None,
         scenario_path: str | None = None,
         timeline: str | None = None,

@@ -14,12 +14,13 @@ features (`simloop.cassettes`, `simloop.strategies`) and follow the same protoco
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 from binascii import b2a_base64
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Union, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from simloop.errors import UsageError
 from simloop.scenario import MaxTokensBody, Reply, Scenario, ToolCall
@@ -31,6 +32,7 @@ __all__ = [
     "Ids",
     "ModelPolicy",
     "ModelRequest",
+    "RecordedError",
     "Script",
     "ScriptExhausted",
     "turn_from_reply",
@@ -58,6 +60,8 @@ class ModelRequest:
 
     ``conversation`` is the whole message list (a thread continuation's stored
     history included); ``tools`` the names of the tools the request defines.
+    Read-only for a policy: the simulator shares these objects with the transcript
+    and the next request's history (`FunctionModel` hands its function a copy).
     """
 
     call: int
@@ -88,11 +92,25 @@ class ModelRequest:
         return 0
 
 
+@dataclass(frozen=True, slots=True)
+class RecordedError:
+    """An HTTP error answer served byte for byte as recorded: status, headers and body.
+
+    A cassette's 4xx/5xx answers are served this way (`simloop.cassettes.Recorded`), so the SDK sees
+    the recorded ``retry-after`` (or none) and the recorded message, not simloop's canned ones.
+    """
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+    latency: float = 0.0
+
+
 @runtime_checkable
 class ModelPolicy(Protocol):
     """Anything that answers model requests."""
 
-    def reply(self, request: ModelRequest) -> Reply | Turn: ...
+    def reply(self, request: ModelRequest) -> Reply | Turn | RecordedError: ...
 
     def leftovers(self) -> list[str]:
         """What the policy was told to do and never did (strict teardown reports it)."""
@@ -153,7 +171,7 @@ class Script:
         return f"Script({len(self.replies)} replies, then={self.then!r})"
 
 
-ReplyLike = Union[Reply, Turn, dict[str, Any], str]
+ReplyLike = Reply | Turn | dict[str, Any] | str
 
 
 class FunctionModel:
@@ -173,7 +191,17 @@ class FunctionModel:
         self.fn = fn
 
     def reply(self, request: ModelRequest) -> Reply | Turn:
-        out = self.fn(request)
+        # The function gets its own copy: the simulator's parse of the request is shared with the
+        # transcript and with the next request's history, so an edit here must not rewrite what earlier
+        # requests appear to have sent.
+        body = copy.deepcopy(request.body)
+        messages = body.get("messages")
+        conversation: list[Any]
+        if request.conversation is request.body.get("messages") and type(messages) is list:
+            conversation = messages  # one copy, still one object, as in the request handed over
+        else:
+            conversation = copy.deepcopy(request.conversation)
+        out = self.fn(ModelRequest(request.call, request.attempt, body, conversation, request.stream))
         if isinstance(out, (Reply, Turn)):
             return out
         if isinstance(out, str):

@@ -294,11 +294,15 @@ def render_sse(turn: Turn, *, id: str, model: str, input_tokens: int, output_tok
         start_usage = {k: v for k, v in usage.items() if k not in _DELTA_ONLY_USAGE}
         final_output = usage.get("output_tokens") or 0
         start_usage["output_tokens"] = min(final_output, 1)
+    # After a fallback the stream starts under the requested model (the first hop's ``from``) and the
+    # SDK relabels the message when the fallback block arrives; the rendered JSON names the last ``to``.
+    hops = _fallback_models(turn.content) if turn.content else []
+    first = hops[0][0] if hops else None
     start_message: dict[str, Any] = {
         "id": message["id"],
         "type": "message",
         "role": "assistant",
-        "model": message["model"],
+        "model": first if isinstance(first, str) else message["model"],
         "content": [],
         "stop_reason": None,
         "stop_sequence": None,
@@ -475,9 +479,27 @@ class _Accumulator:
             stop_details=self.stop_details,
             usage=self.usage,
             id=self.message.get("id"),
-            model=self.message.get("model"),
+            model=_fallen_back_to(self.blocks) or self.message.get("model"),
             extra=self.extra,
         )
+
+
+def _fallback_models(content: list[dict[str, Any]]) -> list[tuple[Any, Any]]:
+    """(from model, to model) of each ``fallback`` block, in order."""
+    hops: list[tuple[Any, Any]] = []
+    for block in content:
+        if block.get("type") == "fallback":
+            src, dst = block.get("from"), block.get("to")
+            hops.append((src.get("model") if isinstance(src, dict) else None,
+                         dst.get("model") if isinstance(dst, dict) else None))  # fmt: skip
+    return hops
+
+
+def _fallen_back_to(content: list[dict[str, Any]]) -> str | None:
+    """The model the last ``fallback`` block hands over to: the SDK relabels a streamed message with it."""
+    hops = _fallback_models(content)
+    last = hops[-1][1] if hops else None
+    return last if isinstance(last, str) else None
 
 
 def turn_from_sse(body: bytes | str) -> Turn:
