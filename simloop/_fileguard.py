@@ -27,6 +27,7 @@ from ruamel.yaml.events import (
     ScalarEvent,
 )
 from ruamel.yaml.parser import RoundTripParser
+from ruamel.yaml.comments import TaggedScalar
 from ruamel.yaml.scalarbool import ScalarBoolean
 
 __all__ = [
@@ -213,6 +214,8 @@ def to_plain(node: Any, loc: tuple[Any, ...] = ()) -> Any:
         return out
     if isinstance(node, list):
         return [to_plain(v, (*loc, i)) for i, v in enumerate(node)]
+    if isinstance(node, TaggedScalar) and node.tag is not None and str(node.tag) == "tag:yaml.org,2002:str":
+        node = str(node.value)  # ``!!str 2026-12-01``: the text, as the tag asks
     if isinstance(node, str):
         text = str(node)
         try:

@@ -380,7 +380,7 @@ class Scenario(_Model):
             raise ScenarioError(f"not valid YAML: {e.problem or e.context}", path=path, line=line) from None
         except YAMLError as e:
             raise ScenarioError(f"not valid YAML: {e}", path=path) from None
-        return cls._from_data(data, path=path)
+        return cls._from_data(data, path=path, allow_functions=allow_functions)
 
     @classmethod
     def from_json(cls, text: str, *, path: str | Path | None = None, allow_functions: bool = False) -> Scenario:
