@@ -19,6 +19,7 @@ import math
 import re
 from typing import Any
 
+from ruamel.yaml.comments import TaggedScalar
 from ruamel.yaml.events import (
     AliasEvent,
     CollectionEndEvent,
@@ -27,7 +28,6 @@ from ruamel.yaml.events import (
     ScalarEvent,
 )
 from ruamel.yaml.parser import RoundTripParser
-from ruamel.yaml.comments import TaggedScalar
 from ruamel.yaml.scalarbool import ScalarBoolean
 
 __all__ = [

@@ -114,9 +114,9 @@ BAD: list[tuple[str, str, int | None, str]] = [
     ("repeat true", "model:\n  - end_turn: a\n    repeat: true\n", 3, "model[0].repeat: input should be a valid integer"),
     # item 7: a file cannot name code to run
     ("function without the opt-in", TOOL + "    function: 'subprocess:getoutput'\n", 3,
-     "tools[0].function: a scenario file cannot name code to run ('subprocess:getoutput'). Bind the tool in Python "
-     "instead: Sim(scenario, tools={'a': fn}); or, if you trust this file, opt in with allow_functions=True "
-     "(simloop run --allow-functions)"),
+     ("tools[0].function: a scenario file cannot name code to run ('subprocess:getoutput'). Bind the tool in Python "
+      "instead: Sim(scenario, tools={'a': fn}); or, if you trust this file, opt in with allow_functions=True "
+      "(simloop run --allow-functions)")),
 ]
 
 
@@ -197,10 +197,10 @@ GOOD: list[tuple[str, str, Any]] = [
     ("an empty final text", "model:\n  - end_turn: ''\n", lambda s: s.model[0].end_turn == ""),
     ("an integer latency", "model:\n  - end_turn: a\n    latency: 2\n", lambda s: s.model[0].latency == 2.0),
     ("every cap at its edge",
-     f"tools:\n  - name: {'a' * 128}\nmodel:\n  - end_turn: a\n    latency: {MAX_SECONDS:.0f}\n    repeat: {MAX_COUNT}\n"
-     f"  - error: 429\n    retry_after: {MAX_SECONDS:.0f}\n    usage: {{input_tokens: {MAX_TOKENS}}}\n"
-     f"faults:\n  - {{tool: {'a' * 128}, kind: huge_output, size: {MAX_OUTPUT_CHARS}, call: {MAX_COUNT}}}\n"
-     f"limits: {{max_steps: {MAX_COUNT}, deadline_s: {MAX_DEADLINE_S:.0f}, max_total_tokens: {MAX_TOKENS}}}\n",
+     (f"tools:\n  - name: {'a' * 128}\nmodel:\n  - end_turn: a\n    latency: {MAX_SECONDS:.0f}\n    repeat: {MAX_COUNT}\n"
+      f"  - error: 429\n    retry_after: {MAX_SECONDS:.0f}\n    usage: {{input_tokens: {MAX_TOKENS}}}\n"
+      f"faults:\n  - {{tool: {'a' * 128}, kind: huge_output, size: {MAX_OUTPUT_CHARS}, call: {MAX_COUNT}}}\n"
+      f"limits: {{max_steps: {MAX_COUNT}, deadline_s: {MAX_DEADLINE_S:.0f}, max_total_tokens: {MAX_TOKENS}}}\n"),
      lambda s: s.limits.deadline_s == MAX_DEADLINE_S and s.faults[0].size == MAX_OUTPUT_CHARS),
     ("nesting at the cap", _deep_input(MAX_DEPTH - 6),
      lambda s: s.model[0].calls[0].input == _nested_in_reply(MAX_DEPTH - 6)),

@@ -296,8 +296,8 @@ class _Handler(BaseHTTPRequestHandler):
     server: _HTTPServer
 
     def setup(self) -> None:
-        self.timeout = self.server.read_timeout  # StreamRequestHandler applies it to the socket
         super().setup()
+        self.connection.settimeout(self.server.read_timeout)  # reads and writes: a silent client is let go
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # a test server prints nothing
