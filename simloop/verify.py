@@ -182,15 +182,24 @@ def verify(
     return Report(violations=[], checked=tuple(checked), examples=state["examples"])
 
 
-def replay(drive: Drive, path: str | Path, *, seed: int = 0, invariants: Iterable[str] | None = None) -> Report:
+def replay(
+    drive: Drive,
+    path: str | Path,
+    *,
+    seed: int = 0,
+    invariants: Iterable[str] | None = None,
+    allow_functions: bool = False,
+) -> Report:
     """Re-run a saved scenario and re-check it; raises `InvariantViolation` if the loop still breaks it.
 
     The file's ``expect: {violations: [...]}`` lists violations that are expected
     (a documented known bug): those do not fail the replay, any other does, and
     so does an expected one that no longer happens; ``expect: {reason: ...}``
-    must match the reason the loop gives.
+    must match the reason the loop gives.  ``allow_functions=True`` lets the
+    file's tool ``function:`` paths name functions of your own modules
+    (docs/security.md).
     """
-    scenario = load_scenario(path)
+    scenario = load_scenario(path, allow_functions=allow_functions)
     with Sim(scenario, seed=seed) as sim:
         outcome = sim.run(drive)
     report: Report = sim.check(invariants=invariants)

@@ -240,7 +240,8 @@ def test_python_construction_has_the_same_caps() -> None:
 def helpers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A user module on sys.path: one own function, one re-export of the stdlib's os.system."""
     (tmp_path / "my_tools.py").write_text(
-        "from os import system as run_it\n\n\ndef lookup(q):\n    return {'answer': q.upper()}\n\n\nNOT_A_FUNCTION = 3\n"
+        "from os import system as run_it\n\nCALLS = []\n\n\ndef lookup(q):\n    CALLS.append(q)\n"
+        "    return {'answer': q.upper()}\n\n\nNOT_A_FUNCTION = 3\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "my_tools", raising=False)
@@ -287,6 +288,21 @@ def test_even_with_the_opt_in_only_own_functions(helpers: Path, function: str, e
         load_scenario(path, allow_functions=True)
     assert str(info.value).startswith(f"{path}:4: tools[0].function: tool 'lookup': "), str(info.value)
     assert expected in str(info.value)
+
+
+def test_replay_takes_the_opt_in(helpers: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from examples.correct_sync import drive
+    from simloop import replay
+
+    path = helpers / "uses-lookup.yaml"
+    path.write_text(
+        "task: x\ntools:\n  - name: lookup\n    function: my_tools:lookup\nmodel:\n"
+        "  - tool_use: [{name: lookup, input: {q: refunds}}]\n  - end_turn: ok\n"
+    )
+    with pytest.raises(ScenarioError, match="cannot name code to run"):
+        replay(drive, path)
+    assert replay(drive, path, allow_functions=True).ok
+    assert sys.modules["my_tools"].CALLS == ["refunds"]
 
 
 def test_run_reports_bad_files_and_goes_on_with_a_summary(
