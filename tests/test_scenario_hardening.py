@@ -333,10 +333,12 @@ def test_run_reports_bad_files_and_goes_on_with_a_summary(
     assert out.rstrip().endswith("2 passed, 0 failed, 3 error(s)")
 
 
-def test_cli_caps_agree_with_the_format() -> None:
+def test_cli_caps_agree_with_the_format(capsys: pytest.CaptureFixture[str]) -> None:
     from simloop import cli
 
     assert (cli._MAX_COUNT, cli._MAX_DEADLINE_S, cli._MAX_TOKENS) == (MAX_COUNT, MAX_DEADLINE_S, MAX_TOKENS)
+    assert main(["verify", "examples.correct_sync:drive", "--deadline", "1e12"]) == 2
+    assert "Invalid value for '--deadline': 1000000000000.0 is not in the range 0<x<=604800.0" in capsys.readouterr().err
 
 
 def test_a_sim_from_a_dict_follows_the_file_rules() -> None:
