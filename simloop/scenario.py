@@ -466,6 +466,8 @@ def load_scenario(path: str | Path, *, allow_functions: bool = False) -> Scenari
     """
     p = Path(path)
     try:
+        if p.exists() and not p.is_file():  # a FIFO or a device (/dev/zero) would be read forever
+            raise ScenarioError("not a regular file; a scenario is a .yaml, .yml or .json file", path=p)
         size = p.stat().st_size
         if size > MAX_FILE_BYTES:  # refused before reading it
             raise ScenarioError(_too_big(size), path=p)

@@ -168,6 +168,23 @@ def test_a_file_past_the_size_cap_is_refused_before_it_is_read(tmp_path: Path) -
         Scenario.from_yaml("task: " + "x" * MAX_FILE_BYTES)
 
 
+def test_a_device_or_a_fifo_is_not_read(tmp_path: Path) -> None:
+    import os
+
+    link = tmp_path / "zero.yaml"
+    link.symlink_to("/dev/zero")
+    with pytest.raises(ScenarioError, match=r"zero.yaml: not a regular file"):
+        load_scenario(link)
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(ScenarioError, match=r"pipe.yaml: not a regular file"):
+        load_scenario(fifo)
+    folder = tmp_path / "folder.yaml"
+    folder.mkdir()
+    with pytest.raises(ScenarioError, match=r"folder.yaml: not a regular file"):
+        load_scenario(folder)
+
+
 def test_many_values_without_aliases_are_refused_too() -> None:
     text = "task: x\nexpect: {violations: [" + ",".join(["stops"] * (MAX_NODES + 10)) + "]}\n"
     with pytest.raises(ScenarioError, match=f"the document holds more than {MAX_NODES:,} values; split the scenario"):
