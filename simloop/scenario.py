@@ -435,11 +435,14 @@ class Scenario(_Model):
 
     def to_data(self) -> dict[str, Any]:
         """This scenario as plain data (defaults left out, kind keys first)."""
-        data = self.model_dump(mode="json", exclude_defaults=True)
+        # A callable is not JSON: tools' functions are written as their import paths.
+        data = self.model_dump(mode="json", exclude_defaults=True, exclude={"tools": {"__all__": {"function"}}})
         data = {"version": 1, **data}
         for t, spec in zip(data.get("tools", []), self.tools):
             if callable(spec.function):
                 t["function"] = f"{spec.function.__module__}:{spec.function.__qualname__}"
+            elif spec.function is not None:
+                t["function"] = spec.function
         return data
 
     def dump(self, path: str | Path) -> Path:

@@ -364,3 +364,32 @@ def test_a_sim_from_a_dict_follows_the_file_rules() -> None:
         Sim(data)
     with pytest.raises(UsageError, match="is not in your own code"):
         Sim(data, allow_functions=True)
+
+
+def lookup_tool(**input: Any) -> str:
+    """A tool implementation bound from Python (verify's reproduction file names it by import path)."""
+    return f"found {sorted(input)}"
+
+
+def test_a_reproduction_file_with_functions_says_how_to_replay_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import simloop
+    from examples.tool_exception_escapes import drive
+    from simloop import ToolSpec
+
+    monkeypatch.chdir(ROOT)
+    tools = [ToolSpec(name="search", function=lookup_tool), ToolSpec(name="send_email", kind="write")]
+    with pytest.raises(simloop.InvariantViolation) as info:
+        simloop.verify(drive, tools=tools, max_examples=30, seed=0, out_dir=tmp_path, invariants=["tool_errors"])
+    failure = info.value
+    assert failure.scenario_path is not None
+    written = Path(failure.scenario_path).read_text()
+    assert f"function: {lookup_tool.__module__}:lookup_tool" in written
+    assert "# Replay with simloop.replay(drive, this_file, allow_functions=True);" in written
+    assert failure.replay == (
+        f"simloop run {failure.scenario_path} --drive examples.tool_exception_escapes:drive --allow-functions"
+    )
+    assert main(["run", failure.scenario_path, "--drive", "examples.tool_exception_escapes:drive"]) == 2
+    assert main(failure.replay.split()[1:]) == 1  # replayed, opted in: the same violation
+    assert "FAIL" in capsys.readouterr().out
