@@ -200,8 +200,12 @@ def _short_tag(tag: str) -> str:
 def to_plain(node: Any, loc: tuple[Any, ...] = ()) -> Any:
     """The loaded YAML tree as plain JSON data; `FileRefused` (with ``loc``) for what JSON cannot carry.
 
-    Aliases were bounded by `GuardedParser`, so copying shared values here stays within the caps.
+    Aliases were bounded by `GuardedParser`, so copying shared values here stays within the caps; the
+    depth is checked again for data that did not come through it (a dict given to ``Sim``).
     """
+    if len(loc) >= MAX_DEPTH and isinstance(node, (dict, list)):
+        raise FileRefused(f"lists and mappings nest deeper than {MAX_DEPTH} levels; a scenario never needs that much",
+                          loc=loc)
     if isinstance(node, dict):
         out: dict[str, Any] = {}
         for key, value in node.items():

@@ -359,6 +359,11 @@ def test_cli_caps_agree_with_the_format(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_a_sim_from_a_dict_follows_the_file_rules() -> None:
+    deep: Any = []
+    for _ in range(5000):
+        deep = [deep]
+    with pytest.raises(ScenarioError, match=f"nest deeper than {MAX_DEPTH} levels"):
+        Sim({"tools": [{"name": "a"}], "model": [{"tool_use": [{"name": "a", "input": {"x": deep}}]}]})
     data = {"tools": [{"name": "a", "function": "subprocess:getoutput"}], "model": [{"end_turn": "x"}]}
     with pytest.raises(UsageError, match="a scenario file cannot name code to run"):
         Sim(data)
