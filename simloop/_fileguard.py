@@ -65,9 +65,13 @@ MAX_COUNT = 10_000
 #: The largest token count (``usage``, ``max_total_tokens``).
 MAX_TOKENS = 100_000_000
 
-_JSON_TAGS = frozenset(
-    {"!", *(f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map", "seq"))}
-)
+#: The tags a scenario may spell out: ``!!str`` (to keep ``2026-12-01`` text), ``!!map``, ``!!seq`` and the
+#: non-specific ``!``.  The others either make what JSON cannot carry or convert text to numbers in ways
+#: that fail (``!!int abc``): write values plainly.
+_ALLOWED_TAGS = frozenset({"!", "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"})
+#: A plain scalar that YAML would read as a number with this many digits or more (Python refuses past 4,300).
+_MAX_DIGITS = 1000
+_NUMBER_LIKE = re.compile(r"[-+]?(?:0[xo])?[0-9a-fA-F_.]+(?:[eE][-+]?[0-9]+)?")
 
 
 class FileRefused(Exception):
@@ -120,10 +124,10 @@ class GuardedParser(RoundTripParser):
     def _see(self, event: Any) -> None:
         line = event.start_mark.line + 1 if event.start_mark is not None else None
         tag = getattr(event, "tag", None)
-        if tag is not None and tag not in _JSON_TAGS:
+        if tag is not None and tag not in _ALLOWED_TAGS:
             raise FileRefused(
-                f"the YAML tag {_short_tag(tag)} makes a value JSON cannot carry; a scenario holds only strings, "
-                "numbers, booleans, null, lists and mappings (use a list for a set, quote a date)",
+                f"the YAML tag {_short_tag(tag)} is not part of the scenario format: a scenario holds only strings, "
+                "numbers, booleans, null, lists and mappings, written plainly (use a list for a set, quote a date)",
                 line=line,
             )
         if isinstance(event, AliasEvent):
@@ -141,6 +145,8 @@ class GuardedParser(RoundTripParser):
             self._stack.append(_Frame(event.anchor))
         elif isinstance(event, ScalarEvent):
             chars = len(event.value)
+            if chars > _MAX_DIGITS and event.style is None and _NUMBER_LIKE.fullmatch(event.value):
+                raise FileRefused(f"a number of {chars:,} digits; numbers in a scenario are far shorter", line=line)
             if event.anchor is not None:
                 self._sizes[event.anchor] = (1, chars, 0)
             self._add(1, chars, 0, event)

@@ -380,6 +380,8 @@ class Scenario(_Model):
             raise ScenarioError(f"not valid YAML: {e.problem or e.context}", path=path, line=line) from None
         except YAMLError as e:
             raise ScenarioError(f"not valid YAML: {e}", path=path) from None
+        except (ValueError, TypeError, OverflowError) as e:  # a scalar ruamel could not convert
+            raise ScenarioError(f"not valid YAML: a value cannot be read ({e})", path=path) from None
         return cls._from_data(data, path=path, allow_functions=allow_functions)
 
     @classmethod

@@ -60,11 +60,16 @@ BAD: list[tuple[str, str, int | None, str]] = [
     ("nesting just past the cap", _deep_input(MAX_DEPTH - 5), 4, f"nest deeper than {MAX_DEPTH} levels"),
     # item 9: YAML types JSON cannot carry
     ("!!set", TOOL + "    input_schema: {type: object, properties: !!set {x, y}}\n", 3,
-     "the YAML tag !!set makes a value JSON cannot carry"),
-    ("!!binary", "task: !!binary aGVsbG8=\n", 1, "the YAML tag !!binary makes a value JSON cannot carry"),
+     "the YAML tag !!set is not part of the scenario format"),
+    ("!!binary", "task: !!binary aGVsbG8=\n", 1, "the YAML tag !!binary is not part of the scenario format"),
     ("!!omap", "task: x\nexpect: !!omap [{reason: final}]\n", 2, "the YAML tag !!omap"),
     ("custom tag", "task: !shell ls\n", 1, "the YAML tag !shell"),
     ("python tag", "task: !!python/object/apply:os.system [ls]\n", 1, "the YAML tag !!python/object/apply:os.system"),
+    ("!!int on text", "task: !!int abc\n", 1, "the YAML tag !!int is not part of the scenario format"),
+    ("!!float on text", "limits: {deadline_s: !!float abc}\n", 1, "the YAML tag !!float"),
+    ("a number of 5,000 digits", "limits: {max_steps: " + "9" * 5000 + "}\n", 1,
+     "a number of 5,000 digits; numbers in a scenario are far shorter"),
+    ("a hex number of 5,000 digits", "limits: {max_steps: 0x" + "f" * 5000 + "}\n", 1, "a number of 5,002 digits"),
     ("date", "task: 2026-12-01\n", 1, "task: YAML read this as a date (2026-12-01), which JSON cannot carry; quote it"),
     ("timestamp in an input", TOOL + "model:\n  - tool_use: [{name: a, input: {at: 2026-12-01 10:00:00}}]\n", 4,
      "model[0].tool_use[0].input.at: YAML read this as a date"),
@@ -398,3 +403,29 @@ def test_a_reproduction_file_with_functions_says_how_to_replay_it(
     assert main(["run", failure.scenario_path, "--drive", "examples.tool_exception_escapes:drive"]) == 2
     assert main(failure.replay.split()[1:]) == 1  # replayed, opted in: the same violation
     assert "FAIL" in capsys.readouterr().out
+
+
+_SEEDS = [p.read_text(encoding="utf-8") for p in sorted((ROOT / "scenarios").glob("*.yaml"))]
+_PIECES = [*"[]{}&*!:-,'\"\\|>#?%@` \n\t0123456789.eE+x", "!!set", "!!binary", "*a", "&a", "<<", ".inf", ".nan",
+           "\u2028", "\ud800", "\x00", "\ufeff", "2026-01-01", "---", "..."]
+
+
+def test_mangled_curated_files_are_loaded_or_refused_never_crash() -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    edit = st.tuples(st.integers(0, 3000), st.integers(0, 20), st.lists(st.sampled_from(_PIECES), max_size=6))
+
+    @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(st.sampled_from(_SEEDS), st.lists(edit, max_size=4))
+    def mangled(seed: str, edits: list[tuple[int, int, list[str]]]) -> None:
+        text = seed
+        for at, cut, pieces in edits:
+            at %= len(text) + 1
+            text = text[:at] + "".join(pieces) + text[at + cut :]
+        try:
+            Scenario.from_yaml(text, path="mangled.yaml")
+        except ScenarioError as e:
+            assert str(e).startswith("mangled.yaml")
+
+    mangled()
