@@ -7,7 +7,10 @@ get precise errors: `load_scenario` reports a malformed file with its path,
 the line and what was expected, never with a traceback.
 
 YAML is read with ruamel.yaml (YAML 1.2, so ``no`` stays a string and line
-numbers are kept for the error messages).
+numbers are kept for the error messages).  A file is data only: its size,
+nesting, alias expansion and durations are capped, values JSON cannot carry
+are refused, and a tool's ``function:`` import path needs the runner's opt-in
+(``allow_functions=True``); `simloop._fileguard` and docs/security.md.
 """
 
 from __future__ import annotations
