@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import click
 
-from simloop.errors import UsageError
+from simloop.errors import SimloopInternalError, UsageError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -40,6 +40,12 @@ if TYPE_CHECKING:
     from simloop.transcript import Transcript
 
 __all__ = ["cli", "load_drive", "main"]
+
+# The scenario format's caps (simloop._fileguard, docs/security.md), repeated here so that loading the CLI
+# does not load the YAML reader; a test checks that they agree.
+_MAX_COUNT = 10_000
+_MAX_DEADLINE_S = 7 * 86_400.0
+_MAX_TOKENS = 100_000_000
 
 _DRIVE_HELP = (
     "package.module:function, the adapter that runs your loop in a Sim (importable from the current directory)"
@@ -159,16 +165,18 @@ class _Counter:
     metavar="NAME",
     help="Start from this registered Hypothesis settings profile (e.g. 'ci').",
 )
-@click.option("--max-steps", type=click.IntRange(min=1), default=None, help="The step cap your loop declares.")
+@click.option(
+    "--max-steps", type=click.IntRange(min=1, max=_MAX_COUNT), default=None, help="The step cap your loop declares."
+)
 @click.option(
     "--deadline",
     "deadline_s",
-    type=click.FloatRange(min=0, min_open=True),
+    type=click.FloatRange(min=0, min_open=True, max=_MAX_DEADLINE_S),
     default=None,
     help="The deadline your loop declares, in (virtual) seconds.",
 )
 @click.option(
-    "--max-total-tokens", type=click.IntRange(min=1), default=None, help="The token budget your loop declares."
+    "--max-total-tokens", type=click.IntRange(min=1, max=_MAX_TOKENS), default=None, help="The token budget your loop declares."
 )
 @click.option(
     "-i",
@@ -379,12 +387,21 @@ class _ProgressBar:
     help="Write each run's transcript (JSONL): to this file for one scenario, else into this folder as NAME.jsonl.",
 )
 @click.option("-v", "--verbose", is_flag=True, help="Show the timeline of every failing run.")
-def run(paths: Sequence[str], drive_spec: str, seed: int, trace: str | None, verbose: bool) -> int:
+@click.option(
+    "--allow-functions",
+    is_flag=True,
+    help="Let the files' tool 'function: pkg.module:fn' paths import and run functions of your own modules "
+    "(refused by default: a scenario file is data; see docs/security.md).",
+)
+def run(
+    paths: Sequence[str], drive_spec: str, seed: int, trace: str | None, verbose: bool, allow_functions: bool
+) -> int:
     """Replay scenario files (or folders of *.yaml) through DRIVE, one line each.
 
     Each run is checked against every invariant and the file's expect: block (expected violations and
-    outcome reason). Exits 1 if any file fails, 2 if a file cannot be run (malformed, or the loop asked
-    for more replies than the file scripts), else 0.
+    outcome reason). A file that cannot be run is reported and the others still run. Exits 1 if any file
+    fails, 2 if a file cannot be run (malformed, or the loop asked for more replies than the file
+    scripts), else 0.
 
     Example: simloop run scenarios/ --drive examples.correct_sync:drive
     """
@@ -397,10 +414,14 @@ def run(paths: Sequence[str], drive_spec: str, seed: int, trace: str | None, ver
     failed = errors = 0
     for path in files:
         try:
-            transcript, problems, line = _run_one(fn, path, seed)
+            transcript, problems, line = _run_one(fn, path, seed, allow_functions=allow_functions)
         except UsageError as e:
             errors += 1
             click.echo(f"ERROR {path!s:<{wide}}  {e}")
+            continue
+        except SimloopInternalError as e:  # a simloop bug on one file: reported, and the batch goes on
+            errors += 1
+            click.echo(f"ERROR {path!s:<{wide}}  simloop internal error (please report it): {e}")
             continue
         if trace:
             transcript.write(trace_dir / f"{path.stem}.jsonl" if trace_dir else Path(trace))
@@ -422,13 +443,15 @@ def run(paths: Sequence[str], drive_spec: str, seed: int, trace: str | None, ver
     return 2 if errors else 1 if failed else 0
 
 
-def _run_one(drive: Callable[..., Any], path: Path, seed: int) -> tuple[Transcript, list[str], str]:
+def _run_one(
+    drive: Callable[..., Any], path: Path, seed: int, *, allow_functions: bool = False
+) -> tuple[Transcript, list[str], str]:
     """Run one scenario file; returns the transcript, the problems (violations, unmet expectations) and a summary."""
     from simloop.scenario import load_scenario
     from simloop.sim import Sim
 
-    scenario = load_scenario(path)
-    with Sim(scenario, seed=seed) as sim:
+    scenario = load_scenario(path, allow_functions=allow_functions)
+    with Sim(scenario, seed=seed, allow_functions=allow_functions) as sim:
         outcome = sim.run(drive)
     report = sim.check()
     expect = scenario.expect

@@ -21,7 +21,7 @@ import functools
 import inspect
 import random
 import threading
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, Union
 
@@ -67,6 +67,10 @@ class Sim:
         budget: when to unwind a loop that does not stop (model calls); virtual time is capped by ``max_virtual_s``.
         watchdog_s: real seconds a loop may spin without calling the model or a tool before it is unwound.
         fault_source: decides each tool execution's fault instead of the scenario's ``faults`` (generated runs).
+        tools: implementations of the scenario's tools, by name: ``{"search": my_search}`` (called with the
+            tool input as keywords; what it returns is the tool's output).  This is how a tool's code is bound.
+        allow_functions: resolve the tools' ``function: "pkg.module:fn"`` import paths (a scenario file's
+            opt-in, docs/security.md); off by default, so a file cannot make simloop import and run code.
     """
 
     def __init__(
@@ -80,8 +84,12 @@ class Sim:
         max_virtual_s: float | None = None,
         watchdog_s: float = 10.0,
         fault_source: FaultSource | None = None,
+        tools: Mapping[str, Callable[..., Any]] | None = None,
+        allow_functions: bool = False,
     ) -> None:
-        self.scenario = _as_scenario(scenario)
+        self.scenario = _as_scenario(scenario, allow_functions=allow_functions)
+        if tools is not None:
+            self.scenario = _bind_tools(self.scenario, tools)
         if limits is not None:
             self.scenario = self.scenario.model_copy(update={"limits": limits})
         self.seed = int(seed)
@@ -107,7 +115,7 @@ class Sim:
         )
         self.tools = ToolBox(
             self.scenario, self.transcript, now=self.clock.now, sleep=guard.sleep, on_call=guard.on_tool,
-            fault_source=fault_source,
+            fault_source=fault_source, allow_functions=allow_functions,
         )
         self.model = DEFAULT_MODEL
         self._clients: dict[str, Any] = {}
@@ -399,16 +407,33 @@ def _prototype(cls: Any) -> tuple[Any, str | None]:
     return proto, slots[0] if len(slots) == 1 else None
 
 
-def _as_scenario(scenario: ScenarioLike) -> Scenario:
+def _as_scenario(scenario: ScenarioLike, *, allow_functions: bool = False) -> Scenario:
     if isinstance(scenario, Scenario):
         return scenario
     if isinstance(scenario, (str, Path)):
-        return load_scenario(scenario)
+        return load_scenario(scenario, allow_functions=allow_functions)
     if isinstance(scenario, dict):
-        return Scenario._from_data(scenario, path=None)
+        return Scenario._from_data(scenario, path=None, allow_functions=allow_functions)
     raise UsageError(
         f"Sim(scenario) takes a simloop.Scenario, a path to a scenario file or a dict; got {type(scenario).__name__}"
     )
+
+
+def _bind_tools(scenario: Scenario, tools: Mapping[str, Callable[..., Any]]) -> Scenario:
+    """The scenario with ``tools``' callables as its tools' functions (`Sim`'s ``tools=``)."""
+    if not isinstance(tools, Mapping):
+        raise UsageError(f"Sim(tools=...) takes a mapping of tool name to callable, got {type(tools).__name__}")
+    names = [t.name for t in scenario.tools]
+    for name, fn in tools.items():
+        if name not in names:
+            raise UsageError(
+                f"Sim(tools=...): {name!r} is not a tool of scenario {scenario.name!r} "
+                f"(its tools: {', '.join(names) or 'none'})"
+            )
+        if not callable(fn):
+            raise UsageError(f"Sim(tools=...): the implementation of {name!r} must be callable, got {fn!r}")
+    bound = [t.model_copy(update={"function": tools[t.name]}) if t.name in tools else t for t in scenario.tools]
+    return scenario.model_copy(update={"tools": bound})
 
 
 def _default_budget(limits: Limits) -> Budget:

@@ -182,15 +182,24 @@ def verify(
     return Report(violations=[], checked=tuple(checked), examples=state["examples"])
 
 
-def replay(drive: Drive, path: str | Path, *, seed: int = 0, invariants: Iterable[str] | None = None) -> Report:
+def replay(
+    drive: Drive,
+    path: str | Path,
+    *,
+    seed: int = 0,
+    invariants: Iterable[str] | None = None,
+    allow_functions: bool = False,
+) -> Report:
     """Re-run a saved scenario and re-check it; raises `InvariantViolation` if the loop still breaks it.
 
     The file's ``expect: {violations: [...]}`` lists violations that are expected
     (a documented known bug): those do not fail the replay, any other does, and
     so does an expected one that no longer happens; ``expect: {reason: ...}``
-    must match the reason the loop gives.
+    must match the reason the loop gives.  ``allow_functions=True`` lets the
+    file's tool ``function:`` paths name functions of your own modules
+    (docs/security.md).
     """
-    scenario = load_scenario(path)
+    scenario = load_scenario(path, allow_functions=allow_functions)
     with Sim(scenario, seed=seed) as sim:
         outcome = sim.run(drive)
     report: Report = sim.check(invariants=invariants)
@@ -211,7 +220,7 @@ def replay(drive: Drive, path: str | Path, *, seed: int = 0, invariants: Iterabl
         lines += ["", "timeline:", timeline]
         raise InvariantViolation(
             "\n".join(lines), violations=unexpected, scenario=scenario, scenario_path=str(path), timeline=timeline,
-            replay=_replay_line(drive, str(path), seed), transcript=sim.transcript,
+            replay=_replay_line(drive, str(path), seed, allow_functions=allow_functions), transcript=sim.transcript,
         )
     return report
 
@@ -289,11 +298,12 @@ def _violation(
     )
     scenario = scenario.model_copy(update={"expect": None})
     path = out_dir / f"{_slug(scenario.name)}.yaml"
-    header = _file_header(report.violations)
+    functions = any(t.function is not None for t in scenario.tools)  # named by import path: replay opts in
+    header = _file_header(report.violations, functions=functions)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(header + scenario.to_yaml(), encoding="utf-8")
     timeline = render_timeline(sim.transcript, report.violations)
-    replay_line = _replay_line(drive, str(path), sim.seed)
+    replay_line = _replay_line(drive, str(path), sim.seed, allow_functions=functions)
     n = len(scenario.model)
     shape = f"{n} repl{'y' if n == 1 else 'ies'}"
     if scenario.then == "repeat_last":
@@ -320,19 +330,27 @@ def _violation(
     )
 
 
-def _file_header(violations: Sequence[Violation]) -> str:
+def _file_header(violations: Sequence[Violation], *, functions: bool = False) -> str:
     out = ["# Found by simloop.verify: the minimal run that breaks the loop's invariants."]
     out += [f"#   {str(v)[:200]}" for v in violations]
-    out.append("# Replay with simloop.replay(drive, this_file); commit it to keep it as a regression test.")
+    how = "simloop.replay(drive, this_file, allow_functions=True)" if functions else "simloop.replay(drive, this_file)"
+    out.append(f"# Replay with {how}; commit it to keep it as a regression test.")
     return "\n".join(out) + "\n"
 
 
-def _replay_line(drive: Drive, path: str, seed: int = 0) -> str:
+def _replay_line(drive: Drive, path: str, seed: int = 0, *, allow_functions: bool = False) -> str:
+    """The command that replays ``path``; with the opt-in when its tools name functions (docs/security.md)."""
     module = getattr(drive, "__module__", None)
     qual = getattr(drive, "__qualname__", None)
     if module and qual and "<" not in qual and module != "__main__":
-        return f"simloop run {path} --drive {module}:{qual}" + (f" --seed {seed}" if seed else "")
-    return f"simloop.replay(drive, {path!r}" + (f", seed={seed})" if seed else ")")
+        return (
+            f"simloop run {path} --drive {module}:{qual}"
+            + (f" --seed {seed}" if seed else "")
+            + (" --allow-functions" if allow_functions else "")
+        )
+    return f"simloop.replay(drive, {path!r}" + (f", seed={seed}" if seed else "") + (
+        ", allow_functions=True)" if allow_functions else ")"
+    )
 
 
 def _chunks(budget: int) -> list[int]:
