@@ -16,7 +16,7 @@ Caught by: ``request_valid`` (the rejected request) on
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import anthropic
 from anthropic.types import MessageParam, ToolParam
@@ -83,6 +83,5 @@ def run_agent(
 
 def drive(sim: Sim) -> Outcome:
     """simloop adapter: run this loop against the simulated API and tools."""
-    return run_agent(
-        sim.client, sim.tool_schemas, sim.run_tool, sim.task, sim.limits, model=sim.model, system=sim.system
-    )
+    tools = cast("list[ToolParam]", sim.tool_schemas)
+    return run_agent(sim.client, tools, sim.run_tool, sim.task, sim.limits, model=sim.model, system=sim.system)

@@ -13,7 +13,7 @@ Caught by: ``honest_outcome`` (``pause_turn`` reported as final) on
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import anthropic
 from anthropic.types import MessageParam, ToolParam
@@ -81,6 +81,5 @@ def run_agent(
 
 def drive(sim: Sim) -> Outcome:
     """simloop adapter: run this loop against the simulated API and tools."""
-    return run_agent(
-        sim.client, sim.tool_schemas, sim.run_tool, sim.task, sim.limits, model=sim.model, system=sim.system
-    )
+    tools = cast("list[ToolParam]", sim.tool_schemas)
+    return run_agent(sim.client, tools, sim.run_tool, sim.task, sim.limits, model=sim.model, system=sim.system)

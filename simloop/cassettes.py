@@ -50,7 +50,7 @@ from hypothesis import strategies as st
 
 from simloop.errors import UsageError
 from simloop.models import ModelRequest, ScriptExhausted
-from simloop.scenario import API_ERRORS, Fault, MaxTokensBody, Reply, Scenario, ToolCall, ToolSpec, Usage
+from simloop.scenario import API_ERRORS, Fault, MaxTokensBody, PauseTurnBody, Reply, Scenario, ToolCall, ToolSpec, Usage
 from simloop.strategies import Plan, api_faults, latencies
 from simloop.wire.render import Turn, turn_from_message, turn_from_sse
 from simloop.wire.validate import thinking_signature
@@ -1351,7 +1351,8 @@ class FaultedRecording:
 
 def _cut(reply: Reply) -> Reply:
     """The reply cut off at max_tokens: its text, and its tool calls with the last one cut mid-input."""
-    text = reply.text or reply.end_turn or reply.stop_sequence or reply.refusal or reply.pause_turn or ""
+    paused = reply.pause_turn.text if isinstance(reply.pause_turn, PauseTurnBody) else reply.pause_turn
+    text = reply.text or reply.end_turn or reply.stop_sequence or reply.refusal or paused or ""
     if isinstance(reply.max_tokens, (str, MaxTokensBody)):
         return reply
     body: str | MaxTokensBody = MaxTokensBody(text=text, tool_use=reply.calls) if reply.calls else text[: len(text) // 2]

@@ -281,13 +281,13 @@ def _turn(reply: Reply, kind: str, request: ModelRequest, ids: Ids) -> Turn:
         _text(content, reply.refusal)
         stop_details = {"type": "refusal", "category": None, "explanation": reply.refusal or None}
     elif kind == "pause_turn":
-        body = reply.pause_turn
-        if isinstance(body, PauseTurnBody):  # paused mid server call: the call goes out without its result
-            _text(content, body.text)
-            call = body.server_tool_use
+        paused = reply.pause_turn
+        if isinstance(paused, PauseTurnBody):  # paused mid server call: the call goes out without its result
+            _text(content, paused.text)
+            call = paused.server_tool_use
             content.append(servertools.use_block(ids.server_tool_use(), call.name, call.input))
         else:
-            _text(content, (body or "").rstrip())
+            _text(content, (paused or "").rstrip())
     else:  # pragma: no cover - errors never reach here
         raise ValueError(f"an {kind} reply has no turn")
     return Turn(content=content, stop_reason=kind, stop_sequence=stop_sequence, stop_details=stop_details)

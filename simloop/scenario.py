@@ -32,15 +32,15 @@ from simloop.errors import ScenarioError
 __all__ = [
     "API_ERRORS",
     "REPLY_KINDS",
+    "SERVER_TOOLS",
     "Expect",
     "Fault",
     "Limits",
     "MaxTokensBody",
     "PauseTurnBody",
     "Reply",
-    "SERVER_TOOLS",
-    "ServerToolCall",
     "Scenario",
+    "ServerToolCall",
     "ToolCall",
     "ToolSpec",
     "Usage",
@@ -220,7 +220,7 @@ class Reply(_Model):
     max_tokens: str | MaxTokensBody | None = None
     stop_sequence: str | None = None
     refusal: str | None = None
-    pause_turn: str | PauseTurnBody | None = None
+    pause_turn: PauseTurnBody | str | None = None  # the body first: a bad body is reported from its own fields
     error: ApiError | None = None
 
     text: str | None = None
@@ -391,7 +391,10 @@ class Scenario(_Model):
             return cls.model_validate(_plain(data))
         except ValidationError as e:
             err = e.errors()[0]
-            loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "union["))))
+            # (a union's branch shows in the location as its class name, e.g. PauseTurnBody: not a key of the file)
+            loc = tuple(
+                p for p in err["loc"] if not (isinstance(p, str) and (p.startswith(("function-", "union[")) or p[:1].isupper()))
+            )
             if not loc:  # a cross-field check: its message starts with the location, e.g. "faults[0].tool: ..."
                 m = re.match(r"(?:Value error, )?(\w+)\[(\d+)\](?:\.(\w+))?: ", str(err["msg"]))
                 if m:
