@@ -447,3 +447,24 @@ def test_the_paused_server_ending_holds_a_call_without_its_result(reply: Reply) 
     assert turn.content[-1]["type"] == "server_tool_use"
     answered = {b.get("tool_use_id") for b in turn.content if b["type"].endswith("_tool_result")}
     assert turn.content[-1]["id"] not in answered
+
+
+def test_a_recorded_server_pause_becomes_a_scenario_reply() -> None:
+    from simloop.cassettes import reply_of_turn
+
+    paused = Turn(
+        [text("Searching."), server_use("srvtoolu_01A"), server_result("srvtoolu_01A"), server_use("srvtoolu_01B")],
+        "pause_turn",
+    )
+    notes: list[str] = []
+    reply = reply_of_turn(paused, notes=notes)
+    assert isinstance(reply.pause_turn, PauseTurnBody)
+    assert reply.pause_turn.text == "Searching."
+    assert reply.pause_turn.server_tool_use.input == {"query": "treasury duration"}
+    assert [(c.name, c.result) for c in reply.server_tools or []] == [
+        ("web_search", server_result("srvtoolu_01A")["content"])
+    ]
+    # the continuation's result for the paused call is the replay's to make (the simulator answers it first)
+    continued = reply_of_turn(Turn([server_result("srvtoolu_01B"), text("It is 8.1.")], "end_turn"), notes=notes)
+    assert continued == Reply(end_turn="It is 8.1.")
+    assert notes == []
