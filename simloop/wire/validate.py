@@ -593,9 +593,7 @@ def _check_server_tools_and_breakpoints(
     scan = memo._servertools if memo is not None else None
     if scan is None or scan.at > len(messages) or messages[: scan.at] != scan.messages[: scan.at]:
         scan = _ServerToolScan(0, messages, 0, {})
-    else:
-        scan.unanswered = dict(scan.unanswered)  # the memo's copy stays as it was
-    _scan_server_tools(messages, scan)
+    _scan_server_tools(messages, scan)  # what this request added to the last one's messages (all of a new one)
     if memo is not None:
         memo._servertools = scan
 
