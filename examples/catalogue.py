@@ -33,6 +33,8 @@ DEFECTS: dict[str, tuple[str, str]] = {
     "api_errors_forever": ("outage.yaml", "stops"),
     "async_tasks_left_running": ("slow-parallel-deadline.yaml", "no_work_after_return"),
     "thinking_dropped": ("thinking-pass-back.yaml", "request_valid"),
+    "server_pause_final": ("pause-turn-server-tool.yaml", "honest_outcome"),
+    "pause_resumed_with_user_turn": ("pause-turn-server-tool.yaml", "request_valid"),
 }
 
 #: Under `simloop.verify` (generated runs rather than one scenario) a defect may show first as another

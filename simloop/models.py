@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from simloop.errors import UsageError
-from simloop.scenario import MaxTokensBody, Reply, Scenario, ToolCall
+from simloop.scenario import MaxTokensBody, PauseTurnBody, Reply, Scenario, ServerToolCall, ToolCall
+from simloop.wire import servertools
 from simloop.wire.render import Turn
 from simloop.wire.validate import thinking_signature
 
@@ -242,6 +243,10 @@ class Ids:
         raw = self.rng.getrandbits(144).to_bytes(18, "big")
         return "toolu_01" + b2a_base64(raw, newline=False).translate(_ALTCHARS).decode("ascii")[:22]
 
+    def server_tool_use(self) -> str:
+        """A ``srvtoolu_01...`` id, as the real API gives server tool calls."""
+        return self.make("srvtoolu_01", 22)
+
     def request(self) -> str:
         raw = self.rng.getrandbits(120).to_bytes(15, "big")
         return "req_011C" + b2a_base64(raw, newline=False).translate(_ALTCHARS).decode("ascii")[:20]
@@ -262,9 +267,18 @@ def turn_from_reply(reply: Reply, request: ModelRequest, ids: Ids) -> Turn:
 def _turn(reply: Reply, kind: str, request: ModelRequest, ids: Ids) -> Turn:
     """`turn_from_reply` for a reply whose ``kind`` the caller already knows (the server's hot path)."""
     content: list[dict[str, Any]] = []
-    if request.thinking:
+    # A server call the request left running (a paused turn sent back, or one in flight beside client calls)
+    # is answered first: the continuation opens with its result, and carries on the turn without a new
+    # thinking block (recorded: pydantic-ai test_pause_turn_web_search_vcr.yaml).
+    pending = servertools.pending_server_uses(request.conversation)
+    for use in pending:
+        name, args = str(use["name"]), use["input"] if isinstance(use["input"], dict) else {}
+        content.append(servertools.result_block(use["id"], name, args))
+    if request.thinking and not pending:
         thought = reply.thinking if reply.thinking is not None else "Let me work out the next step."
         content.append({"type": "thinking", "thinking": thought, "signature": thinking_signature(thought)})
+    for call in reply.server_tools or ():
+        _server_call(content, call, ids)
     stop_sequence: str | None = None
     stop_details: dict[str, Any] | None = None
     if kind == "end_turn":
@@ -295,7 +309,13 @@ def _turn(reply: Reply, kind: str, request: ModelRequest, ids: Ids) -> Turn:
         _text(content, reply.refusal)
         stop_details = {"type": "refusal", "category": None, "explanation": reply.refusal or None}
     elif kind == "pause_turn":
-        _text(content, (reply.pause_turn or "").rstrip())
+        paused = reply.pause_turn
+        if isinstance(paused, PauseTurnBody):  # paused mid server call: the call goes out without its result
+            _text(content, paused.text)
+            call = paused.server_tool_use
+            content.append(servertools.use_block(ids.server_tool_use(), call.name, call.input))
+        else:
+            _text(content, (paused or "").rstrip())
     else:  # pragma: no cover - errors never reach here
         raise ValueError(f"an {kind} reply has no turn")
     return Turn(content=content, stop_reason=kind, stop_sequence=stop_sequence, stop_details=stop_details)
@@ -304,6 +324,13 @@ def _turn(reply: Reply, kind: str, request: ModelRequest, ids: Ids) -> Turn:
 def _text(content: list[dict[str, Any]], text: str | None) -> None:
     if text:
         content.append({"type": "text", "text": text})
+
+
+def _server_call(content: list[dict[str, Any]], call: ServerToolCall, ids: Ids) -> None:
+    """A completed server call: its ``server_tool_use`` block, then its result block."""
+    use_id = ids.server_tool_use()
+    content.append(servertools.use_block(use_id, call.name, call.input))
+    content.append(servertools.result_block(use_id, call.name, call.input, result=call.result, error=call.error))
 
 
 def _tool_use(call: ToolCall, ids: Ids) -> dict[str, Any]:

@@ -48,12 +48,15 @@ from simloop.errors import ScenarioError, UsageError
 __all__ = [
     "API_ERRORS",
     "REPLY_KINDS",
+    "SERVER_TOOLS",
     "Expect",
     "Fault",
     "Limits",
     "MaxTokensBody",
+    "PauseTurnBody",
     "Reply",
     "Scenario",
+    "ServerToolCall",
     "ToolCall",
     "ToolSpec",
     "Usage",
@@ -168,6 +171,64 @@ class Usage(_Model):
         return _capped(v, MAX_TOKENS, "a token count")
 
 
+#: The server tools a reply may run (``server_tool_use`` names), and the error codes each one's result may carry.
+SERVER_TOOLS: dict[str, tuple[str, ...]] = {
+    "web_search": ("invalid_tool_input", "unavailable", "max_uses_exceeded", "too_many_requests", "query_too_long"),
+    "web_fetch": (
+        "invalid_tool_input", "url_too_long", "url_not_allowed", "url_not_accessible", "unsupported_content_type",
+        "too_many_requests", "max_uses_exceeded", "unavailable",
+    ),
+    "code_execution": ("invalid_tool_input", "unavailable", "too_many_requests", "execution_time_exceeded"),
+    "bash_code_execution": ("invalid_tool_input", "unavailable", "too_many_requests", "execution_time_exceeded"),
+    "text_editor_code_execution": ("invalid_tool_input", "unavailable", "too_many_requests", "execution_time_exceeded"),
+}  # fmt: skip
+ServerToolName = Literal["web_search", "web_fetch", "code_execution", "bash_code_execution", "text_editor_code_execution"]
+
+
+class ServerToolCall(_Model):
+    """A server tool the model runs inside its reply (web search, web fetch, code execution).
+
+    Rendered as a ``server_tool_use`` block followed by its result block (``web_search_tool_result``,
+    ``web_fetch_tool_result``, ``code_execution_tool_result``, ...), as the real API returns them.
+    ``result`` is that block's ``content`` exactly as the API sends it (omitted: a small, realistic
+    canned result); ``error`` (an error code such as ``unavailable``) makes it the tool's error object.
+    """
+
+    name: ServerToolName
+    input: dict[str, Any] = Field(default_factory=dict)
+    result: Any = None
+    error: str | None = None
+
+    @model_validator(mode="after")
+    def _error(self) -> ServerToolCall:
+        if self.error is not None:
+            codes = SERVER_TOOLS[self.name]
+            if self.error not in codes:
+                raise ValueError(f"error for {self.name} is one of {', '.join(codes)}; got {self.error!r}")
+            if self.result is not None:
+                raise ValueError("a server tool call has a 'result' or an 'error', not both")
+        return self
+
+
+class PauseTurnBody(_Model):
+    """A ``pause_turn`` reply paused in the middle of a server tool call.
+
+    ``text`` comes first; ``server_tool_use`` is the call still running, sent without its result
+    (the last block of the reply, as the real API pauses).  The loop must send the paused content
+    back unchanged; the continuation then opens with that call's result.
+    """
+
+    text: str = ""
+    server_tool_use: ServerToolCall
+
+    @field_validator("server_tool_use")
+    @classmethod
+    def _pending(cls, v: ServerToolCall) -> ServerToolCall:
+        if v.result is not None or v.error is not None:
+            raise ValueError("the paused server_tool_use has no result yet: leave out 'result' and 'error'")
+        return v
+
+
 class MaxTokensBody(_Model):
     """A reply cut off at ``max_tokens``: its text, and tool calls of which the last is cut mid-input."""
 
@@ -180,9 +241,12 @@ class Reply(_Model):
 
     Kinds: ``end_turn``, ``tool_use`` (with optional ``text`` before the calls),
     ``max_tokens``, ``stop_sequence`` (``sequence`` names it), ``refusal``,
-    ``pause_turn``, ``error``.  Modifiers: ``latency`` (virtual seconds),
-    ``repeat`` (a count or ``"forever"``), ``usage``, ``thinking``,
-    ``retry_after`` (seconds, for a 429).
+    ``pause_turn`` (a text, or a `PauseTurnBody` paused mid server tool call), ``error``.
+    Modifiers: ``latency`` (virtual seconds), ``repeat`` (a count or ``"forever"``),
+    ``usage`` (an explicit override of the counts computed from the request and the reply),
+    ``thinking``, ``retry_after`` (seconds, for a 429), ``server_tools`` (server tool calls
+    with their results, before the reply's text and tool calls; with ``end_turn``,
+    ``tool_use`` and ``pause_turn``).
     """
 
     end_turn: str | None = None
@@ -190,7 +254,7 @@ class Reply(_Model):
     max_tokens: str | MaxTokensBody | None = None
     stop_sequence: str | None = None
     refusal: str | None = None
-    pause_turn: str | None = None
+    pause_turn: PauseTurnBody | str | None = None  # the body first: a bad body is reported from its own fields
     error: ApiError | None = None
 
     text: str | None = None
@@ -200,6 +264,7 @@ class Reply(_Model):
     usage: Usage | None = None
     thinking: str | None = None
     retry_after: float | None = Field(default=None, gt=0)
+    server_tools: list[ServerToolCall] | None = None
 
     @field_validator("repeat")
     @classmethod
@@ -232,6 +297,8 @@ class Reply(_Model):
             raise ValueError("tool_use needs at least one call: [{name: ..., input: {...}}]")
         if kind == "error" and self.thinking is not None:
             raise ValueError("an error reply has no thinking")
+        if self.server_tools is not None and kind not in ("end_turn", "tool_use", "pause_turn"):
+            raise ValueError("'server_tools' goes with end_turn, tool_use or pause_turn")
         return self
 
     @property

@@ -14,7 +14,19 @@ from urllib.parse import urlsplit
 from simloop.cassettes._read import _FIX, CassetteError, Interaction, _describe, endpoint_by_content, load_cassette
 from simloop.errors import UsageError
 from simloop.models import RecordedError
-from simloop.scenario import API_ERRORS, Fault, MaxTokensBody, Reply, Scenario, ToolCall, ToolSpec, Usage
+from simloop.scenario import (
+    API_ERRORS,
+    SERVER_TOOLS,
+    Fault,
+    MaxTokensBody,
+    PauseTurnBody,
+    Reply,
+    Scenario,
+    ServerToolCall,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
 from simloop.wire.render import Turn, turn_from_message, turn_from_sse
 
 # =========================================================================== the recording as calls
@@ -206,7 +218,7 @@ def _error_reply(status: int, headers: Mapping[str, list[str]], latency: float) 
     return None
 
 
-_SERVER_BLOCK_HINT = "v1 replies carry text and client tool calls only"
+_SERVER_BLOCK_HINT = "v1 replies carry text, client tool calls and web search, fetch and code execution calls only"
 
 
 def reply_of_turn(
@@ -214,15 +226,33 @@ def reply_of_turn(
 ) -> Reply:
     """A recorded `Turn` as a v1 scenario reply (kinds, text, tool calls, thinking, usage, latency).
 
-    Text blocks are joined with a blank line; server-tool, MCP, compaction and other blocks v1
-    replies cannot express are left out (noted in ``notes``).
+    Text blocks are joined with a blank line; server tool calls with their results become
+    ``server_tools`` (before the text), a paused server call the ``pause_turn``'s
+    ``server_tool_use``; a result answering a call of an earlier reply is left to the replay (the
+    simulator answers a paused call first); MCP, compaction and other blocks v1 replies cannot
+    express are left out (noted in ``notes``).
     """
     texts: list[str] = []
     calls: list[ToolCall] = []
     thinking: str | None = None
     dropped: list[str] = []
+    server_uses: dict[str, tuple[str, Any]] = {}  # server calls without their result yet, by id
+    server_calls: list[ServerToolCall] = []
     for block in turn.content:
         kind = block.get("type")
+        if kind == "server_tool_use" and block.get("name") in SERVER_TOOLS:
+            server_uses[str(block.get("id"))] = (str(block.get("name")), block.get("input"))
+            continue
+        if isinstance(kind, str) and kind.endswith("_tool_result") and kind != "tool_result":
+            use = server_uses.pop(str(block.get("tool_use_id")), None)
+            if use is not None and kind == f"{use[0]}_tool_result":
+                args = use[1] if isinstance(use[1], dict) else {}
+                server_calls.append(
+                    ServerToolCall.model_validate({"name": use[0], "input": args, "result": _without_none(block.get("content"))})
+                )
+                continue
+            if use is None and block.get("tool_use_id") is not None:
+                continue  # the continuation's answer to an earlier reply's paused call: the replay makes it
         if kind == "text":
             texts.append(str(block.get("text") or ""))
         elif kind == "tool_use":
@@ -235,11 +265,22 @@ def reply_of_turn(
                 thinking = str(block.get("thinking") or "")
         else:
             dropped.append(str(kind))
+    paused = None
+    if server_uses and turn.stop_reason == "pause_turn":  # the call the turn paused in
+        name, args = server_uses.pop(list(server_uses)[-1])
+        paused = ServerToolCall.model_validate({"name": name, "input": args if isinstance(args, dict) else {}})
+    dropped.extend("server_tool_use" for _ in server_uses)
     if dropped and notes is not None:
         notes.append(f"{where}: {', '.join(sorted(set(dropped)))} block(s) left out ({_SERVER_BLOCK_HINT})")
     text = "\n\n".join(t for t in texts if t)
     usage = _usage(turn.usage)
     common: dict[str, Any] = {"latency": latency, "usage": usage, "thinking": thinking or None}
+    if server_calls and turn.stop_reason in ("end_turn", "tool_use", "pause_turn"):
+        common["server_tools"] = server_calls
+    elif server_calls and notes is not None:
+        notes.append(f"{where}: server tool calls left out (a {turn.stop_reason} reply has none in v1)")
+    if paused is not None:
+        return Reply(pause_turn=PauseTurnBody(text=text.rstrip(), server_tool_use=paused), **common)
     stop = turn.stop_reason
     if stop is None:
         return Reply(error="stream_cut", latency=latency)
@@ -257,6 +298,15 @@ def reply_of_turn(
     if stop not in ("end_turn", "tool_use") and notes is not None:
         notes.append(f"{where}: stop_reason {stop!r} has no v1 reply kind; written as end_turn")
     return Reply(end_turn=text, **common)
+
+
+def _without_none(value: Any) -> Any:
+    """A result without its null fields (they carry nothing, and a parse and dump adds them)."""
+    if isinstance(value, dict):
+        return {k: _without_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_none(v) for v in value]
+    return value
 
 
 def _partial(text: str) -> Any:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from simloop.cassettes._convert import Source, load_recording
 from simloop.models import ModelRequest
-from simloop.scenario import MaxTokensBody, Reply
+from simloop.scenario import MaxTokensBody, PauseTurnBody, Reply
 from simloop.strategies import Plan, api_faults, latencies
 
 # =========================================================================== fault mutation
@@ -121,7 +121,8 @@ class FaultedRecording:
 
 def _cut(reply: Reply) -> Reply:
     """The reply cut off at max_tokens: its text, and its tool calls with the last one cut mid-input."""
-    text = reply.text or reply.end_turn or reply.stop_sequence or reply.refusal or reply.pause_turn or ""
+    paused = reply.pause_turn.text if isinstance(reply.pause_turn, PauseTurnBody) else reply.pause_turn
+    text = reply.text or reply.end_turn or reply.stop_sequence or reply.refusal or paused or ""
     if isinstance(reply.max_tokens, (str, MaxTokensBody)):
         return reply
     body: str | MaxTokensBody = MaxTokensBody(text=text, tool_use=reply.calls) if reply.calls else text[: len(text) // 2]

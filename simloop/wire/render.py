@@ -11,7 +11,8 @@ What follows the real wire (2025-26 recordings under ``shared/data/cassettes``):
 * Message key order ``id, type, role, model, content, stop_reason, stop_sequence, stop_details, usage``;
   ``stop_details`` is always present (null unless a refusal), as in current traffic.
 * The computed usage has the full current shape (cache fields 0, ``cache_creation``, ``service_tier``
-  ``standard``, ``inference_geo`` ``not_available``, ``output_tokens_details``).
+  ``standard``, ``inference_geo`` ``not_available``, ``output_tokens_details``), and ``server_tool_use``
+  (web search and fetch requests run) when the reply holds server tool blocks.
 * Streams: ``message_start`` (empty content, full usage with ``output_tokens`` 1), per block
   ``content_block_start`` / deltas / ``content_block_stop``, one ``ping`` right after the first block
   start, ``message_delta`` (cumulative usage; ``container`` in the delta, ``context_management`` beside
@@ -154,16 +155,22 @@ def _estimate_tokens(chars: int) -> int:
 
 def _computed_usage(content: list[dict[str, Any]], input_tokens: int, output_tokens: int | None) -> dict[str, Any]:
     thinking_chars = 0
+    searches = fetches = -1  # -1: no server tool block in the reply (then no server_tool_use usage)
     for block in content:
         kind = block.get("type")
         if kind == "thinking":
             thinking_chars += len(block.get("thinking") or "")
         elif kind == "redacted_thinking":
             thinking_chars += len(block.get("data") or "")
+        elif kind == "server_tool_use" or (kind is not None and kind.endswith("_tool_result") and kind != "tool_result"):
+            searches, fetches = max(searches, 0), max(fetches, 0)
+            # the requests the server ran for this reply: one per result (a paused call's comes with the continuation)
+            searches += kind == "web_search_tool_result"
+            fetches += kind == "web_fetch_tool_result"
     if output_tokens is None:
         # Deterministic stand-in for a tokenizer: a token is about four characters of the content JSON.
         output_tokens = _estimate_tokens(len(to_json(content))) if content else 0
-    return {
+    usage: dict[str, Any] = {
         "input_tokens": input_tokens,
         "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": 0,
@@ -173,6 +180,10 @@ def _computed_usage(content: list[dict[str, Any]], input_tokens: int, output_tok
         "service_tier": "standard",
         "inference_geo": "not_available",
     }
+    if searches >= 0:
+        # As recorded when server tools run (pydantic-ai web search/fetch cassettes); SDK 2.x requires both counts.
+        usage["server_tool_use"] = {"web_search_requests": searches, "web_fetch_requests": fetches}
+    return usage
 
 
 def render_message(

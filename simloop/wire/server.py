@@ -37,7 +37,7 @@ from simloop.wire.errors import error_body, error_headers
 from simloop.wire.render import Turn, render_error_event, render_message, render_sse
 from simloop.wire.validate import ConversationValidator, Rejection, validate_count_tokens_request
 
-__all__ = ["READ_HEADERS", "Budget", "InternalFailure", "Planned", "SimServer", "estimate_tokens"]
+__all__ = ["READ_HEADERS", "Budget", "InternalFailure", "Planned", "SimServer", "estimate_tokens", "request_tokens"]
 
 #: The request headers `SimServer.handle` reads (lower-case): a transport may pass only these.
 READ_HEADERS = ("x-stainless-retry-count", "x-api-key", "authorization")
@@ -290,7 +290,7 @@ class SimServer:
         rejection = validate_count_tokens_request(body)
         if rejection is not None:
             return self._reject(req, rejection, request_id)
-        tokens = estimate_tokens(len(raw))
+        tokens = request_tokens(body, len(raw))
         req.input_tokens = tokens
         payload = json.dumps({"input_tokens": tokens}).encode()
         rec = Response(t=0.0, index=req.index, call=req.call, status=200, kind="count_tokens")
@@ -318,7 +318,7 @@ class SimServer:
                 conversation = sent if type(sent) is list else []
                 rejected(ModelRequest(req.call, req.attempt, effective, conversation, req.stream), rejection)
             return self._reject(req, rejection, request_id)
-        req.input_tokens = max(1, (len(raw) + history_bytes + 3) // 4)  # estimate_tokens, inline
+        req.input_tokens = request_tokens(body, len(raw) + history_bytes)
         mreq = ModelRequest(
             call=req.call, attempt=req.attempt, body=effective, conversation=effective["messages"], stream=req.stream
         )
@@ -464,8 +464,11 @@ class SimServer:
         effective["messages"] = [*stored.messages, *new]
         if stored.json_items < 0:
             stored.json_items = _json_items(stored.messages)
-        # len(json.dumps(stored.messages, separators=(",", ":"))): brackets, items, commas
+        # len(json.dumps(stored.messages, separators=(",", ":"))): brackets, items, commas; and the stored
+        # system and tools, which the continuation does not resend but the model reads
         history_bytes = 2 + stored.json_items + max(0, len(stored.messages) - 1)
+        if stored.fields:
+            history_bytes += len(to_json(stored.fields))
         return effective, history_bytes, None
 
     def _store_thread(self, body: dict[str, Any], effective: dict[str, Any], message: dict[str, Any]) -> None:
@@ -487,6 +490,23 @@ class SimServer:
             if parent is not None and parent.json_items >= 0 and messages[: len(parent.messages)] == parent.messages:
                 json_items = parent.json_items + _json_items(messages[len(parent.messages) :])
         self._threads[message["id"]] = _Thread(messages=messages, fields=fields, json_items=json_items)
+
+
+#: The top-level request fields that carry what the model reads; the others (model, max_tokens, stream,
+#: thinking, metadata, thread, ...) are settings and are not input tokens.
+_CONTENT_FIELDS = frozenset({"messages", "system", "tools", "tool_choice"})
+
+
+def request_tokens(body: dict[str, Any], nbytes: int) -> int:
+    """Input tokens of a request of ``nbytes`` JSON bytes: what it carries, as ``count_tokens`` counts it.
+
+    The messages, system prompt and tool definitions count (`estimate_tokens` of their bytes); the
+    settings fields do not.  So ``/v1/messages`` reports in ``usage.input_tokens`` exactly what
+    ``/v1/messages/count_tokens`` answers for the same conversation, and the count grows with the
+    history and with every tool output sent back, as the real counts do.
+    """
+    settings = {k: v for k, v in body.items() if k not in _CONTENT_FIELDS}
+    return estimate_tokens(nbytes - len(to_json(settings)) if settings else nbytes)
 
 
 def estimate_tokens(nbytes: int) -> int:

@@ -87,6 +87,16 @@ _MSG_THINKING_DISABLED = (
     "When thinking is disabled, an `assistant` message in the final position cannot contain `thinking`. "
     "To use thinking blocks, enable `thinking` in your request."
 )
+# Not in wire.md: quoted from the real API's 400s in third-party production logs (a paused web search
+# sent back followed by a "Continue." user turn: "messages.1: `web_search` tool use with id srvtoolu_...
+# was found without a corresponding `web_search_tool_result` block"; the same for `code_execution`).
+# The index is the assistant message holding the call.
+_MSG_SERVER_UNANSWERED = (
+    "messages.{i}: `{name}` tool use with id {id} was found without a corresponding `{name}_tool_result` block"
+)
+# Not in wire.md: the real API's 400 as quoted verbatim (JSON body) in several third-party repositories.
+_MSG_CACHE_BREAKPOINTS = "A maximum of 4 blocks with cache_control may be provided. Found {n}."
+_MAX_BREAKPOINTS = 4
 
 # Simulator-issued thinking signatures: an HMAC over the thinking text under a
 # fixed key, so a loop that edits a thinking block before sending it back is
@@ -177,13 +187,14 @@ class ConversationValidator:
             rejection = validator.validate(body)
     """
 
-    __slots__ = ("_resume", "_tools", "signed_by_sim")
+    __slots__ = ("_resume", "_servertools", "_tools", "signed_by_sim")
 
     def __init__(self, *, signed_by_sim: bool = False) -> None:
         self.signed_by_sim = signed_by_sim
         # (index, a copy of the messages before it as they were sent, the walk's state there)
         self._resume: tuple[int, list[Any], _WalkState] | None = None
         self._tools: tuple[Any, Rejection | None] | None = None  # (a copy of the tools, what _check_tools returned)
+        self._servertools: _ServerToolScan | None = None  # `_check_server_tools_and_breakpoints`'s walk so far
 
     def validate(self, body: Any) -> Rejection | None:
         """Check a ``POST /v1/messages`` body; same answer as `validate_messages_request`."""
@@ -515,6 +526,9 @@ def _validate(
     # A final assistant turn with unanswered tool_use (prefill, pause_turn continuation) is accepted.
     if pairing_error is not None:
         return _at_merged_position(pairing_error, messages)
+    server_error = _check_server_tools_and_breakpoints(body, messages, memo)
+    if server_error is not None:
+        return server_error
     if thinking_type == "enabled" or thinking_type == "adaptive":
         thinking_error = _check_thinking_turn(turns)
         if thinking_error is not None:
@@ -693,6 +707,118 @@ def _sent_copy(messages: list[Any], upto: int, start: int, resume: Any) -> list[
     """A copy of ``messages[:upto]`` as sent: the previous copy's first ``start`` (proven equal), the rest new."""
     kept: list[Any] = resume[1][:start] if start and resume is not None else []
     return kept + [_copy_json(m) for m in messages[len(kept) : upto]]
+
+
+class _ServerToolScan:
+    """What `_check_server_tools_and_breakpoints` knows of ``messages[:at]``: kept between requests.
+
+    ``breakpoints``: blocks with ``cache_control`` in those messages; ``unanswered``: their
+    ``server_tool_use`` blocks with no result block after them, by id -> (message, block, name).
+    """
+
+    __slots__ = ("at", "breakpoints", "messages", "unanswered")
+
+    def __init__(self, at: int, messages: list[Any], breakpoints: int, unanswered: dict[str, tuple[int, int, str]]):
+        self.at = at
+        self.messages = messages
+        self.breakpoints = breakpoints
+        self.unanswered = unanswered
+
+
+def _scan_server_tools(messages: list[Any], scan: _ServerToolScan) -> None:
+    """Walk ``messages[scan.at:]`` into ``scan`` (the messages already passed the schema checks)."""
+    breakpoints, unanswered = scan.breakpoints, scan.unanswered
+    for i in range(scan.at, len(messages)):
+        content = messages[i].get("content")
+        if type(content) is not list:
+            continue
+        for j, block in enumerate(content):
+            if type(block) is not dict:  # (a system message's blocks are not checked by the walk)
+                continue
+            if block.get("cache_control") is not None:
+                breakpoints += 1
+            btype = block.get("type")
+            if btype == "tool_result":
+                inner = block.get("content")
+                if type(inner) is list:
+                    breakpoints += sum(1 for b in inner if type(b) is dict and b.get("cache_control") is not None)
+            elif btype == "server_tool_use":
+                use_id = block.get("id")
+                if type(use_id) is str:
+                    unanswered[use_id] = (i, j, str(block.get("name")))
+            elif unanswered and type(btype) is str and btype.endswith("_tool_result"):
+                unanswered.pop(block.get("tool_use_id"), None)  # type: ignore[arg-type]
+    scan.at, scan.messages, scan.breakpoints = len(messages), messages, breakpoints
+
+
+def _check_server_tools_and_breakpoints(
+    body: dict[str, Any], messages: list[Any], memo: ConversationValidator | None
+) -> Rejection | None:
+    """A ``server_tool_use`` left without its result, and more than 4 ``cache_control`` breakpoints.
+
+    A server call with no result block after it is accepted only where the real API takes it: in the
+    final assistant turn (a ``pause_turn`` continuation: the API runs the call and its reply opens with
+    the result), or in the assistant turn right before a final user turn of nothing but ``tool_result``
+    blocks (the call in flight beside client calls).  Anything after that is a 400 naming the call
+    (pydantic-ai measured both shapes on claude-sonnet-4-5: ``test_unpaired_native_tool_calls``, whose
+    in-flight request is recorded as accepted).  ``mcp_tool_use`` is not checked (no exact text).
+
+    Breakpoints are counted as the API counts them: blocks with ``cache_control`` in ``system``, in
+    ``tools``, in every message (blocks inside a ``tool_result`` too), and the top-level automatic
+    ``cache_control``, which takes one of the four slots.
+    """
+    scan = memo._servertools if memo is not None else None
+    if scan is None or scan.at > len(messages) or messages[: scan.at] != scan.messages[: scan.at]:
+        scan = _ServerToolScan(0, messages, 0, {})
+    _scan_server_tools(messages, scan)  # what this request added to the last one's messages (all of a new one)
+    if memo is not None:
+        memo._servertools = scan
+
+    if scan.unanswered:
+        rejection = _unanswered_server_use(messages, scan.unanswered)
+        if rejection is not None:
+            return rejection
+
+    count = scan.breakpoints + (body.get("cache_control") is not None)
+    for part in (body.get("system"), body.get("tools")):
+        if type(part) is list:
+            count += sum(1 for b in part if type(b) is dict and b.get("cache_control") is not None)
+    if count > _MAX_BREAKPOINTS:
+        return _rejection(_MSG_CACHE_BREAKPOINTS.format(n=count), field="cache_control")
+    return None
+
+
+def _unanswered_server_use(messages: list[Any], unanswered: dict[str, tuple[int, int, str]]) -> Rejection | None:
+    """The rejection for the first server call left unanswered where the API does not take it, if any."""
+    # The final turn (user or assistant; system messages stand apart) and the turn before it.
+    end = len(messages)
+    k = end - 1
+    while k >= 0 and messages[k].get("role") == "system":
+        k -= 1
+    if k < 0:
+        return None
+    final_role = messages[k].get("role")
+    final_start = k
+    while final_start > 0 and messages[final_start - 1].get("role") in (final_role, "system"):
+        final_start -= 1
+    in_flight_from = end  # where an assistant turn may hold calls in flight: only before an all-results user turn
+    if final_role == "user" and all(
+        message.get("role") == "system"
+        or (type(message.get("content")) is list and all(b.get("type") == "tool_result" for b in message["content"]))
+        for message in messages[final_start:]
+    ):
+        before = final_start
+        while before > 0 and messages[before - 1].get("role") in ("assistant", "system"):
+            before -= 1
+        in_flight_from = before
+    for i, j, name in sorted(unanswered.values()):
+        if final_role == "assistant" and i >= final_start:
+            continue  # the paused turn sent back to be continued
+        if in_flight_from <= i < final_start:
+            continue  # in flight beside client calls answered by the final user turn
+        use_id = messages[i]["content"][j].get("id")
+        return _rejection(_MSG_SERVER_UNANSWERED.format(i=i, name=name, id=use_id), i, j)
+    return None
 
 
 def _is_server_block(btype: Any) -> bool:
