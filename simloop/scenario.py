@@ -1,4 +1,4 @@
-"""Scenarios: what the simulated world does, as plain data (DESIGN §5, format v1).
+"""Scenarios: what the simulated world does, as plain data (docs/design.md, Scenario format v1).
 
 A scenario names the task, the tools (read or write), the model's replies in
 order, the tool faults, and the limits the loop declares.  It is a tree of
@@ -44,7 +44,7 @@ __all__ = [
     "load_scenario",
 ]
 
-#: The reply kinds, one of which every `Reply` carries (DESIGN §5).
+#: The reply kinds, one of which every `Reply` carries (docs/design.md, Scenario format v1).
 REPLY_KINDS = ("end_turn", "tool_use", "max_tokens", "stop_sequence", "refusal", "pause_turn", "error")
 #: What ``error:`` accepts: an HTTP status, or a transport/stream fault.
 API_ERRORS = (429, 500, 503, 529, "connection", "timeout", "stream_error", "stream_cut")
@@ -246,7 +246,7 @@ class Expect(_Model):
 
 
 class Scenario(_Model):
-    """A whole simulated world for one run (DESIGN §5, version 1)."""
+    """A whole simulated world for one run (docs/design.md, Scenario format v1)."""
 
     version: Literal[1] = 1
     name: str = "scenario"
@@ -316,7 +316,7 @@ class Scenario(_Model):
         if version != 1:
             raise ScenarioError(
                 f"scenario format version {version!r} is not supported by this simloop; it reads version 1. "
-                "Upgrade simloop, or rewrite the file to version 1 (DESIGN §5).",
+                "Upgrade simloop, or rewrite the file to version 1 (docs/design.md, Scenario format v1).",
                 path=path,
                 line=_line_of(data, ("version",)),
             )
@@ -440,7 +440,7 @@ def _explain(err: Any) -> str:
     field = next((p for p in reversed(loc) if isinstance(p, str) and not p.startswith(("function-", "union["))), "")
     got = err.get("input")
     if kind == "extra_forbidden":
-        return f"unknown key {field!r}; check the spelling against the scenario format (DESIGN §5)"
+        return f"unknown key {field!r}; check the spelling against the scenario format (docs/design.md, Scenario format v1)"
     if kind == "missing":
         return "this key is required"
     if kind in ("literal_error", "enum") and field in _EXPECTED:
