@@ -13,8 +13,7 @@ scenarios and property-tested with Hypothesis.
     sim.check(outcome).raise_for_violations()
 """
 
-from __future__ import annotations
-
+from simloop import strategies
 from simloop.errors import InvariantViolation, ScenarioError, SimloopInternalError, UsageError
 from simloop.invariants import Report, Violation
 from simloop.models import FunctionModel, ModelRequest, Script
@@ -23,8 +22,6 @@ from simloop.scenario import Fault, Limits, Reply, Scenario, ToolCall, ToolSpec,
 from simloop.sim import ScriptExhaustedError, Sim
 from simloop.transcript import Transcript
 from simloop.verify import replay, verify
-
-from simloop import strategies  # noqa: E402  (public module: simloop.strategies.scenarios(), ...)
 
 __version__ = "0.1.0"
 

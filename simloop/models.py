@@ -19,7 +19,7 @@ import random
 from binascii import b2a_base64
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Union, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from simloop.errors import UsageError
 from simloop.scenario import MaxTokensBody, Reply, Scenario, ToolCall
@@ -153,7 +153,7 @@ class Script:
         return f"Script({len(self.replies)} replies, then={self.then!r})"
 
 
-ReplyLike = Union[Reply, Turn, dict[str, Any], str]
+ReplyLike = Reply | Turn | dict[str, Any] | str
 
 
 class FunctionModel:
