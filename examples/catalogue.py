@@ -9,7 +9,7 @@ This module is plain data so it imports without simloop's runtime.
 
 from __future__ import annotations
 
-__all__ = ["CORRECT", "DEFECTS"]
+__all__ = ["CORRECT", "DEFECTS", "TWIN"]
 
 CORRECT: list[str] = ["correct_sync", "correct_async", "correct_stream"]
 
@@ -54,3 +54,8 @@ VERIFY.update({
     # its step retries are model calls beyond its declared step cap too
     "rerun_after_api_error": (DECLARED, frozenset({"no_rerun", "limits"})),
 })
+
+#: Each defect loop's correct twin: the loop it is a one-bug variant of.  A failure `verify` saves for the
+#: defect must replay cleanly on its twin (the saved file is a regression test that passes once fixed).
+TWIN: dict[str, str] = {name: "correct_sync" for name in DEFECTS}
+TWIN["async_tasks_left_running"] = "correct_async"

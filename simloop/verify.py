@@ -287,8 +287,7 @@ def _violation(
         faults=faults.fired,
         halted=halted,
     )
-    scenario = scenario.model_copy(update={"expect": None})
-    path = out_dir / f"{_slug(scenario.name)}.yaml"
+    path = out_dir / f"{_slug(scenario.name)}-{_short_hash(scenario)}.yaml"
     header = _file_header(report.violations)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(header + scenario.to_yaml(), encoding="utf-8")
@@ -323,7 +322,8 @@ def _violation(
 def _file_header(violations: Sequence[Violation]) -> str:
     out = ["# Found by simloop.verify: the minimal run that breaks the loop's invariants."]
     out += [f"#   {str(v)[:200]}" for v in violations]
-    out.append("# Replay with simloop.replay(drive, this_file); commit it to keep it as a regression test.")
+    out.append("# After these replies the model ends the run (then:), and expect: says the invariants hold, so the")
+    out.append("# fixed loop replays it cleanly: simloop.replay(drive, this_file); commit it as a regression test.")
     return "\n".join(out) + "\n"
 
 
@@ -412,6 +412,11 @@ def _name(drive: Any) -> str:
     name = module.rsplit(".", 1)[-1] if module not in ("", "__main__") else ""
     qual = getattr(drive, "__qualname__", "drive")
     return name if name and qual == "drive" else (f"{name}.{qual}" if name else str(qual))
+
+
+def _short_hash(scenario: Scenario) -> str:
+    """Eight hex digits of the scenario's content: distinct failures of one invariant keep distinct files."""
+    return hashlib.sha256(scenario.to_yaml().encode("utf-8")).hexdigest()[:8]
 
 
 def _slug(text: str) -> str:

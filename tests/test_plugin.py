@@ -450,17 +450,18 @@ def test_a_failing_loop_reports_violations_timeline_minimal_scenario_and_replay(
         "  step       time       in    out  reply",
         "     1     0.000s    * tool_use: *search*",
         "    31     0.000s        0      0  (no reply)  <-- stops",
-        "minimal scenario (1 reply), written to .simloop/failures/no_step_cap-stops.yaml:",
+        "minimal scenario (1 reply), written to .simloop/failures/no_step_cap-stops-????????.yaml:",
         "  version: 1",
         "  then: repeat_last",
-        (f"replay it:       simloop run .simloop/failures/no_step_cap-stops.yaml --drive examples.no_step_cap:drive"
+        (f"replay it:       simloop run .simloop/failures/no_step_cap-stops-????????.yaml --drive examples.no_step_cap:drive"
         f" --seed {seed}"),
         "re-run the test: pytest 'test_agent.py::test_loop_stops' --simloop-seed=5",
         "simloop: 0 examples run in 1 test, 10 invariants checked; 1 failed: reproduce with --simloop-seed=5",
         "FAILED test_agent.py::test_loop_stops - *InvariantViolation*",
     ])
-    saved = pytester.path / ".simloop" / "failures" / "no_step_cap-stops.yaml"
+    [saved] = (pytester.path / ".simloop" / "failures").glob("no_step_cap-stops-*.yaml")
     assert "then: repeat_last" in saved.read_text(encoding="utf-8")
+    assert f"written to .simloop/failures/{saved.name}:" in result.stdout.str()
 
     case = ET.parse(pytester.path / "junit.xml").getroot().find(".//testcase")
     assert case is not None
@@ -561,8 +562,8 @@ def test_the_readme_quick_start_catches_the_bug(pytester: pytest.Pytester) -> No
         HEADER.format(seed=2),
         "test_agent.py .F*",
         "*[[]pairing[]] step 2, messages[[]1[]].content[[]0[]]: a tool_result answers toolu_*",
-        "*minimal scenario (1 reply), written to .simloop/failures/assistant_not_appended-pairing.yaml:",
-        ("replay it:       simloop run .simloop/failures/assistant_not_appended-pairing.yaml "
+        "*minimal scenario (1 reply), written to .simloop/failures/assistant_not_appended-pairing-????????.yaml:",
+        ("replay it:       simloop run .simloop/failures/assistant_not_appended-pairing-????????.yaml "
         "--drive examples.assistant_not_appended:drive --seed *"),
         "re-run the test: pytest 'test_agent.py::test_loop_under_test' --simloop-seed=2",
         "simloop: 50 examples run in 2 tests, 10 invariants checked; 1 failed: reproduce with --simloop-seed=2",
