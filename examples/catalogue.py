@@ -11,7 +11,7 @@ from __future__ import annotations
 
 __all__ = ["CORRECT", "DEFECTS", "TWIN"]
 
-CORRECT: list[str] = ["correct_sync", "correct_async", "correct_stream"]
+CORRECT: list[str] = ["correct_sync", "correct_async", "correct_stream", "correct_policies"]
 
 DEFECTS: dict[str, tuple[str, str]] = {
     "stop_not_tool_use_as_done": ("max-tokens-thinking.yaml", "truncation"),

@@ -239,10 +239,44 @@ class Limits(_Model):
 
 
 class Expect(_Model):
-    """What a correct loop shows on this scenario: the invariant ids expected to be violated (usually none)."""
+    """What every correct loop shows on this scenario.
+
+    ``violations``: the invariant ids expected to be violated (usually none).  ``reason``: the outcome
+    reason a correct loop gives, or a list of the reasons that are all honest here (a stuck model may be
+    stopped by a step cap, ``max_steps``, or by repetition detection, ``repetition``); None: any reason.
+    """
 
     violations: list[InvariantId] = Field(default_factory=list)
-    reason: str | None = None
+    reason: str | list[str] | None = None
+
+    @field_validator("reason")
+    @classmethod
+    def _reasons(cls, v: str | list[str] | None) -> str | list[str] | None:
+        from simloop.outcome import REASONS
+
+        given = [v] if isinstance(v, str) else (v if v is not None else [])
+        if v is not None and not given:
+            raise ValueError(f"reason is an outcome reason or a non-empty list of them ({', '.join(REASONS)})")
+        unknown = [r for r in given if r not in REASONS]
+        if unknown:
+            raise ValueError(f"{unknown[0]!r} is not an outcome reason; expected one of {', '.join(REASONS)}")
+        return v
+
+    @property
+    def reasons(self) -> tuple[str, ...] | None:
+        """The acceptable outcome reasons, or None when any reason is."""
+        if self.reason is None:
+            return None
+        return (self.reason,) if isinstance(self.reason, str) else tuple(self.reason)
+
+    def allows(self, reason: str) -> bool:
+        """Whether a loop that stopped with ``reason`` shows what this expects of the reason."""
+        return self.reasons is None or reason in self.reasons
+
+    def reason_text(self) -> str:
+        """The expected reason(s) as a report says them: ``'max_steps'`` or ``one of 'max_steps', 'repetition'``."""
+        reasons = self.reasons or ()
+        return repr(reasons[0]) if len(reasons) == 1 else "one of " + ", ".join(map(repr, reasons))
 
 
 class Scenario(_Model):

@@ -198,16 +198,19 @@ def replay(drive: Drive, path: str | Path, *, seed: int = 0, invariants: Iterabl
     found = {v.invariant for v in report.violations}
     unexpected = [v for v in report.violations if v.invariant not in expected]
     missing = expected - found
-    reason = scenario.expect.reason if scenario.expect else None
-    wrong_reason = reason is not None and outcome.reason != reason
+    expect = scenario.expect
+    wrong_reason = expect is not None and not expect.allows(outcome.reason)
     if unexpected or missing or wrong_reason:
         timeline = render_timeline(sim.transcript, report.violations)
         lines = [f"replaying {path}: the loop broke {len(unexpected)} invariant(s)" if unexpected else f"replaying {path}:"]
         lines += [f"  {v}" for v in unexpected]
         if missing:
             lines.append(f"  expected but did not happen: {', '.join(sorted(missing))} (update the file's expect: block)")
-        if wrong_reason:
-            lines.append(f"  the loop stopped with reason {outcome.reason!r}; the file expects {reason!r}")
+        if wrong_reason and expect is not None:
+            lines.append(
+                f"  the loop stopped with reason {outcome.reason!r}; the file expects {expect.reason_text()} "
+                "(if this reason is honest here too, add it to the file's expect: reason: list)"
+            )
         lines += ["", "timeline:", timeline]
         raise InvariantViolation(
             "\n".join(lines), violations=unexpected, scenario=scenario, scenario_path=str(path), timeline=timeline,

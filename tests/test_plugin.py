@@ -184,9 +184,9 @@ def test_a_scenario_file_checks_its_expect_block(pytester: pytest.Pytester) -> N
     folder = _project(pytester)
     stuck = (SCENARIOS / "stuck-search.yaml").read_text(encoding="utf-8")
     (folder / "known-bug.yaml").write_text(
-        stuck.replace("expect: {violations: [], reason: max_steps}", "expect: {violations: [stops]}"), encoding="utf-8")
+        stuck.replace("expect: {violations: [], reason: [max_steps, repetition]}", "expect: {violations: [stops]}"), encoding="utf-8")
     (folder / "wrong-reason.yaml").write_text(
-        stuck.replace("reason: max_steps", "reason: final"), encoding="utf-8")
+        stuck.replace("reason: [max_steps, repetition]", "reason: final"), encoding="utf-8")
     (folder / "stuck-search.yaml").write_text(stuck, encoding="utf-8")
 
     result = pytester.runpytest("-v", "--simloop-drive=examples.no_step_cap:drive", "--simloop-seed=5")
@@ -206,7 +206,7 @@ def test_a_scenario_file_checks_its_expect_block(pytester: pytest.Pytester) -> N
     fixed.assert_outcomes(failed=2)
     fixed.stdout.fnmatch_lines_random([
         "replaying scenarios/wrong-reason.yaml:",
-        "  the loop stopped with reason 'max_steps'; the file expects 'final'",
+        "  the loop stopped with reason 'max_steps'; the file expects 'final' (if this reason is honest here too, *",
         "replaying scenarios/known-bug.yaml:",
         "what went wrong:",
         "  expected but did not happen: stops (update the file's expect: block)",
