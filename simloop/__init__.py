@@ -13,6 +13,8 @@ scenarios and property-tested with Hypothesis.
     sim.check(outcome).raise_for_violations()
 """
 
+import importlib as _importlib
+
 from simloop import strategies
 from simloop.errors import InvariantViolation, ScenarioError, SimloopInternalError, UsageError
 from simloop.invariants import Report, Violation
@@ -24,6 +26,16 @@ from simloop.transcript import Transcript
 from simloop.verify import replay, verify
 
 __version__ = "0.1.0"
+
+# Modules reached as attributes but imported on first use: `import simloop` stays free of vcrpy and of the
+# adapters' harnesses (each adapter needs its extra installed; see simloop.adapters).
+_LAZY = ("adapters", "cassettes")
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        return _importlib.import_module(f"simloop.{name}")
+    raise AttributeError(f"module 'simloop' has no attribute {name!r}")
 
 __all__ = [
     "Fault",

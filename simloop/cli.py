@@ -22,10 +22,12 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
@@ -191,7 +193,8 @@ class _Counter:
     "trace",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Write the failing run's transcript (JSONL) here, for 'simloop show' and 'simloop report'.",
+    help="Write the failing run's transcript (JSONL) here (the last run's when none fails), for 'simloop show' "
+    "and 'simloop report'.",
 )
 @click.option(
     "--progress/--no-progress", default=None, help="Show a progress bar on stderr [default: when stderr is a terminal]."
@@ -253,6 +256,8 @@ def verify(
     if failure is None:
         _summary(out, ids, [], report.examples or counter.runs, elapsed)
         out.print(f"[green]ok[/]: {report.examples} runs of {drive}, {len(ids)} invariants hold ({elapsed:.1f}s)")
+        if trace and counter.last is not None:  # no failing run to keep: the last run, so show/report have one
+            click.echo(f"no run failed; the last run's transcript written to {counter.last.transcript.write(trace)}")
         return 0
     click.echo(str(failure))
     click.echo()
@@ -489,6 +494,8 @@ def show(trace: str, plain: bool, width: int | None) -> int:
     run and their outcome (ok, raised, slow, committed-then-lost...), SDK retries, and the violations
     (re-checked from the transcript) marked where they happened.
 
+    Exits 1 when the run broke an invariant, 0 when it is clean.
+
     Example: simloop show trace.jsonl
     """
     from simloop.invariants import check
@@ -499,11 +506,11 @@ def show(trace: str, plain: bool, width: int | None) -> int:
         from simloop.timeline import render_timeline
 
         click.echo(render_timeline(transcript, violations, width=width or 100))
-        return 0
+        return 1 if violations else 0
     from simloop.report import print_timeline
 
     print_timeline(transcript, violations, console=_console(width=width))
-    return 0
+    return 1 if violations else 0  # the documented exit codes: 1 when the run broke an invariant
 
 
 @cli.command()
@@ -521,6 +528,8 @@ def report(trace: str, output: str | None) -> int:
     The page needs no network to view: the timeline, a per-step bar chart of input tokens, every request
     and reply expandable, and the violations (re-checked from the transcript) with their evidence.
 
+    Exits 1 when the run broke an invariant (the page is written either way), 0 when it is clean.
+
     Example: simloop report trace.jsonl -o report.html
     """
     from simloop.invariants import check
@@ -530,15 +539,36 @@ def report(trace: str, output: str | None) -> int:
     violations = check(transcript).violations
     path = write_html(transcript, output or Path(trace).with_suffix(".html"), violations)
     click.echo(f"wrote {path}: {transcript.model_calls} model calls, {len(violations)} violation(s)")
-    return 0
+    return 1 if violations else 0  # the page is written either way; the exit code says whether the run was clean
 
 
 # -- serve, convert --------------------------------------------------------------------------------------------------
 
 
 def _wait_for_interrupt() -> None:
-    """Block until Ctrl-C (a seam the tests replace)."""
+    """Block until Ctrl-C or SIGTERM (a seam the tests replace)."""
     threading.Event().wait()
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived: stop serving as on Ctrl-C, so the transcript is still written."""
+
+
+@contextmanager
+def _sigterm_stops() -> Iterator[None]:
+    """While serving, SIGTERM (what `kill`, systemd and container runtimes send) stops like Ctrl-C."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise _Terminated()
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @cli.command()
@@ -562,10 +592,10 @@ def _wait_for_interrupt() -> None:
     "--trace",
     type=click.Path(dir_okay=False),
     default=None,
-    help="On stop, write the session's transcript (JSONL; times are real seconds) here.",
+    help="On stop (Ctrl-C or SIGTERM), write the session's transcript (JSONL; times are real seconds) here.",
 )
 def serve(scenario_path: str, host: str, port: int, seed: int, trace: str | None) -> int:
-    """Serve a scenario's simulated Anthropic API on a loopback socket until Ctrl-C.
+    """Serve a scenario's simulated Anthropic API on a loopback socket until Ctrl-C (or SIGTERM).
 
     Prints the base URL alone on the first line of stdout, for loops in other processes or languages:
     set ANTHROPIC_BASE_URL to it (any API key is accepted). The server answers at once (real time):
@@ -584,13 +614,17 @@ def serve(scenario_path: str, host: str, port: int, seed: int, trace: str | None
             f"simloop: serving scenario {scenario.name!r}; Ctrl-C stops\n  export ANTHROPIC_BASE_URL={server.base_url}",
             err=True,
         )
+        how = ""
         try:
-            _wait_for_interrupt()
+            with _sigterm_stops():
+                _wait_for_interrupt()
         except KeyboardInterrupt:
             pass
+        except _Terminated:
+            how = " (SIGTERM)"
     transcript = server.transcript
     requests = len(transcript.requests)
-    click.echo(f"simloop: stopped after {requests} request(s)", err=True)
+    click.echo(f"simloop: stopped{how} after {requests} request(s)", err=True)
     for error in getattr(server, "errors", []):
         click.echo(f"simloop: a request was answered with a simloop 500: {error}", err=True)
     if trace:

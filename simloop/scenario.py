@@ -466,6 +466,7 @@ def _loc_text(loc: tuple[Any, ...]) -> str:
 _EXPECTED = {
     "error": f"one of {', '.join(map(str, API_ERRORS))}",
     "kind": "one of " + ", ".join(FaultKinds),
+    "tools.kind": "one of read, write",  # a tool's kind, not a fault's
     "then": "one of end_turn, repeat_last, fail",
 }
 
@@ -480,7 +481,8 @@ def _explain(err: Any) -> str:
     if kind == "missing":
         return "this key is required"
     if kind in ("literal_error", "enum") and field in _EXPECTED:
-        return f"expected {_EXPECTED[field]}, got {got!r}"
+        key = "tools.kind" if field == "kind" and loc and loc[0] == "tools" else field
+        return f"expected {_EXPECTED[key]}, got {got!r}"
     msg = str(err["msg"])
     msg = msg.removeprefix("Value error, ")
     if got is not None and kind not in ("value_error", "assertion_error"):

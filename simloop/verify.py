@@ -176,7 +176,9 @@ def verify(
                     on_fresh_stack(test)  # the engine and every example on stack space of their own (see _stack)
                 except _Failed:
                     report, sim, model, faults = state["failure"]
-                    raise _violation(drive, report, sim, model, faults, out_dir=Path(out_dir), seed=seed) from None
+                    error = _violation(drive, report, sim, model, faults, out_dir=Path(out_dir), seed=seed)
+                    error.examples = state["examples"]
+                    raise error from None
                 if state["examples"] - before < size:
                     break  # the stage's space is exhausted (or its phases generate nothing): more chunks only repeat it
     return Report(violations=[], checked=tuple(checked), examples=state["examples"])

@@ -250,20 +250,20 @@ def test_run_trace_to_a_file_and_to_a_folder(tmp_path: Path, capsys: pytest.Capt
 def test_show_prints_the_rich_timeline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = _trace(tmp_path)
     capsys.readouterr()
-    assert main(["show", str(trace)]) == 0
+    assert main(["show", str(trace)]) == 1  # the run broke no_rerun: exit 1, as documented
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines[0] == "simloop run overload-after-write  seed 0  limits: none declared"
     assert any("2 (529 ×3)" in x and x.rstrip().endswith("◀ no_rerun") for x in lines)
     assert "1 violation(s):" in out and "[no_rerun] step 2:" in out
-    assert main(["show", str(trace), "--width", "90"]) == 0
+    assert main(["show", str(trace), "--width", "90"]) == 1
     assert max(len(x) for x in capsys.readouterr().out.splitlines()) <= 90
 
 
 def test_show_plain_is_the_stable_text_timeline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = _trace(tmp_path)
     capsys.readouterr()
-    assert main(["show", str(trace), "--plain"]) == 0
+    assert main(["show", str(trace), "--plain"]) == 1
     transcript = Transcript.read(trace)
     assert capsys.readouterr().out == render_timeline(transcript, check(transcript).violations) + "\n"
 
@@ -282,11 +282,11 @@ def test_report_writes_a_self_contained_page(tmp_path: Path, capsys: pytest.Capt
     trace = _trace(tmp_path)
     capsys.readouterr()
     out = tmp_path / "report.html"
-    assert main(["report", str(trace), "-o", str(out)]) == 0
+    assert main(["report", str(trace), "-o", str(out)]) == 1  # written, and the run broke an invariant
     assert capsys.readouterr().out == f"wrote {out}: 3 model calls, 1 violation(s)\n"
     page = out.read_text(encoding="utf-8")
     assert '<svg id="chart"' in page and page.count('<li class="violation"') == 1 and "<script>" in page
-    assert main(["report", str(trace)]) == 0  # default: next to the trace
+    assert main(["report", str(trace)]) == 1  # default: next to the trace
     assert trace.with_suffix(".html").read_text(encoding="utf-8") == page
     capsys.readouterr()
 
