@@ -3,11 +3,13 @@
 The cassettes are third-party recordings kept next to the project (``../shared/data/cassettes``,
 see its MANIFEST.md), never inside it and never edited: simloop does not ship them.  Tests that
 need them mark themselves with `requires_corpus` and are skipped cleanly where they are absent.
+``SIMLOOP_CORPUS=<folder>`` points them at any folder of VCR.py cassettes instead (your own recordings).
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import typing
 from pathlib import Path
 from typing import Any
@@ -19,11 +21,13 @@ from anthropic.types import ContentBlock, StopReason
 from simloop.cassettes import Interaction, load_cassette
 from simloop.wire.render import Turn
 
-CASSETTES: Path = Path(__file__).resolve().parents[2] / "shared" / "data" / "cassettes"
+DEFAULT_CASSETTES: Path = Path(__file__).resolve().parents[2] / "shared" / "data" / "cassettes"
+CASSETTES: Path = Path(os.environ["SIMLOOP_CORPUS"]).resolve() if os.environ.get("SIMLOOP_CORPUS") else DEFAULT_CASSETTES
 
 requires_corpus = pytest.mark.skipif(
     not CASSETTES.is_dir(),
-    reason="../shared/data/cassettes not present (third-party recordings are not shipped with simloop)",
+    reason=(f"no recorded corpus at {CASSETTES} (third-party recordings are not shipped with simloop); "
+            "set SIMLOOP_CORPUS=<folder of VCR.py cassettes> to run the fidelity tests on your own recordings"),
 )
 
 

@@ -151,3 +151,11 @@ def test_a_typo_in_simloop_config_is_reported_once(pytester: pytest.Pytester) ->
     text = result.stdout.str()
     assert text.count("unknown option 'max_exampels' (did you mean 'max_examples'?)") == 1
     assert "During handling of the above exception" not in text
+
+
+def test_simloop_corpus_points_the_fidelity_tests_at_a_folder(tmp_path: Path) -> None:
+    code = "import corpus; print(corpus.CASSETTES); print(corpus.cassette_paths())"
+    env = {**os.environ, "SIMLOOP_CORPUS": str(tmp_path), "PYTHONPATH": str(ROOT / "tests")}
+    (tmp_path / "mine.yaml").write_text("interactions: []\nversion: 1\n", encoding="utf-8")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
+    assert out.splitlines() == [str(tmp_path), f"[PosixPath('{tmp_path / 'mine.yaml'}')]"]
