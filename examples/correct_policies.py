@@ -29,7 +29,9 @@ from typing import TYPE_CHECKING
 import anthropic
 from anthropic.types import MessageParam, ToolParam, ToolUseBlock
 
-from examples._common import (
+from simloop import Outcome
+
+from ._common import (
     DEFAULT_MODEL,
     MAX_TOKENS,
     THINKING,
@@ -39,8 +41,7 @@ from examples._common import (
     tokens_used,
     tool_calls,
 )
-from examples.correct_sync import run_tools
-from simloop import Outcome
+from .correct_sync import run_tools
 
 if TYPE_CHECKING:
     from simloop import Sim

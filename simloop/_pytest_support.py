@@ -240,8 +240,10 @@ def load_drive(spec: Any, *, search: Iterable[Path] = ()) -> Drive:
 
 
 def _import(module_name: str, search: Iterable[Path]) -> Any:
+    from simloop._library import import_drive_module
+
     try:
-        return importlib.import_module(module_name)
+        return import_drive_module(module_name)  # examples.* falls back to the installed simloop.examples
     except ModuleNotFoundError as e:
         top = module_name.split(".")[0]
         if e.name != top:

@@ -2,6 +2,8 @@
 
 ::
 
+    simloop demo
+    simloop scenarios --copy scenarios
     simloop verify examples.correct_sync:drive --max-examples 200 --seed 0
     simloop run scenarios/ --drive examples.correct_sync:drive --trace traces/
     simloop show traces/stuck-search.jsonl
@@ -19,7 +21,6 @@ imports rich or this module).
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import os
 import signal
@@ -55,8 +56,10 @@ def load_drive(spec: str) -> Callable[..., Any]:
         raise click.UsageError(f"DRIVE takes 'package.module:function', got {spec!r}")
     if "" not in sys.path and "." not in sys.path:
         sys.path.insert(0, "")  # like `python -m`: the current directory's packages are importable
+    from simloop._library import import_drive_module
+
     try:
-        target: Any = importlib.import_module(module_name)
+        target: Any = import_drive_module(module_name)  # examples.* falls back to the installed simloop.examples
     except Exception as e:  # noqa: BLE001 - any failure to import the user's module is a usage error, said plainly
         raise click.UsageError(f"cannot import {module_name!r} for drive {spec}: {type(e).__name__}: {e}") from None
     try:
@@ -670,6 +673,70 @@ def convert(cassette: str, output: str | None, kinds: tuple[str, ...]) -> int:
         click.echo(f"wrote {path}")
     else:
         click.echo(cassettes.to_scenario(cassette, kinds=kind_map or None).to_yaml(), nl=False)
+    return 0
+
+
+# -- demo, scenarios -------------------------------------------------------------------------------------------------
+
+
+@cli.command()
+def demo() -> int:
+    """Verify the bundled correct loop, then show the bug simloop catches in its one-bug twin.
+
+    What `make demo` shows in a checkout, from an installed simloop: the reference loop passes 100
+    generated runs, and the same loop with one classic bug (it re-runs the previous turn's tools when the
+    next API call fails) is caught, shrunk to a minimal scenario (written under .simloop/failures/) and
+    reported with its timeline and the command that replays it. Exits 0 when the bug is caught.
+
+    Example: simloop demo
+    """
+    from simloop._library import examples_module
+
+    return int(examples_module("demo").main())
+
+
+@cli.command()
+@click.option(
+    "--copy",
+    "copy_to",
+    type=click.Path(file_okay=False),
+    default=None,
+    metavar="DIR",
+    help="Copy the library into DIR (files already there are left alone).",
+)
+def scenarios(copy_to: str | None) -> int:
+    """List the curated scenario library that ships with simloop, or copy it into a folder.
+
+    Each file scripts one documented agent-loop failure (a stuck model, a cut-off reply, an outage after a
+    write...) and says in its header what a correct loop does; every correct loop passes all of them.
+
+    Example: simloop scenarios --copy scenarios && simloop run scenarios/ --drive examples.correct_sync:drive
+    """
+    import shutil
+
+    from simloop._library import scenarios_dir
+
+    source = scenarios_dir()
+    files = sorted(p for p in source.rglob("*.yaml"))
+    if copy_to is None:
+        click.echo(f"{len(files)} curated scenarios in {source}:")
+        for path in files:
+            first = path.read_text(encoding="utf-8").splitlines()[0] if path.stat().st_size else ""
+            story = first.split(":", 1)[1].strip() if first.startswith("#") and ":" in first else ""
+            click.echo(f"  {path.relative_to(source)!s:<52} {story}")
+        click.echo("copy them with: simloop scenarios --copy DIR")
+        return 0
+    target = Path(copy_to)
+    copied = kept = 0
+    for path in files:
+        dest = target / path.relative_to(source)
+        if dest.exists():
+            kept += 1
+            continue
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, dest)
+        copied += 1
+    click.echo(f"copied {copied} scenario file(s) to {target}" + (f" ({kept} already there, left alone)" if kept else ""))
     return 0
 
 

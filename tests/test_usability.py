@@ -159,3 +159,43 @@ def test_simloop_corpus_points_the_fidelity_tests_at_a_folder(tmp_path: Path) ->
     (tmp_path / "mine.yaml").write_text("interactions: []\nversion: 1\n", encoding="utf-8")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
     assert out.splitlines() == [str(tmp_path), f"[PosixPath('{tmp_path / 'mine.yaml'}')]"]
+
+
+# -- what ships with simloop ----------------------------------------------------------------------------------------
+
+
+def test_examples_drive_specs_fall_back_to_the_installed_package(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from simloop._library import import_drive_module, installed_name
+
+    assert installed_name("examples.correct_sync") == "simloop.examples.correct_sync"
+    assert installed_name("my_agent.testing") is None
+    # as where no examples/ folder is importable: the checkout off the path, its examples modules forgotten
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".") and Path(p).resolve() != ROOT])
+    for name in [m for m in sys.modules if m == "examples" or m.startswith("examples.")]:
+        monkeypatch.delitem(sys.modules, name)
+    with pytest.raises(ModuleNotFoundError):
+        __import__("examples")
+    module = import_drive_module("examples.correct_sync")
+    assert module.__name__ == "simloop.examples.correct_sync" and callable(module.drive)
+    assert cli.load_drive("examples.correct_sync:drive").__module__ == "simloop.examples.correct_sync"
+    with pytest.raises(ModuleNotFoundError):
+        import_drive_module("examples.no_such_loop")
+
+
+def test_simloop_scenarios_lists_and_copies_the_library(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    shipped = sorted(p.relative_to(SCENARIOS) for p in SCENARIOS.rglob("*.yaml"))
+    assert main(["scenarios"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{len(shipped)} curated scenarios in ")
+    assert "  stuck-search.yaml" in out and "findings/" in out
+    assert main(["scenarios", "--copy", str(tmp_path / "lib")]) == 0
+    assert capsys.readouterr().out == f"copied {len(shipped)} scenario file(s) to {tmp_path / 'lib'}\n"
+    assert sorted(p.relative_to(tmp_path / "lib") for p in (tmp_path / "lib").rglob("*.yaml")) == shipped
+    (tmp_path / "lib" / "happy-path.yaml").write_text("# mine\n", encoding="utf-8")
+    assert main(["scenarios", "--copy", str(tmp_path / "lib")]) == 0
+    again = capsys.readouterr().out
+    assert again == f"copied 0 scenario file(s) to {tmp_path / 'lib'} ({len(shipped)} already there, left alone)\n"
+    assert (tmp_path / "lib" / "happy-path.yaml").read_text(encoding="utf-8") == "# mine\n"
