@@ -610,21 +610,28 @@ def serve(scenario_path: str, host: str, port: int, seed: int, trace: str | None
     from simloop.wire.loopback import serve as serve_loopback
 
     scenario = load_scenario(scenario_path)
-    with serve_loopback(scenario, host=host, port=port, seed=seed) as server:
-        click.echo(server.base_url)
-        sys.stdout.flush()
-        click.echo(
-            f"simloop: serving scenario {scenario.name!r}; Ctrl-C stops\n  export ANTHROPIC_BASE_URL={server.base_url}",
-            err=True,
-        )
-        how = ""
+    how = ""
+    # SIGTERM is handled before the base URL is printed: a client may stop the server as soon as it reads it
+    server = None
+    with _sigterm_stops():
         try:
-            with _sigterm_stops():
+            server = serve_loopback(scenario, host=host, port=port, seed=seed)
+            with server:
+                click.echo(server.base_url)
+                sys.stdout.flush()
+                click.echo(
+                    f"simloop: serving scenario {scenario.name!r}; Ctrl-C stops\n"
+                    f"  export ANTHROPIC_BASE_URL={server.base_url}",
+                    err=True,
+                )
                 _wait_for_interrupt()
         except KeyboardInterrupt:
             pass
         except _Terminated:
             how = " (SIGTERM)"
+    if server is None:  # stopped while starting: nothing was served
+        click.echo(f"simloop: stopped{how} before serving", err=True)
+        return 0
     transcript = server.transcript
     requests = len(transcript.requests)
     click.echo(f"simloop: stopped{how} after {requests} request(s)", err=True)
