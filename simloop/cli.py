@@ -747,6 +747,80 @@ def scenarios(copy_to: str | None) -> int:
     return 0
 
 
+_INIT_CONFTEST = '''"""simloop settings for these tests (written by `simloop init`)."""
+
+import pytest
+
+
+@pytest.fixture
+def simloop_config():
+    # The drive is the adapter that runs your loop in a simloop.Sim (simloop_drive.py, next to this file).
+    return {"drive": "simloop_drive:drive", "max_examples": 50, "limits": {"max_steps": 10, "deadline_s": 300}}
+'''
+
+_INIT_DRIVE = '''"""The adapter that runs your agent loop against simloop\'s simulated API (written by `simloop init`).
+
+Replace the reference loop below with your own: it gets the SDK client, the tool schemas, a function that
+runs a tool (it may raise: report that to the model as an is_error tool_result) and the task, and returns
+why it stopped and its last text.
+"""
+
+import simloop
+from simloop.examples.correct_sync import run_agent  # TODO: from my_agent import run_agent
+
+
+def drive(sim: simloop.Sim) -> simloop.Outcome:
+    return run_agent(sim.client, sim.tool_schemas, sim.run_tool, sim.task, sim.limits)
+'''
+
+_INIT_TEST = '''"""Property tests and a scenario replay of your agent loop (written by `simloop init`)."""
+
+import pytest
+
+
+def test_loop_keeps_every_invariant(simloop):
+    # generated model behaviours, API errors, tool faults and latencies; fails with a minimal scenario
+    simloop.verify()
+
+
+@pytest.mark.simloop(scenario="scenarios/happy-path.yaml")
+def test_happy_path(simloop):
+    # a saved scenario (a failure verify wrote under .simloop/failures/ replays the same way)
+    simloop.replay()
+'''
+
+
+@cli.command()
+@click.argument("folder", default="tests", type=click.Path(file_okay=False))
+def init(folder: str) -> int:
+    """Write a tests folder that checks your own loop: a conftest, a drive skeleton, a test and a scenario.
+
+    FOLDER (default: tests) gets conftest.py (the simloop_config fixture), simloop_drive.py (the adapter:
+    point it at your loop), test_agent_loop.py (simloop.verify() and a scenario replay) and
+    scenarios/happy-path.yaml. Files already there are left alone. Then run: pytest FOLDER
+
+    Example: simloop init tests
+    """
+    from simloop._library import scenarios_dir
+
+    target = Path(folder)
+    files = {
+        target / "conftest.py": _INIT_CONFTEST,
+        target / "simloop_drive.py": _INIT_DRIVE,
+        target / "test_agent_loop.py": _INIT_TEST,
+        target / "scenarios" / "happy-path.yaml": (scenarios_dir() / "happy-path.yaml").read_text(encoding="utf-8"),
+    }
+    for path, text in files.items():
+        if path.exists():
+            click.echo(f"kept    {path} (already there)")
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        click.echo(f"wrote   {path}")
+    click.echo(f"next: point {target / 'simloop_drive.py'} at your loop, then run: pytest {folder}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code (0 clean, 1 violations, 2 usage errors)."""
     try:

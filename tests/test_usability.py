@@ -199,3 +199,21 @@ def test_simloop_scenarios_lists_and_copies_the_library(tmp_path: Path, capsys: 
     again = capsys.readouterr().out
     assert again == f"copied 0 scenario file(s) to {tmp_path / 'lib'} ({len(shipped)} already there, left alone)\n"
     assert (tmp_path / "lib" / "happy-path.yaml").read_text(encoding="utf-8") == "# mine\n"
+
+
+def test_simloop_init_writes_a_tests_folder_that_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["init", "tests"]) == 0
+    written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert written == ["tests/conftest.py", "tests/scenarios/happy-path.yaml", "tests/simloop_drive.py",
+                       "tests/test_agent_loop.py"]
+    (tmp_path / "tests" / "conftest.py").write_text("# mine\n", encoding="utf-8")
+    assert main(["init", "tests"]) == 0  # leaves what is there alone
+    assert (tmp_path / "tests" / "conftest.py").read_text(encoding="utf-8") == "# mine\n"
+    (tmp_path / "tests" / "conftest.py").unlink()
+    assert main(["init", "tests"]) == 0
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-m", "pytest", "tests", "-p", "no:cacheprovider", "--simloop-seed=1"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "2 passed" in out.stdout and "1 scenario replay run in 2 tests" in out.stdout

@@ -85,7 +85,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     dist = root / "dist"
     pip = [sys.executable, "-m", "pip"]
     built = subprocess.run(
-        [*pip, "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(dist), str(source)],
+        [*pip, "wheel", "--quiet", "--no-cache-dir", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(dist), str(source)],
         capture_output=True, text=True, check=False, timeout=300,
     )
     assert built.returncode == 0, built.stderr
@@ -99,7 +99,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     ).stdout.strip()
     Path(purelib, "_project_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")
     done = subprocess.run(
-        [*pip, "--python", str(env.python), "install", "--quiet", "--no-deps", "--no-index", str(wheel)],
+        [*pip, "--python", str(env.python), "install", "--quiet", "--no-cache-dir", "--no-deps", "--no-index", str(wheel)],
         capture_output=True, text=True, check=False, timeout=300,
     )
     assert done.returncode == 0, done.stderr
@@ -165,7 +165,7 @@ def test_every_cli_line_of_the_readme_runs_from_the_wheel(installed: Installed) 
 
     # the commands' own --help examples (show/report read a trace.jsonl; the verify line above wrote run.jsonl)
     shutil.copy(installed.home / "run.jsonl", installed.home / "trace.jsonl")
-    for name in ("verify", "run", "show", "report", "scenarios"):
+    for name in ("verify", "run", "show", "report", "scenarios", "init"):
         help_text = installed.simloop(f"simloop {name} --help").stdout
         example = " ".join(help_text.split("Example: ", 1)[1].split("\n\n", 1)[0].split())  # click wraps it
         for command in example.split(" && "):
