@@ -9,9 +9,9 @@ This module is plain data so it imports without simloop's runtime.
 
 from __future__ import annotations
 
-__all__ = ["CORRECT", "DEFECTS"]
+__all__ = ["CORRECT", "DEFECTS", "TWIN"]
 
-CORRECT: list[str] = ["correct_sync", "correct_async", "correct_stream"]
+CORRECT: list[str] = ["correct_sync", "correct_async", "correct_stream", "correct_policies"]
 
 DEFECTS: dict[str, tuple[str, str]] = {
     "stop_not_tool_use_as_done": ("max-tokens-thinking.yaml", "truncation"),
@@ -56,3 +56,8 @@ VERIFY.update({
     # its step retries are model calls beyond its declared step cap too
     "rerun_after_api_error": (DECLARED, frozenset({"no_rerun", "limits"})),
 })
+
+#: Each defect loop's correct twin: the loop it is a one-bug variant of.  A failure `verify` saves for the
+#: defect must replay cleanly on its twin (the saved file is a regression test that passes once fixed).
+TWIN: dict[str, str] = {name: "correct_sync" for name in DEFECTS}
+TWIN["async_tasks_left_running"] = "correct_async"

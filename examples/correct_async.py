@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anthropic
 from anthropic.types import MessageParam, ToolParam
 
-from examples._common import DEFAULT_MODEL, MAX_TOKENS, THINKING, budgets, text_of, tokens_used, tool_calls, tool_result
 from simloop import Outcome
+
+from ._common import DEFAULT_MODEL, MAX_TOKENS, THINKING, budgets, text_of, tokens_used, tool_calls, tool_result
 
 if TYPE_CHECKING:
     from simloop import Sim

@@ -18,7 +18,9 @@ import anthropic
 import httpx2
 from anthropic.types import MessageParam, ToolParam
 
-from examples._common import (
+from simloop import Outcome
+
+from ._common import (
     DEFAULT_MODEL,
     MAX_TOKENS,
     THINKING,
@@ -29,8 +31,7 @@ from examples._common import (
     tokens_used,
     tool_calls,
 )
-from examples.correct_sync import run_tools
-from simloop import Outcome
+from .correct_sync import run_tools
 
 if TYPE_CHECKING:
     from simloop import Sim

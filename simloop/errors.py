@@ -45,7 +45,8 @@ class InvariantViolation(AssertionError):
     this module sits below ``simloop.invariants`` and must not import it), ``scenario`` (the
     minimal scenario, when known), ``scenario_path`` (where it was written),
     ``timeline`` (the rendered run), ``replay`` (the command that replays it)
-    and ``transcript`` (the failing run's `simloop.Transcript`, for reports).
+    ``transcript`` (the failing run's `simloop.Transcript`, for reports) and
+    ``examples`` (how many runs `simloop.verify` tried, shrinking included; None for a replay).
     """
 
     def __init__(
@@ -58,9 +59,11 @@ class InvariantViolation(AssertionError):
         timeline: str | None = None,
         replay: str | None = None,
         transcript: Any = None,
+        examples: int | None = None,
     ) -> None:
         super().__init__(message)
         self.transcript = transcript
+        self.examples = examples
         self.violations = violations
         self.scenario = scenario
         self.scenario_path = scenario_path

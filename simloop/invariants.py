@@ -1,4 +1,4 @@
-"""The invariant catalogue (DESIGN §4): pure functions from a `Transcript` to violations.
+"""The invariant catalogue (docs/design.md, Invariants): pure functions from a `Transcript` to violations.
 
 Each invariant is a function ``Transcript -> list[Violation]``.  They read the
 recorded run only and never import the simulator, so a transcript written to
@@ -39,7 +39,7 @@ from simloop.transcript import OutcomeEvent, Request, Response, ToolEnd, ToolSta
 
 __all__ = ["CATALOGUE", "REASONS", "Invariant", "Report", "Violation", "check"]
 
-#: The outcome reasons a loop may declare (DESIGN §3).
+#: The outcome reasons a loop may declare (docs/design.md, Outcome reasons).
 REASONS = (
     "final", "max_steps", "deadline", "aborted", "error_budget", "token_budget", "refusal", "truncated",
     "repetition", "error",
@@ -53,7 +53,7 @@ _SIZE_HINTS = ("prompt is too long", "context window", "request_too_large", "too
 
 @dataclass(frozen=True, slots=True)
 class Violation:
-    """One broken invariant: which (an id from DESIGN §4), what and where, and the evidence.
+    """One broken invariant: which (an id from docs/design.md, Invariants), what and where, and the evidence.
 
     ``step`` is the logical model call (1-based) where it happened, or None.
     ``evidence`` holds the transcript coordinates: ``request`` (a request index),

@@ -151,9 +151,16 @@ class Script:
         if self.then == "repeat_last" and self.replies:
             return self.replies[-1]
         last = _summarise(request)
+        # model calls are numbered over every request, those the API rejected (a 400) included: say so when
+        # they differ from the replies asked for, or the count looks wrong
+        at = f"model call {request.call}"
+        if request.call != self.served:
+            at += f", reply #{self.served} (requests the API rejected are numbered as calls but get no reply)"
+        else:
+            at += f" (request #{self.served})"
         raise ScriptExhausted(
             f"the script has {len(self.replies)} repl{'y' if len(self.replies) == 1 else 'ies'} and the loop "
-            f"asked for another at model call {request.call} (request #{self.served}); the last request was: "
+            f"asked for another at {at}; the last request was: "
             f"{last}. Add replies to `model:`, or set `then: end_turn` or `then: repeat_last`."
         )
 

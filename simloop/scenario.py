@@ -1,4 +1,4 @@
-"""Scenarios: what the simulated world does, as plain data (DESIGN §5, format v1).
+"""Scenarios: what the simulated world does, as plain data (docs/design.md, Scenario format v1).
 
 A scenario names the task, the tools (read or write), the model's replies in
 order, the tool faults, and the limits the loop declares.  It is a tree of
@@ -63,7 +63,7 @@ __all__ = [
     "load_scenario",
 ]
 
-#: The reply kinds, one of which every `Reply` carries (DESIGN §5).
+#: The reply kinds, one of which every `Reply` carries (docs/design.md, Scenario format v1).
 REPLY_KINDS = ("end_turn", "tool_use", "max_tokens", "stop_sequence", "refusal", "pause_turn", "error")
 #: What ``error:`` accepts: an HTTP status, or a transport/stream fault.
 API_ERRORS = (429, 500, 503, 529, "connection", "timeout", "stream_error", "stream_cut")
@@ -377,14 +377,48 @@ class Limits(_Model):
 
 
 class Expect(_Model):
-    """What a correct loop shows on this scenario: the invariant ids expected to be violated (usually none)."""
+    """What every correct loop shows on this scenario.
+
+    ``violations``: the invariant ids expected to be violated (usually none).  ``reason``: the outcome
+    reason a correct loop gives, or a list of the reasons that are all honest here (a stuck model may be
+    stopped by a step cap, ``max_steps``, or by repetition detection, ``repetition``); None: any reason.
+    """
 
     violations: list[InvariantId] = Field(default_factory=list)
-    reason: str | None = None
+    reason: str | list[str] | None = None
+
+    @field_validator("reason")
+    @classmethod
+    def _reasons(cls, v: str | list[str] | None) -> str | list[str] | None:
+        from simloop.outcome import REASONS
+
+        given = [v] if isinstance(v, str) else (v if v is not None else [])
+        if v is not None and not given:
+            raise ValueError(f"reason is an outcome reason or a non-empty list of them ({', '.join(REASONS)})")
+        unknown = [r for r in given if r not in REASONS]
+        if unknown:
+            raise ValueError(f"{unknown[0]!r} is not an outcome reason; expected one of {', '.join(REASONS)}")
+        return v
+
+    @property
+    def reasons(self) -> tuple[str, ...] | None:
+        """The acceptable outcome reasons, or None when any reason is."""
+        if self.reason is None:
+            return None
+        return (self.reason,) if isinstance(self.reason, str) else tuple(self.reason)
+
+    def allows(self, reason: str) -> bool:
+        """Whether a loop that stopped with ``reason`` shows what this expects of the reason."""
+        return self.reasons is None or reason in self.reasons
+
+    def reason_text(self) -> str:
+        """The expected reason(s) as a report says them: ``'max_steps'`` or ``one of 'max_steps', 'repetition'``."""
+        reasons = self.reasons or ()
+        return repr(reasons[0]) if len(reasons) == 1 else "one of " + ", ".join(map(repr, reasons))
 
 
 class Scenario(_Model):
-    """A whole simulated world for one run (DESIGN §5, version 1)."""
+    """A whole simulated world for one run (docs/design.md, Scenario format v1)."""
 
     version: Literal[1] = 1
     name: str = "scenario"
@@ -474,7 +508,7 @@ class Scenario(_Model):
         if version != 1 or type(version) is not int:
             raise ScenarioError(
                 f"scenario format version {version!r} is not supported by this simloop; it reads version 1. "
-                "Upgrade simloop, or rewrite the file to version 1 (DESIGN §5).",
+                "Upgrade simloop, or rewrite the file to version 1 (docs/design.md, Scenario format v1).",
                 path=path,
                 line=_line_of(data, ("version",)),
             )
@@ -510,6 +544,8 @@ class Scenario(_Model):
         # A callable is not JSON: tools' functions are written as their import paths.
         data = self.model_dump(mode="json", exclude_defaults=True, exclude={"tools": {"__all__": {"function"}}})
         data = {"version": 1, **data}
+        if self.expect is not None and not data.get("expect"):
+            data["expect"] = {"violations": []}  # said, not implied: a correct loop breaks no invariant here
         for t, spec in zip(data.get("tools", []), self.tools):
             if callable(spec.function):
                 t["function"] = f"{spec.function.__module__}:{spec.function.__qualname__}"
@@ -630,6 +666,7 @@ def _loc_text(loc: tuple[Any, ...]) -> str:
 _EXPECTED = {
     "error": f"one of {', '.join(map(str, API_ERRORS))}",
     "kind": "one of " + ", ".join(FaultKinds),
+    "tools.kind": "one of read, write",  # a tool's kind, not a fault's
     "then": "one of end_turn, repeat_last, fail",
 }
 
@@ -640,11 +677,12 @@ def _explain(err: Any) -> str:
     field = next((p for p in reversed(loc) if isinstance(p, str) and not _TYPE_TAG.fullmatch(p)), "")
     got = err.get("input")
     if kind == "extra_forbidden":
-        return f"unknown key {field!r}; check the spelling against the scenario format (DESIGN §5)"
+        return f"unknown key {field!r}; check the spelling against the scenario format (docs/design.md, Scenario format v1)"
     if kind == "missing":
         return "this key is required"
     if kind in ("literal_error", "enum") and field in _EXPECTED:
-        return f"expected {_EXPECTED[field]}, got {got!r}"
+        key = "tools.kind" if field == "kind" and loc and loc[0] == "tools" else field
+        return f"expected {_EXPECTED[key]}, got {got!r}"
     msg = str(err["msg"])
     msg = msg.removeprefix("Value error, ")
     if kind == "string_type" and isinstance(got, (int, float)):

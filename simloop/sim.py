@@ -23,7 +23,7 @@ import random
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from simloop._stack import on_fresh_stack
 from simloop._watchdog import LoopHalted, Watchdog
@@ -47,8 +47,8 @@ DEFAULT_MODEL = "claude-sonnet-5"
 API_KEY = "sk-ant-simloop-0000000000000000000000000000000000000000"  # a fake key: the simulator accepts any
 BASE_URL = "https://api.anthropic.com"
 
-Drive = Callable[["Sim"], Union[Outcome, tuple[str, str], Awaitable[Any]]]
-ScenarioLike = Union[Scenario, str, Path, dict[str, Any]]
+Drive = Callable[["Sim"], Outcome | tuple[str, str] | Awaitable[Any]]
+ScenarioLike = Scenario | str | Path | dict[str, Any]
 T = TypeVar("T")
 
 
@@ -244,7 +244,7 @@ class Sim:
                     raise SimloopInternalError(f"simloop failed while simulating the API: {e.error!r}") from e.error
                 except (UsageError, KeyboardInterrupt):
                     raise
-                except Exception as e:  # the loop raised: that is an outcome, not a crash
+                except Exception as e:  # noqa: BLE001 - the loop raised: that is an outcome, not a crash
                     result = self._record_error(e)
         finally:
             random.setstate(state)
@@ -289,7 +289,7 @@ class Sim:
         if http is not None:
             http.close()
 
-    def __enter__(self) -> Sim:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

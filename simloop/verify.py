@@ -78,7 +78,7 @@ def verify(
         max_examples: how many runs Hypothesis tries (a long budget is tried as several Hypothesis runs of
             at most a hundred examples, so memory stays flat however many are asked for).
         seed: makes the search deterministic (the same runs in the same order).
-        invariants: ids to check (default: all of DESIGN §4).
+        invariants: ids to check (default: all; see docs/design.md, Invariants).
         plan: a strategy of model behaviours (`simloop.strategies.plans(...)`) for the whole budget;
             by default the budget is split over `simloop.strategies.stages()`, so that every kind of
             run (faults, outages, stuck models, slow and heavy runs) is certainly tried.
@@ -176,7 +176,9 @@ def verify(
                     on_fresh_stack(test)  # the engine and every example on stack space of their own (see _stack)
                 except _Failed:
                     report, sim, model, faults = state["failure"]
-                    raise _violation(drive, report, sim, model, faults, out_dir=Path(out_dir), seed=seed) from None
+                    error = _violation(drive, report, sim, model, faults, out_dir=Path(out_dir), seed=seed)
+                    error.examples = state["examples"]
+                    raise error from None
                 if state["examples"] - before < size:
                     break  # the stage's space is exhausted (or its phases generate nothing): more chunks only repeat it
     return Report(violations=[], checked=tuple(checked), examples=state["examples"])
@@ -207,16 +209,19 @@ def replay(
     found = {v.invariant for v in report.violations}
     unexpected = [v for v in report.violations if v.invariant not in expected]
     missing = expected - found
-    reason = scenario.expect.reason if scenario.expect else None
-    wrong_reason = reason is not None and outcome.reason != reason
+    expect = scenario.expect
+    wrong_reason = expect is not None and not expect.allows(outcome.reason)
     if unexpected or missing or wrong_reason:
         timeline = render_timeline(sim.transcript, report.violations)
         lines = [f"replaying {path}: the loop broke {len(unexpected)} invariant(s)" if unexpected else f"replaying {path}:"]
         lines += [f"  {v}" for v in unexpected]
         if missing:
             lines.append(f"  expected but did not happen: {', '.join(sorted(missing))} (update the file's expect: block)")
-        if wrong_reason:
-            lines.append(f"  the loop stopped with reason {outcome.reason!r}; the file expects {reason!r}")
+        if wrong_reason and expect is not None:
+            lines.append(
+                f"  the loop stopped with reason {outcome.reason!r}; the file expects {expect.reason_text()} "
+                "(if this reason is honest here too, add it to the file's expect: reason: list)"
+            )
         lines += ["", "timeline:", timeline]
         raise InvariantViolation(
             "\n".join(lines), violations=unexpected, scenario=scenario, scenario_path=str(path), timeline=timeline,
@@ -296,8 +301,7 @@ def _violation(
         faults=faults.fired,
         halted=halted,
     )
-    scenario = scenario.model_copy(update={"expect": None})
-    path = out_dir / f"{_slug(scenario.name)}.yaml"
+    path = out_dir / f"{_slug(scenario.name)}-{_short_hash(scenario)}.yaml"
     functions = any(t.function is not None for t in scenario.tools)  # named by import path: replay opts in
     header = _file_header(report.violations, functions=functions)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -334,7 +338,8 @@ def _file_header(violations: Sequence[Violation], *, functions: bool = False) ->
     out = ["# Found by simloop.verify: the minimal run that breaks the loop's invariants."]
     out += [f"#   {str(v)[:200]}" for v in violations]
     how = "simloop.replay(drive, this_file, allow_functions=True)" if functions else "simloop.replay(drive, this_file)"
-    out.append(f"# Replay with {how}; commit it to keep it as a regression test.")
+    out.append("# After these replies the model ends the run (then:), and expect: says the invariants hold, so the")
+    out.append(f"# fixed loop replays it cleanly: {how}; commit it as a regression test.")
     return "\n".join(out) + "\n"
 
 
@@ -430,6 +435,11 @@ def _name(drive: Any) -> str:
     name = module.rsplit(".", 1)[-1] if module not in ("", "__main__") else ""
     qual = getattr(drive, "__qualname__", "drive")
     return name if name and qual == "drive" else (f"{name}.{qual}" if name else str(qual))
+
+
+def _short_hash(scenario: Scenario) -> str:
+    """Eight hex digits of the scenario's content: distinct failures of one invariant keep distinct files."""
+    return hashlib.sha256(scenario.to_yaml().encode("utf-8")).hexdigest()[:8]
 
 
 def _slug(text: str) -> str:

@@ -328,7 +328,7 @@ def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.skipif(
     shutil.which("chromium") is None,
-    reason="no chromium on PATH: the browser test needs Debian's chromium (apt-get install chromium)",
+    reason="no chromium on PATH: `make browser` installs it (Debian's chromium, as root); `make test` never does",
 )
 def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     from examples.rerun_after_api_error import drive

@@ -396,7 +396,7 @@ def test_a_reproduction_file_with_functions_says_how_to_replay_it(
     assert failure.scenario_path is not None
     written = Path(failure.scenario_path).read_text()
     assert f"function: {lookup_tool.__module__}:lookup_tool" in written
-    assert "# Replay with simloop.replay(drive, this_file, allow_functions=True);" in written
+    assert "# fixed loop replays it cleanly: simloop.replay(drive, this_file, allow_functions=True);" in written
     assert failure.replay == (
         f"simloop run {failure.scenario_path} --drive examples.tool_exception_escapes:drive --allow-functions"
     )

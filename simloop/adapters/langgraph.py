@@ -39,14 +39,18 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 import anthropic
-from langchain_anthropic import ChatAnthropic
-from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.tools import StructuredTool
-from langgraph.errors import GraphRecursionError
 from pydantic import SecretStr
 
-from simloop.adapters._common import Guard
+from simloop.adapters._common import Guard, missing_extra
 from simloop.outcome import Outcome
+
+try:
+    from langchain_anthropic import ChatAnthropic
+    from langchain_core.messages import AIMessage, BaseMessage
+    from langchain_core.tools import StructuredTool
+    from langgraph.errors import GraphRecursionError
+except ModuleNotFoundError as e:  # the harness is an extra: say which one
+    raise missing_extra(e, adapter="simloop.adapters.langgraph", extra="langgraph") from None
 
 if TYPE_CHECKING:
     from simloop.sim import Sim

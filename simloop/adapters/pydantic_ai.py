@@ -39,20 +39,24 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic_ai import Agent, Tool
-from pydantic_ai.exceptions import (
-    AgentRunError,
-    ContentFilterError,
-    OutputTokenLimitExceeded,
-    RunTimedOut,
-    ToolFailed,
-    UsageLimitExceeded,
-)
-from pydantic_ai.models.anthropic import AnthropicModel
-from pydantic_ai.providers.anthropic import AnthropicProvider
-from pydantic_ai.usage import UsageLimits
-
+from simloop.adapters._common import missing_extra
 from simloop.outcome import Outcome
+
+try:
+    from pydantic_ai import Agent, Tool
+    from pydantic_ai.exceptions import (
+        AgentRunError,
+        ContentFilterError,
+        OutputTokenLimitExceeded,
+        RunTimedOut,
+        ToolFailed,
+        UsageLimitExceeded,
+    )
+    from pydantic_ai.models.anthropic import AnthropicModel
+    from pydantic_ai.providers.anthropic import AnthropicProvider
+    from pydantic_ai.usage import UsageLimits
+except ModuleNotFoundError as e:  # the harness is an extra: say which one
+    raise missing_extra(e, adapter="simloop.adapters.pydantic_ai", extra="pydantic-ai") from None
 
 if TYPE_CHECKING:
     from simloop.scenario import Limits
