@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, cast
 import anthropic
 from anthropic.types import MessageParam, ToolParam
 
+from simloop import Outcome
+
 from ._common import DEFAULT_MODEL, MAX_TOKENS, THINKING, RunTool, budgets, text_of, tokens_used, tool_calls
 from .correct_sync import run_tools
-from simloop import Outcome
 
 if TYPE_CHECKING:
     from simloop import Sim
