@@ -1,0 +1,156 @@
+"""Tool execution: `no_rerun` (each tool_use runs once, a committed write never again) and `tool_errors`
+(a tool's exception becomes an is_error observation)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from simloop.invariants._base import Violation, _is_write, _View, _view
+from simloop.transcript import ToolStart, Transcript
+
+__all__ = ["no_rerun", "tool_errors"]
+
+# -- no_rerun ---------------------------------------------------------------------------------------------------
+
+
+def no_rerun(t: Transcript) -> list[Violation]:
+    """Each execution answers a tool_use not executed before; a committed write never runs again.
+
+    A second execution that answers a *different* tool_use the model issued (two
+    identical calls in one reply, or the model asking again) is the model's
+    decision, not a rerun; the loop reruns when an execution answers a tool_use
+    already executed, or none at all.
+    """
+    v = _view(t)
+    out: list[Violation] = []
+    by_tool_use: dict[str, ToolStart] = {}
+    # the writes that committed, by tool and input: (position of the ToolEnd, the write), in execution order
+    committed: dict[tuple[str, str], list[tuple[int, ToolStart]]] = {}
+    written: set[str] = set()  # the tools among them (an input is made canonical only when it may matter)
+    for pos, s in v.starts:
+        same = committed.get((s.tool, v.input_of(s)), []) if s.tool in written else []
+        found = _rerun_of_commit(v, pos, s, same) or _unrequested_or_repeated(v, pos, s, by_tool_use)
+        if found is not None:
+            out.append(found)
+        if s.matched is not None:
+            by_tool_use.setdefault(s.matched, s)
+        end = v.ends.get(s.exec)
+        if end is not None and end[1].committed and _is_write(t, s):
+            committed.setdefault((s.tool, v.input_of(s)), []).append((end[0], s))
+            written.add(s.tool)
+    return out
+
+
+def _rerun_of_commit(v: _View, pos: int, s: ToolStart, same: list[tuple[int, ToolStart]]) -> Violation | None:
+    """A rerun of one of ``same``: the committed writes of the same tool with the same input."""
+    for end_pos, prior in same:
+        if end_pos > pos:
+            continue
+        if s.matched is not None and s.matched != prior.matched:
+            answered = v.result_sent.get(s.matched)
+            if answered is None or answered > pos:
+                continue  # the model asked for it in its own tool_use: its call, not the loop's
+            why = f" for tool_use {s.matched}, whose result the loop had already sent to the model"
+        elif s.matched is not None:
+            why = f" for the same tool_use {s.matched}"
+        else:
+            why = " without a tool_use asking for it"
+        message = (
+            f"{s.tool} ran again with the same input (exec {s.exec}) after exec {prior.exec} had committed{why}; "
+            "a correct loop never re-executes a completed write: it reports the first result (or error) to the "
+            "model and lets the model decide, with an idempotency key if it must retry"
+        )
+        evidence = {"exec": s.exec, "first_exec": prior.exec, "tool": s.tool, "tool_use_id": s.matched}
+        return Violation("no_rerun", message, v.step_at(pos), evidence)
+    return None
+
+
+def _unrequested_or_repeated(v: _View, pos: int, s: ToolStart, by_tool_use: dict[str, ToolStart]) -> Violation | None:
+    if s.matched is None:
+        given = f" (the loop passed id {s.tool_use_id}, which matches none)" if s.tool_use_id else ""
+        evidence: dict[str, Any] = {"exec": s.exec, "tool": s.tool, "tool_use_id": s.tool_use_id}
+        same = next((p for _, p in v.starts if p.exec < s.exec and p.tool == s.tool and v.input_of(p) == v.input_of(s)),
+                    None)
+        if same is not None:
+            given += f"; it repeats exec {same.exec} with the same input"
+            evidence = {"exec": s.exec, "first_exec": same.exec, "tool": s.tool, "tool_use_id": s.tool_use_id}
+        message = (
+            f"{s.tool} was executed (exec {s.exec}) but no tool_use asked for it{given}; a correct loop only runs "
+            "tools the model asked for, once per tool_use block"
+        )
+        return Violation("no_rerun", message, v.step_at(pos), evidence)
+    if s.matched in by_tool_use:
+        prior = by_tool_use[s.matched]
+        message = (
+            f"{s.tool} ran twice for tool_use {s.matched} (exec {prior.exec} and exec {s.exec}); a correct loop runs "
+            "each tool_use once and reports a failure as an is_error tool_result instead of retrying"
+        )
+        evidence = {"exec": s.exec, "first_exec": prior.exec, "tool": s.tool, "tool_use_id": s.matched}
+        return Violation("no_rerun", message, v.step_at(pos), evidence)
+    return None
+
+
+
+# -- tool_errors ------------------------------------------------------------------------------------------------
+
+
+_EXC = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(?::\s*(.*)|\((.*)\))?\s*$", re.DOTALL)
+
+
+def _same_exception(error: str | None, escaped: str | None) -> bool:
+    """Does the escaped exception's text name the tool's exception (type and message)?"""
+    if not error or not escaped or not error.strip():
+        return False
+    if error.strip() in escaped:
+        return True
+    lines = [ln for ln in escaped.strip().splitlines() if ln.strip()]  # a traceback ends with the exception
+    a, b = _EXC.match(error.strip()), _EXC.match(lines[-1]) if lines else None
+    return a is not None and b is not None and _exc_parts(a) == _exc_parts(b)
+
+
+def _exc_parts(m: re.Match[str]) -> tuple[str, str]:
+    """(short type name, message) from ``Type: message`` or ``Type('message')``."""
+    return m.group(1).rsplit(".", 1)[-1], (m.group(2) or m.group(3) or "").strip().strip("'\"")
+
+
+def tool_errors(t: Transcript) -> list[Violation]:
+    """A tool's exception becomes an is_error tool_result; it does not escape the loop.
+
+    After a `Halt` the exception that ended the run is simloop's own unwinding, not a tool's.
+    """
+    v = _view(t)
+    out: list[Violation] = []
+    outcome = v.outcome if t.halt is None else None
+    raised = [(v.ends[s.exec], s) for _, s in v.starts if s.exec in v.ends and v.ends[s.exec][1].status == "raised"]
+    escaped = next(
+        (s.exec for (_, end), s in reversed(raised) if outcome and _same_exception(end.error, outcome.exception)), None
+    )
+    for (pos, end), s in raised:
+        uid = s.matched or s.tool_use_id
+        ev = {"exec": s.exec, "tool": s.tool, "tool_use_id": uid, "error": end.error, "kind": "escaped"}
+        if s.exec == escaped:
+            message = (
+                f"{s.tool} raised ({end.error}) and the exception escaped the loop; a correct loop catches a tool's "
+                "exception and sends it back as a tool_result with is_error: true"
+            )
+            out.append(Violation("tool_errors", message, v.step_at(pos), ev))
+            continue
+        later = [r for p, r in v.model_requests if p > pos]
+        if uid is None or not later:
+            continue
+        results = [
+            b for r in later for m in r.conversation if isinstance(m, dict) and isinstance(m.get("content"), list)
+            for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result" and b.get("tool_use_id") == uid
+        ]
+        if any(b.get("is_error") is True for b in results):
+            continue
+        how = "was reported as a success (no is_error)" if results else "was never reported to the model"
+        ev["kind"] = "not_is_error" if results else "unreported"
+        message = (
+            f"{s.tool} raised ({end.error}) and the error {how}; a correct loop makes the error an observation: "
+            "a tool_result with is_error: true"
+        )
+        out.append(Violation("tool_errors", message, v.step_at(pos), ev))
+    return out
+
