@@ -25,6 +25,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, Union
 
+from simloop._frames import loop_frame
+from simloop._interrupt import user_interrupts
 from simloop._stack import on_fresh_stack
 from simloop._watchdog import LoopHalted, Watchdog
 from simloop.clock import VirtualClock
@@ -220,7 +222,7 @@ class Sim:
         state = random.getstate()
         random.seed(self.seed)  # the SDK's retry jitter reads the global PRNG
         try:
-            with self.clock.patched(), self.watchdog.watching(threading.get_ident()):
+            with self.clock.patched(), self.watchdog.watching(threading.get_ident()), user_interrupts() as pressed:
                 try:
                     if inspect.iscoroutinefunction(drive):
                         result = on_fresh_stack(self.clock.run, self._arun(drive))
@@ -234,10 +236,16 @@ class Sim:
                     raise ScriptExhaustedError(e.message) from None
                 except InternalFailure as e:
                     raise SimloopInternalError(f"simloop failed while simulating the API: {e.error!r}") from e.error
-                except (UsageError, KeyboardInterrupt):
+                except UsageError:
                     raise
-                except Exception as e:  # the loop raised: that is an outcome, not a crash
+                except (Exception, SystemExit, KeyboardInterrupt) as e:
+                    # the loop raised (even SystemExit, or a KeyboardInterrupt of its own): an outcome the `crash`
+                    # invariant reports, not simloop's exit; only the user's own Ctrl-C aborts simloop
+                    if pressed():
+                        raise
                     result = self._record_error(e)
+                if pressed():  # the loop swallowed the user's Ctrl-C: simloop still stops
+                    raise KeyboardInterrupt
         finally:
             random.setstate(state)
         return result
@@ -255,7 +263,10 @@ class Sim:
     def _record_error(self, error: BaseException) -> Outcome:
         text = f"{type(error).__name__}: {error}"
         if self.transcript.outcome is None:
-            self.transcript.append(OutcomeEvent(t=self.clock.now(), reason="error", text=text, exception=text))
+            where = None if isinstance(error, LoopHalted) else loop_frame(error)
+            self.transcript.append(
+                OutcomeEvent(t=self.clock.now(), reason="error", text=text, exception=text, where=where)
+            )
         return Outcome(reason="error", text=text, exception=error)
 
     def check(self, outcome: Outcome | None = None, *, invariants: Iterable[str] | None = None) -> Any:
@@ -411,7 +422,15 @@ def _as_scenario(scenario: ScenarioLike) -> Scenario:
     )
 
 
+#: Model calls after which a loop that declares no step cap is unwound as a runaway (`stops`).  Above the
+#: caps agent frameworks apply by default, so a framework's own cap is never mistaken for a runaway:
+#: pydantic-ai's ``UsageLimits.request_limit`` (50 requests), LangGraph's ``recursion_limit`` (25 supersteps,
+#: about 12 model calls, in releases before 1.x; 10007 since, which is no cap), the SDK tool runner's
+#: ``max_iterations`` (none by default).  A runaway run of 60 calls still takes well under a second.
+RUNAWAY_MODEL_CALLS = 60
+
+
 def _default_budget(limits: Limits) -> Budget:
     steps = limits.max_steps or 0
-    calls = max(30, 2 * steps + 5)
+    calls = max(RUNAWAY_MODEL_CALLS, 2 * steps + 5)
     return Budget(model_calls=calls, requests=4 * calls + 8)

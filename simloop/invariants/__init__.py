@@ -33,8 +33,8 @@ from simloop.invariants._base import MESSAGES_PATH as MESSAGES_PATH
 from simloop.invariants._base import REASONS, Invariant, Violation
 from simloop.invariants.conversation import _walk as _walk  # the pairing walk, for its property test
 from simloop.invariants.conversation import pairing, request_valid
-from simloop.invariants.execution import no_rerun, tool_errors
-from simloop.invariants.exits import no_work_after_return
+from simloop.invariants.execution import no_rerun, results_sent, results_together, tool_errors
+from simloop.invariants.exits import crash, no_work_after_return
 from simloop.invariants.honesty import honest_outcome, refusal, truncation
 from simloop.invariants.stopping import limits, stops
 from simloop.scenario import INVARIANT_IDS
@@ -92,6 +92,9 @@ CATALOGUE: dict[str, Invariant] = {
     "limits": limits,
     "tool_errors": tool_errors,
     "no_work_after_return": no_work_after_return,
+    "crash": crash,
+    "results_sent": results_sent,
+    "results_together": results_together,
 }
 if tuple(CATALOGUE) != INVARIANT_IDS:  # pragma: no cover - a development-time consistency check
     raise SimloopInternalError("simloop.invariants.CATALOGUE is out of step with scenario.INVARIANT_IDS")
@@ -140,7 +143,11 @@ def _fold_overlaps(violations: list[Violation]) -> list[Violation]:
     """Report one fault once when two checked invariants both see it (each still sees it when checked alone).
 
     "final after a max_tokens reply" stays under ``truncation``; a failed tool
-    whose tool_result is missing altogether stays under ``pairing``.
+    whose tool_result is missing altogether stays under ``pairing``; a tool's
+    exception that escaped the loop stays under ``tool_errors`` (not ``crash``);
+    a result that never reached the model stays under ``pairing`` (its tool_use
+    is left unanswered), ``tool_errors`` (the tool raised) or ``truncation`` (the
+    tool should not have run), and is ``results_sent``'s only when none sees it.
     """
     cut_final = any(v.invariant == "truncation" and v.evidence.get("last_stop_reason") for v in violations)
     missing = {
@@ -148,9 +155,17 @@ def _fold_overlaps(violations: list[Violation]) -> list[Violation]:
         for v in violations
         if v.invariant == "pairing" and v.evidence.get("kind") == "missing_result"
     }
+    escaped = any(v.invariant == "tool_errors" and v.evidence.get("kind") == "escaped" for v in violations)
+    seen_elsewhere = missing | {
+        v.evidence.get("tool_use_id")
+        for v in violations
+        if (v.invariant == "tool_errors" and v.evidence.get("kind") == "unreported") or v.invariant == "truncation"
+    }
     return [
         v for v in violations
         if not (v.invariant == "honest_outcome" and cut_final and v.evidence.get("last_stop_reason") == "max_tokens")
         and not (v.invariant == "tool_errors" and v.evidence.get("kind") == "unreported"
                  and v.evidence.get("tool_use_id") in missing)
+        and not (v.invariant == "crash" and escaped)
+        and not (v.invariant == "results_sent" and seen_elsewhere & set(v.evidence.get("dropped", ())))
     ]

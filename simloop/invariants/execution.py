@@ -1,15 +1,17 @@
-"""Tool execution: `no_rerun` (each tool_use runs once, a committed write never again) and `tool_errors`
-(a tool's exception becomes an is_error observation)."""
+"""Tool execution: `no_rerun` (each tool_use runs once, a committed write never again), `tool_errors` (a tool's
+exception becomes an is_error observation), `results_sent` (every result of the tools that ran reaches the
+model) and `results_together` (a turn's results go back in one message)."""
 
 from __future__ import annotations
 
+import bisect
 import re
 from typing import Any
 
 from simloop.invariants._base import Violation, _is_write, _View, _view
 from simloop.transcript import ToolStart, Transcript
 
-__all__ = ["no_rerun", "tool_errors"]
+__all__ = ["no_rerun", "results_sent", "results_together", "tool_errors"]
 
 # -- no_rerun ---------------------------------------------------------------------------------------------------
 
@@ -154,3 +156,116 @@ def tool_errors(t: Transcript) -> list[Violation]:
         out.append(Violation("tool_errors", message, v.step_at(pos), ev))
     return out
 
+
+
+# -- results_sent -----------------------------------------------------------------------------------------------
+
+
+def results_sent(t: Transcript) -> list[Violation]:
+    """When the loop calls the model again after running tools, that request carries every one of their results.
+
+    An execution that ended before the next model call and answers a tool_use must have its tool_result in
+    that request (or an earlier one), whether the tool succeeded or failed.  Stopping right after running
+    the tools is fine (no request follows); executions the loop cancelled, or that answer no tool_use
+    (`no_rerun`'s case), are not this invariant's.  One violation per request, naming the first dropped result.
+    """
+    v = _view(t)
+    if not v.starts:
+        return []
+    positions = [pos for pos, _ in v.model_requests]
+    dropped: dict[int, list[ToolStart]] = {}  # index into model_requests -> the executions it should answer
+    seen: set[str] = set()
+    for pos, s in v.starts:
+        uid = s.matched
+        end = v.ends.get(s.exec)
+        if uid is None or uid in seen or end is None or end[1].status == "cancelled":
+            continue
+        k = bisect.bisect_right(positions, end[0])
+        if k == len(positions):
+            continue  # no model call after it: the loop stopped after running its tools
+        seen.add(uid)
+        sent = v.result_sent.get(uid)
+        if sent is None or sent > positions[k]:
+            dropped.setdefault(k, []).append(s)
+    out: list[Violation] = []
+    for k, execs in sorted(dropped.items()):
+        request = v.model_requests[k][1]
+        s = execs[0]
+        ended = v.ends[s.exec][1]
+        how = f"raised ({ended.error})" if ended.status == "raised" else (
+            "committed its write" if ended.committed else "succeeded")
+        more = f" ({len(execs) - 1} more result(s) of tools that ran are missing too)" if len(execs) > 1 else ""
+        message = (
+            f"{s.tool} ran (exec {s.exec}, for tool_use {s.matched}) and {how}, but the next request (step "
+            f"{request.call}) carries no tool_result for it: its result never reached the model{more}; a correct "
+            "loop sends back the assistant turn and a tool_result for every tool it ran before calling the model "
+            "again (a note from the user goes in the same user message, after the results)"
+        )
+        evidence = {"request": request.index, "exec": s.exec, "tool": s.tool, "tool_use_id": s.matched,
+                    "status": ended.status, "dropped": [x.matched for x in execs]}
+        out.append(Violation("results_sent", message, request.call, evidence))
+    return out
+
+
+# -- results_together -------------------------------------------------------------------------------------------
+
+
+def results_together(t: Transcript) -> list[Violation]:
+    """All tool_results answering one assistant turn go back in a single user message.
+
+    The API merges consecutive user messages, so a request that splits them is accepted (and `pairing`
+    holds); but the model then learns from its history that parallel calls come back one by one.  Each
+    split turn is reported once, at the first request that shows it.
+    """
+    v = _view(t)
+    out: list[Violation] = []
+    reported: set[str] = set()
+    walked: list[Any] = []
+    last_assistant = 0  # index of the last assistant message in the walked conversation
+    for _, r in v.model_requests:
+        conversation = r.conversation
+        shared = len(walked) if walked and conversation[: len(walked)] == walked else 0
+        start = min(last_assistant, shared) if shared else 0
+        walked = conversation
+        for i in range(start, len(conversation)):
+            m = conversation[i]
+            if not isinstance(m, dict) or m.get("role") != "assistant":
+                continue
+            last_assistant = i
+            uses = _tool_use_ids(m)
+            if not uses or uses[0] in reported:
+                continue
+            carrying = []
+            j = i + 1
+            while j < len(conversation) and isinstance(conversation[j], dict) and conversation[j].get("role") == "user":
+                if any(uid in uses for uid in _tool_result_ids(conversation[j])):
+                    carrying.append(j)
+                j += 1
+            if len(carrying) < 2:
+                continue
+            reported.add(uses[0])
+            places = ", ".join(f"messages[{j}]" for j in carrying)
+            message = (
+                f"the results of the {len(uses)} tool call(s) of the assistant turn at messages[{i}] went back in "
+                f"{len(carrying)} separate user messages ({places}); the API merges them, so the request is accepted, "
+                "but a correct loop sends all the tool_results of a turn in ONE user message (split results teach "
+                "the model to stop making parallel calls)"
+            )
+            evidence = {"request": r.index, "path": f"messages[{carrying[1]}]", "tool_use_id": uses[0],
+                        "messages": carrying}
+            out.append(Violation("results_together", message, r.call, evidence))
+    return out
+
+
+def _tool_use_ids(message: dict[str, Any]) -> list[str]:
+    content = message.get("content")
+    if not isinstance(content, list):
+        return []
+    return [str(b.get("id")) for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
+
+
+def _tool_result_ids(message: dict[str, Any]) -> list[str]:
+    content = message.get("content")
+    if not isinstance(content, list):
+        return []
+    return [str(b.get("tool_use_id")) for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]

@@ -1,11 +1,38 @@
-"""How the loop returns: `no_work_after_return` (nothing it started is still running)."""
+"""How the loop returns: `crash` (no exception escapes it) and `no_work_after_return` (nothing it started is
+still running)."""
 
 from __future__ import annotations
 
 from simloop.invariants._base import Violation, _view
 from simloop.transcript import Request, Response, Transcript
 
-__all__ = ["no_work_after_return"]
+__all__ = ["crash", "no_work_after_return"]
+
+# -- crash ------------------------------------------------------------------------------------------------------
+
+
+def crash(t: Transcript) -> list[Violation]:
+    """No exception escapes the loop (whatever its type, SystemExit and KeyboardInterrupt included).
+
+    Not checked after a `Halt`: the exception that ended the run is simloop's own unwinding (`stops` says why).
+    When the escaped exception is a tool's, `tool_errors` reports it instead (see ``check``'s overlaps).
+    """
+    outcome = t.outcome
+    if outcome is None or outcome.exception is None or t.halt is not None:
+        return []
+    v = _view(t)
+    step = v.step_at(v.outcome_pos) if v.outcome_pos is not None else None
+    when = f"at step {step}" if step is not None else "before its first model call"
+    where = f" at {outcome.where}" if outcome.where else ""
+    message = (
+        f"the loop crashed {when}: {outcome.exception} was raised{where} and escaped the drive; a correct loop "
+        "ends gracefully: it handles what it can and returns an Outcome saying why it stopped (reason 'error' "
+        "with the error's text) rather than raising.  A library loop that raises API errors by design is "
+        "adapted by catching them in the drive and returning Outcome(reason='error', text=...)"
+    )
+    evidence = {"exception": outcome.exception, "where": outcome.where, "t": outcome.t}
+    return [Violation("crash", message, step, evidence)]
+
 
 # -- no_work_after_return ---------------------------------------------------------------------------------------
 

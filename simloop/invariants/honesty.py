@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from simloop.invariants._base import _FINAL_STOPS, _VOLATILE_BODY, REASONS, Violation, _canon, _View, _view
+from simloop.invariants._base import _FINAL_STOPS, _VOLATILE_BODY, REASONS, Violation, _canon, _is_write, _View, _view
 from simloop.transcript import Request, Response, Transcript
 
 __all__ = ["honest_outcome", "refusal", "truncation"]
@@ -79,6 +79,24 @@ def refusal(t: Transcript) -> list[Violation]:
 # -- honest_outcome ---------------------------------------------------------------------------------------------
 
 
+def _wrote_last(v: _View) -> bool:
+    """Did the loop stop on its declared write budget ("one write"): its last allowed write succeeded after the
+    last reply?  Then 'final' is honest: the write is the result, as the seed's "one write" rule has it."""
+    max_writes = v.t.header.limits.get("max_writes")
+    if max_writes is None or v.outcome_pos is None:
+        return False
+    last_reply = max((pos for pos, _ in v.replies if pos < v.outcome_pos), default=-1)
+    writes = 0
+    spent_at = -1
+    for pos, s in v.starts:
+        end = v.ends.get(s.exec)
+        if end is not None and end[0] < v.outcome_pos and end[1].status == "ok" and _is_write(v.t, s):
+            writes += 1
+            if writes == max_writes:
+                spent_at = pos
+    return writes >= max_writes and spent_at > last_reply
+
+
 def honest_outcome(t: Transcript) -> list[Violation]:
     """The declared reason is not contradicted by the transcript (only clear lies are flagged)."""
     v = _view(t)
@@ -96,7 +114,9 @@ def honest_outcome(t: Transcript) -> list[Violation]:
     lie: str | None = None
     if outcome.reason not in REASONS:
         lie = f"the loop declared reason {outcome.reason!r}, which is not one of {', '.join(REASONS)}"
-    elif outcome.reason == "final" and (last is None or last.stop_reason not in _FINAL_STOPS):
+    elif outcome.reason == "final" and (last is None or last.stop_reason not in _FINAL_STOPS) and not (
+        last is not None and last.stop_reason == "tool_use" and _wrote_last(v)
+    ):
         lie = "the loop reported 'final' but " + {
             None: "the model never replied",
             "pause_turn": "the last reply was pause_turn, which is continued (send it back), not final",

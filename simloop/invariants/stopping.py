@@ -1,11 +1,12 @@
-"""Stopping: `stops` (the loop returned within the runaway budget) and `limits` (it honours what it declares)."""
+"""Stopping: `stops` (the loop returned within the runaway budget) and `limits` (it honours the limits and stop
+policies it declares)."""
 
 from __future__ import annotations
 
 from collections import Counter
 
-from simloop.invariants._base import MESSAGES_PATH, Violation, _canon, _is_reply, _View, _view
-from simloop.transcript import Request, Response, Transcript
+from simloop.invariants._base import MESSAGES_PATH, Violation, _canon, _is_reply, _is_write, _View, _view
+from simloop.transcript import Request, Response, ToolEnd, ToolStart, Transcript
 
 __all__ = ["limits", "stops"]
 
@@ -63,7 +64,8 @@ def _runaway(v: _View) -> str:
 
 
 def limits(t: Transcript) -> list[Violation]:
-    """The loop honours the limits it declared: max_steps, deadline_s, max_total_tokens (each only if declared)."""
+    """The loop honours the limits it declared: max_steps, deadline_s, max_total_tokens, and the stop policies
+    max_tool_errors, max_writes, max_repeats (each only if declared; see `simloop.Limits`)."""
     v = _view(t)
     declared = t.header.limits
     max_steps, deadline, budget = declared.get("max_steps"), declared.get("deadline_s"), declared.get("max_total_tokens")
@@ -102,5 +104,99 @@ def limits(t: Transcript) -> list[Violation]:
             )
             evidence = {"request": e.index, "max_total_tokens": budget, "used": used}
             out.append(Violation("limits", message, e.call, evidence))
+    if any(declared.get(k) is not None for k in _POLICIES):
+        out.extend(_policies(t, v))
     return out
+
+
+_POLICIES = ("max_tool_errors", "max_writes", "max_repeats")
+
+
+def _policies(t: Transcript, v: _View) -> list[Violation]:
+    """The declared stop policies: the error budget, the write budget ("one write") and repetition."""
+    declared = t.header.limits
+    max_errors, max_writes, max_repeats = (declared.get(k) for k in _POLICIES)
+    out: list[Violation] = []
+    done: set[str] = set()
+    starts: dict[int, ToolStart] = {}
+    errors = writes = 0
+    spent: dict[str, ToolStart] = {}  # policy -> the execution that spent its budget
+    runs: Counter[tuple[str, str]] = Counter()
+    first_run: dict[tuple[str, str], int] = {}
+    calls_seen: set[int] = set()
+    for e in t.events:
+        if isinstance(e, ToolStart):
+            starts[e.exec] = e
+            if "max_writes" in spent and "max_writes" not in done and _is_write(t, e):
+                done.add("max_writes")
+                last = spent["max_writes"]
+                message = (
+                    f"the loop declared max_writes={max_writes} and {max_writes} write(s) had succeeded (the last: "
+                    f"{last.tool}, exec {last.exec}), but it ran {e.tool} (exec {e.exec}), another write; a correct loop "
+                    "treats its last allowed write as terminal: it runs no further write and stops"
+                )
+                evidence = {"limit": "max_writes", "max_writes": max_writes, "exec": e.exec, "tool": e.tool,
+                            "spent_by": last.exec}
+                out.append(Violation("limits", message, v.step_at(_position(v, e)), evidence))
+            if max_repeats is not None and "max_repeats" not in done:
+                key = (e.tool, v.input_of(e))
+                runs[key] += 1
+                first_run.setdefault(key, e.exec)
+                if runs[key] > max_repeats:
+                    done.add("max_repeats")
+                    message = (
+                        f"the loop declared max_repeats={max_repeats} but ran {e.tool} with the same input "
+                        f"{runs[key]} times (exec {first_run[key]} first, exec {e.exec} last); a correct loop counts "
+                        "each tool and input it runs and, rather than run one again past the limit, stops with "
+                        "reason 'repetition'"
+                    )
+                    evidence = {"limit": "max_repeats", "max_repeats": max_repeats, "exec": e.exec, "tool": e.tool,
+                                "first_exec": first_run[key], "runs": runs[key]}
+                    out.append(Violation("limits", message, v.step_at(_position(v, e)), evidence))
+        elif isinstance(e, ToolEnd):
+            s = starts.get(e.exec)
+            if s is None:
+                continue
+            if e.status == "raised":
+                errors += 1
+                if max_errors is not None and errors == max_errors:
+                    spent["max_tool_errors"] = s
+            elif e.status == "ok" and _is_write(t, s):
+                writes += 1
+                if max_writes is not None and writes == max_writes:
+                    spent["max_writes"] = s
+        elif isinstance(e, Request) and e.path == MESSAGES_PATH and e.call not in calls_seen:
+            calls_seen.add(e.call)
+            if "max_tool_errors" in spent and "max_tool_errors" not in done:
+                done.add("max_tool_errors")
+                last = spent["max_tool_errors"]
+                message = (
+                    f"the loop declared max_tool_errors={max_errors} and {max_errors} tool execution(s) had failed "
+                    f"(the last: {last.tool}, exec {last.exec}), but it made model call {e.call}; a correct loop counts "
+                    "failed tool executions and, once the budget is spent, stops with reason 'error_budget' "
+                    "instead of calling the model again"
+                )
+                evidence = {"limit": "max_tool_errors", "max_tool_errors": max_errors, "request": e.index,
+                            "spent_by": last.exec}
+                out.append(Violation("limits", message, e.call, evidence))
+            if "max_writes" in spent and "max_writes" not in done:
+                done.add("max_writes")
+                last = spent["max_writes"]
+                message = (
+                    f"the loop declared max_writes={max_writes} and {max_writes} write(s) had succeeded (the last: "
+                    f"{last.tool}, exec {last.exec}), but it made model call {e.call}; a correct loop treats its last "
+                    "allowed write as terminal: it stops (reason 'final': the write is the result) instead of "
+                    "calling the model again"
+                )
+                evidence = {"limit": "max_writes", "max_writes": max_writes, "request": e.index, "spent_by": last.exec}
+                out.append(Violation("limits", message, e.call, evidence))
+    return out
+
+
+def _position(v: _View, s: ToolStart) -> int:
+    """The event position of a tool execution's start."""
+    for pos, x in v.starts:
+        if x is s:
+            return pos
+    return len(v.t.events)
 
