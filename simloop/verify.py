@@ -41,7 +41,7 @@ from simloop.sim import Drive, Sim
 from simloop.strategies import DEFAULT_TOOLS, Plan, stages
 from simloop.timeline import render_timeline
 
-__all__ = ["DEFAULT_TASK", "replay", "verify"]
+__all__ = ["DEFAULT_TASK", "not_wired", "replay", "unreached_model", "verify"]
 
 DEFAULT_TASK = "The customer asks for a refund of order 1234. Check the policy, then email them the outcome."
 DEFAULT_OUT = Path(".simloop") / "failures"
@@ -104,7 +104,7 @@ def verify(
     specs = _tools(tools)
     declared = limits if isinstance(limits, Limits) else Limits.model_validate(limits or {})
     checked = _invariant_ids(invariants)
-    state: dict[str, Any] = {"examples": 0}
+    state: dict[str, Any] = {"examples": 0, "reached": 0}
     run_seed = seed if seed is not None else 0
     base = Scenario(name=_name(drive), task=task, tools=specs, limits=declared)
     world: Any = None
@@ -140,6 +140,8 @@ def verify(
                 raise faults.stopped  # Hypothesis's own stop, met in a tool execution (see GeneratedFaults)
             report = sim.check(invariants=checked)
             state["examples"] += 1
+            if sim.server.calls:
+                state["reached"] += 1
             if not report.ok:
                 state["failure"] = (report, sim, model, faults)
                 raise _Failed(", ".join(sorted({v.invariant for v in report.violations})))
@@ -179,6 +181,11 @@ def verify(
                     raise _violation(drive, report, sim, model, faults, out_dir=Path(out_dir), seed=seed) from None
                 if state["examples"] - before < size:
                     break  # the stage's space is exhausted (or its phases generate nothing): more chunks only repeat it
+    if state["examples"] and not state["reached"]:
+        raise UsageError(not_wired(
+            f"verify ran {state['examples']} example(s) of {_name(drive)} and not one made a model call to the "
+            "simulated API"
+        ))
     return Report(violations=[], checked=tuple(checked), examples=state["examples"])
 
 
@@ -200,7 +207,8 @@ def replay(drive: Drive, path: str | Path, *, seed: int = 0, invariants: Iterabl
     missing = expected - found
     reason = scenario.expect.reason if scenario.expect else None
     wrong_reason = reason is not None and outcome.reason != reason
-    if unexpected or missing or wrong_reason:
+    unreached = unreached_model(sim)
+    if unexpected or missing or wrong_reason or unreached:
         timeline = render_timeline(sim.transcript, report.violations)
         lines = [f"replaying {path}: the loop broke {len(unexpected)} invariant(s)" if unexpected else f"replaying {path}:"]
         lines += [f"  {v}" for v in unexpected]
@@ -208,12 +216,37 @@ def replay(drive: Drive, path: str | Path, *, seed: int = 0, invariants: Iterabl
             lines.append(f"  expected but did not happen: {', '.join(sorted(missing))} (update the file's expect: block)")
         if wrong_reason:
             lines.append(f"  the loop stopped with reason {outcome.reason!r}; the file expects {reason!r}")
+        if unreached:
+            lines.append(f"  {unreached}")
         lines += ["", "timeline:", timeline]
         raise InvariantViolation(
             "\n".join(lines), violations=unexpected, scenario=scenario, scenario_path=str(path), timeline=timeline,
             replay=_replay_line(drive, str(path), seed), transcript=sim.transcript,
         )
     return report
+
+
+# -- runs that never reach the model ------------------------------------------------------------------------
+
+
+def not_wired(what: str) -> str:
+    """The message for runs that never reached the simulated API (``what`` says which): how to wire a loop to the Sim."""
+    return (
+        f"{what}: the drive is probably not wired to the Sim, so nothing was tested. Build the loop's client from "
+        "the Sim: sim.client (anthropic.Anthropic), sim.async_client (anthropic.AsyncAnthropic), or sim.http_client / "
+        "sim.async_http_client for a framework that takes an httpx client; run the tools through sim.run_tool / "
+        "sim.arun_tool. A client the loop builds itself (anthropic.Anthropic()) talks to the real API, not to simloop."
+    )
+
+
+def unreached_model(sim: Sim) -> str | None:
+    """Why a scenario run proves nothing when its loop made no model call although the file scripts replies."""
+    if sim.server.calls or not sim.scenario.model:
+        return None
+    n = len(sim.scenario.model)
+    return "[unreached] " + not_wired(
+        f"the scenario scripts {n} repl{'y' if n == 1 else 'ies'} but the loop made no model call to the simulated API"
+    )
 
 
 # -- helpers ------------------------------------------------------------------------------

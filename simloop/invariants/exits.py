@@ -23,12 +23,13 @@ def crash(t: Transcript) -> list[Violation]:
     v = _view(t)
     step = v.step_at(v.outcome_pos) if v.outcome_pos is not None else None
     when = f"at step {step}" if step is not None else "before its first model call"
-    where = f" at {outcome.where}" if outcome.where else ""
+    where = f" (raised at {outcome.where})" if outcome.where else ""
+    raised = outcome.exception.strip().removesuffix(":")
     message = (
-        f"the loop crashed {when}: {outcome.exception} was raised{where} and escaped the drive; a correct loop "
-        "ends gracefully: it handles what it can and returns an Outcome saying why it stopped (reason 'error' "
-        "with the error's text) rather than raising.  A library loop that raises API errors by design is "
-        "adapted by catching them in the drive and returning Outcome(reason='error', text=...)"
+        f"the loop crashed {when}: {raised} escaped the drive{where}; a correct loop ends gracefully: it catches "
+        "what it cannot handle and returns an Outcome saying why it stopped (reason 'error' with the error's text) "
+        "instead of raising (a library loop that raises API errors by design is adapted by catching them in the "
+        "drive and returning Outcome(reason='error', text=...))"
     )
     evidence = {"exception": outcome.exception, "where": outcome.where, "t": outcome.t}
     return [Violation("crash", message, step, evidence)]
