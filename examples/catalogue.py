@@ -36,7 +36,7 @@ DEFECTS: dict[str, tuple[str, str]] = {
     "first_block_as_text": ("first-block-not-text.yaml", "crash"),
     "note_drops_results": ("note-during-tools.yaml", "results_sent"),
     "results_one_by_one": ("parallel-reads.yaml", "results_together"),
-    "error_budget_per_turn": ("error-budget.yaml", "limits"),
+    "error_budget_off_by_one": ("error-budget.yaml", "limits"),
     "write_not_terminal": ("one-write.yaml", "limits"),
     "repeats_keyed_by_id": ("repeated-call.yaml", "limits"),
 }
@@ -60,7 +60,7 @@ VERIFY.update({
     # its step retries are model calls beyond its declared step cap too
     "rerun_after_api_error": (DECLARED, frozenset({"no_rerun", "limits"})),
     # the loops that ignore a stop policy are verified declaring it
-    "error_budget_per_turn": ({**DECLARED, "max_tool_errors": 2}, frozenset({"limits"})),
+    "error_budget_off_by_one": ({**DECLARED, "max_tool_errors": 1}, frozenset({"limits"})),
     "write_not_terminal": ({**DECLARED, "max_writes": 1}, frozenset({"limits"})),
     "repeats_keyed_by_id": ({**DECLARED, "max_repeats": 2}, frozenset({"limits"})),
 })
@@ -70,5 +70,5 @@ VERIFY.update({
 POLICY_ROWS: dict[str, tuple[str, dict[str, int]]] = {
     f"{loop}+{policy}": (loop, {**DECLARED, policy: n})
     for loop in ("correct_sync", "correct_async")
-    for policy, n in (("max_tool_errors", 2), ("max_writes", 1), ("max_repeats", 2))
+    for policy, n in (("max_tool_errors", 1), ("max_writes", 1), ("max_repeats", 2))
 }

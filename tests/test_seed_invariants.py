@@ -304,7 +304,7 @@ def test_results_together_flags_exactly_the_split_turns(turns: list[int], data: 
 @pytest.mark.parametrize(
     ("scenario", "defect", "reason", "message"),
     [
-        ("error-budget.yaml", "error_budget_per_turn", "error_budget",
+        ("error-budget.yaml", "error_budget_off_by_one", "error_budget",
          ("the loop declared max_tool_errors=2 and 2 tool execution(s) had failed (the last: check_stock, exec 2), "
          "but it made model call 3; a correct loop counts failed tool executions and, once the budget is spent, "
          "stops with reason 'error_budget' instead of calling the model again")),
@@ -377,7 +377,7 @@ def test_the_policies_are_scenario_file_keys(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("flag", "defect"),
-    [("--max-tool-errors=2", "error_budget_per_turn"), ("--max-writes=1", "write_not_terminal"),
+    [("--max-tool-errors=1", "error_budget_off_by_one"), ("--max-writes=1", "write_not_terminal"),
      ("--max-repeats=1", "repeats_keyed_by_id")],
 )
 def test_the_policies_are_cli_options(flag: str, defect: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

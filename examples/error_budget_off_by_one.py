@@ -1,9 +1,10 @@
-"""Defect: the error budget is counted per turn, so failures spread over turns never spend it.
+"""Defect: the error budget is checked with ``>`` instead of ``>=``, so the loop calls the model once more.
 
-The loop declares ``max_tool_errors`` and counts failed tool runs, but the
-counter lives inside the turn: a backend that fails once per turn, every
-turn, never reaches the budget, and the loop keeps calling the model until
-its step cap.  The budget counts failures over the whole run.
+The loop declares ``max_tool_errors`` and counts failed tool runs over the
+run, but stops only once the count *exceeds* the budget: after the N-th
+failure it calls the model again (and runs whatever it asks for), spending
+steps and tokens the budget was meant to save.  With a budget of 1, the first
+failure should already end the run.
 
 Caught by: ``limits`` (a model call after the error budget was spent) on
 ``scenarios/error-budget.yaml``.
@@ -47,8 +48,9 @@ def run_agent(
     model: str = DEFAULT_MODEL,
     system: str | None = None,
 ) -> Outcome:
-    """Run the task; stops on ``max_tool_errors`` failures within one turn only."""
+    """Run the task; stops one failure past ``max_tool_errors``."""
     max_steps, deadline_s, token_budget = budgets(limits)
+    errors = 0
     started = time.monotonic()
     messages: list[MessageParam] = [{"role": "user", "content": task}]
     used = 0
@@ -81,7 +83,6 @@ def run_agent(
             return Outcome(reason="refusal", text=text_of(reply.content))
         if reply.stop_reason != "tool_use":
             return Outcome(reason="error", text=f"unexpected stop_reason {reply.stop_reason!r}")
-        errors = 0  # BUG: reset every turn; the budget is for the run
         results: list[ToolResultBlockParam] = []
         for call in tool_calls(reply):
             try:
@@ -89,8 +90,8 @@ def run_agent(
             except Exception as exc:  # noqa: BLE001 - a tool failure is an observation
                 results.append(tool_result(call, exc))
                 errors += 1
-        if limits is not None and limits.max_tool_errors is not None and errors >= limits.max_tool_errors:
-            return Outcome(reason="error_budget", text=f"{errors} tool errors in one turn")
+        if limits is not None and limits.max_tool_errors is not None and errors > limits.max_tool_errors:  # BUG: >=
+            return Outcome(reason="error_budget", text=f"{errors} tool errors")
         messages.append({"role": "user", "content": results})
     return Outcome(reason="max_steps", text=f"no final answer after {max_steps} model calls")
 
