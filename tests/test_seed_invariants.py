@@ -389,3 +389,19 @@ def test_the_policies_are_cli_options(flag: str, defect: str, capsys: pytest.Cap
 def test_the_runaway_budget_is_above_the_frameworks_default_caps() -> None:
     with simloop.Sim(ONE_TOOL) as sim:
         assert sim.budget.model_calls > 50  # pydantic-ai's default request_limit is 50
+
+
+def test_the_policies_are_plugin_options(tmp_path: Path) -> None:
+    from simloop._pytest_support import SimloopFixture, resolve_options
+
+    def fixture(limits: dict[str, Any]) -> SimloopFixture:
+        config = {"drive": "examples.write_not_terminal:drive", "max_examples": 30, "limits": limits,
+                  "out_dir": str(tmp_path)}
+        options = resolve_options(nodeid="t.py::a", session_seed=1, session_seed_explicit=True, marker={}, cli={},
+                                  ini={}, config=config)
+        return SimloopFixture(options)
+
+    with pytest.raises(simloop.InvariantViolation) as info:
+        fixture({"max_steps": 10, "max_writes": 1}).verify()
+    assert {v.invariant for v in info.value.violations} == {"limits"}
+    assert fixture({"max_steps": 10}).verify().ok  # the policy is checked only when declared
