@@ -206,7 +206,9 @@ class Sim:
         """Run the loop under test once; returns its `Outcome`.
 
         An exception escaping ``drive`` is kept in the outcome (reason ``error``),
-        not raised.  Raises `ScriptExhaustedError` when the loop outlives a
+        not raised, with the line that raised it (the ``crash`` invariant reports
+        it); so are a `SystemExit` and a `KeyboardInterrupt` the loop raises itself
+        (only the user's own Ctrl-C aborts the run).  Raises `ScriptExhaustedError` when the loop outlives a
         ``then: fail`` script, and `SimloopInternalError` for a bug in simloop.
         """
         if self._ran:

@@ -74,11 +74,15 @@ def verify(
     Args:
         drive: the adapter (sync or ``async def``) that runs the loop in a `Sim` and returns an `Outcome`.
         tools: the tools the loop gets (default: a read ``search`` and a write ``send_email``).
-        limits: the limits the loop declares (checked by the ``limits`` invariant).
+        limits: the limits the loop declares, checked by the ``limits`` invariant: ``max_steps``, ``deadline_s``,
+            ``max_total_tokens`` and the stop policies ``max_tool_errors`` (error budget), ``max_writes`` ("one
+            write" is 1) and ``max_repeats`` (see `simloop.Limits`).
         max_examples: how many runs Hypothesis tries (a long budget is tried as several Hypothesis runs of
             at most a hundred examples, so memory stays flat however many are asked for).
         seed: makes the search deterministic (the same runs in the same order).
-        invariants: ids to check (default: all of DESIGN §4).
+        invariants: ids to check (default: all 13 of DESIGN §4: stops, pairing, request_valid, no_rerun,
+            truncation, refusal, honest_outcome, limits, tool_errors, no_work_after_return, crash,
+            results_sent, results_together).
         plan: a strategy of model behaviours (`simloop.strategies.plans(...)`) for the whole budget;
             by default the budget is split over `simloop.strategies.stages()`, so that every kind of
             run (faults, outages, stuck models, slow and heavy runs) is certainly tried.
@@ -94,6 +98,7 @@ def verify(
     Raises:
         InvariantViolation: with ``.violations``, ``.scenario`` (minimal), ``.scenario_path``,
             ``.timeline`` and ``.replay``.
+        UsageError: when no example made a single model call (the drive is not wired to the Sim).
 
     Example::
 
