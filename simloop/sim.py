@@ -424,12 +424,13 @@ def _as_scenario(scenario: ScenarioLike) -> Scenario:
     )
 
 
-#: Model calls after which a loop that declares no step cap is unwound as a runaway (`stops`).  Above the
-#: caps agent frameworks apply by default, so a framework's own cap is never mistaken for a runaway:
-#: pydantic-ai's ``UsageLimits.request_limit`` (50 requests), LangGraph's ``recursion_limit`` (25 supersteps,
-#: about 12 model calls, in releases before 1.x; 10007 since, which is no cap), the SDK tool runner's
-#: ``max_iterations`` (none by default).  A runaway run of 60 calls still takes well under a second.
-RUNAWAY_MODEL_CALLS = 60
+#: Model calls after which a loop that declares no step cap is unwound as a runaway (`stops`): one more than
+#: the largest cap a common agent framework applies by default, so that a framework's own cap is never taken
+#: for a runaway.  pydantic-ai's ``UsageLimits.request_limit`` is 50 requests; LangGraph's ``recursion_limit``
+#: was 25 supersteps (about 12 model calls) before 1.x and is 10007 since (no cap in practice); the SDK tool
+#: runner's ``max_iterations`` is unset (no cap).  A runaway run of 51 calls takes well under a second, and a
+#: loop declaring ``max_steps=N`` gets ``2N + 5`` when that is more.
+RUNAWAY_MODEL_CALLS = 51
 
 
 def _default_budget(limits: Limits) -> Budget:
