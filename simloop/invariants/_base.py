@@ -17,7 +17,7 @@ from typing import Any
 
 from simloop.transcript import OutcomeEvent, Request, Response, ToolEnd, ToolStart, Transcript
 
-__all__ = ["MESSAGES_PATH", "REASONS", "Invariant", "Violation"]
+__all__ = ["MESSAGES_PATH", "REASONS", "Invariant", "Split", "Violation"]
 
 #: The outcome reasons a loop may declare (DESIGN §3).
 REASONS = (
@@ -92,23 +92,71 @@ class _View:
             canon = self._inputs[s.exec] = _canon(s.input)
         return canon
 
-    @functools.cached_property
+    @property
     def result_sent(self) -> dict[str, int]:
         """tool_use id -> position of the first model request that carries a tool_result for it."""
+        return self._results[0]
+
+    @property
+    def split_results(self) -> list[Split]:
+        """The assistant turns whose tool_results went back in more than one user message, each once."""
+        return self._results[1]
+
+    @functools.cached_property
+    def _results(self) -> tuple[dict[str, int], list[Split]]:
+        """One walk over the results the requests carry: where each first went, and the turns split apart.
+
+        A loop resends its history with each request, so only the messages a request adds to the previous
+        one are walked; what the last assistant turn has gathered so far is carried over (a split shows
+        when a later request adds a second user message with that turn's results).
+        """
         first: dict[str, int] = {}
+        splits: list[Split] = []
+        split_ids: set[str] = set()
         walked: list[Any] = []
+        turn: tuple[int, list[str]] | None = None  # the last assistant message: index, tool_use ids
+        carrying: list[int] = []  # the user messages after it that carry its results
         for pos, r in self.model_requests:
             conversation = r.conversation
             # the history the last request sent (the same objects, usually) holds no result not recorded yet
             n = len(walked) if conversation[: len(walked)] == walked else 0
+            if n == 0:
+                turn, carrying = None, []
             walked = conversation
-            for m in conversation[n:]:
+            for i in range(n, len(conversation)):
+                m = conversation[i]
                 content = m.get("content") if isinstance(m, dict) else None
-                if isinstance(content, list):
-                    for b in content:
-                        if isinstance(b, dict) and b.get("type") == "tool_result":
-                            first.setdefault(b.get("tool_use_id"), pos)  # type: ignore[arg-type]
-        return first
+                if not isinstance(content, list):
+                    if isinstance(m, dict) and m.get("role") == "assistant":
+                        turn, carrying = None, []
+                    continue
+                if m.get("role") == "assistant":
+                    uses = [str(b.get("id")) for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
+                    turn, carrying = ((i, uses) if uses else None), []
+                    continue
+                answers = False
+                for b in content:
+                    if isinstance(b, dict) and b.get("type") == "tool_result":
+                        uid = b.get("tool_use_id")
+                        first.setdefault(uid, pos)  # type: ignore[arg-type]
+                        answers = answers or (turn is not None and uid in turn[1])
+                if answers and turn is not None:
+                    carrying.append(i)
+                    if len(carrying) > 1 and turn[1][0] not in split_ids:
+                        split_ids.add(turn[1][0])
+                        splits.append(Split(r, turn[0], turn[1], carrying))  # the list grows with later messages
+        return first, splits
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """An assistant turn (``messages[index]``, its tool_use ``uses``) whose results went back in several user
+    messages (``carrying``, their indices), first seen in ``request``."""
+
+    request: Request
+    index: int
+    uses: list[str]
+    carrying: list[int]
 
 
 def _view(t: Transcript) -> _View:

@@ -217,55 +217,16 @@ def results_together(t: Transcript) -> list[Violation]:
     holds); but the model then learns from its history that parallel calls come back one by one.  Each
     split turn is reported once, at the first request that shows it.
     """
-    v = _view(t)
     out: list[Violation] = []
-    reported: set[str] = set()
-    walked: list[Any] = []
-    last_assistant = 0  # index of the last assistant message in the walked conversation
-    for _, r in v.model_requests:
-        conversation = r.conversation
-        shared = len(walked) if walked and conversation[: len(walked)] == walked else 0
-        start = min(last_assistant, shared) if shared else 0
-        walked = conversation
-        for i in range(start, len(conversation)):
-            m = conversation[i]
-            if not isinstance(m, dict) or m.get("role") != "assistant":
-                continue
-            last_assistant = i
-            uses = _tool_use_ids(m)
-            if not uses or uses[0] in reported:
-                continue
-            carrying = []
-            j = i + 1
-            while j < len(conversation) and isinstance(conversation[j], dict) and conversation[j].get("role") == "user":
-                if any(uid in uses for uid in _tool_result_ids(conversation[j])):
-                    carrying.append(j)
-                j += 1
-            if len(carrying) < 2:
-                continue
-            reported.add(uses[0])
-            places = ", ".join(f"messages[{j}]" for j in carrying)
-            message = (
-                f"the results of the {len(uses)} tool call(s) of the assistant turn at messages[{i}] went back in "
-                f"{len(carrying)} separate user messages ({places}); the API merges them, so the request is accepted, "
-                "but a correct loop sends all the tool_results of a turn in ONE user message (split results teach "
-                "the model to stop making parallel calls)"
-            )
-            evidence = {"request": r.index, "path": f"messages[{carrying[1]}]", "tool_use_id": uses[0],
-                        "messages": carrying}
-            out.append(Violation("results_together", message, r.call, evidence))
+    for split in _view(t).split_results:
+        places = ", ".join(f"messages[{j}]" for j in split.carrying)
+        message = (
+            f"the results of the {len(split.uses)} tool call(s) of the assistant turn at messages[{split.index}] went "
+            f"back in {len(split.carrying)} separate user messages ({places}); the API merges them, so the request "
+            "is accepted, but a correct loop sends all the tool_results of a turn in ONE user message (split "
+            "results teach the model to stop making parallel calls)"
+        )
+        evidence = {"request": split.request.index, "path": f"messages[{split.carrying[1]}]",
+                    "tool_use_id": split.uses[0], "messages": list(split.carrying)}
+        out.append(Violation("results_together", message, split.request.call, evidence))
     return out
-
-
-def _tool_use_ids(message: dict[str, Any]) -> list[str]:
-    content = message.get("content")
-    if not isinstance(content, list):
-        return []
-    return [str(b.get("id")) for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
-
-
-def _tool_result_ids(message: dict[str, Any]) -> list[str]:
-    content = message.get("content")
-    if not isinstance(content, list):
-        return []
-    return [str(b.get("tool_use_id")) for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]

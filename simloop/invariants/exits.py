@@ -4,7 +4,7 @@ still running)."""
 from __future__ import annotations
 
 from simloop.invariants._base import Violation, _view
-from simloop.transcript import Request, Response, Transcript
+from simloop.transcript import OutcomeEvent, Request, Response, Transcript
 
 __all__ = ["crash", "no_work_after_return"]
 
@@ -17,11 +17,13 @@ def crash(t: Transcript) -> list[Violation]:
     Not checked after a `Halt`: the exception that ended the run is simloop's own unwinding (`stops` says why).
     When the escaped exception is a tool's, `tool_errors` reports it instead (see ``check``'s overlaps).
     """
-    outcome = t.outcome
-    if outcome is None or outcome.exception is None or t.halt is not None:
-        return []
     v = _view(t)
-    step = v.step_at(v.outcome_pos) if v.outcome_pos is not None else None
+    if v.outcome_pos is None:
+        return []
+    outcome = t.events[v.outcome_pos]
+    if not isinstance(outcome, OutcomeEvent) or outcome.exception is None or t.halt is not None:
+        return []
+    step = v.step_at(v.outcome_pos)
     when = f"at step {step}" if step is not None else "before its first model call"
     where = f" (raised at {outcome.where})" if outcome.where else ""
     raised = outcome.exception.strip().removesuffix(":")
