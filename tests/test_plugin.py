@@ -194,7 +194,7 @@ def test_a_scenario_file_checks_its_expect_block(pytester: pytest.Pytester) -> N
     result.stdout.fnmatch_lines_random([
         "scenarios/known-bug.yaml::stuck-search PASSED*",  # the documented violation happened: that passes
         "*replaying scenarios/stuck-search.yaml: the loop broke 1 invariant(s)",
-        "*[[]stops[]] step 31: the loop made 31 model calls without stopping*",
+        "*[[]stops[]] step 52: the loop made 52 model calls without stopping*",
         "*timeline of the failing run:*",
         "*scenario: scenarios/stuck-search.yaml",
         (f"replay it:       simloop run scenarios/stuck-search.yaml --drive examples.no_step_cap:drive "
@@ -441,15 +441,15 @@ def test_a_failing_loop_reports_violations_timeline_minimal_scenario_and_replay(
     result.assert_outcomes(failed=1)
     seed = derive_seed(5, "test_agent.py::test_loop_stops")
     result.stdout.fnmatch_lines([
-        ("E   *InvariantViolation: simloop: [[]stops[]] step 31: the loop made 31 model calls without stopping;*"
+        ("E   *InvariantViolation: simloop: [[]stops[]] step 52: the loop made 52 model calls without stopping;*"
         " -- see the 'simloop' section of this report"),
         "*- simloop -*",
         "violations (1):",
-        "  [[]stops[]] step 31: the loop made 31 model calls without stopping*",
+        "  [[]stops[]] step 52: the loop made 52 model calls without stopping*",
         "timeline of the failing run:",
         "  step       time       in    out  reply",
         "     1     0.000s    * tool_use: *search*",
-        "    31     0.000s        0      0  (no reply)  <-- stops",
+        "    52     0.000s        0      0  (no reply)  <-- stops",
         "minimal scenario (1 reply), written to .simloop/failures/no_step_cap-stops.yaml:",
         "  version: 1",
         "  then: repeat_last",
@@ -465,7 +465,7 @@ def test_a_failing_loop_reports_violations_timeline_minimal_scenario_and_replay(
     case = ET.parse(pytester.path / "junit.xml").getroot().find(".//testcase")
     assert case is not None
     failure = case.find("failure")
-    assert failure is not None and "[stops] step 31" in (failure.get("message") or "")
+    assert failure is not None and "[stops] step 52" in (failure.get("message") or "")
     assert "minimal scenario (1 reply)" in (failure.text or "")
     assert "--simloop-seed=5" in (failure.text or "")
     props = {p.get("name"): p.get("value") for p in case.iter("property")}
