@@ -208,8 +208,9 @@ class Sim:
         An exception escaping ``drive`` is kept in the outcome (reason ``error``),
         not raised, with the line that raised it (the ``crash`` invariant reports
         it); so are a `SystemExit` and a `KeyboardInterrupt` the loop raises itself
-        (only the user's own Ctrl-C aborts the run).  Raises `ScriptExhaustedError` when the loop outlives a
-        ``then: fail`` script, and `SimloopInternalError` for a bug in simloop.
+        (only the user's own Ctrl-C aborts the run).  Raises `ScriptExhaustedError`
+        when the loop outlives a ``then: fail`` script, and `SimloopInternalError`
+        for a bug in simloop.
         """
         if self._ran:
             raise UsageError("a Sim runs one loop; make a new Sim (same scenario and seed) to run it again")
