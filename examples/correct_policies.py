@@ -17,7 +17,8 @@ policy does; this loop is there to keep them honest.  Per step it:
   ``error_budget``;
 * otherwise does what `examples.correct_sync` does (all results in one user
   message, ``is_error`` for a tool that raised, a failed write reported and
-  never retried, ``pause_turn`` continued, a refusal never resent).
+  never retried, ``pause_turn`` continued, a refusal never resent, the stop
+  policies it is given honoured: `StopPolicies`).
 """
 
 from __future__ import annotations
@@ -36,12 +37,14 @@ from ._common import (
     MAX_TOKENS,
     THINKING,
     RunTool,
+    StopPolicies,
     budgets,
     text_of,
     tokens_used,
     tool_calls,
+    writes_of,
 )
-from .correct_sync import run_tools
+from .correct_sync import run_tools_within
 
 if TYPE_CHECKING:
     from simloop import Sim
@@ -71,9 +74,14 @@ def run_agent(
     *,
     model: str = DEFAULT_MODEL,
     system: str | None = None,
+    writes: frozenset[str] = frozenset(),
 ) -> Outcome:
-    """Run the task to an honest stop; returns why it stopped and the last text."""
+    """Run the task to an honest stop; returns why it stopped and the last text.
+
+    ``writes`` names the tools with side effects (for a declared ``max_writes``).
+    """
     max_steps, deadline_s, token_budget = budgets(limits)
+    policies = StopPolicies(limits, writes)
     client = client.with_options(max_retries=0)  # this loop retries itself, against its own error budget
     started = time.monotonic()
     messages: list[MessageParam] = [{"role": "user", "content": task}]
@@ -123,12 +131,16 @@ def run_agent(
         recent = [*recent, _signature(calls)][-REPEATS:]
         if len(recent) == REPEATS and len(set(recent)) == 1:
             return Outcome(reason="repetition", text=f"the model asked for the same tool calls {REPEATS} times running")
-        messages.append({"role": "user", "content": run_tools(calls, run_tool)})
+        results, stop = run_tools_within(calls, run_tool, policies)
+        if stop is not None:  # a declared error budget spent, the write that was the job, a call repeated too often
+            return stop
+        messages.append({"role": "user", "content": results})
     return Outcome(reason="max_steps", text=f"no final answer after {max_steps} model calls")
 
 
 def drive(sim: Sim) -> Outcome:
     """simloop adapter: run this loop against the simulated API and tools."""
     return run_agent(
-        sim.client, sim.tool_schemas, sim.run_tool, sim.task, sim.limits, model=sim.model, system=sim.system
+        sim.client, sim.tool_schemas, sim.run_tool, sim.task, sim.limits, model=sim.model, system=sim.system,
+        writes=writes_of(sim),
     )

@@ -184,12 +184,30 @@ class _Counter:
     "--max-total-tokens", type=click.IntRange(min=1, max=_MAX_TOKENS), default=None, help="The token budget your loop declares."
 )
 @click.option(
+    "--max-tool-errors",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The error budget your loop declares: after N failed tool runs it stops (reason error_budget).",
+)
+@click.option(
+    "--max-writes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The write budget your loop declares: after N successful writes it stops (1: one write).",
+)
+@click.option(
+    "--max-repeats",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Your loop runs a tool with the same input at most N times (then stops: reason repetition).",
+)
+@click.option(
     "-i",
     "--invariant",
     "invariants",
     multiple=True,
     metavar="ID",
-    help="Check only this invariant (repeatable); default: all ten.",
+    help="Check only this invariant (repeatable); default: all of them.",
 )
 @click.option(
     "--out",
@@ -218,6 +236,9 @@ def verify(
     max_steps: int | None,
     deadline_s: float | None,
     max_total_tokens: int | None,
+    max_tool_errors: int | None,
+    max_writes: int | None,
+    max_repeats: int | None,
     invariants: tuple[str, ...],
     out_dir: str,
     trace: str | None,
@@ -235,7 +256,10 @@ def verify(
     from simloop.verify import verify as run_verify
 
     fn = load_drive(drive)
-    limits = simloop.Limits(max_steps=max_steps, deadline_s=deadline_s, max_total_tokens=max_total_tokens)
+    limits = simloop.Limits(
+        max_steps=max_steps, deadline_s=deadline_s, max_total_tokens=max_total_tokens,
+        max_tool_errors=max_tool_errors, max_writes=max_writes, max_repeats=max_repeats,
+    )
     base = _profile(profile)
     checked = list(invariants) or None
     show = progress if progress is not None else sys.stderr.isatty()
@@ -457,6 +481,7 @@ def _run_one(
     """Run one scenario file; returns the transcript, the problems (violations, unmet expectations) and a summary."""
     from simloop.scenario import load_scenario
     from simloop.sim import Sim
+    from simloop.verify import unreached_model
 
     scenario = load_scenario(path, allow_functions=allow_functions)
     with Sim(scenario, seed=seed, allow_functions=allow_functions) as sim:
@@ -472,6 +497,9 @@ def _run_one(
         problems.append(
             f"[expect] the loop stopped with reason {outcome.reason!r}; the file expects {expect.reason_text()}"
         )
+    unreached = unreached_model(sim)
+    if unreached:
+        problems.append(unreached)
     t = sim.transcript
     known = f", {len(report.violations)} expected violation(s)" if report.violations and not problems else ""
     calls = t.model_calls

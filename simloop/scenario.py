@@ -78,6 +78,9 @@ INVARIANT_IDS = (
     "limits",
     "tool_errors",
     "no_work_after_return",
+    "crash",
+    "results_sent",
+    "results_together",
 )
 _TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
 
@@ -94,6 +97,9 @@ InvariantId = Literal[
     "limits",
     "tool_errors",
     "no_work_after_return",
+    "crash",
+    "results_sent",
+    "results_together",
 ]
 
 
@@ -354,11 +360,25 @@ class Fault(_Model):
 
 
 class Limits(_Model):
-    """The limits the loop under test declares and must honour (the ``limits`` invariant)."""
+    """The limits and stop policies the loop under test declares and must honour (the ``limits`` invariant).
+
+    Each is checked only when declared:
+
+    * ``max_steps``: no model call beyond the N-th;
+    * ``deadline_s``: no model call starting at or after N virtual seconds;
+    * ``max_total_tokens``: no model call once N tokens (input + output) were used;
+    * ``max_tool_errors``: after N failed tool executions, no further model call (stop with ``error_budget``);
+    * ``max_writes``: after N successful write executions, no further write and no further model call
+      (the write is terminal; ``max_writes=1`` is "one write");
+    * ``max_repeats``: the same tool never runs with the same input more than N times (stop with ``repetition``).
+    """
 
     max_steps: int | None = Field(default=None, ge=1)
     deadline_s: float | None = Field(default=None, gt=0)
     max_total_tokens: int | None = Field(default=None, ge=1)
+    max_tool_errors: int | None = Field(default=None, ge=1)
+    max_writes: int | None = Field(default=None, ge=1)
+    max_repeats: int | None = Field(default=None, ge=1)
 
     @field_validator("max_steps")
     @classmethod

@@ -25,6 +25,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
+from simloop._frames import loop_frame
+from simloop._interrupt import user_interrupts
 from simloop._stack import on_fresh_stack
 from simloop._watchdog import LoopHalted, Watchdog
 from simloop.clock import VirtualClock
@@ -212,8 +214,11 @@ class Sim:
         """Run the loop under test once; returns its `Outcome`.
 
         An exception escaping ``drive`` is kept in the outcome (reason ``error``),
-        not raised.  Raises `ScriptExhaustedError` when the loop outlives a
-        ``then: fail`` script, and `SimloopInternalError` for a bug in simloop.
+        not raised, with the line that raised it (the ``crash`` invariant reports
+        it); so are a `SystemExit` and a `KeyboardInterrupt` the loop raises itself
+        (only the user's own Ctrl-C aborts the run).  Raises `ScriptExhaustedError`
+        when the loop outlives a ``then: fail`` script, and `SimloopInternalError`
+        for a bug in simloop.
         """
         if self._ran:
             raise UsageError("a Sim runs one loop; make a new Sim (same scenario and seed) to run it again")
@@ -228,7 +233,7 @@ class Sim:
         state = random.getstate()
         random.seed(self.seed)  # the SDK's retry jitter reads the global PRNG
         try:
-            with self.clock.patched(), self.watchdog.watching(threading.get_ident()):
+            with self.clock.patched(), self.watchdog.watching(threading.get_ident()), user_interrupts() as pressed:
                 try:
                     if inspect.iscoroutinefunction(drive):
                         result = on_fresh_stack(self.clock.run, self._arun(drive))
@@ -242,10 +247,16 @@ class Sim:
                     raise ScriptExhaustedError(e.message) from None
                 except InternalFailure as e:
                     raise SimloopInternalError(f"simloop failed while simulating the API: {e.error!r}") from e.error
-                except (UsageError, KeyboardInterrupt):
+                except UsageError:
                     raise
-                except Exception as e:  # noqa: BLE001 - the loop raised: that is an outcome, not a crash
+                except (Exception, SystemExit, KeyboardInterrupt) as e:
+                    # the loop raised (even SystemExit, or a KeyboardInterrupt of its own): an outcome the `crash`
+                    # invariant reports, not simloop's exit; only the user's own Ctrl-C aborts simloop
+                    if pressed():
+                        raise
                     result = self._record_error(e)
+                if pressed():  # the loop swallowed the user's Ctrl-C: simloop still stops
+                    raise KeyboardInterrupt
         finally:
             random.setstate(state)
         return result
@@ -263,7 +274,10 @@ class Sim:
     def _record_error(self, error: BaseException) -> Outcome:
         text = f"{type(error).__name__}: {error}"
         if self.transcript.outcome is None:
-            self.transcript.append(OutcomeEvent(t=self.clock.now(), reason="error", text=text, exception=text))
+            where = None if isinstance(error, LoopHalted) else loop_frame(error)
+            self.transcript.append(
+                OutcomeEvent(t=self.clock.now(), reason="error", text=text, exception=text, where=where)
+            )
         return Outcome(reason="error", text=text, exception=error)
 
     def check(self, outcome: Outcome | None = None, *, invariants: Iterable[str] | None = None) -> Any:
@@ -436,7 +450,16 @@ def _bind_tools(scenario: Scenario, tools: Mapping[str, Callable[..., Any]]) -> 
     return scenario.model_copy(update={"tools": bound})
 
 
+#: Model calls after which a loop that declares no step cap is unwound as a runaway (`stops`): one more than
+#: the largest cap a common agent framework applies by default, so that a framework's own cap is never taken
+#: for a runaway.  pydantic-ai's ``UsageLimits.request_limit`` is 50 requests; LangGraph's ``recursion_limit``
+#: was 25 supersteps (about 12 model calls) before 1.x and is 10007 since (no cap in practice); the SDK tool
+#: runner's ``max_iterations`` is unset (no cap).  A runaway run of 51 calls takes well under a second, and a
+#: loop declaring ``max_steps=N`` gets ``2N + 5`` when that is more.
+RUNAWAY_MODEL_CALLS = 51
+
+
 def _default_budget(limits: Limits) -> Budget:
     steps = limits.max_steps or 0
-    calls = max(30, 2 * steps + 5)
+    calls = max(RUNAWAY_MODEL_CALLS, 2 * steps + 5)
     return Budget(model_calls=calls, requests=4 * calls + 8)

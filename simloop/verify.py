@@ -41,7 +41,7 @@ from simloop.sim import Drive, Sim
 from simloop.strategies import DEFAULT_TOOLS, Plan, stages
 from simloop.timeline import render_timeline
 
-__all__ = ["DEFAULT_TASK", "replay", "verify"]
+__all__ = ["DEFAULT_TASK", "not_wired", "replay", "unreached_model", "verify"]
 
 DEFAULT_TASK = "The customer asks for a refund of order 1234. Check the policy, then email them the outcome."
 DEFAULT_OUT = Path(".simloop") / "failures"
@@ -74,11 +74,15 @@ def verify(
     Args:
         drive: the adapter (sync or ``async def``) that runs the loop in a `Sim` and returns an `Outcome`.
         tools: the tools the loop gets (default: a read ``search`` and a write ``send_email``).
-        limits: the limits the loop declares (checked by the ``limits`` invariant).
+        limits: the limits the loop declares, checked by the ``limits`` invariant: ``max_steps``, ``deadline_s``,
+            ``max_total_tokens`` and the stop policies ``max_tool_errors`` (error budget), ``max_writes`` ("one
+            write" is 1) and ``max_repeats`` (see `simloop.Limits`).
         max_examples: how many runs Hypothesis tries (a long budget is tried as several Hypothesis runs of
             at most a hundred examples, so memory stays flat however many are asked for).
         seed: makes the search deterministic (the same runs in the same order).
-        invariants: ids to check (default: all; see docs/design.md, Invariants).
+        invariants: ids to check (default: all 13; see docs/design.md, Invariants: stops, pairing, request_valid,
+            no_rerun, truncation, refusal, honest_outcome, limits, tool_errors, no_work_after_return, crash,
+            results_sent, results_together).
         plan: a strategy of model behaviours (`simloop.strategies.plans(...)`) for the whole budget;
             by default the budget is split over `simloop.strategies.stages()`, so that every kind of
             run (faults, outages, stuck models, slow and heavy runs) is certainly tried.
@@ -94,6 +98,7 @@ def verify(
     Raises:
         InvariantViolation: with ``.violations``, ``.scenario`` (minimal), ``.scenario_path``,
             ``.timeline`` and ``.replay``.
+        UsageError: when no example made a single model call (the drive is not wired to the Sim).
 
     Example::
 
@@ -104,7 +109,7 @@ def verify(
     specs = _tools(tools)
     declared = limits if isinstance(limits, Limits) else Limits.model_validate(limits or {})
     checked = _invariant_ids(invariants)
-    state: dict[str, Any] = {"examples": 0}
+    state: dict[str, Any] = {"examples": 0, "reached": 0}
     run_seed = seed if seed is not None else 0
     base = Scenario(name=_name(drive), task=task, tools=specs, limits=declared)
     world: Any = None
@@ -140,6 +145,8 @@ def verify(
                 raise faults.stopped  # Hypothesis's own stop, met in a tool execution (see GeneratedFaults)
             report = sim.check(invariants=checked)
             state["examples"] += 1
+            if sim.server.calls:
+                state["reached"] += 1
             if not report.ok:
                 state["failure"] = (report, sim, model, faults)
                 raise _Failed(", ".join(sorted({v.invariant for v in report.violations})))
@@ -181,6 +188,11 @@ def verify(
                     raise error from None
                 if state["examples"] - before < size:
                     break  # the stage's space is exhausted (or its phases generate nothing): more chunks only repeat it
+    if state["examples"] and not state["reached"]:
+        raise UsageError(not_wired(
+            f"verify ran {state['examples']} example(s) of {_name(drive)} and not one made a model call to the "
+            "simulated API"
+        ))
     return Report(violations=[], checked=tuple(checked), examples=state["examples"])
 
 
@@ -211,7 +223,8 @@ def replay(
     missing = expected - found
     expect = scenario.expect
     wrong_reason = expect is not None and not expect.allows(outcome.reason)
-    if unexpected or missing or wrong_reason:
+    unreached = unreached_model(sim)
+    if unexpected or missing or wrong_reason or unreached:
         timeline = render_timeline(sim.transcript, report.violations)
         lines = [f"replaying {path}: the loop broke {len(unexpected)} invariant(s)" if unexpected else f"replaying {path}:"]
         lines += [f"  {v}" for v in unexpected]
@@ -222,12 +235,37 @@ def replay(
                 f"  the loop stopped with reason {outcome.reason!r}; the file expects {expect.reason_text()} "
                 "(if this reason is honest here too, add it to the file's expect: reason: list)"
             )
+        if unreached:
+            lines.append(f"  {unreached}")
         lines += ["", "timeline:", timeline]
         raise InvariantViolation(
             "\n".join(lines), violations=unexpected, scenario=scenario, scenario_path=str(path), timeline=timeline,
             replay=_replay_line(drive, str(path), seed, allow_functions=allow_functions), transcript=sim.transcript,
         )
     return report
+
+
+# -- runs that never reach the model ------------------------------------------------------------------------
+
+
+def not_wired(what: str) -> str:
+    """The message for runs that never reached the simulated API (``what`` says which): how to wire a loop to the Sim."""
+    return (
+        f"{what}: the drive is probably not wired to the Sim, so nothing was tested. Build the loop's client from "
+        "the Sim: sim.client (anthropic.Anthropic), sim.async_client (anthropic.AsyncAnthropic), or sim.http_client / "
+        "sim.async_http_client for a framework that takes an httpx client; run the tools through sim.run_tool / "
+        "sim.arun_tool. A client the loop builds itself (anthropic.Anthropic()) talks to the real API, not to simloop."
+    )
+
+
+def unreached_model(sim: Sim) -> str | None:
+    """Why a scenario run proves nothing when its loop made no model call although the file scripts replies."""
+    if sim.server.calls or not sim.scenario.model:
+        return None
+    n = len(sim.scenario.model)
+    return "[unreached] " + not_wired(
+        f"the scenario scripts {n} repl{'y' if n == 1 else 'ies'} but the loop made no model call to the simulated API"
+    )
 
 
 # -- helpers ------------------------------------------------------------------------------

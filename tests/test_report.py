@@ -245,8 +245,8 @@ def test_rich_timeline_fits_narrow_terminals_and_shows_halts() -> None:
     report = sim.check()
     text = timeline_text(sim.transcript, report.violations, width=80)
     assert all(len(x) <= 80 for x in text.splitlines())
-    assert "halted by simloop at 9.000s" in text and "◀ stops" in text
-    assert len([x for x in text.splitlines() if re.match(r"^\s+\d+\s+\d+\.\d{3}s", x)]) == 31
+    assert "halted by simloop at 15.300s" in text and "◀ stops" in text
+    assert len([x for x in text.splitlines() if re.match(r"^\s+\d+\s+\d+\.\d{3}s", x)]) == 52
 
 
 def test_import_simloop_does_not_import_rich() -> None:

@@ -36,6 +36,9 @@ INVARIANT_IDS = (
     "limits",
     "tool_errors",
     "no_work_after_return",
+    "crash",
+    "results_sent",
+    "results_together",
 )
 
 

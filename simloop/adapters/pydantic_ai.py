@@ -19,7 +19,9 @@ The way a run ends maps onto an `Outcome`:
 * `UsageLimitExceeded` -> ``max_steps`` / ``token_budget``; `RunTimedOut` ->
   ``deadline``; `ContentFilterError` (a refusal) -> ``refusal``;
   `OutputTokenLimitExceeded` -> ``truncated``; any other `AgentRunError`
-  (the API failed, unexpected model behaviour) -> ``error``.
+  (the API failed, unexpected model behaviour), or an ``anthropic``/``httpx2``
+  error it lets through -> ``error``: the agent raises these by design, so the
+  drive catches them (anything else that escapes is a ``crash``).
 
 A tool's exception propagates as it would from a plain pydantic-ai tool
 (pydantic-ai only turns `ModelRetry` and `ToolFailed` into results the model
@@ -38,6 +40,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal
+
+import anthropic
+import httpx2
 
 from simloop.adapters._common import missing_extra
 from simloop.outcome import Outcome
@@ -160,6 +165,8 @@ def make_drive(*, on_tool_error: ToolErrorPolicy = "raise", check_finish_reason:
             result = await agent.run(sim.task, usage_limits=usage_limits(limits), timeout=timeout)
         except AgentRunError as exc:
             return outcome_of_error(exc)
+        except (anthropic.APIError, httpx2.HTTPError) as exc:  # the API failed and pydantic-ai let it through
+            return Outcome("error", f"{type(exc).__name__}: {exc}")
         reason = result.response.finish_reason if check_finish_reason else None
         return Outcome(_RETURNED.get(reason or "", "final"), result.output)
 
