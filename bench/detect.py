@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import simloop
 
 verify_module = importlib.import_module("simloop.verify")
-from examples.catalogue import CORRECT, DECLARED, DEFECTS, VERIFY
+from examples.catalogue import CORRECT, DECLARED, DEFECTS, POLICY_ROWS, VERIFY
 from simloop.clock import REAL
 
 LIMITS = simloop.Limits(**DECLARED)  # what the example loops declare
@@ -78,9 +78,10 @@ class _Counter:
 
 
 def run(name: str, expected: frozenset[str] | None, seeds: int, max_examples: int, out: Path) -> Row:
-    drive = importlib.import_module(f"examples.{name}").drive
+    module, declared = POLICY_ROWS.get(name, (name, VERIFY[name][0] if name in VERIFY else DECLARED))
+    drive = importlib.import_module(f"examples.{module}").drive
     row = Row(name, expected)
-    limits = simloop.Limits(**VERIFY[name][0]) if name in VERIFY else LIMITS
+    limits = simloop.Limits(**declared)
     for seed in range(seeds):
         with _Counter() as counter:
             try:
@@ -189,7 +190,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--max-examples", type=int, default=200)
-    parser.add_argument("--only", default="", help="comma-separated example modules")
+    parser.add_argument(
+        "--only", default="", help="comma-separated rows: example modules, or correct_sync+max_writes and the like"
+    )
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--memory-examples", type=int, default=10_000)
     parser.add_argument("--peak-of", type=int, help=argparse.SUPPRESS)  # one peak_memory measurement
@@ -199,14 +202,16 @@ def main() -> None:
         return
     only = set(filter(None, args.only.split(",")))
     out = Path(".simloop") / "bench"
-    targets: list[tuple[str, frozenset[str] | None]] = [(n, VERIFY[n][1]) for n in DEFECTS] + [(n, None) for n in CORRECT]
+    targets: list[tuple[str, frozenset[str] | None]] = (
+        [(n, VERIFY[n][1]) for n in DEFECTS] + [(n, None) for n in CORRECT] + [(n, None) for n in POLICY_ROWS]
+    )
     # measured first, in a process that has only imported what verify needs: after the detection runs its
     # heap holds every loop and search they made, and each full garbage collection costs more
     speed = throughput() if not only else None
     rows = [run(n, e, args.seeds, args.max_examples, out) for n, e in targets if not only or n in only]
 
     print(f"\ndetection over {args.seeds} seeds, max_examples={args.max_examples}, limits={LIMITS!r}")
-    print(f"{'loop':28} {'accepted ids':20} {'caught':>7} {'ids found':22} {'ex. to 1st (med/max)':>20} {'s to 1st (med/max)':>19} {'shrunk':>8}")
+    print(f"{'loop':34} {'accepted ids':20} {'caught':>7} {'ids found':22} {'ex. to 1st (med/max)':>20} {'s to 1st (med/max)':>19} {'shrunk':>8}")
     ok = True
     for r in rows:
         if r.expected is None:
@@ -223,7 +228,7 @@ def main() -> None:
         secs = f"{statistics.median(r.first_seconds):.2f}/{max(r.first_seconds):.2f}" if r.first_seconds else "-"
         size = f"{statistics.median(r.sizes):.0f}/{max(r.sizes)}" if r.sizes else "-"
         label = ",".join(sorted(r.expected)) if r.expected else "(correct: none)"
-        print(f"{r.name:28} {label:20} {caught:>7} {ids[:22]:22} {ex:>20} {secs:>19} {size:>8} {'' if good else '  <-- MISMATCH'}")
+        print(f"{r.name:34} {label:20} {caught:>7} {ids[:22]:22} {ex:>20} {secs:>19} {size:>8} {'' if good else '  <-- MISMATCH'}")
     correct = [r for r in rows if r.expected is None]
     if correct:
         total = sum(r.examples for r in correct)

@@ -6,4 +6,7 @@ it inside a `simloop.Sim`.  The ``correct_*`` loops pass every invariant on
 every curated scenario; each other module carries exactly one classic defect,
 named in its docstring together with the invariant that catches it.
 `examples.catalogue` maps every defect to the scenario that shows it.
+
+The wheel ships this folder as ``simloop.examples`` (see docs/design.md, Packaging), so modules here
+import each other relatively (``from ._common import ...``): they then work under both names.
 """

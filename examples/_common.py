@@ -1,18 +1,26 @@
 """Small helpers the example loops share: limit defaults, reply text, token counting.
 
-None of this is where a loop goes right or wrong; the decisions (what a stop
+Little of this is where a loop goes right or wrong; the decisions (what a stop
 reason means, how tool results are sent back) stay in each loop's own module
-so a reader sees them there.
+so a reader sees them there.  `StopPolicies` is the exception: the declared
+error budget, write budget and repetition limit, kept in one place so that the
+three correct loops apply them alike (each defect loop that ignores one says so
+in its own module).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections import Counter
+from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from anthropic.types import ContentBlock, Message, ThinkingConfigParam, ToolResultBlockParam, ToolUseBlock
 
+from simloop.outcome import Outcome
+
 if TYPE_CHECKING:
+    from simloop import Sim
     from simloop.scenario import Limits
 
 __all__ = [
@@ -23,12 +31,14 @@ __all__ = [
     "MAX_TOKENS",
     "THINKING",
     "RunTool",
+    "StopPolicies",
     "budgets",
     "error_text",
     "text_of",
     "tokens_used",
     "tool_calls",
     "tool_result",
+    "writes_of",
 ]
 
 #: Per-request output limit; generous, so a ``max_tokens`` stop is a real event.
@@ -88,3 +98,57 @@ def tool_result(call: ToolUseBlock, output: str | Exception) -> ToolResultBlockP
     if isinstance(output, Exception):
         return {"type": "tool_result", "tool_use_id": call.id, "content": error_text(output), "is_error": True}
     return {"type": "tool_result", "tool_use_id": call.id, "content": output}
+
+
+def writes_of(sim: Sim) -> frozenset[str]:
+    """The names of the scenario's write tools (what a loop's author knows: which tools have side effects)."""
+    return frozenset(t.name for t in sim.scenario.tools if t.kind == "write")
+
+
+class StopPolicies:
+    """The stop policies a loop declares besides its step, deadline and token limits, each only when declared.
+
+    The seeds' stop conditions: an error budget (stop after ``max_tool_errors`` failed tool runs, reason
+    ``error_budget``), one write (``max_writes``: the N-th successful write is terminal, reason ``final``:
+    the write is the result) and repetition (never run a tool with the same input more than ``max_repeats``
+    times; stop with ``repetition`` instead).  A loop asks `before` each tool run and tells `after` it.
+    """
+
+    def __init__(self, limits: Limits | None, writes: Collection[str] = ()) -> None:
+        self.max_tool_errors = limits.max_tool_errors if limits is not None else None
+        self.max_writes = limits.max_writes if limits is not None else None
+        self.max_repeats = limits.max_repeats if limits is not None else None
+        self.writes = frozenset(writes)
+        self.errors = 0
+        self.writes_done = 0
+        self.runs: Counter[tuple[str, str]] = Counter()
+
+    @property
+    def declared(self) -> bool:
+        """Whether any policy is declared (a loop may take a simpler path when none is)."""
+        return any(x is not None for x in (self.max_tool_errors, self.max_writes, self.max_repeats))
+
+    def before(self, name: str, input: object) -> Outcome | None:
+        """The outcome to stop with instead of running this call, or None to run it."""
+        if self.max_repeats is not None and self.runs[_key(name, input)] >= self.max_repeats:
+            return Outcome(reason="repetition", text=f"{name} was asked for with the same input a "
+                                                     f"{self.max_repeats + 1}th time; stopped instead of running it")
+        return None
+
+    def after(self, name: str, input: object, output: str | Exception) -> Outcome | None:
+        """Count one run of a tool; the outcome to stop with now, or None to go on."""
+        self.runs[_key(name, input)] += 1
+        if isinstance(output, Exception):
+            self.errors += 1
+            if self.max_tool_errors is not None and self.errors >= self.max_tool_errors:
+                return Outcome(reason="error_budget", text=f"{self.errors} tool errors, the budget; last: "
+                                                           f"{error_text(output)}")
+        elif name in self.writes:
+            self.writes_done += 1
+            if self.max_writes is not None and self.writes_done >= self.max_writes:
+                return Outcome(reason="final", text=output)  # the write is done: that is the result
+        return None
+
+
+def _key(name: str, input: object) -> tuple[str, str]:
+    return name, json.dumps(input, sort_keys=True, default=repr)

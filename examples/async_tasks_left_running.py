@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING
 import anthropic
 from anthropic.types import MessageParam, ToolParam
 
-from examples._common import DEFAULT_MODEL, MAX_TOKENS, THINKING, budgets, text_of, tokens_used, tool_calls, tool_result
-from examples.correct_async import ARunTool
 from simloop import Outcome
+
+from ._common import DEFAULT_MODEL, MAX_TOKENS, THINKING, budgets, text_of, tokens_used, tool_calls, tool_result
+from .correct_async import ARunTool
 
 if TYPE_CHECKING:
     from simloop import Sim

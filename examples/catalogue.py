@@ -9,9 +9,9 @@ This module is plain data so it imports without simloop's runtime.
 
 from __future__ import annotations
 
-__all__ = ["CORRECT", "DEFECTS"]
+__all__ = ["CORRECT", "DECLARED", "DEFECTS", "POLICY_ROWS", "TWIN", "VERIFY"]
 
-CORRECT: list[str] = ["correct_sync", "correct_async", "correct_stream"]
+CORRECT: list[str] = ["correct_sync", "correct_async", "correct_stream", "correct_policies"]
 
 DEFECTS: dict[str, tuple[str, str]] = {
     "stop_not_tool_use_as_done": ("max-tokens-thinking.yaml", "truncation"),
@@ -33,6 +33,14 @@ DEFECTS: dict[str, tuple[str, str]] = {
     "api_errors_forever": ("outage.yaml", "stops"),
     "async_tasks_left_running": ("slow-parallel-deadline.yaml", "no_work_after_return"),
     "thinking_dropped": ("thinking-pass-back.yaml", "request_valid"),
+    "server_pause_final": ("pause-turn-server-tool.yaml", "honest_outcome"),
+    "pause_resumed_with_user_turn": ("pause-turn-server-tool.yaml", "request_valid"),
+    "first_block_as_text": ("first-block-not-text.yaml", "crash"),
+    "note_drops_results": ("note-during-tools.yaml", "results_sent"),
+    "results_one_by_one": ("parallel-reads.yaml", "results_together"),
+    "error_budget_off_by_one": ("error-budget.yaml", "limits"),
+    "write_not_terminal": ("one-write.yaml", "limits"),
+    "repeats_keyed_by_id": ("repeated-call.yaml", "limits"),
 }
 
 #: Under `simloop.verify` (generated runs rather than one scenario) a defect may show first as another
@@ -53,4 +61,21 @@ VERIFY.update({
     "api_errors_forever": (DECLARED, frozenset({"stops", "limits"})),
     # its step retries are model calls beyond its declared step cap too
     "rerun_after_api_error": (DECLARED, frozenset({"no_rerun", "limits"})),
+    # the loops that ignore a stop policy are verified declaring it
+    "error_budget_off_by_one": ({**DECLARED, "max_tool_errors": 1}, frozenset({"limits"})),
+    "write_not_terminal": ({**DECLARED, "max_writes": 1}, frozenset({"limits"})),
+    "repeats_keyed_by_id": ({**DECLARED, "max_repeats": 2}, frozenset({"limits"})),
 })
+
+#: The correct loops verified under each declared stop policy as well: row name -> (module, declared limits).
+#: ``bench/detect.py`` holds them to no violation, like `CORRECT` under `DECLARED`.
+POLICY_ROWS: dict[str, tuple[str, dict[str, int]]] = {
+    f"{loop}+{policy}": (loop, {**DECLARED, policy: n})
+    for loop in ("correct_sync", "correct_async")
+    for policy, n in (("max_tool_errors", 1), ("max_writes", 1), ("max_repeats", 2))
+}
+
+#: Each defect loop's correct twin: the loop it is a one-bug variant of.  A failure `verify` saves for the
+#: defect must replay cleanly on its twin (the saved file is a regression test that passes once fixed).
+TWIN: dict[str, str] = {name: "correct_sync" for name in DEFECTS}
+TWIN["async_tasks_left_running"] = "correct_async"

@@ -19,8 +19,20 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anthropic
 from anthropic.types import MessageParam, ToolParam
 
-from examples._common import DEFAULT_MODEL, MAX_TOKENS, THINKING, budgets, text_of, tokens_used, tool_calls, tool_result
 from simloop import Outcome
+
+from ._common import (
+    DEFAULT_MODEL,
+    MAX_TOKENS,
+    THINKING,
+    StopPolicies,
+    budgets,
+    text_of,
+    tokens_used,
+    tool_calls,
+    tool_result,
+    writes_of,
+)
 
 if TYPE_CHECKING:
     from simloop import Sim
@@ -44,9 +56,11 @@ async def run_agent(
     *,
     model: str = DEFAULT_MODEL,
     system: str | None = None,
+    writes: frozenset[str] = frozenset(),
 ) -> Outcome:
     """Run the task to an honest stop; returns why it stopped and the last text."""
     max_steps, deadline_s, token_budget = budgets(limits)
+    policies = StopPolicies(limits, writes)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + deadline_s
     messages: list[MessageParam] = [{"role": "user", "content": task}]
@@ -82,6 +96,28 @@ async def run_agent(
             return Outcome(reason="error", text=f"unexpected stop_reason {reply.stop_reason!r}")
 
         calls = tool_calls(reply)
+        if policies.declared:
+            # Under stop policies the calls run one at a time, so each is checked before it runs (serial
+            # writes, as the seed has it: a parallel second write could not be taken back).
+            results = []
+            for call in calls:
+                stop = policies.before(call.name, call.input)
+                if stop is not None:
+                    return stop
+                try:
+                    got: str | Exception = await asyncio.wait_for(
+                        run_tool(call.name, call.input, tool_use_id=call.id), timeout=max(deadline - loop.time(), 0.0)
+                    )
+                except TimeoutError:
+                    return Outcome(reason="deadline", text=f"deadline of {deadline_s:g}s reached while a tool ran")
+                except Exception as exc:  # noqa: BLE001 - any tool failure is an observation
+                    got = exc
+                results.append(tool_result(call, got))
+                stop = policies.after(call.name, call.input, got)
+                if stop is not None:
+                    return stop
+            messages.append({"role": "user", "content": results})
+            continue
         running = asyncio.gather(
             *(run_tool(call.name, call.input, tool_use_id=call.id) for call in calls), return_exceptions=True
         )
@@ -102,5 +138,6 @@ async def run_agent(
 async def drive(sim: Sim) -> Outcome:
     """simloop adapter: run this loop against the simulated API and tools, on virtual time."""
     return await run_agent(
-        sim.async_client, sim.tool_schemas, sim.arun_tool, sim.task, sim.limits, model=sim.model, system=sim.system
+        sim.async_client, sim.tool_schemas, sim.arun_tool, sim.task, sim.limits, model=sim.model, system=sim.system,
+        writes=writes_of(sim),
     )

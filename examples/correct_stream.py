@@ -18,19 +18,22 @@ import anthropic
 import httpx2
 from anthropic.types import MessageParam, ToolParam
 
-from examples._common import (
+from simloop import Outcome
+
+from ._common import (
     DEFAULT_MODEL,
     MAX_TOKENS,
     THINKING,
     RunTool,
+    StopPolicies,
     budgets,
     error_text,
     text_of,
     tokens_used,
     tool_calls,
+    writes_of,
 )
-from examples.correct_sync import run_tools
-from simloop import Outcome
+from .correct_sync import run_tools_within
 
 if TYPE_CHECKING:
     from simloop import Sim
@@ -48,9 +51,11 @@ def run_agent(
     *,
     model: str = DEFAULT_MODEL,
     system: str | None = None,
+    writes: frozenset[str] = frozenset(),
 ) -> Outcome:
     """Run the task to an honest stop, streaming every reply; returns why it stopped and the last text."""
     max_steps, deadline_s, token_budget = budgets(limits)
+    policies = StopPolicies(limits, writes)
     started = time.monotonic()
     messages: list[MessageParam] = [{"role": "user", "content": task}]
     used = 0
@@ -85,12 +90,16 @@ def run_agent(
         if reply.stop_reason != "tool_use":
             # Also a stream that ended without message_stop: the reply is incomplete, so run nothing.
             return Outcome(reason="error", text=f"unexpected stop_reason {reply.stop_reason!r}")
-        messages.append({"role": "user", "content": run_tools(tool_calls(reply), run_tool)})
+        results, stop = run_tools_within(tool_calls(reply), run_tool, policies)
+        if stop is not None:  # an error budget spent, the write that was the job, a call repeated too often
+            return stop
+        messages.append({"role": "user", "content": results})
     return Outcome(reason="max_steps", text=f"no final answer after {max_steps} model calls")
 
 
 def drive(sim: Sim) -> Outcome:
     """simloop adapter: run this loop against the simulated API and tools."""
     return run_agent(
-        sim.client, sim.tool_schemas, sim.run_tool, sim.task, sim.limits, model=sim.model, system=sim.system
+        sim.client, sim.tool_schemas, sim.run_tool, sim.task, sim.limits, model=sim.model, system=sim.system,
+        writes=writes_of(sim),
     )

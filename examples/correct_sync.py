@@ -11,7 +11,11 @@ The reference every defect module is a one-bug variant of.  Per step it:
   (results first, in tool_use order, ``is_error`` when a tool raised; a failed
   write is reported, never retried), ``max_tokens`` -> ``truncated`` without
   running the cut-off calls, ``refusal`` -> ``refusal`` (never resent),
-  ``pause_turn`` -> send the paused content back and continue.
+  ``pause_turn`` -> send the paused content back and continue;
+* honours the stop policies it is given (`StopPolicies`): after ``max_tool_errors``
+  failed tool runs it stops with ``error_budget``; the ``max_writes``-th successful
+  write is terminal (``final``: the write is the result); it never runs a tool
+  with the same input more than ``max_repeats`` times (``repetition``).
 """
 
 from __future__ import annotations
@@ -22,24 +26,27 @@ from typing import TYPE_CHECKING
 import anthropic
 from anthropic.types import MessageParam, ToolParam, ToolResultBlockParam, ToolUseBlock
 
-from examples._common import (
+from simloop import Outcome
+
+from ._common import (
     DEFAULT_MODEL,
     MAX_TOKENS,
     THINKING,
     RunTool,
+    StopPolicies,
     budgets,
     text_of,
     tokens_used,
     tool_calls,
     tool_result,
+    writes_of,
 )
-from simloop import Outcome
 
 if TYPE_CHECKING:
     from simloop import Sim
     from simloop.scenario import Limits
 
-__all__ = ["drive", "run_agent", "run_tools"]
+__all__ = ["drive", "run_agent", "run_tools", "run_tools_within"]
 
 
 def run_tools(calls: list[ToolUseBlock], run_tool: RunTool) -> list[ToolResultBlockParam]:
@@ -54,6 +61,30 @@ def run_tools(calls: list[ToolUseBlock], run_tool: RunTool) -> list[ToolResultBl
     return results
 
 
+def run_tools_within(
+    calls: list[ToolUseBlock], run_tool: RunTool, policies: StopPolicies
+) -> tuple[list[ToolResultBlockParam], Outcome | None]:
+    """`run_tools` under the declared stop policies: the results, and the outcome to stop with (or None).
+
+    A call the policies refuse (a repeat past ``max_repeats``) is not run; a failure that spends the error
+    budget, or the write that spends the write budget, ends the turn: the loop stops instead of going on.
+    """
+    results: list[ToolResultBlockParam] = []
+    for call in calls:
+        stop = policies.before(call.name, call.input)
+        if stop is not None:
+            return results, stop
+        try:
+            output: str | Exception = run_tool(call.name, call.input, tool_use_id=call.id)
+        except Exception as exc:  # noqa: BLE001 - any tool failure is an observation; a retry might repeat a write
+            output = exc
+        results.append(tool_result(call, output))
+        stop = policies.after(call.name, call.input, output)
+        if stop is not None:
+            return results, stop
+    return results, None
+
+
 def run_agent(
     client: anthropic.Anthropic,
     tools: list[ToolParam],
@@ -63,9 +94,14 @@ def run_agent(
     *,
     model: str = DEFAULT_MODEL,
     system: str | None = None,
+    writes: frozenset[str] = frozenset(),
 ) -> Outcome:
-    """Run the task to an honest stop; returns why it stopped and the last text."""
+    """Run the task to an honest stop; returns why it stopped and the last text.
+
+    ``writes`` names the tools with side effects (for a declared ``max_writes``).
+    """
     max_steps, deadline_s, token_budget = budgets(limits)
+    policies = StopPolicies(limits, writes)
     started = time.monotonic()
     messages: list[MessageParam] = [{"role": "user", "content": task}]
     used = 0
@@ -99,12 +135,16 @@ def run_agent(
             return Outcome(reason="refusal", text=text_of(reply.content))
         if reply.stop_reason != "tool_use":
             return Outcome(reason="error", text=f"unexpected stop_reason {reply.stop_reason!r}")
-        messages.append({"role": "user", "content": run_tools(tool_calls(reply), run_tool)})
+        results, stop = run_tools_within(tool_calls(reply), run_tool, policies)
+        if stop is not None:  # an error budget spent, the write that was the job, a call repeated too often
+            return stop
+        messages.append({"role": "user", "content": results})
     return Outcome(reason="max_steps", text=f"no final answer after {max_steps} model calls")
 
 
 def drive(sim: Sim) -> Outcome:
     """simloop adapter: run this loop against the simulated API and tools."""
     return run_agent(
-        sim.client, sim.tool_schemas, sim.run_tool, sim.task, sim.limits, model=sim.model, system=sim.system
+        sim.client, sim.tool_schemas, sim.run_tool, sim.task, sim.limits, model=sim.model, system=sim.system,
+        writes=writes_of(sim),
     )

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING
 import anthropic
 from anthropic.types import MessageParam, ToolParam
 
-from examples._common import DEFAULT_MODEL, MAX_TOKENS, THINKING, RunTool, budgets, text_of, tokens_used, tool_calls
-from examples.correct_sync import run_tools
 from simloop import Outcome
+
+from ._common import DEFAULT_MODEL, MAX_TOKENS, THINKING, RunTool, budgets, text_of, tokens_used, tool_calls
+from .correct_sync import run_tools
 
 if TYPE_CHECKING:
     from simloop import Sim

@@ -14,8 +14,9 @@ from __future__ import annotations
 import sys
 
 import simloop
-from examples import correct_sync, rerun_after_api_error
 from simloop.clock import REAL
+
+from . import correct_sync, rerun_after_api_error
 
 RULE = "-" * 78
 

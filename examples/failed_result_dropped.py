@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING
 import anthropic
 from anthropic.types import MessageParam, ToolParam, ToolResultBlockParam
 
-from examples._common import DEFAULT_MODEL, MAX_TOKENS, THINKING, RunTool, budgets, text_of, tokens_used, tool_calls
 from simloop import Outcome
+
+from ._common import DEFAULT_MODEL, MAX_TOKENS, THINKING, RunTool, budgets, text_of, tokens_used, tool_calls
 
 if TYPE_CHECKING:
     from simloop import Sim

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING
 import anthropic
 from anthropic.types import MessageParam, ToolParam, ToolResultBlockParam, ToolUseBlock
 
-from examples._common import (
+from simloop import Outcome
+
+from ._common import (
     DEFAULT_MODEL,
     MAX_TOKENS,
     THINKING,
@@ -28,7 +30,6 @@ from examples._common import (
     tool_calls,
     tool_result,
 )
-from simloop import Outcome
 
 if TYPE_CHECKING:
     from simloop import Sim

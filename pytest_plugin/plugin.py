@@ -52,6 +52,7 @@ class _Session:
     ini: dict[str, Any]
     drive: str | None
     scenarios: Path
+    header_shown: bool = False
     tests: int = 0
     failed: int = 0
     examples: int = 0
@@ -183,13 +184,34 @@ class _XdistHooks:
         node.workerinput["simloop_seed_explicit"] = self.session.seed_explicit
 
 
-def pytest_report_header(config: pytest.Config) -> list[str]:
-    session = config.stash[_SESSION]
+def _header_lines(session: _Session) -> list[str]:
     lines = [f"simloop: seed={session.seed} (reproduce with --simloop-seed={session.seed})"]
     chosen = {k: v for k, v in {**session.ini, **session.cli}.items() if k in ("profile", "drive")}
     if chosen:
         lines.append("simloop: " + ", ".join(f"{k}={v}" for k, v in sorted(chosen.items())))
     return lines
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """The seed line, when simloop is configured for this run; otherwise it waits for collection (below)."""
+    session = config.stash[_SESSION]
+    if not (session.seed_explicit or session.cli or session.ini):
+        return []  # maybe an unrelated suite: shown after collection only if a test uses simloop
+    session.header_shown = True
+    return _header_lines(session)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Print the seed line once collection shows a test that uses simloop (a suite that does not sees none)."""
+    state = session.config.stash[_SESSION]
+    if state.header_shown or session.config.option.verbose < 0:
+        return
+    if any("simloop" in getattr(item, "fixturenames", ()) or isinstance(item, ScenarioItem) for item in session.items):
+        state.header_shown = True
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            for line in _header_lines(state):
+                reporter.write_line(line)
 
 
 # -- fixtures ------------------------------------------------------------------------------------------------------------
@@ -215,10 +237,13 @@ def simloop(request: pytest.FixtureRequest, simloop_config: dict[str, Any]) -> I
     from simloop._pytest_support import SimloopFixture, rerun_hint
     from simloop.errors import UsageError
 
+    problem = None
     try:
         options = _options(request.node, config=simloop_config)
     except UsageError as e:
-        pytest.fail(str(e), pytrace=False)
+        problem = str(e)
+    if problem is not None:  # failed outside the except block, so the message is not shown twice (chained)
+        pytest.fail(problem, pytrace=False)
     fixture = SimloopFixture(options, rerun=rerun_hint(options, test_id=_typed_id(request.node)))
     request.node.stash[_FIXTURE] = fixture
     request.node.user_properties.append(("simloop_seed", options.seed))
@@ -366,7 +391,10 @@ class ScenarioItem(pytest.Item):
             options = _options(self, config={})
             head = str(error).splitlines()[0]
             rerun = rerun_hint(options, test_id=_typed_id(self))
-            return head + "\n\n" + render_failure(error, seed=options.seed, rerun=rerun, show_scenario=False)
+            derived = options.session_seed if options.seed_origin == "session" else None
+            return head + "\n\n" + render_failure(
+                error, seed=options.seed, rerun=rerun, show_scenario=False, session_seed=derived
+            )
         if isinstance(error, UsageError):
             return f"simloop: {error}"
         return super().repr_failure(excinfo, style=style)

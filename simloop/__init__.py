@@ -13,8 +13,9 @@ scenarios and property-tested with Hypothesis.
     sim.check(outcome).raise_for_violations()
 """
 
-from __future__ import annotations
+import importlib as _importlib
 
+from simloop import strategies
 from simloop.errors import InvariantViolation, ScenarioError, SimloopInternalError, UsageError
 from simloop.invariants import Report, Violation
 from simloop.models import FunctionModel, ModelRequest, Script
@@ -24,9 +25,17 @@ from simloop.sim import ScriptExhaustedError, Sim
 from simloop.transcript import Transcript
 from simloop.verify import replay, verify
 
-from simloop import strategies  # noqa: E402  (public module: simloop.strategies.scenarios(), ...)
-
 __version__ = "0.1.0"
+
+# Modules reached as attributes but imported on first use: `import simloop` stays free of vcrpy and of the
+# adapters' harnesses (each adapter needs its extra installed; see simloop.adapters).
+_LAZY = ("adapters", "cassettes")
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        return _importlib.import_module(f"simloop.{name}")
+    raise AttributeError(f"module 'simloop' has no attribute {name!r}")
 
 __all__ = [
     "Fault",

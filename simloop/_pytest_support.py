@@ -240,8 +240,10 @@ def load_drive(spec: Any, *, search: Iterable[Path] = ()) -> Drive:
 
 
 def _import(module_name: str, search: Iterable[Path]) -> Any:
+    from simloop._library import import_drive_module
+
     try:
-        return importlib.import_module(module_name)
+        return import_drive_module(module_name)  # examples.* falls back to the installed simloop.examples
     except ModuleNotFoundError as e:
         top = module_name.split(".")[0]
         if e.name != top:
@@ -342,6 +344,7 @@ class SimloopFixture:
         try:
             report = off_loop(lambda: _verify(fn, **kw))
         except InvariantViolation as e:
+            self.examples += e.examples or 0  # the failing test's runs count in the summary line too
             self.checked.update(kw.get("invariants") or CATALOGUE)
             raise self._short(e, seed=int(kw["seed"]), shown="verify") from None
         self.examples += report.examples or 0
@@ -417,7 +420,11 @@ class SimloopFixture:
         return display_path(self.options.out_dir)
 
     def _short(self, e: InvariantViolation, *, seed: int, shown: str) -> InvariantViolation:
-        report = render_failure(e, seed=seed, rerun=self._rerun, show_scenario=shown == "verify")
+        derived = self.options.seed_origin == "session" and seed == self.options.seed
+        report = render_failure(
+            e, seed=seed, rerun=self._rerun, show_scenario=shown == "verify",
+            session_seed=self.options.session_seed if derived else None,
+        )
         return short_violation(e, report)
 
 
@@ -428,7 +435,7 @@ def short_violation(e: InvariantViolation, report: str) -> InvariantViolation:
     short = InvariantViolation(
         f"simloop: {first}{more} -- see the 'simloop' section of this report",
         violations=e.violations, scenario=e.scenario, scenario_path=e.scenario_path, timeline=e.timeline,
-        replay=e.replay, transcript=e.transcript,
+        replay=e.replay, transcript=e.transcript, examples=e.examples,
     )
     short.simloop_report = report  # type: ignore[attr-defined]
     return short
@@ -459,8 +466,14 @@ def rerun_hint(options: TestOptions, *, test_id: str | None = None) -> str:
     return f"pytest '{quoted}' --simloop-seed={options.session_seed}"
 
 
-def render_failure(e: InvariantViolation, *, seed: int, rerun: str = "", show_scenario: bool = True) -> str:
-    """The report section of a failure: violations, timeline, the (minimal) scenario, how to replay it."""
+def render_failure(
+    e: InvariantViolation, *, seed: int, rerun: str = "", show_scenario: bool = True, session_seed: int | None = None
+) -> str:
+    """The report section of a failure: violations, timeline, the (minimal) scenario, how to replay it.
+
+    ``session_seed``: the session seed the test's ``seed`` was derived from, when it was; the report then
+    says why the replay line and the re-run line show two different seeds.
+    """
     lines: list[str] = []
     found = [str(v) for v in e.violations]
     head = str(e).split("\n\n", 1)[0].splitlines()
@@ -489,6 +502,11 @@ def render_failure(e: InvariantViolation, *, seed: int, rerun: str = "", show_sc
         lines.append(f"replay it:       {replay}")
     if rerun:
         lines.append(f"re-run the test: {rerun}")
+    if session_seed is not None and session_seed != seed and (replay or rerun):
+        lines.append(
+            f"(two seeds: {seed} is this test's own, derived from the session seed {session_seed} and the test's "
+            "id; the replay takes the test's, --simloop-seed the session's)"
+        )
     return "\n".join(lines)
 
 

@@ -2,6 +2,8 @@
 
 ::
 
+    simloop demo
+    simloop scenarios --copy scenarios
     simloop verify examples.correct_sync:drive --max-examples 200 --seed 0
     simloop run scenarios/ --drive examples.correct_sync:drive --trace traces/
     simloop show traces/stuck-search.jsonl
@@ -19,19 +21,20 @@ imports rich or this module).
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import os
+import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 import click
 
-from simloop.errors import UsageError
+from simloop.errors import SimloopInternalError, UsageError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -40,6 +43,12 @@ if TYPE_CHECKING:
     from simloop.transcript import Transcript
 
 __all__ = ["cli", "load_drive", "main"]
+
+# The scenario format's caps (simloop._fileguard, docs/security.md), repeated here so that loading the CLI
+# does not load the YAML reader; a test checks that they agree.
+_MAX_COUNT = 10_000
+_MAX_DEADLINE_S = 7 * 86_400.0
+_MAX_TOKENS = 100_000_000
 
 _DRIVE_HELP = (
     "package.module:function, the adapter that runs your loop in a Sim (importable from the current directory)"
@@ -53,8 +62,10 @@ def load_drive(spec: str) -> Callable[..., Any]:
         raise click.UsageError(f"DRIVE takes 'package.module:function', got {spec!r}")
     if "" not in sys.path and "." not in sys.path:
         sys.path.insert(0, "")  # like `python -m`: the current directory's packages are importable
+    from simloop._library import import_drive_module
+
     try:
-        target: Any = importlib.import_module(module_name)
+        target: Any = import_drive_module(module_name)  # examples.* falls back to the installed simloop.examples
     except Exception as e:  # noqa: BLE001 - any failure to import the user's module is a usage error, said plainly
         raise click.UsageError(f"cannot import {module_name!r} for drive {spec}: {type(e).__name__}: {e}") from None
     try:
@@ -168,16 +179,36 @@ class _Counter:
     metavar="NAME",
     help="Start from this registered Hypothesis settings profile (e.g. 'ci').",
 )
-@click.option("--max-steps", type=click.IntRange(min=1), default=None, help="The step cap your loop declares.")
+@click.option(
+    "--max-steps", type=click.IntRange(min=1, max=_MAX_COUNT), default=None, help="The step cap your loop declares."
+)
 @click.option(
     "--deadline",
     "deadline_s",
-    type=click.FloatRange(min=0, min_open=True),
+    type=click.FloatRange(min=0, min_open=True, max=_MAX_DEADLINE_S),
     default=None,
     help="The deadline your loop declares, in (virtual) seconds.",
 )
 @click.option(
-    "--max-total-tokens", type=click.IntRange(min=1), default=None, help="The token budget your loop declares."
+    "--max-total-tokens", type=click.IntRange(min=1, max=_MAX_TOKENS), default=None, help="The token budget your loop declares."
+)
+@click.option(
+    "--max-tool-errors",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The error budget your loop declares: after N failed tool runs it stops (reason error_budget).",
+)
+@click.option(
+    "--max-writes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The write budget your loop declares: after N successful writes it stops (1: one write).",
+)
+@click.option(
+    "--max-repeats",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Your loop runs a tool with the same input at most N times (then stops: reason repetition).",
 )
 @click.option(
     "-i",
@@ -185,7 +216,7 @@ class _Counter:
     "invariants",
     multiple=True,
     metavar="ID",
-    help="Check only this invariant (repeatable); default: all ten.",
+    help="Check only this invariant (repeatable); default: all of them.",
 )
 @click.option(
     "--out",
@@ -200,7 +231,8 @@ class _Counter:
     "trace",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Write the failing run's transcript (JSONL) here, for 'simloop show' and 'simloop report'.",
+    help="Write the failing run's transcript (JSONL) here (the last run's when none fails), for 'simloop show' "
+    "and 'simloop report'.",
 )
 @click.option(
     "--progress/--no-progress", default=None, help="Show a progress bar on stderr [default: when stderr is a terminal]."
@@ -214,6 +246,9 @@ def verify(
     max_steps: int | None,
     deadline_s: float | None,
     max_total_tokens: int | None,
+    max_tool_errors: int | None,
+    max_writes: int | None,
+    max_repeats: int | None,
     invariants: tuple[str, ...],
     out_dir: str,
     trace: str | None,
@@ -232,7 +267,10 @@ def verify(
     from simloop.verify import verify as run_verify
 
     fn = load_drive(drive)
-    limits = simloop.Limits(max_steps=max_steps, deadline_s=deadline_s, max_total_tokens=max_total_tokens)
+    limits = simloop.Limits(
+        max_steps=max_steps, deadline_s=deadline_s, max_total_tokens=max_total_tokens,
+        max_tool_errors=max_tool_errors, max_writes=max_writes, max_repeats=max_repeats,
+    )
     base = _profile(profile)
     checked = list(invariants) or None
     show = progress if progress is not None else sys.stderr.isatty()
@@ -265,6 +303,8 @@ def verify(
     if failure is None:
         _summary(out, ids, [], report.examples or counter.runs, elapsed)
         out.print(f"[green]ok[/]: {report.examples} runs of {drive}, {len(ids)} invariants hold ({elapsed:.1f}s)")
+        if trace and counter.last is not None:  # no failing run to keep: the last run, so show/report have one
+            click.echo(f"no run failed; the last run's transcript written to {counter.last.transcript.write(trace)}")
         return 0
     click.echo(str(failure))
     click.echo()
@@ -391,13 +431,23 @@ class _ProgressBar:
     help="Write each run's transcript (JSONL): to this file for one scenario, else into this folder as NAME.jsonl.",
 )
 @click.option("-v", "--verbose", is_flag=True, help="Show the timeline of every failing run.")
+@click.option(
+    "--allow-functions",
+    is_flag=True,
+    help="Let the files' tool 'function: pkg.module:fn' paths import and run functions of your own modules "
+    "(refused by default: a scenario file is data; see docs/security.md).",
+)
 @_NETWORK
-def run(paths: Sequence[str], drive_spec: str, seed: int, trace: str | None, verbose: bool, network: str) -> int:
+def run(
+    paths: Sequence[str], drive_spec: str, seed: int, trace: str | None, verbose: bool, allow_functions: bool,
+    network: str,
+) -> int:
     """Replay scenario files (or folders of *.yaml) through DRIVE, one line each.
 
     Each run is checked against every invariant and the file's expect: block (expected violations and
-    outcome reason). Exits 1 if any file fails, 2 if a file cannot be run (malformed, or the loop asked
-    for more replies than the file scripts), else 0.
+    outcome reason). A file that cannot be run is reported and the others still run. Exits 1 if any file
+    fails, 2 if a file cannot be run (malformed, or the loop asked for more replies than the file
+    scripts), else 0.
 
     Example: simloop run scenarios/ --drive examples.correct_sync:drive
     """
@@ -410,10 +460,14 @@ def run(paths: Sequence[str], drive_spec: str, seed: int, trace: str | None, ver
     failed = errors = 0
     for path in files:
         try:
-            transcript, problems, line = _run_one(fn, path, seed, network)
+            transcript, problems, line = _run_one(fn, path, seed, network, allow_functions=allow_functions)
         except UsageError as e:
             errors += 1
             click.echo(f"ERROR {path!s:<{wide}}  {e}")
+            continue
+        except SimloopInternalError as e:  # a simloop bug on one file: reported, and the batch goes on
+            errors += 1
+            click.echo(f"ERROR {path!s:<{wide}}  simloop internal error (please report it): {e}")
             continue
         if trace:
             transcript.write(trace_dir / f"{path.stem}.jsonl" if trace_dir else Path(trace))
@@ -435,13 +489,16 @@ def run(paths: Sequence[str], drive_spec: str, seed: int, trace: str | None, ver
     return 2 if errors else 1 if failed else 0
 
 
-def _run_one(drive: Callable[..., Any], path: Path, seed: int, network: str) -> tuple[Transcript, list[str], str]:
+def _run_one(
+    drive: Callable[..., Any], path: Path, seed: int, network: str, *, allow_functions: bool = False
+) -> tuple[Transcript, list[str], str]:
     """Run one scenario file; returns the transcript, the problems (violations, unmet expectations) and a summary."""
     from simloop.scenario import load_scenario
     from simloop.sim import Sim
+    from simloop.verify import unreached_model
 
-    scenario = load_scenario(path)
-    with Sim(scenario, seed=seed, network=network) as sim:  # type: ignore[arg-type]
+    scenario = load_scenario(path, allow_functions=allow_functions)
+    with Sim(scenario, seed=seed, network=network, allow_functions=allow_functions) as sim:  # type: ignore[arg-type]
         outcome = sim.run(drive)
     report = sim.check()
     expect = scenario.expect
@@ -450,8 +507,13 @@ def _run_one(drive: Callable[..., Any], path: Path, seed: int, network: str) -> 
     missing = expected - {v.invariant for v in report.violations}
     if missing:
         problems.append(f"[expect] expected violation(s) did not happen: {', '.join(sorted(missing))}")
-    if expect and expect.reason is not None and outcome.reason != expect.reason:
-        problems.append(f"[expect] the loop stopped with reason {outcome.reason!r}; the file expects {expect.reason!r}")
+    if expect and not expect.allows(outcome.reason):
+        problems.append(
+            f"[expect] the loop stopped with reason {outcome.reason!r}; the file expects {expect.reason_text()}"
+        )
+    unreached = unreached_model(sim)
+    if unreached:
+        problems.append(unreached)
     if scenario.strict:
         from simloop.verify import leftovers_problem
 
@@ -504,6 +566,8 @@ def show(trace: str, plain: bool, width: int | None) -> int:
     run and their outcome (ok, raised, slow, committed-then-lost...), SDK retries, and the violations
     (re-checked from the transcript) marked where they happened.
 
+    Exits 1 when the run broke an invariant, 0 when it is clean.
+
     Example: simloop show trace.jsonl
     """
     from simloop.invariants import check
@@ -514,11 +578,11 @@ def show(trace: str, plain: bool, width: int | None) -> int:
         from simloop.timeline import render_timeline
 
         click.echo(render_timeline(transcript, violations, width=width or 100))
-        return 0
+        return 1 if violations else 0
     from simloop.report import print_timeline
 
     print_timeline(transcript, violations, console=_console(width=width))
-    return 0
+    return 1 if violations else 0  # the documented exit codes: 1 when the run broke an invariant
 
 
 @cli.command()
@@ -536,6 +600,8 @@ def report(trace: str, output: str | None) -> int:
     The page needs no network to view: the timeline, a per-step bar chart of input tokens, every request
     and reply expandable, and the violations (re-checked from the transcript) with their evidence.
 
+    Exits 1 when the run broke an invariant (the page is written either way), 0 when it is clean.
+
     Example: simloop report trace.jsonl -o report.html
     """
     from simloop.invariants import check
@@ -545,15 +611,36 @@ def report(trace: str, output: str | None) -> int:
     violations = check(transcript).violations
     path = write_html(transcript, output or Path(trace).with_suffix(".html"), violations)
     click.echo(f"wrote {path}: {transcript.model_calls} model calls, {len(violations)} violation(s)")
-    return 0
+    return 1 if violations else 0  # the page is written either way; the exit code says whether the run was clean
 
 
 # -- serve, convert --------------------------------------------------------------------------------------------------
 
 
 def _wait_for_interrupt() -> None:
-    """Block until Ctrl-C (a seam the tests replace)."""
+    """Block until Ctrl-C or SIGTERM (a seam the tests replace)."""
     threading.Event().wait()
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived: stop serving as on Ctrl-C, so the transcript is still written."""
+
+
+@contextmanager
+def _sigterm_stops() -> Iterator[None]:
+    """While serving, SIGTERM (what `kill`, systemd and container runtimes send) stops like Ctrl-C."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise _Terminated()
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @cli.command()
@@ -577,10 +664,10 @@ def _wait_for_interrupt() -> None:
     "--trace",
     type=click.Path(dir_okay=False),
     default=None,
-    help="On stop, write the session's transcript (JSONL; times are real seconds) here.",
+    help="On stop (Ctrl-C or SIGTERM), write the session's transcript (JSONL; times are real seconds) here.",
 )
 def serve(scenario_path: str, host: str, port: int, seed: int, trace: str | None) -> int:
-    """Serve a scenario's simulated Anthropic API on a loopback socket until Ctrl-C.
+    """Serve a scenario's simulated Anthropic API on a loopback socket until Ctrl-C (or SIGTERM).
 
     Prints the base URL alone on the first line of stdout, for loops in other processes or languages:
     set ANTHROPIC_BASE_URL to it (any API key is accepted). The server answers at once (real time):
@@ -592,20 +679,31 @@ def serve(scenario_path: str, host: str, port: int, seed: int, trace: str | None
     from simloop.wire.loopback import serve as serve_loopback
 
     scenario = load_scenario(scenario_path)
-    with serve_loopback(scenario, host=host, port=port, seed=seed) as server:
-        click.echo(server.base_url)
-        sys.stdout.flush()
-        click.echo(
-            f"simloop: serving scenario {scenario.name!r}; Ctrl-C stops\n  export ANTHROPIC_BASE_URL={server.base_url}",
-            err=True,
-        )
+    how = ""
+    # SIGTERM is handled before the base URL is printed: a client may stop the server as soon as it reads it
+    server = None
+    with _sigterm_stops():
         try:
-            _wait_for_interrupt()
+            server = serve_loopback(scenario, host=host, port=port, seed=seed)
+            with server:
+                click.echo(server.base_url)
+                sys.stdout.flush()
+                click.echo(
+                    f"simloop: serving scenario {scenario.name!r}; Ctrl-C stops\n"
+                    f"  export ANTHROPIC_BASE_URL={server.base_url}",
+                    err=True,
+                )
+                _wait_for_interrupt()
         except KeyboardInterrupt:
             pass
+        except _Terminated:
+            how = " (SIGTERM)"
+    if server is None:  # stopped while starting: nothing was served
+        click.echo(f"simloop: stopped{how} before serving", err=True)
+        return 0
     transcript = server.transcript
     requests = len(transcript.requests)
-    click.echo(f"simloop: stopped after {requests} request(s)", err=True)
+    click.echo(f"simloop: stopped{how} after {requests} request(s)", err=True)
     for error in getattr(server, "errors", []):
         click.echo(f"simloop: a request was answered with a simloop 500: {error}", err=True)
     if trace:
@@ -646,11 +744,152 @@ def convert(cassette: str, output: str | None, kinds: tuple[str, ...]) -> int:
         if not sep or kind not in ("read", "write") or not name:
             raise click.UsageError(f"--kind takes TOOL=read or TOOL=write, got {item!r}")
         kind_map[name] = kind
+    recording = cassettes.load_recording(cassette, kinds=kind_map or None)
     if output:
         path = cassettes.convert(cassette, output, kinds=kind_map or None)
         click.echo(f"wrote {path}")
     else:
-        click.echo(cassettes.to_scenario(cassette, kinds=kind_map or None).to_yaml(), nl=False)
+        click.echo(recording.scenario.to_yaml(), nl=False)
+    if not recording.calls:  # say why, rather than leave an empty script to puzzle over
+        click.echo(f"simloop convert: {cassette}: {recording.notes[-1]}", err=True)
+    return 0
+
+
+# -- demo, scenarios -------------------------------------------------------------------------------------------------
+
+
+@cli.command()
+def demo() -> int:
+    """Verify the bundled correct loop, then show the bug simloop catches in its one-bug twin.
+
+    What `make demo` shows in a checkout, from an installed simloop: the reference loop passes 100
+    generated runs, and the same loop with one classic bug (it re-runs the previous turn's tools when the
+    next API call fails) is caught, shrunk to a minimal scenario (written under .simloop/failures/) and
+    reported with its timeline and the command that replays it. Exits 0 when the bug is caught.
+
+    Example: simloop demo
+    """
+    from simloop._library import examples_module
+
+    return int(examples_module("demo").main())
+
+
+@cli.command()
+@click.option(
+    "--copy",
+    "copy_to",
+    type=click.Path(file_okay=False),
+    default=None,
+    metavar="DIR",
+    help="Copy the library into DIR (files already there are left alone).",
+)
+def scenarios(copy_to: str | None) -> int:
+    """List the curated scenario library that ships with simloop, or copy it into a folder.
+
+    Each file scripts one documented agent-loop failure (a stuck model, a cut-off reply, an outage after a
+    write...) and says in its header what a correct loop does; every correct loop passes all of them.
+
+    Example: simloop scenarios --copy scenarios && simloop run scenarios/ --drive examples.correct_sync:drive
+    """
+    import shutil
+
+    from simloop._library import scenarios_dir
+
+    source = scenarios_dir()
+    files = sorted(p for p in source.rglob("*.yaml"))
+    if copy_to is None:
+        click.echo(f"{len(files)} curated scenarios in {source}:")
+        for path in files:
+            first = path.read_text(encoding="utf-8").splitlines()[0] if path.stat().st_size else ""
+            story = first.split(":", 1)[1].strip() if first.startswith("#") and ":" in first else ""
+            click.echo(f"  {path.relative_to(source)!s:<52} {story}")
+        click.echo("copy them with: simloop scenarios --copy DIR")
+        return 0
+    target = Path(copy_to)
+    copied = kept = 0
+    for path in files:
+        dest = target / path.relative_to(source)
+        if dest.exists():
+            kept += 1
+            continue
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, dest)
+        copied += 1
+    click.echo(f"copied {copied} scenario file(s) to {target}" + (f" ({kept} already there, left alone)" if kept else ""))
+    return 0
+
+
+_INIT_CONFTEST = '''"""simloop settings for these tests (written by `simloop init`)."""
+
+import pytest
+
+
+@pytest.fixture
+def simloop_config():
+    # The drive is the adapter that runs your loop in a simloop.Sim (simloop_drive.py, next to this file).
+    return {"drive": "simloop_drive:drive", "max_examples": 50, "limits": {"max_steps": 10, "deadline_s": 300}}
+'''
+
+_INIT_DRIVE = '''"""The adapter that runs your agent loop against simloop\'s simulated API (written by `simloop init`).
+
+Replace the reference loop below with your own: it gets the SDK client, the tool schemas, a function that
+runs a tool (it may raise: report that to the model as an is_error tool_result) and the task, and returns
+why it stopped and its last text.
+"""
+
+import simloop
+from simloop.examples.correct_sync import run_agent  # TODO: from my_agent import run_agent
+
+
+def drive(sim: simloop.Sim) -> simloop.Outcome:
+    return run_agent(sim.client, sim.tool_schemas, sim.run_tool, sim.task, sim.limits)
+'''
+
+_INIT_TEST = '''"""Property tests and a scenario replay of your agent loop (written by `simloop init`)."""
+
+import pytest
+
+
+def test_loop_keeps_every_invariant(simloop):
+    # generated model behaviours, API errors, tool faults and latencies; fails with a minimal scenario
+    simloop.verify()
+
+
+@pytest.mark.simloop(scenario="scenarios/happy-path.yaml")
+def test_happy_path(simloop):
+    # a saved scenario (a failure verify wrote under .simloop/failures/ replays the same way)
+    simloop.replay()
+'''
+
+
+@cli.command()
+@click.argument("folder", default="tests", type=click.Path(file_okay=False))
+def init(folder: str) -> int:
+    """Write a tests folder that checks your own loop: a conftest, a drive skeleton, a test and a scenario.
+
+    FOLDER (default: tests) gets conftest.py (the simloop_config fixture), simloop_drive.py (the adapter:
+    point it at your loop), test_agent_loop.py (simloop.verify() and a scenario replay) and
+    scenarios/happy-path.yaml. Files already there are left alone. Then run: pytest FOLDER
+
+    Example: simloop init tests
+    """
+    from simloop._library import scenarios_dir
+
+    target = Path(folder)
+    files = {
+        target / "conftest.py": _INIT_CONFTEST,
+        target / "simloop_drive.py": _INIT_DRIVE,
+        target / "test_agent_loop.py": _INIT_TEST,
+        target / "scenarios" / "happy-path.yaml": (scenarios_dir() / "happy-path.yaml").read_text(encoding="utf-8"),
+    }
+    for path, text in files.items():
+        if path.exists():
+            click.echo(f"kept    {path} (already there)")
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        click.echo(f"wrote   {path}")
+    click.echo(f"next: point {target / 'simloop_drive.py'} at your loop, then run: pytest {folder}")
     return 0
 
 

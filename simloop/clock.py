@@ -392,6 +392,7 @@ class VirtualClock:
         self._sleepers: list[_Job] = []  # executor jobs sleeping until their wake time
         self._depth = 0  # active patched() contexts on this clock, all threads
         self._thread_ids: set[int] = set()
+        self._released = False  # `release` took the threads off this clock; a late patched() exit undoes nothing
         self.halts = 0  # LoopHalted raised by this clock (virtual time ran out, a deadlock in a Sim)
         self.first_halt: BaseException | None = None  # the first of them (a loop may swallow it)
         # In a Sim a deadlock unwinds the loop as LoopHalted("deadlock"), which the loop cannot swallow
@@ -552,7 +553,23 @@ class VirtualClock:
             with _LOCK:
                 self._leave(tid, owner, slots)
 
+    def release(self) -> None:
+        """Take every thread off this clock and undo its patches now.
+
+        For a run abandoned on a parked thread: its ``patched()`` block never exits, and the process (the
+        rest of a test session, say) must go on in real time with nothing of this clock left installed.
+        """
+        with _LOCK:
+            for t in list(self._thread_ids):
+                self._unregister(t)
+            while self._depth > 0:
+                self._depth -= 1
+                _uninstall()
+            self._released = True
+
     def _leave(self, tid: int, owner: bool, slots: list[tuple[int, str]]) -> None:  # with _LOCK held
+        if self._released:  # `release` already undid this block's share
+            return
         _unbind(slots)
         if owner:
             self._unregister(tid)

@@ -9,10 +9,7 @@ is the assertion a failing check raises: it carries the evidence.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from simloop.invariants import Violation
+from typing import Any
 
 __all__ = ["InvariantViolation", "ScenarioError", "SimloopInternalError", "UsageError"]
 
@@ -44,25 +41,29 @@ class SimloopInternalError(RuntimeError):
 class InvariantViolation(AssertionError):
     """The loop under test broke one or more invariants.
 
-    Attributes: ``violations`` (list of `simloop.Violation`), ``scenario`` (the
+    Attributes: ``violations`` (list of `simloop.Violation`; typed ``Any`` here because
+    this module sits below ``simloop.invariants`` and must not import it), ``scenario`` (the
     minimal scenario, when known), ``scenario_path`` (where it was written),
     ``timeline`` (the rendered run), ``replay`` (the command that replays it)
-    and ``transcript`` (the failing run's `simloop.Transcript`, for reports).
+    ``transcript`` (the failing run's `simloop.Transcript`, for reports) and
+    ``examples`` (how many runs `simloop.verify` tried, shrinking included; None for a replay).
     """
 
     def __init__(
         self,
         message: str,
         *,
-        violations: list[Violation],
+        violations: list[Any],
         scenario: Any = None,
         scenario_path: str | None = None,
         timeline: str | None = None,
         replay: str | None = None,
         transcript: Any = None,
+        examples: int | None = None,
     ) -> None:
         super().__init__(message)
         self.transcript = transcript
+        self.examples = examples
         self.violations = violations
         self.scenario = scenario
         self.scenario_path = scenario_path

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import Frozen, StopTest
 
 from simloop.models import ModelRequest
-from simloop.scenario import Fault, Limits, Reply, Scenario, ToolCall, ToolSpec
+from simloop.scenario import Expect, Fault, Limits, Reply, Scenario, ToolCall, ToolSpec
 from simloop.strategies import (
     Codec,
     Digits,
@@ -231,9 +231,16 @@ def to_scenario(
     faults: Sequence[Fault],
     halted: bool,
 ) -> Scenario:
-    """The run written down as a script that replays it."""
+    """The run written down as a script that replays it, and that a correct loop replays cleanly.
+
+    After the served replies the model ends the run as a model would (``then: end_turn``, a short final
+    answer to every further request), so a loop that stops later than the one that failed (a fixed loop,
+    or one that retries more) is answered instead of running out of script; a runaway's stuck tail is
+    ``then: repeat_last``.  ``expect`` states the invariants to hold (no violations), not how the
+    failing run ended, so the file is a regression test that passes once the loop is fixed.
+    """
     replies = list(served)
-    then = "fail"
+    then = "end_turn"
     if halted and len(replies) >= 2 and replies[-1] == replies[-2]:
         while len(replies) >= 2 and replies[-1] == replies[-2]:
             replies.pop()
@@ -246,6 +253,7 @@ def to_scenario(
         then=then,  # type: ignore[arg-type]
         faults=list(faults),
         limits=limits,
+        expect=Expect(violations=[]),
     )
 
 

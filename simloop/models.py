@@ -14,15 +14,17 @@ features (`simloop.cassettes`, `simloop.strategies`) and follow the same protoco
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 from binascii import b2a_base64
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Union, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from simloop.errors import UsageError
-from simloop.scenario import MaxTokensBody, Reply, Scenario, ToolCall
+from simloop.scenario import MaxTokensBody, PauseTurnBody, Reply, Scenario, ServerToolCall, ToolCall
+from simloop.wire import servertools
 from simloop.wire.render import Turn
 from simloop.wire.validate import thinking_signature
 
@@ -31,6 +33,7 @@ __all__ = [
     "Ids",
     "ModelPolicy",
     "ModelRequest",
+    "RecordedError",
     "Script",
     "ScriptExhausted",
     "turn_from_reply",
@@ -58,6 +61,8 @@ class ModelRequest:
 
     ``conversation`` is the whole message list (a thread continuation's stored
     history included); ``tools`` the names of the tools the request defines.
+    Read-only for a policy: the simulator shares these objects with the transcript
+    and the next request's history (`FunctionModel` hands its function a copy).
     """
 
     call: int
@@ -88,11 +93,25 @@ class ModelRequest:
         return 0
 
 
+@dataclass(frozen=True, slots=True)
+class RecordedError:
+    """An HTTP error answer served byte for byte as recorded: status, headers and body.
+
+    A cassette's 4xx/5xx answers are served this way (`simloop.cassettes.Recorded`), so the SDK sees
+    the recorded ``retry-after`` (or none) and the recorded message, not simloop's canned ones.
+    """
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+    latency: float = 0.0
+
+
 @runtime_checkable
 class ModelPolicy(Protocol):
     """Anything that answers model requests."""
 
-    def reply(self, request: ModelRequest) -> Reply | Turn: ...
+    def reply(self, request: ModelRequest) -> Reply | Turn | RecordedError: ...
 
     def leftovers(self) -> list[str]:
         """What the policy was told to do and never did (strict teardown reports it)."""
@@ -132,9 +151,16 @@ class Script:
         if self.then == "repeat_last" and self.replies:
             return self.replies[-1]
         last = _summarise(request)
+        # model calls are numbered over every request, those the API rejected (a 400) included: say so when
+        # they differ from the replies asked for, or the count looks wrong
+        at = f"model call {request.call}"
+        if request.call != self.served:
+            at += f", reply #{self.served} (requests the API rejected are numbered as calls but get no reply)"
+        else:
+            at += f" (request #{self.served})"
         raise ScriptExhausted(
             f"the script has {len(self.replies)} repl{'y' if len(self.replies) == 1 else 'ies'} and the loop "
-            f"asked for another at model call {request.call} (request #{self.served}); the last request was: "
+            f"asked for another at {at}; the last request was: "
             f"{last}. Add replies to `model:`, or set `then: end_turn` or `then: repeat_last`."
         )
 
@@ -153,7 +179,7 @@ class Script:
         return f"Script({len(self.replies)} replies, then={self.then!r})"
 
 
-ReplyLike = Union[Reply, Turn, dict[str, Any], str]
+ReplyLike = Reply | Turn | dict[str, Any] | str
 
 
 class FunctionModel:
@@ -173,7 +199,17 @@ class FunctionModel:
         self.fn = fn
 
     def reply(self, request: ModelRequest) -> Reply | Turn:
-        out = self.fn(request)
+        # The function gets its own copy: the simulator's parse of the request is shared with the
+        # transcript and with the next request's history, so an edit here must not rewrite what earlier
+        # requests appear to have sent.
+        body = copy.deepcopy(request.body)
+        messages = body.get("messages")
+        conversation: list[Any]
+        if request.conversation is request.body.get("messages") and type(messages) is list:
+            conversation = messages  # one copy, still one object, as in the request handed over
+        else:
+            conversation = copy.deepcopy(request.conversation)
+        out = self.fn(ModelRequest(request.call, request.attempt, body, conversation, request.stream))
         if isinstance(out, (Reply, Turn)):
             return out
         if isinstance(out, str):
@@ -214,6 +250,10 @@ class Ids:
         raw = self.rng.getrandbits(144).to_bytes(18, "big")
         return "toolu_01" + b2a_base64(raw, newline=False).translate(_ALTCHARS).decode("ascii")[:22]
 
+    def server_tool_use(self) -> str:
+        """A ``srvtoolu_01...`` id, as the real API gives server tool calls."""
+        return self.make("srvtoolu_01", 22)
+
     def request(self) -> str:
         raw = self.rng.getrandbits(120).to_bytes(15, "big")
         return "req_011C" + b2a_base64(raw, newline=False).translate(_ALTCHARS).decode("ascii")[:20]
@@ -234,9 +274,18 @@ def turn_from_reply(reply: Reply, request: ModelRequest, ids: Ids) -> Turn:
 def _turn(reply: Reply, kind: str, request: ModelRequest, ids: Ids) -> Turn:
     """`turn_from_reply` for a reply whose ``kind`` the caller already knows (the server's hot path)."""
     content: list[dict[str, Any]] = []
-    if request.thinking:
+    # A server call the request left running (a paused turn sent back, or one in flight beside client calls)
+    # is answered first: the continuation opens with its result, and carries on the turn without a new
+    # thinking block (recorded: pydantic-ai test_pause_turn_web_search_vcr.yaml).
+    pending = servertools.pending_server_uses(request.conversation)
+    for use in pending:
+        name, args = str(use["name"]), use["input"] if isinstance(use["input"], dict) else {}
+        content.append(servertools.result_block(use["id"], name, args))
+    if request.thinking and not pending:
         thought = reply.thinking if reply.thinking is not None else "Let me work out the next step."
         content.append({"type": "thinking", "thinking": thought, "signature": thinking_signature(thought)})
+    for call in reply.server_tools or ():
+        _server_call(content, call, ids)
     stop_sequence: str | None = None
     stop_details: dict[str, Any] | None = None
     if kind == "end_turn":
@@ -267,7 +316,13 @@ def _turn(reply: Reply, kind: str, request: ModelRequest, ids: Ids) -> Turn:
         _text(content, reply.refusal)
         stop_details = {"type": "refusal", "category": None, "explanation": reply.refusal or None}
     elif kind == "pause_turn":
-        _text(content, (reply.pause_turn or "").rstrip())
+        paused = reply.pause_turn
+        if isinstance(paused, PauseTurnBody):  # paused mid server call: the call goes out without its result
+            _text(content, paused.text)
+            call = paused.server_tool_use
+            content.append(servertools.use_block(ids.server_tool_use(), call.name, call.input))
+        else:
+            _text(content, (paused or "").rstrip())
     else:  # pragma: no cover - errors never reach here
         raise ValueError(f"an {kind} reply has no turn")
     return Turn(content=content, stop_reason=kind, stop_sequence=stop_sequence, stop_details=stop_details)
@@ -276,6 +331,13 @@ def _turn(reply: Reply, kind: str, request: ModelRequest, ids: Ids) -> Turn:
 def _text(content: list[dict[str, Any]], text: str | None) -> None:
     if text:
         content.append({"type": "text", "text": text})
+
+
+def _server_call(content: list[dict[str, Any]], call: ServerToolCall, ids: Ids) -> None:
+    """A completed server call: its ``server_tool_use`` block, then its result block."""
+    use_id = ids.server_tool_use()
+    content.append(servertools.use_block(use_id, call.name, call.input))
+    content.append(servertools.result_block(use_id, call.name, call.input, result=call.result, error=call.error))
 
 
 def _tool_use(call: ToolCall, ids: Ids) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from simloop.errors import UsageError
 
 __all__ = ["REASONS", "Outcome"]
 
-#: The reasons a loop may give for stopping (DESIGN §3).
+#: The reasons a loop may give for stopping (docs/design.md, Outcome reasons).
 REASONS = (
     "final",
     "max_steps",

@@ -1,4 +1,4 @@
-"""Scenarios: what the simulated world does, as plain data (DESIGN §5, format v1).
+"""Scenarios: what the simulated world does, as plain data (docs/design.md, Scenario format v1).
 
 A scenario names the task, the tools (read or write), the model's replies in
 order, the tool faults, and the limits the loop declares.  It is a tree of
@@ -7,12 +7,16 @@ get precise errors: `load_scenario` reports a malformed file with its path,
 the line and what was expected, never with a traceback.
 
 YAML is read with ruamel.yaml (YAML 1.2, so ``no`` stays a string and line
-numbers are kept for the error messages).
+numbers are kept for the error messages).  A file is data only: its size,
+nesting, alias expansion and durations are capped, values JSON cannot carry
+are refused, and a tool's ``function:`` import path needs the runner's opt-in
+(``allow_functions=True``); `simloop._fileguard` and docs/security.md.
 """
 
 from __future__ import annotations
 
 import io
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -27,24 +31,39 @@ from pydantic import (
     model_validator,
 )
 
-from simloop.errors import ScenarioError
+from simloop._fileguard import (
+    MAX_COUNT,
+    MAX_DEADLINE_S,
+    MAX_FILE_BYTES,
+    MAX_OUTPUT_CHARS,
+    MAX_SECONDS,
+    MAX_TOKENS,
+    FileRefused,
+    GuardedParser,
+    check_text,
+    to_plain,
+)
+from simloop.errors import ScenarioError, UsageError
 
 __all__ = [
     "API_ERRORS",
     "REPLY_KINDS",
+    "SERVER_TOOLS",
     "Expect",
     "Fault",
     "Limits",
     "MaxTokensBody",
+    "PauseTurnBody",
     "Reply",
     "Scenario",
+    "ServerToolCall",
     "ToolCall",
     "ToolSpec",
     "Usage",
     "load_scenario",
 ]
 
-#: The reply kinds, one of which every `Reply` carries (DESIGN §5).
+#: The reply kinds, one of which every `Reply` carries (docs/design.md, Scenario format v1).
 REPLY_KINDS = ("end_turn", "tool_use", "max_tokens", "stop_sequence", "refusal", "pause_turn", "error")
 #: What ``error:`` accepts: an HTTP status, or a transport/stream fault.
 API_ERRORS = (429, 500, 503, 529, "connection", "timeout", "stream_error", "stream_cut")
@@ -59,8 +78,11 @@ INVARIANT_IDS = (
     "limits",
     "tool_errors",
     "no_work_after_return",
+    "crash",
+    "results_sent",
+    "results_together",
 )
-_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
+_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
 
 ApiError = Literal[429, 500, 503, 529, "connection", "timeout", "stream_error", "stream_cut"]
 FaultKind = Literal["raise", "timeout", "slow", "huge_output", "commit_then_raise"]
@@ -75,7 +97,23 @@ InvariantId = Literal[
     "limits",
     "tool_errors",
     "no_work_after_return",
+    "crash",
+    "results_sent",
+    "results_together",
 ]
+
+
+def _seconds(v: float | None, *, cap: float = MAX_SECONDS, what: str = "a number of seconds") -> float | None:
+    """A duration in virtual seconds: finite and within the documented cap (docs/security.md)."""
+    if v is not None and not (math.isfinite(v) and v <= cap):
+        raise ValueError(f"{what} is a finite number up to {cap:,.0f} ({cap / 86_400:g} days), got {v!r}")
+    return v
+
+
+def _capped(v: int | None, cap: int, what: str) -> int | None:
+    if v is not None and v > cap:
+        raise ValueError(f"{what} is at most {cap:,}, got {v:,}")
+    return v
 
 
 class _Model(BaseModel):
@@ -100,7 +138,7 @@ class ToolSpec(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _TOOL_NAME.match(v):
+        if not _TOOL_NAME.fullmatch(v):  # fullmatch: ``$`` would let a trailing newline through
             raise ValueError("a tool name is 1 to 128 letters, digits, '_' or '-' (the API's rule)")
         return v
 
@@ -133,6 +171,69 @@ class Usage(_Model):
     input_tokens: int | None = Field(default=None, ge=0)
     output_tokens: int | None = Field(default=None, ge=0)
 
+    @field_validator("input_tokens", "output_tokens")
+    @classmethod
+    def _tokens(cls, v: int | None) -> int | None:
+        return _capped(v, MAX_TOKENS, "a token count")
+
+
+#: The server tools a reply may run (``server_tool_use`` names), and the error codes each one's result may carry.
+SERVER_TOOLS: dict[str, tuple[str, ...]] = {
+    "web_search": ("invalid_tool_input", "unavailable", "max_uses_exceeded", "too_many_requests", "query_too_long"),
+    "web_fetch": (
+        "invalid_tool_input", "url_too_long", "url_not_allowed", "url_not_accessible", "unsupported_content_type",
+        "too_many_requests", "max_uses_exceeded", "unavailable",
+    ),
+    "code_execution": ("invalid_tool_input", "unavailable", "too_many_requests", "execution_time_exceeded"),
+    "bash_code_execution": ("invalid_tool_input", "unavailable", "too_many_requests", "execution_time_exceeded"),
+    "text_editor_code_execution": ("invalid_tool_input", "unavailable", "too_many_requests", "execution_time_exceeded"),
+}  # fmt: skip
+ServerToolName = Literal["web_search", "web_fetch", "code_execution", "bash_code_execution", "text_editor_code_execution"]
+
+
+class ServerToolCall(_Model):
+    """A server tool the model runs inside its reply (web search, web fetch, code execution).
+
+    Rendered as a ``server_tool_use`` block followed by its result block (``web_search_tool_result``,
+    ``web_fetch_tool_result``, ``code_execution_tool_result``, ...), as the real API returns them.
+    ``result`` is that block's ``content`` exactly as the API sends it (omitted: a small, realistic
+    canned result); ``error`` (an error code such as ``unavailable``) makes it the tool's error object.
+    """
+
+    name: ServerToolName
+    input: dict[str, Any] = Field(default_factory=dict)
+    result: Any = None
+    error: str | None = None
+
+    @model_validator(mode="after")
+    def _error(self) -> ServerToolCall:
+        if self.error is not None:
+            codes = SERVER_TOOLS[self.name]
+            if self.error not in codes:
+                raise ValueError(f"error for {self.name} is one of {', '.join(codes)}; got {self.error!r}")
+            if self.result is not None:
+                raise ValueError("a server tool call has a 'result' or an 'error', not both")
+        return self
+
+
+class PauseTurnBody(_Model):
+    """A ``pause_turn`` reply paused in the middle of a server tool call.
+
+    ``text`` comes first; ``server_tool_use`` is the call still running, sent without its result
+    (the last block of the reply, as the real API pauses).  The loop must send the paused content
+    back unchanged; the continuation then opens with that call's result.
+    """
+
+    text: str = ""
+    server_tool_use: ServerToolCall
+
+    @field_validator("server_tool_use")
+    @classmethod
+    def _pending(cls, v: ServerToolCall) -> ServerToolCall:
+        if v.result is not None or v.error is not None:
+            raise ValueError("the paused server_tool_use has no result yet: leave out 'result' and 'error'")
+        return v
+
 
 class MaxTokensBody(_Model):
     """A reply cut off at ``max_tokens``: its text, and tool calls of which the last is cut mid-input."""
@@ -146,9 +247,12 @@ class Reply(_Model):
 
     Kinds: ``end_turn``, ``tool_use`` (with optional ``text`` before the calls),
     ``max_tokens``, ``stop_sequence`` (``sequence`` names it), ``refusal``,
-    ``pause_turn``, ``error``.  Modifiers: ``latency`` (virtual seconds),
-    ``repeat`` (a count or ``"forever"``), ``usage``, ``thinking``,
-    ``retry_after`` (seconds, for a 429).
+    ``pause_turn`` (a text, or a `PauseTurnBody` paused mid server tool call), ``error``.
+    Modifiers: ``latency`` (virtual seconds), ``repeat`` (a count or ``"forever"``),
+    ``usage`` (an explicit override of the counts computed from the request and the reply),
+    ``thinking``, ``retry_after`` (seconds, for a 429), ``server_tools`` (server tool calls
+    with their results, before the reply's text and tool calls; with ``end_turn``,
+    ``tool_use`` and ``pause_turn``).
     """
 
     end_turn: str | None = None
@@ -156,7 +260,7 @@ class Reply(_Model):
     max_tokens: str | MaxTokensBody | None = None
     stop_sequence: str | None = None
     refusal: str | None = None
-    pause_turn: str | None = None
+    pause_turn: PauseTurnBody | str | None = None  # the body first: a bad body is reported from its own fields
     error: ApiError | None = None
 
     text: str | None = None
@@ -166,13 +270,21 @@ class Reply(_Model):
     usage: Usage | None = None
     thinking: str | None = None
     retry_after: float | None = Field(default=None, gt=0)
+    server_tools: list[ServerToolCall] | None = None
 
     @field_validator("repeat")
     @classmethod
     def _repeat(cls, v: int | str) -> int | str:
         if isinstance(v, int) and v < 1:
             raise ValueError("repeat is a positive number or 'forever'")
+        if isinstance(v, int) and v > MAX_COUNT:
+            raise ValueError(f"repeat is at most {MAX_COUNT:,}, got {v:,}; use 'forever' for a reply that never ends")
         return v
+
+    @field_validator("latency", "retry_after")
+    @classmethod
+    def _reply_seconds(cls, v: float | None) -> float | None:
+        return _seconds(v)
 
     @model_validator(mode="after")
     def _one_kind(self) -> Reply:
@@ -191,6 +303,8 @@ class Reply(_Model):
             raise ValueError("tool_use needs at least one call: [{name: ..., input: {...}}]")
         if kind == "error" and self.thinking is not None:
             raise ValueError("an error reply has no thinking")
+        if self.server_tools is not None and kind not in ("end_turn", "tool_use", "pause_turn"):
+            raise ValueError("'server_tools' goes with end_turn, tool_use or pause_turn")
         return self
 
     @property
@@ -221,6 +335,21 @@ class Fault(_Model):
     error: str | None = None
     size: int | None = Field(default=None, ge=1)
 
+    @field_validator("latency")
+    @classmethod
+    def _fault_seconds(cls, v: float | None) -> float | None:
+        return _seconds(v)
+
+    @field_validator("size")
+    @classmethod
+    def _size(cls, v: int | None) -> int | None:
+        return _capped(v, MAX_OUTPUT_CHARS, "a huge_output size (characters)")
+
+    @field_validator("call")
+    @classmethod
+    def _call(cls, v: int | None) -> int | None:
+        return _capped(v, MAX_COUNT, "a call number")
+
     @model_validator(mode="after")
     def _fits(self) -> Fault:
         if self.latency is not None and self.kind not in ("slow", "timeout"):
@@ -231,22 +360,85 @@ class Fault(_Model):
 
 
 class Limits(_Model):
-    """The limits the loop under test declares and must honour (the ``limits`` invariant)."""
+    """The limits and stop policies the loop under test declares and must honour (the ``limits`` invariant).
+
+    Each is checked only when declared:
+
+    * ``max_steps``: no model call beyond the N-th;
+    * ``deadline_s``: no model call starting at or after N virtual seconds;
+    * ``max_total_tokens``: no model call once N tokens (input + output) were used;
+    * ``max_tool_errors``: after N failed tool executions, no further model call (stop with ``error_budget``);
+    * ``max_writes``: after N successful write executions, no further write and no further model call
+      (the write is terminal; ``max_writes=1`` is "one write");
+    * ``max_repeats``: the same tool never runs with the same input more than N times (stop with ``repetition``).
+    """
 
     max_steps: int | None = Field(default=None, ge=1)
     deadline_s: float | None = Field(default=None, gt=0)
     max_total_tokens: int | None = Field(default=None, ge=1)
+    max_tool_errors: int | None = Field(default=None, ge=1)
+    max_writes: int | None = Field(default=None, ge=1)
+    max_repeats: int | None = Field(default=None, ge=1)
+
+    @field_validator("max_steps")
+    @classmethod
+    def _steps(cls, v: int | None) -> int | None:
+        return _capped(v, MAX_COUNT, "max_steps")
+
+    @field_validator("deadline_s")
+    @classmethod
+    def _deadline(cls, v: float | None) -> float | None:
+        return _seconds(v, cap=MAX_DEADLINE_S, what="deadline_s")
+
+    @field_validator("max_total_tokens")
+    @classmethod
+    def _budget(cls, v: int | None) -> int | None:
+        return _capped(v, MAX_TOKENS, "max_total_tokens")
 
 
 class Expect(_Model):
-    """What a correct loop shows on this scenario: the invariant ids expected to be violated (usually none)."""
+    """What every correct loop shows on this scenario.
+
+    ``violations``: the invariant ids expected to be violated (usually none).  ``reason``: the outcome
+    reason a correct loop gives, or a list of the reasons that are all honest here (a stuck model may be
+    stopped by a step cap, ``max_steps``, or by repetition detection, ``repetition``); None: any reason.
+    """
 
     violations: list[InvariantId] = Field(default_factory=list)
-    reason: str | None = None
+    reason: str | list[str] | None = None
+
+    @field_validator("reason")
+    @classmethod
+    def _reasons(cls, v: str | list[str] | None) -> str | list[str] | None:
+        from simloop.outcome import REASONS
+
+        given = [v] if isinstance(v, str) else (v if v is not None else [])
+        if v is not None and not given:
+            raise ValueError(f"reason is an outcome reason or a non-empty list of them ({', '.join(REASONS)})")
+        unknown = [r for r in given if r not in REASONS]
+        if unknown:
+            raise ValueError(f"{unknown[0]!r} is not an outcome reason; expected one of {', '.join(REASONS)}")
+        return v
+
+    @property
+    def reasons(self) -> tuple[str, ...] | None:
+        """The acceptable outcome reasons, or None when any reason is."""
+        if self.reason is None:
+            return None
+        return (self.reason,) if isinstance(self.reason, str) else tuple(self.reason)
+
+    def allows(self, reason: str) -> bool:
+        """Whether a loop that stopped with ``reason`` shows what this expects of the reason."""
+        return self.reasons is None or reason in self.reasons
+
+    def reason_text(self) -> str:
+        """The expected reason(s) as a report says them: ``'max_steps'`` or ``one of 'max_steps', 'repetition'``."""
+        reasons = self.reasons or ()
+        return repr(reasons[0]) if len(reasons) == 1 else "one of " + ", ".join(map(repr, reasons))
 
 
 class Scenario(_Model):
-    """A whole simulated world for one run (DESIGN §5, version 1)."""
+    """A whole simulated world for one run (docs/design.md, Scenario format v1)."""
 
     version: Literal[1] = 1
     name: str = "scenario"
@@ -288,47 +480,68 @@ class Scenario(_Model):
     # -- files ---------------------------------------------------------------
 
     @classmethod
-    def from_yaml(cls, text: str, *, path: str | Path | None = None) -> Scenario:
-        """Parse a v1 scenario from YAML text; errors name ``path`` and the line."""
+    def from_yaml(cls, text: str, *, path: str | Path | None = None, allow_functions: bool = False) -> Scenario:
+        """Parse a v1 scenario from YAML text; errors name ``path`` and the line.
+
+        The text is data only: past the caps of docs/security.md (size, nesting, alias expansion),
+        with a value JSON cannot carry, or naming a tool ``function:`` without ``allow_functions=True``,
+        it is refused with a `ScenarioError` before anything is built from it.
+        """
         from ruamel.yaml import YAML
         from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > MAX_FILE_BYTES:
+            raise ScenarioError(_too_big(size), path=path, line=None)
         yaml = YAML(typ="rt")
+        yaml.Parser = GuardedParser  # refuses deep nesting, alias bombs and non-JSON tags as it parses
         try:
+            check_text(text)
             data = yaml.load(text)
+        except FileRefused as e:
+            raise ScenarioError(e.message, path=path, line=e.line) from None
+        except RecursionError:  # GuardedParser bounds nesting first; this is a last line of defence
+            raise ScenarioError("the document nests too deep to read", path=path, line=None) from None
         except MarkedYAMLError as e:
             mark = e.problem_mark or e.context_mark
             line = mark.line + 1 if mark is not None else None
             raise ScenarioError(f"not valid YAML: {e.problem or e.context}", path=path, line=line) from None
         except YAMLError as e:
             raise ScenarioError(f"not valid YAML: {e}", path=path) from None
-        return cls._from_data(data, path=path)
+        except (ValueError, TypeError, OverflowError) as e:  # a scalar ruamel could not convert
+            raise ScenarioError(f"not valid YAML: a value cannot be read ({e})", path=path) from None
+        return cls._from_data(data, path=path, allow_functions=allow_functions)
 
     @classmethod
-    def from_json(cls, text: str, *, path: str | Path | None = None) -> Scenario:
+    def from_json(cls, text: str, *, path: str | Path | None = None, allow_functions: bool = False) -> Scenario:
         """Parse a v1 scenario from JSON text (JSON is YAML 1.2, so lines are reported too)."""
-        return cls.from_yaml(text, path=path)
+        return cls.from_yaml(text, path=path, allow_functions=allow_functions)
 
     @classmethod
-    def _from_data(cls, data: Any, *, path: str | Path | None) -> Scenario:
+    def _from_data(cls, data: Any, *, path: str | Path | None, allow_functions: bool = False) -> Scenario:
         if not isinstance(data, dict):
             got = "an empty file" if data is None else ("a list" if isinstance(data, list) else repr(data))
             raise ScenarioError(
                 f"a scenario is a mapping with keys task, tools, model, ...; got {got}", path=path, line=1
             )
-        version = data.get("version", 1)
-        if version != 1:
+        try:
+            plain = to_plain(data)
+        except FileRefused as e:
+            raise ScenarioError(f"{_loc_text(e.loc)}: {e.message}", path=path, line=_line_of(data, e.loc)) from None
+        version = plain.get("version", 1)
+        if version != 1 or type(version) is not int:
             raise ScenarioError(
                 f"scenario format version {version!r} is not supported by this simloop; it reads version 1. "
-                "Upgrade simloop, or rewrite the file to version 1 (DESIGN §5).",
+                "Upgrade simloop, or rewrite the file to version 1 (docs/design.md, Scenario format v1).",
                 path=path,
                 line=_line_of(data, ("version",)),
             )
+        _bind_functions(plain, data, path=path, allow=allow_functions)
         try:
-            return cls.model_validate(_plain(data))
+            return cls.model_validate(plain, strict=True)  # strict: a file's "2" is not a number, true not 1
         except ValidationError as e:
             err = e.errors()[0]
-            loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "union["))))
+            loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and _TYPE_TAG.fullmatch(p)))
             if not loc:  # a cross-field check: its message starts with the location, e.g. "faults[0].tool: ..."
                 m = re.match(r"(?:Value error, )?(\w+)\[(\d+)\](?:\.(\w+))?: ", str(err["msg"]))
                 if m:
@@ -352,11 +565,16 @@ class Scenario(_Model):
 
     def to_data(self) -> dict[str, Any]:
         """This scenario as plain data (defaults left out, kind keys first)."""
-        data = self.model_dump(mode="json", exclude_defaults=True)
+        # A callable is not JSON: tools' functions are written as their import paths.
+        data = self.model_dump(mode="json", exclude_defaults=True, exclude={"tools": {"__all__": {"function"}}})
         data = {"version": 1, **data}
+        if self.expect is not None and not data.get("expect"):
+            data["expect"] = {"violations": []}  # said, not implied: a correct loop breaks no invariant here
         for t, spec in zip(data.get("tools", []), self.tools):
             if callable(spec.function):
                 t["function"] = f"{spec.function.__module__}:{spec.function.__qualname__}"
+            elif spec.function is not None:
+                t["function"] = spec.function
         return data
 
     def dump(self, path: str | Path) -> Path:
@@ -367,10 +585,15 @@ class Scenario(_Model):
         return p
 
 
-def load_scenario(path: str | Path) -> Scenario:
+def load_scenario(path: str | Path, *, allow_functions: bool = False) -> Scenario:
     """Load a v1 scenario file (``.yaml``, ``.yml`` or ``.json``).
 
-    Raises `simloop.ScenarioError` naming the file and line when it is malformed.
+    A file is data: a tool's ``function: "pkg.module:fn"`` is refused unless ``allow_functions=True``
+    (the person running the file trusts it), and even then it must name a function of the user's own
+    modules (docs/security.md).
+
+    Raises `simloop.ScenarioError` naming the file and line when it is malformed, past a cap, or
+    names a function it may not.
 
     Example::
 
@@ -378,26 +601,55 @@ def load_scenario(path: str | Path) -> Scenario:
     """
     p = Path(path)
     try:
+        if p.exists() and not p.is_file():  # a FIFO or a device (/dev/zero) would be read forever
+            raise ScenarioError("not a regular file; a scenario is a .yaml, .yml or .json file", path=p)
+        size = p.stat().st_size
+        if size > MAX_FILE_BYTES:  # refused before reading it
+            raise ScenarioError(_too_big(size), path=p)
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ScenarioError("no such file", path=p) from None
     except (OSError, UnicodeDecodeError) as e:
         raise ScenarioError(f"cannot read the file: {e}", path=p) from None
-    return Scenario.from_yaml(text, path=p)
+    return Scenario.from_yaml(text, path=p, allow_functions=allow_functions)
+
+
+def _too_big(size: int) -> str:
+    return (
+        f"the file is {size:,} bytes; a scenario file is at most {MAX_FILE_BYTES:,} bytes "
+        f"({MAX_FILE_BYTES // (1024 * 1024)} MiB). Split it, or shorten its texts"
+    )
+
+
+def _bind_functions(plain: dict[str, Any], data: Any, *, path: str | Path | None, allow: bool) -> None:
+    """Refuse the tools' ``function:`` import paths, or (opted in) resolve them into the user's callables."""
+    from simloop._functions import FUNCTIONS_OPT_IN, resolve_function
+
+    tools = plain.get("tools")
+    if not isinstance(tools, list):
+        return
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict) or tool.get("function") is None:
+            continue
+        fn, name = tool["function"], tool.get("name")
+        line = _line_of(data, ("tools", i, "function"))
+        if not allow:
+            raise ScenarioError(
+                f"tools[{i}].function: a scenario file cannot name code to run ({fn!r}). Bind the tool in Python "
+                f"instead: Sim(scenario, tools={{{name!r}: fn}}); or, if you trust this file, opt in with "
+                f"{FUNCTIONS_OPT_IN} (see docs/security.md)",
+                path=path,
+                line=line,
+            )
+        if not isinstance(fn, str):
+            continue  # the model's validation says what a function is
+        try:
+            tool["function"] = resolve_function(fn, tool=str(name))
+        except UsageError as e:
+            raise ScenarioError(f"tools[{i}].function: {e}", path=path, line=line) from None
 
 
 # -- error reporting -----------------------------------------------------------
-
-
-def _plain(node: Any) -> Any:
-    """ruamel's commented containers as plain dicts and lists (pydantic then sees ordinary data)."""
-    if isinstance(node, dict):
-        return {str(k) if not isinstance(k, (int, float)) else k: _plain(v) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_plain(v) for v in node]
-    if isinstance(node, str):
-        return str(node)
-    return node
 
 
 def _line_of(data: Any, loc: tuple[Any, ...]) -> int | None:
@@ -424,6 +676,10 @@ def _line_of(data: Any, loc: tuple[Any, ...]) -> int | None:
     return line
 
 
+#: The parts of a pydantic error location that name a type tried, not a key of the file.
+_TYPE_TAG = re.compile(r"int|str|float|bool|none|[A-Z]\w*|(?:literal|list|dict|union|tagged-union)\[.*\]|function-.*")
+
+
 def _loc_text(loc: tuple[Any, ...]) -> str:
     out = ""
     for p in loc:
@@ -434,6 +690,7 @@ def _loc_text(loc: tuple[Any, ...]) -> str:
 _EXPECTED = {
     "error": f"one of {', '.join(map(str, API_ERRORS))}",
     "kind": "one of " + ", ".join(FaultKinds),
+    "tools.kind": "one of read, write",  # a tool's kind, not a fault's
     "then": "one of end_turn, repeat_last, fail",
 }
 
@@ -441,16 +698,20 @@ _EXPECTED = {
 def _explain(err: Any) -> str:
     kind = err["type"]
     loc = err["loc"]
-    field = next((p for p in reversed(loc) if isinstance(p, str) and not p.startswith(("function-", "union["))), "")
+    field = next((p for p in reversed(loc) if isinstance(p, str) and not _TYPE_TAG.fullmatch(p)), "")
     got = err.get("input")
     if kind == "extra_forbidden":
-        return f"unknown key {field!r}; check the spelling against the scenario format (DESIGN §5)"
+        return f"unknown key {field!r}; check the spelling against the scenario format (docs/design.md, Scenario format v1)"
     if kind == "missing":
         return "this key is required"
     if kind in ("literal_error", "enum") and field in _EXPECTED:
-        return f"expected {_EXPECTED[field]}, got {got!r}"
+        key = "tools.kind" if field == "kind" and loc and loc[0] == "tools" else field
+        return f"expected {_EXPECTED[key]}, got {got!r}"
     msg = str(err["msg"])
     msg = msg.removeprefix("Value error, ")
+    if kind == "string_type" and isinstance(got, (int, float)):
+        shown = "true" if got is True else "false" if got is False else repr(got)
+        return f"expected text, got the {type(got).__name__} {shown}; quote it to make it text: \"{shown}\""
     if got is not None and kind not in ("value_error", "assertion_error"):
         shown = repr(got)
         msg = f"{msg}, got {shown if len(shown) < 60 else shown[:57] + '...'}"

@@ -22,10 +22,11 @@ import inspect
 import random
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
+from simloop._frames import loop_frame
 from simloop._netguard import NetworkPolicy, check_policy, guarding
 from simloop._stack import on_fresh_stack
 from simloop._watchdog import LoopHalted, Watchdog, park, where_of
@@ -50,8 +51,8 @@ DEFAULT_MODEL = "claude-sonnet-5"
 API_KEY = "sk-ant-simloop-0000000000000000000000000000000000000000"  # a fake key: the simulator accepts any
 BASE_URL = "https://api.anthropic.com"
 
-Drive = Callable[["Sim"], Union[Outcome, tuple[str, str], Awaitable[Any]]]
-ScenarioLike = Union[Scenario, str, Path, dict[str, Any]]
+Drive = Callable[["Sim"], Outcome | tuple[str, str] | Awaitable[Any]]
+ScenarioLike = Scenario | str | Path | dict[str, Any]
 T = TypeVar("T")
 
 #: Halts a run may take before simloop gives up on the loop's thread: a loop that catches even
@@ -80,6 +81,10 @@ class Sim:
         network: ``"block"`` (default) stops the loop at its first real network connection or host-name
             lookup and reports it (the loop bypassed the simulator); ``"loopback"`` allows connections to
             this machine (a loop that uses a local service); ``"allow"`` turns the guard off.
+        tools: implementations of the scenario's tools, by name: ``{"search": my_search}`` (called with the
+            tool input as keywords; what it returns is the tool's output).  This is how a tool's code is bound.
+        allow_functions: resolve the tools' ``function: "pkg.module:fn"`` import paths (a scenario file's
+            opt-in, docs/security.md); off by default, so a file cannot make simloop import and run code.
 
     The loop runs on a worker thread: a loop blocked in C (a wait with no timeout) or one that swallows
     every halt is abandoned with a ``stops`` report instead of hanging the run.
@@ -97,9 +102,13 @@ class Sim:
         watchdog_s: float = 10.0,
         fault_source: FaultSource | None = None,
         network: NetworkPolicy = "block",
+        tools: Mapping[str, Callable[..., Any]] | None = None,
+        allow_functions: bool = False,
     ) -> None:
         self.network: NetworkPolicy = check_policy(network)
-        self.scenario = _as_scenario(scenario)
+        self.scenario = _as_scenario(scenario, allow_functions=allow_functions)
+        if tools is not None:
+            self.scenario = _bind_tools(self.scenario, tools)
         if limits is not None:
             self.scenario = self.scenario.model_copy(update={"limits": limits})
         self.seed = int(seed)
@@ -127,7 +136,7 @@ class Sim:
         )
         self.tools = ToolBox(
             self.scenario, self.transcript, now=self.clock.now, sleep=guard.sleep, on_call=guard.on_tool,
-            fault_source=fault_source,
+            fault_source=fault_source, allow_functions=allow_functions,
         )
         self.model = DEFAULT_MODEL
         self._clients: dict[str, Any] = {}
@@ -225,7 +234,10 @@ class Sim:
         """Run the loop under test once; returns its `Outcome`.
 
         An exception escaping ``drive`` is kept in the outcome (reason ``error``),
-        not raised.  Raises `ScriptExhaustedError` when the loop outlives a
+        not raised, with the line that raised it (the ``crash`` invariant reports
+        it); so are a `SystemExit` and a `KeyboardInterrupt` the loop raises itself
+        (signals reach the caller's thread only, so a real Ctrl-C of the user aborts
+        the run at once).  Raises `ScriptExhaustedError` when the loop outlives a
         ``then: fail`` script, and `SimloopInternalError` for a bug in simloop.
 
         The drive runs on a worker thread (in a copy of the caller's context), so that a run which
@@ -250,6 +262,7 @@ class Sim:
             self._guard.abandoned = True  # parked at its next model or tool call
             if self.watchdog._thread_id is not None:
                 self.watchdog.abandon(self.watchdog._thread_id, interrupt=False)
+            self.clock.release()  # the rest of the process runs in real time
             raise
         finally:
             random.setstate(state)
@@ -271,6 +284,7 @@ class Sim:
 
     def _abandoned(self, thread_id: int) -> Outcome:
         """Report a run whose thread would not end (blocked in C, or swallowing every halt)."""
+        self.clock.release()  # its patched() block never exits: the rest of the process runs in real time
         where = _thread_where(thread_id)
         halts = self._guard.halts + self.clock.halts + self.watchdog.halts
         now = self.clock.now()
@@ -312,9 +326,11 @@ class Sim:
                     raise ScriptExhaustedError(e.message) from None
                 except InternalFailure as e:
                     raise SimloopInternalError(f"simloop failed while simulating the API: {e.error!r}") from e.error
-                except (UsageError, KeyboardInterrupt):
+                except UsageError:
                     raise
-                except Exception as e:  # the loop raised: that is an outcome, not a crash
+                except (Exception, SystemExit, KeyboardInterrupt) as e:  # noqa: BLE001
+                    # the loop raised (even SystemExit, or a KeyboardInterrupt of its own): an outcome the `crash`
+                    # invariant reports, not simloop's exit (a real Ctrl-C reaches the caller's thread: see run)
                     result = self._record_error(e)
                 if self.transcript.halt is None:
                     self._threads_left(tid)
@@ -349,7 +365,10 @@ class Sim:
     def _record_error(self, error: BaseException) -> Outcome:
         text = f"{type(error).__name__}: {error}"
         if self.transcript.outcome is None and (not self._guard.abandoned or isinstance(error, LoopHalted)):
-            self.transcript.append(OutcomeEvent(t=self.clock.now(), reason="error", text=text, exception=text))
+            where = None if isinstance(error, LoopHalted) else loop_frame(error)
+            self.transcript.append(
+                OutcomeEvent(t=self.clock.now(), reason="error", text=text, exception=text, where=where)
+            )
         return Outcome(reason="error", text=text, exception=error)
 
     def check(self, outcome: Outcome | None = None, *, invariants: Iterable[str] | None = None) -> Any:
@@ -375,7 +394,7 @@ class Sim:
         if http is not None:
             http.close()
 
-    def __enter__(self) -> Sim:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -529,19 +548,45 @@ def _prototype(cls: Any) -> tuple[Any, str | None]:
     return proto, slots[0] if len(slots) == 1 else None
 
 
-def _as_scenario(scenario: ScenarioLike) -> Scenario:
+def _as_scenario(scenario: ScenarioLike, *, allow_functions: bool = False) -> Scenario:
     if isinstance(scenario, Scenario):
         return scenario
     if isinstance(scenario, (str, Path)):
-        return load_scenario(scenario)
+        return load_scenario(scenario, allow_functions=allow_functions)
     if isinstance(scenario, dict):
-        return Scenario._from_data(scenario, path=None)
+        return Scenario._from_data(scenario, path=None, allow_functions=allow_functions)
     raise UsageError(
         f"Sim(scenario) takes a simloop.Scenario, a path to a scenario file or a dict; got {type(scenario).__name__}"
     )
 
 
+def _bind_tools(scenario: Scenario, tools: Mapping[str, Callable[..., Any]]) -> Scenario:
+    """The scenario with ``tools``' callables as its tools' functions (`Sim`'s ``tools=``)."""
+    if not isinstance(tools, Mapping):
+        raise UsageError(f"Sim(tools=...) takes a mapping of tool name to callable, got {type(tools).__name__}")
+    names = [t.name for t in scenario.tools]
+    for name, fn in tools.items():
+        if name not in names:
+            raise UsageError(
+                f"Sim(tools=...): {name!r} is not a tool of scenario {scenario.name!r} "
+                f"(its tools: {', '.join(names) or 'none'})"
+            )
+        if not callable(fn):
+            raise UsageError(f"Sim(tools=...): the implementation of {name!r} must be callable, got {fn!r}")
+    bound = [t.model_copy(update={"function": tools[t.name]}) if t.name in tools else t for t in scenario.tools]
+    return scenario.model_copy(update={"tools": bound})
+
+
+#: Model calls after which a loop that declares no step cap is unwound as a runaway (`stops`): one more than
+#: the largest cap a common agent framework applies by default, so that a framework's own cap is never taken
+#: for a runaway.  pydantic-ai's ``UsageLimits.request_limit`` is 50 requests; LangGraph's ``recursion_limit``
+#: was 25 supersteps (about 12 model calls) before 1.x and is 10007 since (no cap in practice); the SDK tool
+#: runner's ``max_iterations`` is unset (no cap).  A runaway run of 51 calls takes well under a second, and a
+#: loop declaring ``max_steps=N`` gets ``2N + 5`` when that is more.
+RUNAWAY_MODEL_CALLS = 51
+
+
 def _default_budget(limits: Limits) -> Budget:
     steps = limits.max_steps or 0
-    calls = max(30, 2 * steps + 5)
+    calls = max(RUNAWAY_MODEL_CALLS, 2 * steps + 5)
     return Budget(model_calls=calls, requests=4 * calls + 8)

@@ -31,8 +31,10 @@ from simloop.scenario import (
     Fault,
     Limits,
     MaxTokensBody,
+    PauseTurnBody,
     Reply,
     Scenario,
+    ServerToolCall,
     ToolCall,
     ToolSpec,
     Usage,
@@ -80,10 +82,11 @@ DEFAULT_TOOLS = (
 )
 
 _WORDS = ("refund", "order", "status", "invoice", "customer", "shipping", "policy", "account")
-_ENDINGS = ("end_turn", "stop_sequence", "refusal", "max_tokens", "max_tokens_tool", "pause_turn")
+_ENDINGS = ("end_turn", "stop_sequence", "refusal", "max_tokens", "max_tokens_tool", "pause_turn", "pause_turn_server")
 # how often each ending is drawn: the plain answer is the simplest (what shrinking returns to), and the
 # endings loops get wrong are drawn more often than a uniform choice would
-_ENDING_WEIGHTS = {"end_turn": 2, "stop_sequence": 1, "refusal": 2, "max_tokens": 2, "max_tokens_tool": 3, "pause_turn": 2}
+_ENDING_WEIGHTS = {"end_turn": 2, "stop_sequence": 1, "refusal": 2, "max_tokens": 2, "max_tokens_tool": 3, "pause_turn": 2,
+                   "pause_turn_server": 3}
 ToolFaultKind = Literal["raise", "timeout", "slow", "huge_output", "commit_then_raise"]
 T = TypeVar("T")
 
@@ -365,12 +368,21 @@ _ENDING_REPLIES = {
     "max_tokens_tool/send_email": _cut_call("send_email"),
     "max_tokens_tool/search": _cut_call("search"),
     "pause_turn": Reply(pause_turn="Searching the web for the policy."),
+    # paused mid server call: a search ran (with its result), another is still running (no result yet)
+    "pause_turn_server": Reply(
+        server_tools=[ServerToolCall(name="web_search", input={"query": "refund policy"})],
+        pause_turn=PauseTurnBody(
+            text="One source so far; checking the current terms.",
+            server_tool_use=ServerToolCall(name="web_search", input={"query": "refund policy 2026 changes"}),
+        ),
+    ),
 }
 
 
 def endings(*, kinds: Sequence[str] = _ENDINGS) -> st.SearchStrategy[Reply]:
     """How a run's model stops asking for tools: a final answer (the simplest), or a stop sequence,
-    a refusal, a ``max_tokens`` cut (in text or mid tool input), a ``pause_turn``."""
+    a refusal, a ``max_tokens`` cut (in text or mid tool input), a ``pause_turn`` (in text, or
+    ``pause_turn_server``: in the middle of a server tool call, whose ``server_tool_use`` has no result yet)."""
     return _endings(tuple(kinds))
 
 
@@ -497,7 +509,7 @@ def plans(
     ``personas`` weighs the behaviours: by default six runs in eight finish (and so reach every
     ending: refusal, cut-off, pause, ...), one is stuck on one call, one wanders forever.
     ``ending_kinds`` narrows the endings (``end_turn``, ``stop_sequence``, ``refusal``,
-    ``max_tokens``, ``max_tokens_tool``, ``pause_turn``), e.g. to leave out a known finding.
+    ``max_tokens``, ``max_tokens_tool``, ``pause_turn``, ``pause_turn_server``), e.g. to leave out a known finding.
     The other keywords weigh the run-level hazards as ``(value, weight)`` pairs: an API outage,
     slow replies, budget-breaking usage, and the chance in ten of API and tool faults.
     ``faults=False`` turns every fault off.  ``deadline_s`` is the deadline the loop declares: slow

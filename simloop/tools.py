@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import importlib
 import json
 import threading
 from collections.abc import Callable
@@ -64,6 +63,7 @@ class ToolBox:
         sleep: Callable[[float], None],
         on_call: Callable[[], None] | None = None,
         fault_source: FaultSource | None = None,
+        allow_functions: bool = False,
     ) -> None:
         self.scenario = scenario
         self.fault_source = fault_source
@@ -83,6 +83,9 @@ class ToolBox:
         self._specs: dict[str, ToolSpec] = {}
         for t in scenario.tools:
             self._specs.setdefault(t.name, t)  # the first of a name, as the loop's lookups find it
+        for t in scenario.tools:  # resolved now: a bad path is the user's error, never a tool error mid-run
+            if isinstance(t.function, str):
+                self._functions[t.name] = _resolve(t, allow=allow_functions)
 
     # -- public -----------------------------------------------------------------
 
@@ -189,21 +192,7 @@ class ToolBox:
         fn = spec.function
         if callable(fn):
             return fn
-        cached = self._functions.get(spec.name)
-        if cached is not None:
-            return cached
-        assert isinstance(fn, str)
-        module, _, attr = fn.partition(":")
-        try:
-            target: Any = importlib.import_module(module)
-            for part in attr.split("."):
-                target = getattr(target, part)
-        except (ImportError, AttributeError, ValueError) as e:
-            raise UsageError(
-                f"tool {spec.name!r}: cannot import function {fn!r} ({e}); use the form 'package.module:function'"
-            ) from None
-        self._functions[spec.name] = target
-        return target  # type: ignore[no-any-return]
+        return self._functions[spec.name]
 
     def _match(self, name: str, input: Any, tool_use_id: str | None) -> str | None:
         """The tool_use id this execution answers (None: the model never asked for it)."""
@@ -237,6 +226,20 @@ class ToolBox:
                         self._issued[tid] = block
                         self._pending.append(block)
         self._seen_events = len(events)
+
+
+def _resolve(spec: ToolSpec, *, allow: bool) -> Callable[..., Any]:
+    """A tool's ``function`` import path as its callable, when the person running it opted in."""
+    from simloop._functions import FUNCTIONS_OPT_IN, resolve_function
+
+    assert isinstance(spec.function, str)
+    if not allow:
+        raise UsageError(
+            f"tool {spec.name!r}: function {spec.function!r} is an import path, which simloop resolves only when "
+            f"you opt in with {FUNCTIONS_OPT_IN}; or pass the callable itself: Sim(scenario, tools="
+            f"{{{spec.name!r}: fn}})"
+        )
+    return resolve_function(spec.function, tool=spec.name)
 
 
 def _exception(fault: Fault | None, tool: str) -> BaseException:

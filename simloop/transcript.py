@@ -171,12 +171,18 @@ class ToolEnd:
 
 @dataclass(slots=True)
 class OutcomeEvent:
-    """How the loop returned: its declared reason and text, or the exception that escaped it."""
+    """How the loop returned: its declared reason and text, or the exception that escaped it.
+
+    For an escaped exception, ``where`` is the line that raised it, as ``file:line in function``: the
+    deepest frame of the loop's own code (not simloop's, the SDK's or another library's, when the
+    traceback has such a frame).
+    """
 
     t: float
     reason: str
     text: str = ""
     exception: str | None = None
+    where: str | None = None
     type: str = "outcome"
 
 

@@ -42,7 +42,7 @@ from simloop.sim import Drive, Sim
 from simloop.strategies import DEFAULT_TOOLS, Plan, stages
 from simloop.timeline import render_timeline
 
-__all__ = ["DEFAULT_TASK", "leftovers_problem", "replay", "verify"]
+__all__ = ["DEFAULT_TASK", "leftovers_problem", "not_wired", "replay", "unreached_model", "verify"]
 
 DEFAULT_TASK = "The customer asks for a refund of order 1234. Check the policy, then email them the outcome."
 DEFAULT_OUT = Path(".simloop") / "failures"
@@ -76,11 +76,15 @@ def verify(
     Args:
         drive: the adapter (sync or ``async def``) that runs the loop in a `Sim` and returns an `Outcome`.
         tools: the tools the loop gets (default: a read ``search`` and a write ``send_email``).
-        limits: the limits the loop declares (checked by the ``limits`` invariant).
+        limits: the limits the loop declares, checked by the ``limits`` invariant: ``max_steps``, ``deadline_s``,
+            ``max_total_tokens`` and the stop policies ``max_tool_errors`` (error budget), ``max_writes`` ("one
+            write" is 1) and ``max_repeats`` (see `simloop.Limits`).
         max_examples: how many runs Hypothesis tries (a long budget is tried as several Hypothesis runs of
             at most a hundred examples, so memory stays flat however many are asked for).
         seed: makes the search deterministic (the same runs in the same order).
-        invariants: ids to check (default: all of DESIGN §4).
+        invariants: ids to check (default: all 13; see docs/design.md, Invariants: stops, pairing, request_valid,
+            no_rerun, truncation, refusal, honest_outcome, limits, tool_errors, no_work_after_return, crash,
+            results_sent, results_together).
         plan: a strategy of model behaviours (`simloop.strategies.plans(...)`) for the whole budget;
             by default the budget is split over `simloop.strategies.stages()`, so that every kind of
             run (faults, outages, stuck models, slow and heavy runs) is certainly tried.
@@ -99,6 +103,7 @@ def verify(
     Raises:
         InvariantViolation: with ``.violations``, ``.scenario`` (minimal), ``.scenario_path``,
             ``.timeline`` and ``.replay``.
+        UsageError: when no example made a single model call (the drive is not wired to the Sim).
 
     Example::
 
@@ -110,7 +115,7 @@ def verify(
     specs = _tools(tools)
     declared = limits if isinstance(limits, Limits) else Limits.model_validate(limits or {})
     checked = _invariant_ids(invariants)
-    state: dict[str, Any] = {"examples": 0}
+    state: dict[str, Any] = {"examples": 0, "reached": 0}
     run_seed = seed if seed is not None else 0
     base = Scenario(name=_name(drive), task=task, tools=specs, limits=declared)
     world: Any = None
@@ -146,6 +151,8 @@ def verify(
                 raise faults.stopped  # Hypothesis's own stop, met in a tool execution (see GeneratedFaults)
             report = sim.check(invariants=checked)
             state["examples"] += 1
+            if sim.server.calls:
+                state["reached"] += 1
             if not report.ok:
                 state["failure"] = (report, sim, model, faults)
                 raise _Failed(", ".join(sorted({v.invariant for v in report.violations})))
@@ -182,14 +189,26 @@ def verify(
                     on_fresh_stack(test)  # the engine and every example on stack space of their own (see _stack)
                 except _Failed:
                     report, sim, model, faults = state["failure"]
-                    raise _violation(drive, report, sim, model, faults, out_dir=Path(out_dir), seed=seed) from None
+                    error = _violation(drive, report, sim, model, faults, out_dir=Path(out_dir), seed=seed)
+                    error.examples = state["examples"]
+                    raise error from None
                 if state["examples"] - before < size:
                     break  # the stage's space is exhausted (or its phases generate nothing): more chunks only repeat it
+    if state["examples"] and not state["reached"]:
+        raise UsageError(not_wired(
+            f"verify ran {state['examples']} example(s) of {_name(drive)} and not one made a model call to the "
+            "simulated API"
+        ))
     return Report(violations=[], checked=tuple(checked), examples=state["examples"])
 
 
 def replay(
-    drive: Drive, path: str | Path, *, seed: int = 0, invariants: Iterable[str] | None = None,
+    drive: Drive,
+    path: str | Path,
+    *,
+    seed: int = 0,
+    invariants: Iterable[str] | None = None,
+    allow_functions: bool = False,
     network: NetworkPolicy = "block",
 ) -> Report:
     """Re-run a saved scenario and re-check it; raises `InvariantViolation` if the loop still breaks it.
@@ -199,34 +218,65 @@ def replay(
     so does an expected one that no longer happens; ``expect: {reason: ...}``
     must match the reason the loop gives.  Unless the file says ``strict: false``,
     a scripted reply never served or a scripted fault that never fired fails the
-    replay too (the file would prove nothing).  ``network`` is `Sim`'s.
+    replay too (the file would prove nothing).  ``allow_functions=True`` lets the
+    file's tool ``function:`` paths name functions of your own modules
+    (docs/security.md); ``network`` is `Sim`'s.
     """
-    scenario = load_scenario(path)
-    with Sim(scenario, seed=seed, network=network) as sim:
+    scenario = load_scenario(path, allow_functions=allow_functions)
+    with Sim(scenario, seed=seed, network=network, allow_functions=allow_functions) as sim:
         outcome = sim.run(drive)
     report: Report = sim.check(invariants=invariants)
     expected = set(scenario.expect.violations) if scenario.expect else set()
     found = {v.invariant for v in report.violations}
     unexpected = [v for v in report.violations if v.invariant not in expected]
     missing = expected - found
-    reason = scenario.expect.reason if scenario.expect else None
-    wrong_reason = reason is not None and outcome.reason != reason
+    expect = scenario.expect
+    wrong_reason = expect is not None and not expect.allows(outcome.reason)
+    unreached = unreached_model(sim)
     leftovers = sim.leftovers() if scenario.strict else []
-    if unexpected or missing or wrong_reason or leftovers:
+    if unexpected or missing or wrong_reason or unreached or leftovers:
         timeline = render_timeline(sim.transcript, report.violations)
         lines = [f"replaying {path}: the loop broke {len(unexpected)} invariant(s)" if unexpected else f"replaying {path}:"]
         lines += [f"  {v}" for v in unexpected]
         if missing:
             lines.append(f"  expected but did not happen: {', '.join(sorted(missing))} (update the file's expect: block)")
-        if wrong_reason:
-            lines.append(f"  the loop stopped with reason {outcome.reason!r}; the file expects {reason!r}")
+        if wrong_reason and expect is not None:
+            lines.append(
+                f"  the loop stopped with reason {outcome.reason!r}; the file expects {expect.reason_text()} "
+                "(if this reason is honest here too, add it to the file's expect: reason: list)"
+            )
+        if unreached:
+            lines.append(f"  {unreached}")
         lines += [f"  {line}" for line in leftovers_problem(leftovers)]
         lines += ["", "timeline:", timeline]
         raise InvariantViolation(
             "\n".join(lines), violations=unexpected, scenario=scenario, scenario_path=str(path), timeline=timeline,
-            replay=_replay_line(drive, str(path), seed), transcript=sim.transcript,
+            replay=_replay_line(drive, str(path), seed, allow_functions=allow_functions), transcript=sim.transcript,
         )
     return report
+
+
+# -- runs that never reach the model ------------------------------------------------------------------------
+
+
+def not_wired(what: str) -> str:
+    """The message for runs that never reached the simulated API (``what`` says which): how to wire a loop to the Sim."""
+    return (
+        f"{what}: the drive is probably not wired to the Sim, so nothing was tested. Build the loop's client from "
+        "the Sim: sim.client (anthropic.Anthropic), sim.async_client (anthropic.AsyncAnthropic), or sim.http_client / "
+        "sim.async_http_client for a framework that takes an httpx client; run the tools through sim.run_tool / "
+        "sim.arun_tool. A client the loop builds itself (anthropic.Anthropic()) talks to the real API, not to simloop."
+    )
+
+
+def unreached_model(sim: Sim) -> str | None:
+    """Why a scenario run proves nothing when its loop made no model call although the file scripts replies."""
+    if sim.server.calls or not sim.scenario.model:
+        return None
+    n = len(sim.scenario.model)
+    return "[unreached] " + not_wired(
+        f"the scenario scripts {n} repl{'y' if n == 1 else 'ies'} but the loop made no model call to the simulated API"
+    )
 
 
 # -- helpers ------------------------------------------------------------------------------
@@ -312,13 +362,13 @@ def _violation(
         faults=faults.fired,
         halted=halted,
     )
-    scenario = scenario.model_copy(update={"expect": None})
-    path = out_dir / f"{_slug(scenario.name)}.yaml"
-    header = _file_header(report.violations)
+    path = out_dir / f"{_slug(scenario.name)}-{_short_hash(scenario)}.yaml"
+    functions = any(t.function is not None for t in scenario.tools)  # named by import path: replay opts in
+    header = _file_header(report.violations, functions=functions)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(header + scenario.to_yaml(), encoding="utf-8")
     timeline = render_timeline(sim.transcript, report.violations)
-    replay_line = _replay_line(drive, str(path), sim.seed)
+    replay_line = _replay_line(drive, str(path), sim.seed, allow_functions=functions)
     n = len(scenario.model)
     shape = f"{n} repl{'y' if n == 1 else 'ies'}"
     if scenario.then == "repeat_last":
@@ -345,19 +395,28 @@ def _violation(
     )
 
 
-def _file_header(violations: Sequence[Violation]) -> str:
+def _file_header(violations: Sequence[Violation], *, functions: bool = False) -> str:
     out = ["# Found by simloop.verify: the minimal run that breaks the loop's invariants."]
     out += [f"#   {str(v)[:200]}" for v in violations]
-    out.append("# Replay with simloop.replay(drive, this_file); commit it to keep it as a regression test.")
+    how = "simloop.replay(drive, this_file, allow_functions=True)" if functions else "simloop.replay(drive, this_file)"
+    out.append("# After these replies the model ends the run (then:), and expect: says the invariants hold, so the")
+    out.append(f"# fixed loop replays it cleanly: {how}; commit it as a regression test.")
     return "\n".join(out) + "\n"
 
 
-def _replay_line(drive: Drive, path: str, seed: int = 0) -> str:
+def _replay_line(drive: Drive, path: str, seed: int = 0, *, allow_functions: bool = False) -> str:
+    """The command that replays ``path``; with the opt-in when its tools name functions (docs/security.md)."""
     module = getattr(drive, "__module__", None)
     qual = getattr(drive, "__qualname__", None)
     if module and qual and "<" not in qual and module != "__main__":
-        return f"simloop run {path} --drive {module}:{qual}" + (f" --seed {seed}" if seed else "")
-    return f"simloop.replay(drive, {path!r}" + (f", seed={seed})" if seed else ")")
+        return (
+            f"simloop run {path} --drive {module}:{qual}"
+            + (f" --seed {seed}" if seed else "")
+            + (" --allow-functions" if allow_functions else "")
+        )
+    return f"simloop.replay(drive, {path!r}" + (f", seed={seed}" if seed else "") + (
+        ", allow_functions=True)" if allow_functions else ")"
+    )
 
 
 def _chunks(budget: int) -> list[int]:
@@ -437,6 +496,11 @@ def _name(drive: Any) -> str:
     name = module.rsplit(".", 1)[-1] if module not in ("", "__main__") else ""
     qual = getattr(drive, "__qualname__", "drive")
     return name if name and qual == "drive" else (f"{name}.{qual}" if name else str(qual))
+
+
+def _short_hash(scenario: Scenario) -> str:
+    """Eight hex digits of the scenario's content: distinct failures of one invariant keep distinct files."""
+    return hashlib.sha256(scenario.to_yaml().encode("utf-8")).hexdigest()[:8]
 
 
 def _slug(text: str) -> str:

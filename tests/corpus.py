@@ -1,13 +1,17 @@
-"""The corpus of real recorded Anthropic traffic, shared by the fidelity tests.
+"""The corpora of real recorded Anthropic traffic, shared by the fidelity tests.
 
-The cassettes are third-party recordings kept next to the project (``../shared/data/cassettes``,
-see its MANIFEST.md), never inside it and never edited: simloop does not ship them.  Tests that
-need them mark themselves with `requires_corpus` and are skipped cleanly where they are absent.
+The shared corpus is third-party recordings kept next to the project (``shared/data/cassettes`` in a
+parent folder of the checkout, see its MANIFEST.md), never inside it and never edited: simloop does
+not ship them.  ``SIMLOOP_CORPUS`` names more folders of cassettes (``os.pathsep``-separated, e.g. a
+user's own recordings); every layout `simloop.cassettes.load_cassette` reads is taken (``*.yaml``,
+``*.yml``, ``*.yaml.gz``).  Tests that need a corpus mark themselves with `requires_corpus` and are
+skipped cleanly when there is none.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import typing
 from pathlib import Path
 from typing import Any
@@ -19,19 +23,44 @@ from anthropic.types import ContentBlock, StopReason
 from simloop.cassettes import Interaction, load_cassette
 from simloop.wire.render import Turn
 
-CASSETTES: Path = Path(__file__).resolve().parents[2] / "shared" / "data" / "cassettes"
+
+def _shared_corpus() -> Path:
+    """``shared/data/cassettes`` in the nearest parent folder that has one (main checkout or a worktree)."""
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        candidate = parent / "shared" / "data" / "cassettes"
+        if candidate.is_dir():
+            return candidate
+    return here.parents[2] / "shared" / "data" / "cassettes"
+
+
+CASSETTES: Path = _shared_corpus()
+#: Every corpus folder given: the shared one (when present), then those ``SIMLOOP_CORPUS`` names.
+CORPORA: tuple[Path, ...] = tuple(
+    dict.fromkeys(
+        p.resolve()
+        for p in [CASSETTES, *(Path(x) for x in os.environ.get("SIMLOOP_CORPUS", "").split(os.pathsep) if x)]
+        if p.is_dir()
+    )
+)
+_PATTERNS = ("*.yaml", "*.yml", "*.yaml.gz")
 
 requires_corpus = pytest.mark.skipif(
-    not CASSETTES.is_dir(),
-    reason="../shared/data/cassettes not present (third-party recordings are not shipped with simloop)",
+    not CORPORA,
+    reason="no corpus: ../shared/data/cassettes is not present and SIMLOOP_CORPUS names no folder "
+    "(third-party recordings are not shipped with simloop)",
 )
 
 
-def cassette_paths() -> list[Path]:
-    """Every ``*.yaml`` cassette under the corpus, sorted (empty when the corpus is absent)."""
-    if not CASSETTES.is_dir():
-        return []
-    return sorted(CASSETTES.rglob("*.yaml"))
+def corpus_of(path: Path) -> Path:
+    """The corpus folder a cassette belongs to."""
+    return next((root for root in CORPORA if path.is_relative_to(root)), path.parent)
+
+
+def cassette_paths(root: Path | None = None) -> list[Path]:
+    """Every cassette under every corpus (or under ``root``), sorted; empty when there is none."""
+    roots = [root] if root is not None else list(CORPORA)
+    return sorted({p.resolve() for r in roots if r.is_dir() for pattern in _PATTERNS for p in r.rglob(pattern)})
 
 
 @functools.cache
@@ -51,11 +80,11 @@ def messages_interactions() -> list[tuple[Path, Interaction]]:
 
 
 def describe(path: Path, interaction: Interaction) -> str:
-    """``folder/file.yaml#3``: how a report names one recorded interaction."""
-    try:
-        name = path.relative_to(CASSETTES).as_posix()
-    except ValueError:
-        name = str(path)
+    """``folder/file.yaml#3``: how a report names one recorded interaction (relative to its corpus)."""
+    root = corpus_of(path)
+    name = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+    if root != CASSETTES.resolve() and root in CORPORA:
+        name = f"{root}:{name}"
     return f"{name}#{interaction.index}"
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import anthropic
 import httpx2
 import pytest
-from corpus import CASSETTES, all_interactions, is_beta, requires_corpus
+from corpus import CORPORA, all_interactions, describe, is_beta, requires_corpus
 
 from simloop import Outcome, Reply, Sim
 from simloop.cassettes import Interaction, Recorded, RecordedCall, Recording, load_recording, reply_of_turn
@@ -54,7 +54,8 @@ def _resign(body: dict[str, Any]) -> dict[str, Any]:
 def _send(sim: Sim, body: dict[str, Any], *, beta: bool, stream: bool) -> Any:
     """Send a recorded body verbatim through the SDK; the parsed Message as a dict, or ("error", status)."""
     body = {k: v for k, v in _resign(body).items() if k != "stream"}
-    api: Any = sim.client.beta.messages if beta else sim.client.messages
+    client = sim.client.with_options(max_retries=0)  # one recorded interaction, one request: no SDK retry
+    api: Any = client.beta.messages if beta else client.messages
     # The real values travel in extra_body; the keyword max_tokens only feeds the SDK's client-side
     # "streaming is required" estimate, which must not refuse a recorded non-streaming call.
     args = {"model": body.get("model", "claude"), "max_tokens": 1, "messages": [], "extra_body": body}
@@ -129,7 +130,7 @@ def test_every_anthropic_cassette_loads_replays_and_converts(capsys: pytest.Capt
         if not any(i.is_anthropic_messages for i in interactions):
             continue
         counts["files"] += 1
-        name = path.relative_to(CASSETTES).as_posix()
+        name = describe(path, interactions[0]).rsplit("#", 1)[0]
         recording = load_recording(interactions, name=path.stem)
         counts["loaded"] += 1
         for note in recording.notes:
@@ -159,7 +160,8 @@ def test_every_anthropic_cassette_loads_replays_and_converts(capsys: pytest.Capt
         for n, ((_, call), message) in enumerate(zip(scripted, got, strict=True)):
             assert call.reply is not None
             replayed = reply_of_turn(turn_from_message(message)) if isinstance(message, dict) else message
-            if isinstance(replayed, Reply) and _view(replayed, call.reply) == _view(call.reply, call.reply):
+            same_error = replayed == ("error", call.reply.error) and call.reply.kind == "error"
+            if same_error or (isinstance(replayed, Reply) and _view(replayed, call.reply) == _view(call.reply, call.reply)):
                 counts["scenario"] += 1
                 counts[f"scenario {form}"] += 1
             else:
@@ -168,8 +170,9 @@ def test_every_anthropic_cassette_loads_replays_and_converts(capsys: pytest.Capt
         counts["model calls"] += len(calls)
         counts["errors"] += sum(1 for _, c in calls if not isinstance(c.answer, Turn))
         counts["scriptable"] += sum(1 for _, c in calls if c.reply is not None)
+        counts["unscriptable"] += sum(1 for _, c in calls if c.reply is None)
     summary = (
-        f"cassettes: {counts['files']} files with Anthropic traffic, {counts['loaded']} loaded "
+        f"cassettes [{', '.join(map(str, CORPORA))}]: {counts['files']} files with Anthropic traffic, {counts['loaded']} loaded "
         f"({counts['count_tokens only']} with count_tokens calls only); {counts['model calls']} model calls "
         f"({counts['errors']} recorded errors): {counts['recorded JSON']} replay via Recorded as JSON, "
         f"{counts['recorded SSE']} as SSE; {counts['scriptable']} in the scenarios, which reproduce "
@@ -182,4 +185,5 @@ def test_every_anthropic_cassette_loads_replays_and_converts(capsys: pytest.Capt
     assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures[:10])
     assert counts["files"] == counts["loaded"] > 100
     assert counts["recorded JSON"] == counts["recorded SSE"] == counts["model calls"]
-    assert counts["scenario"] == counts["scriptable"] == counts["model calls"] - 1  # the recorded 400 is not a reply
+    # A recorded 4xx (other than 429) is not a v1 scenario reply (the shared corpus has one: a 400).
+    assert counts["scenario"] == counts["scriptable"] == counts["model calls"] - counts["unscriptable"]

@@ -24,7 +24,7 @@ from typing import Any
 import anthropic
 import httpx2
 import pytest
-from corpus import describe, is_beta, messages_interactions, requires_corpus
+from corpus import CORPORA, describe, is_beta, messages_interactions, requires_corpus
 
 from simloop.cassettes import Interaction
 from simloop.wire.render import render_json, render_sse, turn_from_message, turn_from_sse
@@ -166,7 +166,8 @@ def test_every_recorded_response_round_trips_through_the_renderers(capsys: pytes
 
     total = len(cases)
     summary = (
-        f"fidelity: {ok['JSON']}/{total} recorded responses round-trip (JSON), {ok['SSE']}/{total} (SSE); "
+        f"fidelity [{', '.join(map(str, CORPORA))}]: {ok['JSON']}/{total} recorded responses round-trip (JSON), "
+        f"{ok['SSE']}/{total} (SSE); "
         f"recordings: {kinds['JSON']} JSON, {kinds['SSE']} SSE, {kinds['beta']} parsed with client.beta; "
         f"{len(lenient)} rejected by the SDK's strict validation itself, compared non-strict"
         + (":\n  " + "\n  ".join(lenient) if lenient else "")

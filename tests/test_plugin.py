@@ -62,7 +62,7 @@ def simloop_config():
 QUICKSTART_TEST = '''\
 def test_reference_loop_keeps_every_invariant(simloop):
     # The bug-free twin: 50 generated runs (API errors, tool faults, refusals, cut-off
-    # replies, slow tools...) and all ten invariants hold.
+    # replies, slow tools...) and all thirteen invariants hold.
     simloop.verify("examples.correct_sync:drive")
 
 
@@ -159,7 +159,7 @@ def test_scenario_files_are_collected_and_replayed_with_a_drive(pytester: pytest
         "scenarios/refusal.yaml::refusal PASSED*",
         "scenarios/stuck-search.yaml::stuck-search PASSED*",
         "scenarios/nested/tool-raises.yaml::tool-raises PASSED*",
-        "simloop: 0 examples and 4 scenario replays run in 4 tests, 10 invariants checked, seed=5",
+        "simloop: 0 examples and 4 scenario replays run in 4 tests, 13 invariants checked, seed=5",
     ])
 
     without_drive = pytester.runpytest("-v")
@@ -184,9 +184,9 @@ def test_a_scenario_file_checks_its_expect_block(pytester: pytest.Pytester) -> N
     folder = _project(pytester)
     stuck = (SCENARIOS / "stuck-search.yaml").read_text(encoding="utf-8")
     (folder / "known-bug.yaml").write_text(
-        stuck.replace("expect: {violations: [], reason: max_steps}", "expect: {violations: [stops]}"), encoding="utf-8")
+        stuck.replace("expect: {violations: [], reason: [max_steps, repetition]}", "expect: {violations: [stops]}"), encoding="utf-8")
     (folder / "wrong-reason.yaml").write_text(
-        stuck.replace("reason: max_steps", "reason: final"), encoding="utf-8")
+        stuck.replace("reason: [max_steps, repetition]", "reason: final"), encoding="utf-8")
     (folder / "stuck-search.yaml").write_text(stuck, encoding="utf-8")
 
     result = pytester.runpytest("-v", "--simloop-drive=examples.no_step_cap:drive", "--simloop-seed=5")
@@ -194,7 +194,7 @@ def test_a_scenario_file_checks_its_expect_block(pytester: pytest.Pytester) -> N
     result.stdout.fnmatch_lines_random([
         "scenarios/known-bug.yaml::stuck-search PASSED*",  # the documented violation happened: that passes
         "*replaying scenarios/stuck-search.yaml: the loop broke 1 invariant(s)",
-        "*[[]stops[]] step 31: the loop made 31 model calls without stopping*",
+        "*[[]stops[]] step 52: the loop made 52 model calls without stopping*",
         "*timeline of the failing run:*",
         "*scenario: scenarios/stuck-search.yaml",
         (f"replay it:       simloop run scenarios/stuck-search.yaml --drive examples.no_step_cap:drive "
@@ -206,7 +206,7 @@ def test_a_scenario_file_checks_its_expect_block(pytester: pytest.Pytester) -> N
     fixed.assert_outcomes(failed=2)
     fixed.stdout.fnmatch_lines_random([
         "replaying scenarios/wrong-reason.yaml:",
-        "  the loop stopped with reason 'max_steps'; the file expects 'final'",
+        "  the loop stopped with reason 'max_steps'; the file expects 'final' (if this reason is honest here too, *",
         "replaying scenarios/known-bug.yaml:",
         "what went wrong:",
         "  expected but did not happen: stops (update the file's expect: block)",
@@ -266,7 +266,7 @@ def simloop_config():
     assert got[ids["test_plain"]] == {"seed": 99, "max_examples": 3, "examples": 3, "profile": "ci"}
     assert got[ids["test_marked"]] == {"seed": 7, "max_examples": 4, "examples": 4, "profile": "dev"}
     assert got[ids["test_call_arguments_win"]] == {"seed": 99, "examples": 2}
-    config_only.stdout.fnmatch_lines(["simloop: 9 examples run in 3 tests, 10 invariants checked, seed=*"])
+    config_only.stdout.fnmatch_lines(["simloop: 9 examples run in 3 tests, 13 invariants checked, seed=*"])
 
     pytester.makeini("""
         [pytest]
@@ -441,31 +441,33 @@ def test_a_failing_loop_reports_violations_timeline_minimal_scenario_and_replay(
     result.assert_outcomes(failed=1)
     seed = derive_seed(5, "test_agent.py::test_loop_stops")
     result.stdout.fnmatch_lines([
-        ("E   *InvariantViolation: simloop: [[]stops[]] step 31: the loop made 31 model calls without stopping;*"
+        ("E   *InvariantViolation: simloop: [[]stops[]] step 52: the loop made 52 model calls without stopping;*"
         " -- see the 'simloop' section of this report"),
         "*- simloop -*",
         "violations (1):",
-        "  [[]stops[]] step 31: the loop made 31 model calls without stopping*",
+        "  [[]stops[]] step 52: the loop made 52 model calls without stopping*",
         "timeline of the failing run:",
         "  step       time       in    out  reply",
         "     1     0.000s    * tool_use: *search*",
-        "    31     0.000s        0      0  (no reply)  <-- stops",
-        "minimal scenario (1 reply), written to .simloop/failures/no_step_cap-stops.yaml:",
+        "    52     0.000s        0      0  (no reply)  <-- stops",
+        "minimal scenario (1 reply), written to .simloop/failures/no_step_cap-stops-????????.yaml:",
         "  version: 1",
         "  then: repeat_last",
-        (f"replay it:       simloop run .simloop/failures/no_step_cap-stops.yaml --drive examples.no_step_cap:drive"
+        (f"replay it:       simloop run .simloop/failures/no_step_cap-stops-????????.yaml --drive examples.no_step_cap:drive"
         f" --seed {seed}"),
         "re-run the test: pytest 'test_agent.py::test_loop_stops' --simloop-seed=5",
-        "simloop: 0 examples run in 1 test, 10 invariants checked; 1 failed: reproduce with --simloop-seed=5",
+        "(two seeds: * is this test's own, derived from the session seed 5 and the test's id; *",
+        "simloop: [1-9]* examples run in 1 test, 13 invariants checked; 1 failed: reproduce with --simloop-seed=5",
         "FAILED test_agent.py::test_loop_stops - *InvariantViolation*",
     ])
-    saved = pytester.path / ".simloop" / "failures" / "no_step_cap-stops.yaml"
+    [saved] = (pytester.path / ".simloop" / "failures").glob("no_step_cap-stops-*.yaml")
     assert "then: repeat_last" in saved.read_text(encoding="utf-8")
+    assert f"written to .simloop/failures/{saved.name}:" in result.stdout.str()
 
     case = ET.parse(pytester.path / "junit.xml").getroot().find(".//testcase")
     assert case is not None
     failure = case.find("failure")
-    assert failure is not None and "[stops] step 31" in (failure.get("message") or "")
+    assert failure is not None and "[stops] step 52" in (failure.get("message") or "")
     assert "minimal scenario (1 reply)" in (failure.text or "")
     assert "--simloop-seed=5" in (failure.text or "")
     props = {p.get("name"): p.get("value") for p in case.iter("property")}
@@ -494,7 +496,7 @@ def test_async_drives_in_sync_and_async_tests(pytester: pytest.Pytester) -> None
     """)
     result = pytester.runpytest("-p", "anyio")
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["simloop: 10 examples and 1 scenario replay run in 2 tests, 10 invariants checked*"])
+    result.stdout.fnmatch_lines(["simloop: 10 examples and 1 scenario replay run in 2 tests, 13 invariants checked*"])
 
 
 # -- xdist -----------------------------------------------------------------------------------------------------------
@@ -533,7 +535,7 @@ def test_xdist_workers_get_the_same_seeds_and_results_as_a_serial_run(
     serial = pytester.runpytest(*args)
     serial.assert_outcomes(passed=8)
     serial_results, serial_seeds = _results(pytester), run_seeds()
-    summary = next(line for line in serial.outlines if line.startswith("simloop: 8 examples"))
+    summary = next(line for line in serial.outlines if line.startswith("simloop: ") and " examples " in line)
 
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the subprocess imports examples/ too
     # Only xdist and this plugin in the workers: unrelated installed plugins cost each worker seconds.
@@ -561,11 +563,11 @@ def test_the_readme_quick_start_catches_the_bug(pytester: pytest.Pytester) -> No
         HEADER.format(seed=2),
         "test_agent.py .F*",
         "*[[]pairing[]] step 2, messages[[]1[]].content[[]0[]]: a tool_result answers toolu_*",
-        "*minimal scenario (1 reply), written to .simloop/failures/assistant_not_appended-pairing.yaml:",
-        ("replay it:       simloop run .simloop/failures/assistant_not_appended-pairing.yaml "
+        "*minimal scenario (1 reply), written to .simloop/failures/assistant_not_appended-pairing-????????.yaml:",
+        ("replay it:       simloop run .simloop/failures/assistant_not_appended-pairing-????????.yaml "
         "--drive examples.assistant_not_appended:drive --seed *"),
         "re-run the test: pytest 'test_agent.py::test_loop_under_test' --simloop-seed=2",
-        "simloop: 50 examples run in 2 tests, 10 invariants checked; 1 failed: reproduce with --simloop-seed=2",
+        "simloop: [5-9][0-9]* examples run in 2 tests, 13 invariants checked; 1 failed: reproduce with --simloop-seed=2",
     ])
 
 

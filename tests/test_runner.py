@@ -22,6 +22,7 @@ from typing import Any
 
 import anthropic
 import pytest
+from _isolated import in_fresh_process
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -275,6 +276,7 @@ def eventually(condition: Any) -> bool:
     return False
 
 
+@in_fresh_process
 def test_a_loop_that_swallows_every_halt_is_abandoned_and_parked() -> None:
     before = len(parked())
 
@@ -292,12 +294,13 @@ def test_a_loop_that_swallows_every_halt_is_abandoned_and_parked() -> None:
     assert [h.budget for h in halts] == ["model_calls", "abandoned"]
     assert "it caught simloop's halt and went on" in halts[1].detail
     message = stops_message(sim)
-    assert message.startswith("the loop made 31 model calls without stopping; the model kept asking for search")
+    assert message.startswith("the loop made 52 model calls without stopping; the model kept asking for search")
     assert "the loop did not unwind: it caught simloop's halt and went on" in message
     assert eventually(lambda: len(parked()) == before + 1)  # parked at its next model call: no CPU burnt
     assert all(t.daemon for t in parked())
 
 
+@in_fresh_process
 def test_a_loop_that_swallows_the_end_of_virtual_time_is_abandoned() -> None:
     def drive(sim: Sim) -> Outcome:
         while True:
@@ -316,6 +319,7 @@ def test_a_loop_that_swallows_the_end_of_virtual_time_is_abandoned() -> None:
 
 
 @pytest.mark.parametrize("how", ["event", "lock"])
+@in_fresh_process
 def test_a_loop_blocked_in_c_is_abandoned_with_a_stops_report(how: str) -> None:
     def drive(sim: Sim) -> Outcome:
         ask(sim)

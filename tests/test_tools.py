@@ -76,14 +76,36 @@ def test_slow_and_huge_output() -> None:
     assert end.result is not None and end.result.endswith("... [5000 chars]")  # the ledger keeps a preview
 
 
-def test_function_tools_by_callable_and_by_import_path() -> None:
+def make_with(allow_functions: bool = False, **tool: Any) -> Sim:
+    spec = {"name": "send_email", "kind": "write", **tool}
+    scenario = Scenario.model_validate({"tools": [{"name": "search"}, spec], "model": [{"end_turn": "x"}]})
+    return Sim(scenario, allow_functions=allow_functions)
+
+
+def test_function_tools_by_callable_and_by_import_path_with_the_opt_in() -> None:
     sim = make(function=lookup)
     assert sim.run_tool("send_email", {"q": "hi"}) == '{"answer": "HI"}'
-    sim = make(function="tests.test_tools:lookup")
+    sim = make_with(allow_functions=True, function="tests.test_tools:lookup")
     assert sim.run_tool("send_email", {"q": "yo"}) == '{"answer": "YO"}'
-    sim = make(function="tests.test_tools:nope")
+    # A bad path is the user's error when the Sim is made, never a tool error the loop might swallow.
     with pytest.raises(simloop.UsageError, match="cannot import function 'tests.test_tools:nope'"):
-        sim.run_tool("send_email", {"q": "yo"})
+        make_with(allow_functions=True, function="tests.test_tools:nope")
+
+
+def test_an_import_path_is_refused_without_the_opt_in() -> None:
+    with pytest.raises(simloop.UsageError, match=r"resolves only when you opt in with allow_functions=True"):
+        make_with(function="tests.test_tools:lookup")
+
+
+def test_sim_tools_binds_implementations_from_python() -> None:
+    scenario = Scenario.model_validate({"tools": [{"name": "search"}], "model": [{"end_turn": "x"}]})
+    sim = Sim(scenario, tools={"search": lookup})
+    assert sim.run_tool("search", {"q": "py"}) == '{"answer": "PY"}'
+    assert scenario.tools[0].function is None, "the scenario given is left as it was"
+    with pytest.raises(simloop.UsageError, match=r"'lookup' is not a tool of scenario 'scenario' \(its tools: search\)"):
+        Sim(scenario, tools={"lookup": lookup})
+    with pytest.raises(simloop.UsageError, match="the implementation of 'search' must be callable"):
+        Sim(scenario, tools={"search": "tests.test_tools:lookup"})  # type: ignore[dict-item]
 
 
 def test_an_unknown_tool_raises_a_lookup_error_the_loop_can_report() -> None:

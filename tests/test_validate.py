@@ -311,14 +311,15 @@ def test_tool_use_ids_must_be_unique() -> None:
     )
 
 
-def test_tool_blocks_require_tools() -> None:
+def test_tool_blocks_no_longer_require_tools_and_reach_the_pairing_checks() -> None:
+    # The 2024 rule "... must define tools." is gone: a 2026 recording of such a request answered 200.
     body = copy.deepcopy(TOOL_LOOP)
     del body["tools"]
-    rejection = rejected(body)
-    assert rejection.message == "Requests which include `tool_use` or `tool_result` blocks must define tools."
-    assert rejection.path == "tools"
+    assert validate_messages_request(body) is None
     body["tools"] = []
-    assert rejected(body).message == rejection.message
+    assert validate_messages_request(body) is None
+    body["messages"][-1]["content"][0]["tool_use_id"] = "toolu_other"
+    assert rejected(body).message.startswith("messages.2.content.0: unexpected `tool_use_id` found in `tool_result`")
 
 
 def test_tool_use_input_must_be_an_object() -> None:

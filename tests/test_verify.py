@@ -37,14 +37,14 @@ def test_correct_loops_hold_every_invariant(name: str) -> None:
     assert set(report.checked) == set(simloop.invariants.CATALOGUE)
 
 
-# (defect loop, declared limits, invariant, minimal replies, then)
+# (defect loop, declared limits, invariant, minimal replies, then: a runaway repeats its stuck tail, others end)
 SHRINKS = [
     ("no_step_cap", Limits(), "stops", 1, "repeat_last"),
-    ("assistant_not_appended", LIMITS, "pairing", 1, "fail"),
-    ("made_up_ids", LIMITS, "pairing", 1, "fail"),
-    ("cap_reported_final", LIMITS, "honest_outcome", 1, "fail"),  # one tool_use with repeat: 10
-    ("pause_turn_final", LIMITS, "honest_outcome", 1, "fail"),
-    ("thinking_dropped", LIMITS, "request_valid", 1, "fail"),
+    ("assistant_not_appended", LIMITS, "pairing", 1, "end_turn"),
+    ("made_up_ids", LIMITS, "pairing", 1, "end_turn"),
+    ("cap_reported_final", LIMITS, "honest_outcome", 1, "end_turn"),  # one tool_use with repeat: 10
+    ("pause_turn_final", LIMITS, "honest_outcome", 1, "end_turn"),
+    ("thinking_dropped", LIMITS, "request_valid", 1, "end_turn"),
     ("api_errors_forever", Limits(), "stops", 1, "repeat_last"),
 ]
 

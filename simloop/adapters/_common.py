@@ -16,7 +16,16 @@ from typing import Any
 from simloop.outcome import Outcome
 from simloop.scenario import Limits
 
-__all__ = ["Guard", "text_of"]
+__all__ = ["Guard", "missing_extra", "text_of"]
+
+
+def missing_extra(error: ModuleNotFoundError, *, adapter: str, extra: str) -> ModuleNotFoundError:
+    """The error an adapter raises when its harness is not installed: which extra to install."""
+    message = (
+        f"{adapter} needs {error.name or 'its harness'}, which is not installed: "
+        f"pip install 'simloop[{extra}]' (in a checkout, make test installs every extra)"
+    )
+    return ModuleNotFoundError(message, name=error.name)
 
 
 class Guard:

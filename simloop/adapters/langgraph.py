@@ -19,7 +19,8 @@ The ending maps onto an `Outcome` through the last AI message's
 ``final``, ``max_tokens`` -> ``truncated``, ``refusal`` -> ``refusal``); the
 agent's own "Sorry, need more steps to process this request." (its answer when
 the recursion budget runs out) and `GraphRecursionError` -> ``max_steps``; an
-``anthropic.APIError`` -> ``error``.  ``drive_trusting_output`` instead takes a
+``anthropic.APIError`` or ``httpx2.HTTPError`` -> ``error`` (the agent raises them by design when the API
+fails, so the drive catches them; anything else that escapes is a ``crash``).  ``drive_trusting_output`` instead takes a
 graph that returned as ``final``, as a caller that reads the last message does;
 ``drive_handle_tool_errors`` runs the tools in ``ToolNode(handle_tool_errors=True)``.
 
@@ -39,14 +40,19 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 import anthropic
-from langchain_anthropic import ChatAnthropic
-from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.tools import StructuredTool
-from langgraph.errors import GraphRecursionError
+import httpx2
 from pydantic import SecretStr
 
-from simloop.adapters._common import Guard
+from simloop.adapters._common import Guard, missing_extra
 from simloop.outcome import Outcome
+
+try:
+    from langchain_anthropic import ChatAnthropic
+    from langchain_core.messages import AIMessage, BaseMessage
+    from langchain_core.tools import StructuredTool
+    from langgraph.errors import GraphRecursionError
+except ModuleNotFoundError as e:  # the harness is an extra: say which one
+    raise missing_extra(e, adapter="simloop.adapters.langgraph", extra="langgraph") from None
 
 if TYPE_CHECKING:
     from simloop.sim import Sim
@@ -66,6 +72,11 @@ __all__ = [
 
 #: What the prebuilt ReAct agent answers, in place of the model's reply, when its recursion budget runs out.
 NEED_MORE_STEPS = "Sorry, need more steps to process this request."
+
+# What the agent lets escape when the API fails, by design: the SDK's errors once its retries give up, and the
+# transport's when a streamed reply is cut.  The drive catches them and returns Outcome("error"), as an
+# application would; anything else escaping is a `crash` (a tool's exception: `tool_errors`).
+_API_ERRORS = (anthropic.APIError, httpx2.HTTPError)
 
 _STOPS = {"end_turn": "final", "stop_sequence": "final", "max_tokens": "truncated",
           "model_context_window_exceeded": "truncated", "refusal": "refusal"}
@@ -210,7 +221,7 @@ def make_drive(
                             return stopped
             except GraphRecursionError as exc:
                 return Outcome("max_steps", f"GraphRecursionError: {exc}")
-            except anthropic.APIError as exc:
+            except _API_ERRORS as exc:
                 return Outcome("error", f"{type(exc).__name__}: {exc}")
             return outcome_of(messages[-1] if messages else None, check_stop_reason=check_stop_reason)
 
@@ -227,7 +238,7 @@ def make_drive(
                         return stopped
         except GraphRecursionError as exc:
             return Outcome("max_steps", f"GraphRecursionError: {exc}")
-        except anthropic.APIError as exc:
+        except _API_ERRORS as exc:
             return Outcome("error", f"{type(exc).__name__}: {exc}")
         return outcome_of(messages[-1] if messages else None, check_stop_reason=check_stop_reason)
 

@@ -19,7 +19,9 @@ The way a run ends maps onto an `Outcome`:
 * `UsageLimitExceeded` -> ``max_steps`` / ``token_budget``; `RunTimedOut` ->
   ``deadline``; `ContentFilterError` (a refusal) -> ``refusal``;
   `OutputTokenLimitExceeded` -> ``truncated``; any other `AgentRunError`
-  (the API failed, unexpected model behaviour) -> ``error``.
+  (the API failed, unexpected model behaviour), or an ``anthropic``/``httpx2``
+  error it lets through -> ``error``: the agent raises these by design, so the
+  drive catches them (anything else that escapes is a ``crash``).
 
 A tool's exception propagates as it would from a plain pydantic-ai tool
 (pydantic-ai only turns `ModelRetry` and `ToolFailed` into results the model
@@ -39,20 +41,27 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic_ai import Agent, Tool
-from pydantic_ai.exceptions import (
-    AgentRunError,
-    ContentFilterError,
-    OutputTokenLimitExceeded,
-    RunTimedOut,
-    ToolFailed,
-    UsageLimitExceeded,
-)
-from pydantic_ai.models.anthropic import AnthropicModel
-from pydantic_ai.providers.anthropic import AnthropicProvider
-from pydantic_ai.usage import UsageLimits
+import anthropic
+import httpx2
 
+from simloop.adapters._common import missing_extra
 from simloop.outcome import Outcome
+
+try:
+    from pydantic_ai import Agent, Tool
+    from pydantic_ai.exceptions import (
+        AgentRunError,
+        ContentFilterError,
+        OutputTokenLimitExceeded,
+        RunTimedOut,
+        ToolFailed,
+        UsageLimitExceeded,
+    )
+    from pydantic_ai.models.anthropic import AnthropicModel
+    from pydantic_ai.providers.anthropic import AnthropicProvider
+    from pydantic_ai.usage import UsageLimits
+except ModuleNotFoundError as e:  # the harness is an extra: say which one
+    raise missing_extra(e, adapter="simloop.adapters.pydantic_ai", extra="pydantic-ai") from None
 
 if TYPE_CHECKING:
     from simloop.scenario import Limits
@@ -156,6 +165,8 @@ def make_drive(*, on_tool_error: ToolErrorPolicy = "raise", check_finish_reason:
             result = await agent.run(sim.task, usage_limits=usage_limits(limits), timeout=timeout)
         except AgentRunError as exc:
             return outcome_of_error(exc)
+        except (anthropic.APIError, httpx2.HTTPError) as exc:  # the API failed and pydantic-ai let it through
+            return Outcome("error", f"{type(exc).__name__}: {exc}")
         reason = result.response.finish_reason if check_finish_reason else None
         return Outcome(_RETURNED.get(reason or "", "final"), result.output)
 

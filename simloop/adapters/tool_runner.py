@@ -11,7 +11,10 @@ and its ending is read off what it hands back:
   ``refusal`` -> ``refusal``;
 * the runner ran out of ``max_iterations`` (its last reply still asked for
   tools, or paused) -> ``max_steps``;
-* an `anthropic.APIError` (the SDK's retries gave up) -> ``error``.
+* an `anthropic.APIError` (the SDK's retries gave up) or an ``httpx2.HTTPError``
+  (a stream cut mid-reply, which the SDK lets through) -> ``error``: the runner
+  raises them by design, so the drive catches them (anything else that escapes
+  is a ``crash``).
 
 The declared `simloop.Limits` map onto the runner: ``max_steps`` is
 ``max_iterations``; the runner has no deadline or token budget, so the drive
@@ -35,6 +38,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import anthropic
+import httpx2
 from anthropic.lib.tools import BetaAsyncFunctionTool, BetaFunctionTool
 
 from simloop.adapters._common import Guard, text_of
@@ -67,6 +71,10 @@ MAX_TOKENS = 4096
 _FINAL = ("end_turn", "stop_sequence")
 _TRUNCATED = ("max_tokens", "model_context_window_exceeded")
 _GOES_ON = ("tool_use", "pause_turn", "compaction")  # the runner sends another request after these
+# What the runner lets escape when the API fails, by design: the SDK's errors once its retries give up, and
+# the transport's when a stream is cut mid-reply (the SDK does not wrap a failed stream read).  The drive
+# catches them and returns Outcome("error"), as an application would; anything else escaping is a `crash`.
+_API_ERRORS = (anthropic.APIError, httpx2.HTTPError)
 
 
 def runnable_tools(sim: Sim, *, after_call: Callable[[], None] | None = None) -> list[BetaFunctionTool[Any]]:
@@ -238,7 +246,7 @@ def _run(sim: Sim, **options: Any) -> Outcome:
             if spent is not None and last.stop_reason in _GOES_ON:
                 runner.close()
                 return spent
-    except anthropic.APIError as exc:  # the SDK has retried what is worth retrying
+    except _API_ERRORS as exc:  # the SDK has retried what is worth retrying
         return Outcome("error", f"{type(exc).__name__}: {exc}")
     if stopped:
         return stopped[0]
@@ -272,7 +280,7 @@ async def _arun(sim: Sim, **options: Any) -> Outcome:
             if spent is not None and last.stop_reason in _GOES_ON:
                 await runner.close()
                 return spent
-    except anthropic.APIError as exc:
+    except _API_ERRORS as exc:
         return Outcome("error", f"{type(exc).__name__}: {exc}")
     if stopped:
         return stopped[0]

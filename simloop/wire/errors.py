@@ -20,9 +20,11 @@ STATUS_ERRORS: dict[int, tuple[str, str]] = {
     413: ("request_too_large", "Request exceeds the maximum size"),
     429: (
         "rate_limit_error",
-        "This request would exceed the rate limit for your organization of 50,000 input tokens per minute. "
-        "For details, refer to: https://docs.claude.com/en/api/rate-limits. You can see the response headers "
-        "for current usage. Please reduce the prompt length or the maximum tokens requested, or try again later.",
+        (
+            "This request would exceed the rate limit for your organization of 50,000 input tokens per minute. "
+            "For details, refer to: https://docs.claude.com/en/api/rate-limits. You can see the response headers "
+            "for current usage. Please reduce the prompt length or the maximum tokens requested, or try again later."
+        ),
     ),
     500: ("api_error", "Internal server error"),
     502: ("api_error", "Bad gateway"),

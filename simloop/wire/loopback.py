@@ -16,6 +16,13 @@ the last chunk, a mid-stream error is the real ``event: error``.  A scripted run
 (`ScriptExhausted`) or a simloop bug is answered with a 500 the SDK does not retry
 (``x-should-retry: false``) whose message says what happened, and is kept in ``errors``.
 
+Hostile input (docs/security.md): every error, the standard library's own included (a malformed
+request line, a header too long, an unknown method), is answered with the API's JSON error envelope,
+never an HTML page; a bad ``Content-Length`` or chunked framing gets a 400 and a body past the real
+API's 32 MB a 413.  Each connection's reads and writes time out after ``read_timeout`` seconds, and at
+most ``max_connections`` are served at once: one more is answered with a 529 (overloaded) and closed,
+so a flood of slow connections cannot make the server start a thread for each.
+
 Example::
 
     with simloop.wire.loopback.serve("scenarios/happy-path.yaml") as server:
@@ -25,7 +32,9 @@ Example::
 from __future__ import annotations
 
 import json
+import math
 import random
+import re
 import socket
 import sys
 import threading
@@ -40,13 +49,21 @@ from simloop.errors import UsageError
 from simloop.models import Ids, ModelPolicy, Script, ScriptExhausted
 from simloop.scenario import Scenario, load_scenario
 from simloop.transcript import Header, Transcript
-from simloop.wire.errors import error_body
+from simloop.wire.errors import STATUS_ERRORS, error_body
 from simloop.wire.server import InternalFailure, Planned, SimServer
 
 __all__ = ["LoopbackServer", "run", "serve"]
 
 Target = Scenario | SimServer | str | Path | dict[str, Any]
 _HOP_BY_HOP = frozenset({"content-length", "transfer-encoding", "connection"})
+#: The real API's request size limit (a 413 ``request_too_large`` past it).
+MAX_BODY_BYTES = 32 * 1000 * 1000
+#: How long a connection may be silent (reading the request, or not reading the answer), by default.
+READ_TIMEOUT_S = 30.0
+#: How many connections are served at once, by default; more are answered with a 529 and closed.
+MAX_CONNECTIONS = 64
+_MAX_LINE = 65536
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
 
 
 class LoopbackServer:
@@ -57,11 +74,23 @@ class LoopbackServer:
     out, a recording that diverged, a bug).
     """
 
-    def __init__(self, server: SimServer, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        server: SimServer,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        read_timeout: float = READ_TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
+        if not (isinstance(read_timeout, (int, float)) and math.isfinite(read_timeout) and read_timeout > 0):
+            raise UsageError(f"read_timeout is a positive number of seconds, got {read_timeout!r}")
+        if not (isinstance(max_connections, int) and max_connections >= 1):
+            raise UsageError(f"max_connections is a positive number, got {max_connections!r}")
         self.server = server
         self.errors: list[BaseException] = []
         self._lock = threading.Lock()
-        self._http = _HTTPServer(self, host, port)
+        self._http = _HTTPServer(self, host, port, read_timeout=float(read_timeout), max_connections=max_connections)
         bound_host, bound_port = self._http.server_address[:2]
         self.host = str(bound_host)
         self.port = int(bound_port)
@@ -120,12 +149,16 @@ def serve(
     *,
     seed: int = 0,
     model: ModelPolicy | None = None,
+    read_timeout: float = READ_TIMEOUT_S,
+    max_connections: int = MAX_CONNECTIONS,
 ) -> LoopbackServer:
     """Serve the simulated API for ``target`` on a real socket; returns the running `LoopbackServer`.
 
     ``target`` is a `Scenario` (or a scenario file path, or a dict in the file format), whose script
     answers (``model`` replaces it, e.g. a `simloop.cassettes.Recorded`), or a ready `SimServer`.
     ``port=0`` picks a free port: read ``base_url``.  Use it as a context manager, or call ``close()``.
+    ``read_timeout`` (seconds a connection may stay silent) and ``max_connections`` (served at once;
+    more get a 529) bound what a slow or flooding client can hold.
 
     Raises:
         UsageError: ``target`` is none of those; ScenarioError: a scenario file is malformed.
@@ -133,7 +166,9 @@ def serve(
     if isinstance(target, SimServer):
         if model is not None:
             raise UsageError("serve(server, model=...): a SimServer already has its model; pass a Scenario instead")
-        return LoopbackServer(target, host=host, port=port)
+        return LoopbackServer(
+            target, host=host, port=port, read_timeout=read_timeout, max_connections=max_connections
+        )
     scenario = _scenario(target)
     start = REAL.monotonic()
     transcript = Transcript(
@@ -146,7 +181,7 @@ def serve(
         model if model is not None else Script.from_scenario(scenario), transcript,
         ids=Ids(random.Random(seed)), now=lambda: round(REAL.monotonic() - start, 6),
     )
-    return LoopbackServer(server, host=host, port=port)
+    return LoopbackServer(server, host=host, port=port, read_timeout=read_timeout, max_connections=max_connections)
 
 
 def _scenario(target: Any) -> Scenario:
@@ -168,23 +203,73 @@ def _simloop_error(exc: BaseException) -> Planned:
     return Planned(status=500, headers=headers, body=payload)
 
 
+def _envelope(status: int, message: str) -> bytes:
+    """The API's JSON error envelope for a status the simulated API itself never scripts (a transport error)."""
+    kind = STATUS_ERRORS[status][0] if status in STATUS_ERRORS else (
+        "invalid_request_error" if status < 500 else "api_error"
+    )
+    return error_body(status, request_id="req_simloop", message=f"simloop serve: {message}", type=kind)
+
+
+class _BadRequest(Exception):
+    """The request's framing is malformed: answered with ``status`` and closed."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128  # a burst of connections waits in the kernel's queue, to be served or refused
 
-    def __init__(self, owner: LoopbackServer, host: str, port: int) -> None:
+    def __init__(
+        self, owner: LoopbackServer, host: str, port: int, *, read_timeout: float, max_connections: int
+    ) -> None:
         self.owner = owner
+        self.read_timeout = read_timeout
+        self.max_connections = max_connections
+        self._slots = threading.BoundedSemaphore(max_connections)
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
         super().__init__((host, port), _Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        # Like ThreadingMixIn's, but the handler threads never inherit a Sim's virtual clock.
+        # Like ThreadingMixIn's, but the handler threads never inherit a Sim's virtual clock, and there are
+        # at most max_connections of them: past that a connection is answered at once and closed.
+        if not self._slots.acquire(blocking=False):
+            self._refuse(request)
+            return
         with self._connections_lock:
             self._connections.add(request)
-        thread = RealTimeThread(target=self.process_request_thread, args=(request, client_address), daemon=True)
-        thread.start()
+        thread = RealTimeThread(target=self._serve_one, args=(request, client_address), daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:  # the interpreter cannot start another thread: refuse rather than fail
+            self._slots.release()
+            self._refuse(request)
+
+    def _serve_one(self, request: Any, client_address: Any) -> None:
+        try:
+            self.process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def _refuse(self, request: socket.socket) -> None:
+        body = _envelope(529, f"{self.max_connections} connections are open, the most this server serves at once")
+        head = (
+            "HTTP/1.1 529 Overloaded\r\ncontent-type: application/json\r\nrequest-id: req_simloop\r\n"
+            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+        )
+        try:
+            request.settimeout(min(self.read_timeout, 1.0))  # never hold the accepting thread up
+            request.sendall(head.encode() + body)
+        except OSError:
+            pass
+        self.shutdown_request(request)
 
     def shutdown_request(self, request: Any) -> None:
         with self._connections_lock:
@@ -210,8 +295,33 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive and chunked streams, as the SDK's client expects
     server: _HTTPServer
 
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(self.server.read_timeout)  # reads and writes: a silent client is let go
+
     def log_message(self, format: str, *args: Any) -> None:
         pass  # a test server prints nothing
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The API's JSON error envelope, where the standard library would send its HTML error page."""
+        short = self.responses.get(code, ("Error", ""))[0]
+        body = _envelope(code, message or short)
+        self.close_connection = True
+        if self.request_version not in ("HTTP/1.0", "HTTP/1.1"):
+            self.request_version = "HTTP/1.1"  # a garbled request line reads as HTTP/0.9, which has no headers
+        try:
+            self.send_response(code, short)
+            self.send_header("content-type", "application/json")
+            self.send_header("request-id", "req_simloop")
+            self.send_header("x-should-retry", "false" if 400 <= code < 500 and code != 408 else "true")
+            self.send_header("connection", "close")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+            self.wfile.flush()
+        except OSError:
+            pass  # the client is gone; there is no one left to tell
 
     def do_POST(self) -> None:
         self._serve()
@@ -220,9 +330,25 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve(self) -> None:
         owner = self.server.owner
-        body = self._body()
+        try:
+            body = self._body()
+        except _BadRequest as e:
+            self.send_error(e.status, e.message)
+            return
+        except TimeoutError:
+            self.send_error(408, f"the request body did not arrive within {self.server.read_timeout:g}s")
+            return
+        except ConnectionError:
+            self.close_connection = True  # the client hung up mid-body: no one to answer
+            return
         headers = {k.lower(): v for k, v in self.headers.items()}
-        planned = owner._plan(self.command, urlsplit(self.path).path, headers, body)
+        try:
+            planned = owner._plan(self.command, urlsplit(self.path).path, headers, body)
+        except Exception as e:  # noqa: BLE001 - a simloop bug is answered as one, never as a dropped connection
+            with owner._lock:
+                owner.errors.append(e)
+            self.send_error(500, f"simloop internal error: {type(e).__name__}: {e}")
+            return
         if planned.raise_ is not None:  # connection, timeout, cut before the status line: no answer at all
             owner._deliver(planned)
             self._drop()
@@ -255,17 +381,52 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def _body(self) -> bytes:
-        if "chunked" in self.headers.get("transfer-encoding", "").lower():
-            parts: list[bytes] = []
-            while True:
-                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
-                if size == 0:
-                    self.rfile.readline()
-                    return b"".join(parts)
-                parts.append(self.rfile.read(size))
-                self.rfile.readline()
-        length = int(self.headers.get("content-length") or 0)
-        return self.rfile.read(length) if length else b""
+        """The request body, by ``Content-Length`` or chunked; `_BadRequest` for malformed framing."""
+        encoding = self.headers.get_all("transfer-encoding") or []
+        lengths = [v.strip() for v in self.headers.get_all("content-length") or []]
+        if encoding:
+            if [e.strip().lower() for e in encoding] != ["chunked"]:
+                raise _BadRequest(400, f"transfer-encoding {', '.join(encoding)!r} is not supported; send chunked")
+            if lengths:
+                raise _BadRequest(400, "a request has a content-length or is chunked, not both")
+            return self._chunked()
+        if not lengths:
+            return b""
+        if len(set(lengths)) != 1 or not lengths[0].isdigit() or not lengths[0].isascii():
+            raise _BadRequest(400, f"content-length must be one non-negative integer, got {', '.join(lengths)!r}")
+        length = int(lengths[0])
+        if length > MAX_BODY_BYTES:
+            raise _BadRequest(413, f"the request is {length:,} bytes; the API takes at most {MAX_BODY_BYTES:,}")
+        body = self.rfile.read(length) if length else b""
+        if len(body) < length:
+            raise ConnectionError("the client closed the connection mid-body")
+        return body
+
+    def _chunked(self) -> bytes:
+        parts: list[bytes] = []
+        total = 0
+        while True:
+            line = self.rfile.readline(_MAX_LINE + 1)
+            if not line:
+                raise ConnectionError("the client closed the connection mid-body")
+            size_text = line.split(b";")[0].strip()
+            if len(line) > _MAX_LINE or not _CHUNK_SIZE.fullmatch(size_text):
+                raise _BadRequest(400, f"malformed chunked body: bad chunk size line {line[:40]!r}")
+            size = int(size_text, 16)
+            total += size
+            if total > MAX_BODY_BYTES:
+                raise _BadRequest(413, f"the request is over {MAX_BODY_BYTES:,} bytes, the most the API takes")
+            if size == 0:
+                for _ in range(100):  # trailers, up to the empty line
+                    if self.rfile.readline(_MAX_LINE + 1) in (b"\r\n", b"\n", b""):
+                        return b"".join(parts)
+                raise _BadRequest(400, "malformed chunked body: too many trailer lines")
+            data = self.rfile.read(size)
+            if len(data) < size:
+                raise ConnectionError("the client closed the connection mid-body")
+            parts.append(data)
+            if self.rfile.readline(3) not in (b"\r\n", b"\n"):
+                raise _BadRequest(400, "malformed chunked body: a chunk is not followed by CRLF")
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))

@@ -11,7 +11,8 @@ What follows the real wire (2025-26 recordings under ``shared/data/cassettes``):
 * Message key order ``id, type, role, model, content, stop_reason, stop_sequence, stop_details, usage``;
   ``stop_details`` is always present (null unless a refusal), as in current traffic.
 * The computed usage has the full current shape (cache fields 0, ``cache_creation``, ``service_tier``
-  ``standard``, ``inference_geo`` ``not_available``, ``output_tokens_details``).
+  ``standard``, ``inference_geo`` ``not_available``, ``output_tokens_details``), and ``server_tool_use``
+  (web search and fetch requests run) when the reply holds server tool blocks.
 * Streams: ``message_start`` (empty content, full usage with ``output_tokens`` 1), per block
   ``content_block_start`` / deltas / ``content_block_stop``, one ``ping`` right after the first block
   start, ``message_delta`` (cumulative usage; ``container`` in the delta, ``context_management`` beside
@@ -154,16 +155,22 @@ def _estimate_tokens(chars: int) -> int:
 
 def _computed_usage(content: list[dict[str, Any]], input_tokens: int, output_tokens: int | None) -> dict[str, Any]:
     thinking_chars = 0
+    searches = fetches = -1  # -1: no server tool block in the reply (then no server_tool_use usage)
     for block in content:
         kind = block.get("type")
         if kind == "thinking":
             thinking_chars += len(block.get("thinking") or "")
         elif kind == "redacted_thinking":
             thinking_chars += len(block.get("data") or "")
+        elif kind == "server_tool_use" or (kind is not None and kind.endswith("_tool_result") and kind != "tool_result"):
+            searches, fetches = max(searches, 0), max(fetches, 0)
+            # the requests the server ran for this reply: one per result (a paused call's comes with the continuation)
+            searches += kind == "web_search_tool_result"
+            fetches += kind == "web_fetch_tool_result"
     if output_tokens is None:
         # Deterministic stand-in for a tokenizer: a token is about four characters of the content JSON.
         output_tokens = _estimate_tokens(len(to_json(content))) if content else 0
-    return {
+    usage: dict[str, Any] = {
         "input_tokens": input_tokens,
         "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": 0,
@@ -173,6 +180,10 @@ def _computed_usage(content: list[dict[str, Any]], input_tokens: int, output_tok
         "service_tier": "standard",
         "inference_geo": "not_available",
     }
+    if searches >= 0:
+        # As recorded when server tools run (pydantic-ai web search/fetch cassettes); SDK 2.x requires both counts.
+        usage["server_tool_use"] = {"web_search_requests": searches, "web_fetch_requests": fetches}
+    return usage
 
 
 def render_message(
@@ -294,11 +305,15 @@ def render_sse(turn: Turn, *, id: str, model: str, input_tokens: int, output_tok
         start_usage = {k: v for k, v in usage.items() if k not in _DELTA_ONLY_USAGE}
         final_output = usage.get("output_tokens") or 0
         start_usage["output_tokens"] = min(final_output, 1)
+    # After a fallback the stream starts under the requested model (the first hop's ``from``) and the
+    # SDK relabels the message when the fallback block arrives; the rendered JSON names the last ``to``.
+    hops = _fallback_models(turn.content) if turn.content else []
+    first = hops[0][0] if hops else None
     start_message: dict[str, Any] = {
         "id": message["id"],
         "type": "message",
         "role": "assistant",
-        "model": message["model"],
+        "model": first if isinstance(first, str) else message["model"],
         "content": [],
         "stop_reason": None,
         "stop_sequence": None,
@@ -475,9 +490,27 @@ class _Accumulator:
             stop_details=self.stop_details,
             usage=self.usage,
             id=self.message.get("id"),
-            model=self.message.get("model"),
+            model=_fallen_back_to(self.blocks) or self.message.get("model"),
             extra=self.extra,
         )
+
+
+def _fallback_models(content: list[dict[str, Any]]) -> list[tuple[Any, Any]]:
+    """(from model, to model) of each ``fallback`` block, in order."""
+    hops: list[tuple[Any, Any]] = []
+    for block in content:
+        if block.get("type") == "fallback":
+            src, dst = block.get("from"), block.get("to")
+            hops.append((src.get("model") if isinstance(src, dict) else None,
+                         dst.get("model") if isinstance(dst, dict) else None))  # fmt: skip
+    return hops
+
+
+def _fallen_back_to(content: list[dict[str, Any]]) -> str | None:
+    """The model the last ``fallback`` block hands over to: the SDK relabels a streamed message with it."""
+    hops = _fallback_models(content)
+    last = hops[-1][1] if hops else None
+    return last if isinstance(last, str) else None
 
 
 def turn_from_sse(body: bytes | str) -> Turn:

@@ -30,14 +30,14 @@ from typing import Any
 
 from pydantic_core import from_json, to_json
 
-from simloop.models import Ids, ModelPolicy, ModelRequest, _turn, turn_from_reply
+from simloop.models import Ids, ModelPolicy, ModelRequest, RecordedError, _turn, turn_from_reply
 from simloop.scenario import Reply
 from simloop.transcript import Request, Response, Transcript
 from simloop.wire.errors import error_body, error_headers
 from simloop.wire.render import Turn, render_error_event, render_message, render_sse
 from simloop.wire.validate import ConversationValidator, Rejection, validate_count_tokens_request
 
-__all__ = ["READ_HEADERS", "Budget", "InternalFailure", "Planned", "SimServer", "estimate_tokens"]
+__all__ = ["READ_HEADERS", "Budget", "InternalFailure", "Planned", "SimServer", "estimate_tokens", "request_tokens"]
 
 #: The request headers `SimServer.handle` reads (lower-case): a transport may pass only these.
 READ_HEADERS = ("x-stainless-retry-count", "x-api-key", "authorization")
@@ -45,6 +45,8 @@ MESSAGES = "/v1/messages"
 COUNT_TOKENS = "/v1/messages/count_tokens"
 _JSON = ("content-type", "application/json")
 _SSE = ("content-type", "text/event-stream; charset=utf-8")
+# Headers that describe a recorded body's framing, not the answer: the transport sets its own.
+_FRAMING_HEADERS = frozenset({"content-length", "transfer-encoding", "content-encoding", "connection"})
 
 
 class InternalFailure(BaseException):
@@ -288,7 +290,7 @@ class SimServer:
         rejection = validate_count_tokens_request(body)
         if rejection is not None:
             return self._reject(req, rejection, request_id)
-        tokens = estimate_tokens(len(raw))
+        tokens = request_tokens(body, len(raw))
         req.input_tokens = tokens
         payload = json.dumps({"input_tokens": tokens}).encode()
         rec = Response(t=0.0, index=req.index, call=req.call, status=200, kind="count_tokens")
@@ -310,12 +312,19 @@ class SimServer:
             validator = self._validator = ConversationValidator(signed_by_sim=self.sign_thinking)
         rejection = validator.validate(effective)
         if rejection is not None:
+            rejected = getattr(self.policy, "rejected", None)
+            if rejected is not None:  # a recording consumes the call it answered with this error
+                sent = effective.get("messages")
+                conversation = sent if type(sent) is list else []
+                rejected(ModelRequest(req.call, req.attempt, effective, conversation, req.stream), rejection)
             return self._reject(req, rejection, request_id)
-        req.input_tokens = max(1, (len(raw) + history_bytes + 3) // 4)  # estimate_tokens, inline
+        req.input_tokens = request_tokens(body, len(raw) + history_bytes)
         mreq = ModelRequest(
             call=req.call, attempt=req.attempt, body=effective, conversation=effective["messages"], stream=req.stream
         )
         answer = self.policy.reply(mreq)
+        if isinstance(answer, RecordedError):
+            return self._recorded_error(req, answer)
         reply: Reply | None
         if isinstance(answer, Reply):
             reply = answer
@@ -387,6 +396,20 @@ class SimServer:
             planned.error_event = render_error_event("overloaded_error", "Overloaded", request_id)
         return planned
 
+    def _recorded_error(self, req: Request, answer: RecordedError) -> Planned:
+        """A recorded error, served with its recorded headers and body (framing headers left to the transport)."""
+        try:
+            error = json.loads(answer.body) if answer.body else None
+        except ValueError:
+            error = None
+        rec = Response(
+            t=0.0, index=req.index, call=req.call, status=answer.status, kind="error", fault="http",
+            error=error if isinstance(error, dict) else None,
+        )
+        headers = [(k, v) for k, v in answer.headers if k.lower() not in _FRAMING_HEADERS]
+        rec.latency = answer.latency
+        return Planned(status=answer.status, headers=headers, body=answer.body, latency=answer.latency, record=rec)
+
     def _reject(self, req: Request, rejection: Rejection, request_id: str) -> Planned:
         return self._error(
             req, rejection.status, request_id, message=rejection.message, type=rejection.type,
@@ -433,12 +456,19 @@ class SimServer:
                     "thread_unsupported_request", f"{name}: cannot be changed when continuing a thread"
                 )
         new = body.get("messages")
+        if type(new) is not list:
+            # Nothing to append: the validator answers the body as sent ("messages: Field required" or
+            # "messages: Input should be a valid list"), as the real API does before looking at the thread.
+            return body, 0, None
         effective = {**stored.fields, **{k: v for k, v in body.items() if k != "messages"}}
-        effective["messages"] = [*stored.messages, *(new if isinstance(new, list) else [])]
+        effective["messages"] = [*stored.messages, *new]
         if stored.json_items < 0:
             stored.json_items = _json_items(stored.messages)
-        # len(json.dumps(stored.messages, separators=(",", ":"))): brackets, items, commas
+        # len(json.dumps(stored.messages, separators=(",", ":"))): brackets, items, commas; and the stored
+        # system and tools, which the continuation does not resend but the model reads
         history_bytes = 2 + stored.json_items + max(0, len(stored.messages) - 1)
+        if stored.fields:
+            history_bytes += len(to_json(stored.fields))
         return effective, history_bytes, None
 
     def _store_thread(self, body: dict[str, Any], effective: dict[str, Any], message: dict[str, Any]) -> None:
@@ -460,6 +490,23 @@ class SimServer:
             if parent is not None and parent.json_items >= 0 and messages[: len(parent.messages)] == parent.messages:
                 json_items = parent.json_items + _json_items(messages[len(parent.messages) :])
         self._threads[message["id"]] = _Thread(messages=messages, fields=fields, json_items=json_items)
+
+
+#: The top-level request fields that carry what the model reads; the others (model, max_tokens, stream,
+#: thinking, metadata, thread, ...) are settings and are not input tokens.
+_CONTENT_FIELDS = frozenset({"messages", "system", "tools", "tool_choice"})
+
+
+def request_tokens(body: dict[str, Any], nbytes: int) -> int:
+    """Input tokens of a request of ``nbytes`` JSON bytes: what it carries, as ``count_tokens`` counts it.
+
+    The messages, system prompt and tool definitions count (`estimate_tokens` of their bytes); the
+    settings fields do not.  So ``/v1/messages`` reports in ``usage.input_tokens`` exactly what
+    ``/v1/messages/count_tokens`` answers for the same conversation, and the count grows with the
+    history and with every tool output sent back, as the real counts do.
+    """
+    settings = {k: v for k, v in body.items() if k not in _CONTENT_FIELDS}
+    return estimate_tokens(nbytes - len(to_json(settings)) if settings else nbytes)
 
 
 def estimate_tokens(nbytes: int) -> int:

@@ -74,7 +74,8 @@ _NO_USES: list[tuple[int, int, str]] = []  # shared, never mutated
 
 _MSG_NONEMPTY_TEXT = "messages: text content blocks must be non-empty"
 _MSG_WHITESPACE_TEXT = "messages: text content blocks must contain non-whitespace text"
-_MSG_MUST_DEFINE_TOOLS = "Requests which include `tool_use` or `tool_result` blocks must define tools."
+# (The 2024 rule "Requests which include `tool_use` or `tool_result` blocks must define tools." is not
+# enforced any more: a 2026 recording with tool blocks and no `tools` was answered 200, issue 19 item 6.)
 _MSG_THINKING_FIRST = (
     "Expected `thinking` or `redacted_thinking`, but found `{found}`. When `thinking` is enabled, a final "
     "`assistant` message must start with a thinking block (preceeding the lastmost set of `tool_use` and "
@@ -86,6 +87,16 @@ _MSG_THINKING_DISABLED = (
     "When thinking is disabled, an `assistant` message in the final position cannot contain `thinking`. "
     "To use thinking blocks, enable `thinking` in your request."
 )
+# Not in wire.md: quoted from the real API's 400s in third-party production logs (a paused web search
+# sent back followed by a "Continue." user turn: "messages.1: `web_search` tool use with id srvtoolu_...
+# was found without a corresponding `web_search_tool_result` block"; the same for `code_execution`).
+# The index is the assistant message holding the call.
+_MSG_SERVER_UNANSWERED = (
+    "messages.{i}: `{name}` tool use with id {id} was found without a corresponding `{name}_tool_result` block"
+)
+# Not in wire.md: the real API's 400 as quoted verbatim (JSON body) in several third-party repositories.
+_MSG_CACHE_BREAKPOINTS = "A maximum of 4 blocks with cache_control may be provided. Found {n}."
+_MAX_BREAKPOINTS = 4
 
 # Simulator-issued thinking signatures: an HMAC over the thinking text under a
 # fixed key, so a loop that edits a thinking block before sending it back is
@@ -163,10 +174,11 @@ class ConversationValidator:
     A loop resends its whole history on every call, so validating each request from scratch costs time
     quadratic in the conversation's length.  This keeps the walk's state from the previous request: after
     its last message, or just before it when that is an assistant message (the only kind the final-message
-    rules treat specially).  When the next request's messages start with messages equal to those (usually
-    the very same objects: the simulator's parser shares the unchanged history), the walk resumes there.
-    Equal messages give the same state, so the answer is exactly `validate_messages_request`'s.  The
-    ``tools`` check is reused the same way.
+    rules treat specially).  When the next request's messages start with messages equal to those, the walk
+    resumes there.  Equal messages give the same state, so the answer is exactly `validate_messages_request`'s.
+    What is compared is what was sent: the validator keeps its own copy of the messages it walked, so a
+    caller that edits an earlier message in place (the same objects, new contents) gets a fresh walk, not
+    a stale answer.  The ``tools`` check is reused the same way (on a copy too).
 
     Example::
 
@@ -175,12 +187,14 @@ class ConversationValidator:
             rejection = validator.validate(body)
     """
 
-    __slots__ = ("_resume", "_tools", "signed_by_sim")
+    __slots__ = ("_resume", "_servertools", "_tools", "signed_by_sim")
 
     def __init__(self, *, signed_by_sim: bool = False) -> None:
         self.signed_by_sim = signed_by_sim
-        self._resume: tuple[int, list[Any], _WalkState] | None = None  # (index, messages, state before it)
-        self._tools: tuple[Any, Rejection | None] | None = None  # (tools, what _check_tools returned)
+        # (index, a copy of the messages before it as they were sent, the walk's state there)
+        self._resume: tuple[int, list[Any], _WalkState] | None = None
+        self._tools: tuple[Any, Rejection | None] | None = None  # (a copy of the tools, what _check_tools returned)
+        self._servertools: _ServerToolScan | None = None  # `_check_server_tools_and_breakpoints`'s walk so far
 
     def validate(self, body: Any) -> Rejection | None:
         """Check a ``POST /v1/messages`` body; same answer as `validate_messages_request`."""
@@ -276,6 +290,7 @@ def _validate(
         raise _fail("messages: Input should be a valid list", field="messages")
     if type(model) is not str:
         raise _fail("model: Input should be a valid string", field="model")
+    _check_fields(get, needs_max_tokens)
 
     count = len(messages)
     last = count - 1
@@ -297,6 +312,7 @@ def _validate(
     id_match = _ID_RE.fullmatch
 
     start = 0
+    resume: tuple[int, list[Any], _WalkState] | None = None
     snapshot_at = -1  # where to keep the state for the next request: after the walk, or before message last
     if memo is not None and memo.signed_by_sim == signed_by_sim:
         final = messages[last] if count else None
@@ -305,9 +321,9 @@ def _validate(
         resume = memo._resume
         if resume is not None:
             at, before, state = resume
-            # Equal messages walk to the same state; the history's very same objects compare at once.
+            # Equal messages walk to the same state; equal to the copy, so an in-place edit is seen.
             # (A state taken before an assistant message at `at` needs messages after it: at < count.)
-            if at < count and messages[:at] == before[:at]:
+            if at < count and messages[:at] == before:  # before: the copy kept of what was sent
                 start = at
                 # fmt: off
                 (turns, role_now, first, uses, results, prefix_open, prev_uses, pairing_error, block_error,
@@ -319,7 +335,7 @@ def _validate(
         message = messages[i]
         if i == snapshot_at and memo is not None:
             # fmt: off
-            memo._resume = (i, messages, (
+            memo._resume = (i, _sent_copy(messages, i, start, resume), (
                 turns[:], role_now, first, uses[:], results[:], prefix_open, prev_uses, pairing_error,
                 block_error, set(seen_ids), any_tool_block, signature_error,
             ))
@@ -389,6 +405,8 @@ def _validate(
             if type(block) is not dict:
                 raise _fail(f"messages.{i}.content.{j}: {_NOT_OBJECT}", i, j)
             btype = block.get("type")
+            if "cache_control" in block or "citations" in block:
+                _check_block_extras(block, btype, i, j)
             if btype == "tool_result":
                 substance = True
                 tool_use_id = block.get("tool_use_id")
@@ -398,6 +416,9 @@ def _validate(
                 result_content = block.get("content")
                 if type(result_content) is list:
                     _check_tool_result_content(result_content, i, j)
+                elif result_content is not None and type(result_content) is not str:
+                    # pydantic's wording for a `str | list[block]` field given neither (closest documented).
+                    raise _fail(f"messages.{i}.content.{j}.tool_result.content: Input should be a valid list", i, j)
                 any_tool_block = True
                 results.append((i, j, tool_use_id, leading))
                 continue
@@ -468,7 +489,7 @@ def _validate(
     if snapshot_at == count and memo is not None:
         # After the whole walk only closing the open turn (below) mutates anything: copy just the turns.
         # fmt: off
-        memo._resume = (count, messages, (
+        memo._resume = (count, _sent_copy(messages, count, start, resume), (
             turns[:], role_now, first, uses, results, prefix_open, prev_uses, pairing_error, block_error,
             seen_ids, any_tool_block, signature_error,
         ))
@@ -489,7 +510,7 @@ def _validate(
     else:
         tool_names_error = _check_tools(tools)
         if memo is not None:
-            memo._tools = (tools, tool_names_error)
+            memo._tools = (_copy_json(tools), tool_names_error)
 
     # Request-level semantic rules, then the conversation's, in the real API's order.
     if not count:
@@ -502,11 +523,12 @@ def _validate(
         return tool_names_error
     if block_error is not None:
         return block_error
-    if any_tool_block and not get("tools"):
-        return _rejection(_MSG_MUST_DEFINE_TOOLS, field="tools")
     # A final assistant turn with unanswered tool_use (prefill, pause_turn continuation) is accepted.
     if pairing_error is not None:
-        return pairing_error
+        return _at_merged_position(pairing_error, messages)
+    server_error = _check_server_tools_and_breakpoints(body, messages, memo)
+    if server_error is not None:
+        return server_error
     if thinking_type == "enabled" or thinking_type == "adaptive":
         thinking_error = _check_thinking_turn(turns)
         if thinking_error is not None:
@@ -516,6 +538,287 @@ def _validate(
         if thinking_error is not None:
             return thinking_error
     return signature_error
+
+
+# The request fields below (issue 19 item 7: cases a fuzzer found the real API refuses) are checked like
+# the API's schema layer checks them: at once, in pydantic's wording with the API's path style.  Real
+# texts where known (research wire.md section 2 and quoted API bodies, marked "real"), else pydantic's
+# standard message for that field type (marked "pydantic"), which is the wording the API's schema
+# errors use everywhere they are documented (``max_tokens: Field required``, ``...: Input should be a
+# valid integer``).
+_CACHE_TAGS = "'ephemeral'"
+_TOOL_CHOICE_TYPES = ("any", "auto", "none", "tool")
+_TOOL_CHOICE_TAGS = ", ".join(f"'{t}'" for t in _TOOL_CHOICE_TYPES)
+
+
+def _check_fields(get: Any, needs_max_tokens: bool) -> None:
+    """Top-level fields beyond model/messages/max_tokens: system, tool_choice, metadata, stop_sequences, ..."""
+    if needs_max_tokens and get("max_tokens") < 1:
+        # pydantic ("greater than or equal to 1"); the fuzzed real API refused 0 and negatives.  (SDK 2.x
+        # docstrings mention max_tokens 0 for cache pre-warming; the measured API answered 400.)
+        raise _fail("max_tokens: Input should be greater than or equal to 1", field="max_tokens")
+    system = get("system")
+    if system is not None and type(system) is not str:
+        if type(system) is not list:
+            raise _fail("system: Input should be a valid list", field="system")  # pydantic
+        for k, block in enumerate(system):
+            _check_system_block(block, k)
+    tool_choice = get("tool_choice")
+    if tool_choice is not None:
+        _check_tool_choice(tool_choice, get("tools"))
+    metadata = get("metadata")
+    if metadata is not None:
+        if type(metadata) is not dict:
+            raise _fail(f"metadata: {_NOT_OBJECT}", field="metadata")  # pydantic (model type)
+        user_id = metadata.get("user_id")
+        if user_id is not None and type(user_id) is not str:
+            raise _fail("metadata.user_id: Input should be a valid string", field="metadata.user_id")  # pydantic
+    stops = get("stop_sequences")
+    if stops is not None:
+        if type(stops) is not list:
+            raise _fail("stop_sequences: Input should be a valid list", field="stop_sequences")  # pydantic
+        for k, stop in enumerate(stops):
+            if type(stop) is not str:
+                raise _fail(f"stop_sequences.{k}: Input should be a valid string", field=f"stop_sequences[{k}]")
+    if get("cache_control") is not None:
+        _check_cache_control(get("cache_control"), "cache_control", "cache_control")
+
+
+def _check_system_block(block: Any, k: int) -> None:
+    where = f"system.{k}"
+    if type(block) is not dict:
+        raise _fail(f"{where}: {_NOT_OBJECT}", field=f"system[{k}]")  # pydantic (model type)
+    btype = block.get("type")
+    if btype != "text":  # system blocks are text blocks only: a literal, not a tagged union (pydantic)
+        problem = "Field required" if btype is None else "Input should be 'text'"
+        raise _fail(f"{where}.type: {problem}", field=f"system[{k}].type")
+    text = block.get("text")
+    if type(text) is not str:
+        problem = "Field required" if text is None else "Input should be a valid string"
+        raise _fail(f"{where}.text: {problem}", field=f"system[{k}].text")
+    if "cache_control" in block:
+        _check_cache_control(block["cache_control"], f"{where}.cache_control", f"system[{k}].cache_control")
+
+
+def _check_tool_choice(choice: Any, tools: Any) -> None:
+    if type(choice) is not dict:  # a bare string such as "auto" (pydantic, tagged union)
+        raise _fail(f"tool_choice: {_NOT_OBJECT}", field="tool_choice")
+    ctype = choice.get("type")
+    if ctype is None:
+        raise _fail(f"tool_choice: {_NO_TAG}", field="tool_choice")  # pydantic
+    if type(ctype) is not str or ctype not in _TOOL_CHOICE_TYPES:
+        raise _fail(  # pydantic, the same wording the API uses for block tags (real, wire.md)
+            f"tool_choice: Input tag '{ctype}' found using 'type' does not match any of the expected tags: "
+            f"{_TOOL_CHOICE_TAGS}",
+            field="tool_choice",
+        )
+    if ctype != "tool":
+        return
+    name = choice.get("name")
+    if type(name) is not str:
+        problem = "Field required" if name is None else "Input should be a valid string"
+        raise _fail(f"tool_choice.tool.name: {problem}", field="tool_choice.name")  # pydantic
+    listed = tools if type(tools) is list else []
+    names = {t.get("name") for t in listed if type(t) is dict}
+    # A toolset (MCP, browser...) brings tools by name the request does not list: nothing to check against.
+    opaque = any(type(t) is not dict or type(t.get("name")) is not str for t in listed)
+    if name not in names and not opaque:
+        # real: "Tool 'web_search' not found in provided tools" (an API 400 body quoted in proxies' tests)
+        raise _fail(f"Tool '{name}' not found in provided tools", field="tool_choice.name")
+
+
+def _check_cache_control(value: Any, where: str, field: str) -> None:
+    if value is None:
+        return
+    if type(value) is not dict:
+        raise _fail(f"{where}: {_NOT_OBJECT}", field=field)  # pydantic (tagged union)
+    ctype = value.get("type")
+    if ctype is None:
+        raise _fail(f"{where}: {_NO_TAG}", field=field)
+    if ctype != "ephemeral":
+        raise _fail(
+            f"{where}: Input tag '{ctype}' found using 'type' does not match any of the expected tags: {_CACHE_TAGS}",
+            field=field,
+        )
+
+
+def _check_block_extras(block: dict[str, Any], btype: Any, i: int, j: int) -> None:
+    """``cache_control`` on any block, ``citations`` on text and document blocks: their shapes (pydantic)."""
+    tag = btype if type(btype) is str else "block"
+    if "cache_control" in block:
+        _check_cache_control(block["cache_control"], f"messages.{i}.content.{j}.{tag}.cache_control", "cache_control")
+    citations = block.get("citations")
+    if citations is None:
+        return
+    if btype == "text" and type(citations) is not list:
+        raise _fail(f"messages.{i}.content.{j}.text.citations: Input should be a valid list", i, j, "citations")
+    if btype == "document" and type(citations) is not dict:
+        raise _fail(f"messages.{i}.content.{j}.document.citations: {_NOT_OBJECT}", i, j, "citations")
+
+
+_POSITION = re.compile(r"messages\[(\d+)\](?:\.content\[(\d+)\])?")
+
+
+def _at_merged_position(rejection: Rejection, messages: list[Any]) -> Rejection:
+    """The pairing rules run after the API merges consecutive same-role messages: name that position.
+
+    ``[user "a", user tool_result]`` is one user turn to the API, so its tool_result is at
+    ``messages.0.content.1``, not ``messages.1.content.0``.  The ``path`` keeps the position in the
+    request as sent (for reports); only the message's prefix changes.
+    """
+    found = _POSITION.fullmatch(rejection.path or "")
+    if found is None:
+        return rejection
+    i = int(found.group(1))
+    j = int(found.group(2)) if found.group(2) is not None else None
+    merged, offset, role = -1, 0, None
+    for k in range(i + 1):
+        message = messages[k]
+        kind = message.get("role")
+        content = message.get("content")
+        size = 1 if type(content) is str else len(content) if type(content) is list else 0
+        if kind == "system" or kind != role:  # a system message is its own entry and merges with nothing
+            merged, offset = merged + 1, 0
+            role = kind if kind != "system" else role
+        if k < i:
+            offset += size
+    if merged == i and offset == 0:
+        return rejection
+    text = rejection.message
+    if j is not None and text.startswith(f"messages.{i}.content.{j}:"):
+        old, new = f"messages.{i}.content.{j}", f"messages.{merged}.content.{offset + j}"
+    elif text.startswith(f"messages.{i}:"):
+        old, new = f"messages.{i}", f"messages.{merged}"
+    else:
+        return rejection
+    return Rejection(rejection.status, rejection.type, new + text[len(old) :], rejection.details, rejection.path)
+
+
+def _copy_json(value: Any) -> Any:
+    """A deep copy of parsed JSON (dicts and lists copied, the immutable leaves shared)."""
+    if type(value) is dict:
+        return {k: _copy_json(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_copy_json(v) for v in value]
+    return value
+
+
+def _sent_copy(messages: list[Any], upto: int, start: int, resume: Any) -> list[Any]:
+    """A copy of ``messages[:upto]`` as sent: the previous copy's first ``start`` (proven equal), the rest new."""
+    kept: list[Any] = resume[1][:start] if start and resume is not None else []
+    return kept + [_copy_json(m) for m in messages[len(kept) : upto]]
+
+
+class _ServerToolScan:
+    """What `_check_server_tools_and_breakpoints` knows of ``messages[:at]``: kept between requests.
+
+    ``breakpoints``: blocks with ``cache_control`` in those messages; ``unanswered``: their
+    ``server_tool_use`` blocks with no result block after them, by id -> (message, block, name).
+    """
+
+    __slots__ = ("at", "breakpoints", "messages", "unanswered")
+
+    def __init__(self, at: int, messages: list[Any], breakpoints: int, unanswered: dict[str, tuple[int, int, str]]):
+        self.at = at
+        self.messages = messages
+        self.breakpoints = breakpoints
+        self.unanswered = unanswered
+
+
+def _scan_server_tools(messages: list[Any], scan: _ServerToolScan) -> None:
+    """Walk ``messages[scan.at:]`` into ``scan`` (the messages already passed the schema checks)."""
+    breakpoints, unanswered = scan.breakpoints, scan.unanswered
+    for i in range(scan.at, len(messages)):
+        content = messages[i].get("content")
+        if type(content) is not list:
+            continue
+        for j, block in enumerate(content):
+            if type(block) is not dict:  # (a system message's blocks are not checked by the walk)
+                continue
+            if block.get("cache_control") is not None:
+                breakpoints += 1
+            btype = block.get("type")
+            if btype == "tool_result":
+                inner = block.get("content")
+                if type(inner) is list:
+                    breakpoints += sum(1 for b in inner if type(b) is dict and b.get("cache_control") is not None)
+            elif btype == "server_tool_use":
+                use_id = block.get("id")
+                if type(use_id) is str:
+                    unanswered[use_id] = (i, j, str(block.get("name")))
+            elif unanswered and type(btype) is str and btype.endswith("_tool_result"):
+                unanswered.pop(block.get("tool_use_id"), None)  # type: ignore[arg-type]
+    scan.at, scan.messages, scan.breakpoints = len(messages), messages, breakpoints
+
+
+def _check_server_tools_and_breakpoints(
+    body: dict[str, Any], messages: list[Any], memo: ConversationValidator | None
+) -> Rejection | None:
+    """A ``server_tool_use`` left without its result, and more than 4 ``cache_control`` breakpoints.
+
+    A server call with no result block after it is accepted only where the real API takes it: in the
+    final assistant turn (a ``pause_turn`` continuation: the API runs the call and its reply opens with
+    the result), or in the assistant turn right before a final user turn of nothing but ``tool_result``
+    blocks (the call in flight beside client calls).  Anything after that is a 400 naming the call
+    (pydantic-ai measured both shapes on claude-sonnet-4-5: ``test_unpaired_native_tool_calls``, whose
+    in-flight request is recorded as accepted).  ``mcp_tool_use`` is not checked (no exact text).
+
+    Breakpoints are counted as the API counts them: blocks with ``cache_control`` in ``system``, in
+    ``tools``, in every message (blocks inside a ``tool_result`` too), and the top-level automatic
+    ``cache_control``, which takes one of the four slots.
+    """
+    scan = memo._servertools if memo is not None else None
+    if scan is None or scan.at > len(messages) or messages[: scan.at] != scan.messages[: scan.at]:
+        scan = _ServerToolScan(0, messages, 0, {})
+    _scan_server_tools(messages, scan)  # what this request added to the last one's messages (all of a new one)
+    if memo is not None:
+        memo._servertools = scan
+
+    if scan.unanswered:
+        rejection = _unanswered_server_use(messages, scan.unanswered)
+        if rejection is not None:
+            return rejection
+
+    count = scan.breakpoints + (body.get("cache_control") is not None)
+    for part in (body.get("system"), body.get("tools")):
+        if type(part) is list:
+            count += sum(1 for b in part if type(b) is dict and b.get("cache_control") is not None)
+    if count > _MAX_BREAKPOINTS:
+        return _rejection(_MSG_CACHE_BREAKPOINTS.format(n=count), field="cache_control")
+    return None
+
+
+def _unanswered_server_use(messages: list[Any], unanswered: dict[str, tuple[int, int, str]]) -> Rejection | None:
+    """The rejection for the first server call left unanswered where the API does not take it, if any."""
+    # The final turn (user or assistant; system messages stand apart) and the turn before it.
+    end = len(messages)
+    k = end - 1
+    while k >= 0 and messages[k].get("role") == "system":
+        k -= 1
+    if k < 0:
+        return None
+    final_role = messages[k].get("role")
+    final_start = k
+    while final_start > 0 and messages[final_start - 1].get("role") in (final_role, "system"):
+        final_start -= 1
+    in_flight_from = end  # where an assistant turn may hold calls in flight: only before an all-results user turn
+    if final_role == "user" and all(
+        message.get("role") == "system"
+        or (type(message.get("content")) is list and all(b.get("type") == "tool_result" for b in message["content"]))
+        for message in messages[final_start:]
+    ):
+        before = final_start
+        while before > 0 and messages[before - 1].get("role") in ("assistant", "system"):
+            before -= 1
+        in_flight_from = before
+    for i, j, name in sorted(unanswered.values()):
+        if final_role == "assistant" and i >= final_start:
+            continue  # the paused turn sent back to be continued
+        if in_flight_from <= i < final_start:
+            continue  # in flight beside client calls answered by the final user turn
+        use_id = messages[i]["content"][j].get("id")
+        return _rejection(_MSG_SERVER_UNANSWERED.format(i=i, name=name, id=use_id), i, j)
+    return None
 
 
 def _is_server_block(btype: Any) -> bool:
@@ -596,6 +899,11 @@ def _check_tools(tools: Any) -> Rejection | None:
             raise _fail(f"tools.{k}: {_NOT_OBJECT}", field=f"tools[{k}]")
         ttype = tool.get("type")
         name = tool.get("name")
+        if ttype is not None and type(ttype) is not str:
+            # The tools union is tagged by `type`; a non-string tag (closest documented wording, pydantic's).
+            raise _fail(f"tools.{k}.type: Input should be a valid string", field=f"tools[{k}].type")
+        if "cache_control" in tool:
+            _check_cache_control(tool["cache_control"], f"tools.{k}.cache_control", f"tools[{k}].cache_control")
         if (ttype is None or ttype == "custom") and not _valid_custom_tool(tool):
             raise _custom_tool_error(tool, k)
         # Server tools (any other ``type``) are Anthropic's to define: they pass.

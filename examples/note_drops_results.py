@@ -1,0 +1,103 @@
+"""Defect: a note from the user that arrives during a tool turn replaces the turn.
+
+The loop takes notes the user types while it works (``inbox``) and appends
+each as the next user message.  When one arrives while tools run, it is
+appended *instead of* the assistant turn and its tool results: the tools ran
+(an email went out) but the model never hears of it, and may do it again.
+The SDK's tool runner behaves this way when a message is appended during a
+turn.  A note belongs in the same user message as the results, after them.
+
+Caught by: ``results_sent`` (tools ran, their results never reached the
+model) on ``scenarios/note-during-tools.yaml``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import anthropic
+from anthropic.types import MessageParam, ToolParam
+
+from simloop import Outcome
+
+from ._common import (
+    DEFAULT_MODEL,
+    MAX_TOKENS,
+    THINKING,
+    RunTool,
+    budgets,
+    text_of,
+    tokens_used,
+    tool_calls,
+)
+from .correct_sync import run_tools
+
+if TYPE_CHECKING:
+    from simloop import Sim
+    from simloop.scenario import Limits
+
+__all__ = ["drive", "run_agent"]
+
+
+def run_agent(
+    client: anthropic.Anthropic,
+    tools: list[ToolParam],
+    run_tool: RunTool,
+    task: str,
+    limits: Limits | None = None,
+    *,
+    model: str = DEFAULT_MODEL,
+    system: str | None = None,
+    inbox: list[str] | None = None,
+) -> Outcome:
+    """Run the task; a note in ``inbox`` (typed by the user during the first tool turn) is sent next."""
+    max_steps, deadline_s, token_budget = budgets(limits)
+    notes = inbox if inbox is not None else []
+    started = time.monotonic()
+    messages: list[MessageParam] = [{"role": "user", "content": task}]
+    used = 0
+    for step in range(max_steps):
+        if time.monotonic() - started >= deadline_s:
+            return Outcome(reason="deadline", text=f"deadline of {deadline_s:g}s reached after {step} model calls")
+        if used >= token_budget:
+            return Outcome(reason="token_budget", text=f"{used} tokens used of a budget of {token_budget}")
+        try:
+            reply = client.messages.create(
+                model=model,
+                max_tokens=MAX_TOKENS,
+                thinking=THINKING,
+                system=system or anthropic.omit,
+                tools=tools,
+                messages=messages,
+            )
+        except anthropic.APIError as exc:
+            return Outcome(reason="error", text=str(exc))
+        used += tokens_used(reply)
+        messages.append({"role": "assistant", "content": reply.content})
+
+        if reply.stop_reason in ("end_turn", "stop_sequence"):
+            return Outcome(reason="final", text=text_of(reply.content))
+        if reply.stop_reason == "pause_turn":
+            continue
+        if reply.stop_reason == "max_tokens":
+            return Outcome(reason="truncated", text=text_of(reply.content))
+        if reply.stop_reason == "refusal":
+            return Outcome(reason="refusal", text=text_of(reply.content))
+        if reply.stop_reason != "tool_use":
+            return Outcome(reason="error", text=f"unexpected stop_reason {reply.stop_reason!r}")
+        results = run_tools(tool_calls(reply), run_tool)
+        if notes:  # BUG: the note replaces the assistant turn and the results of the tools that already ran
+            messages.pop()
+            messages.append({"role": "user", "content": notes.pop(0)})
+            continue
+        messages.append({"role": "user", "content": results})
+    return Outcome(reason="max_steps", text=f"no final answer after {max_steps} model calls")
+
+
+def drive(sim: Sim) -> Outcome:
+    """simloop adapter: run this loop against the simulated API and tools."""
+    return run_agent(
+        sim.client, sim.tool_schemas, sim.run_tool, sim.task, sim.limits, model=sim.model, system=sim.system,
+        inbox=["Also mention that tracking may take a day to update."],
+    )

@@ -1,0 +1,474 @@
+"""A cassette's model calls (`Recording`), and the v1 scenario they amount to."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union
+from urllib.parse import urlsplit
+
+from simloop.cassettes._read import _FIX, CassetteError, Interaction, _describe, endpoint_by_content, load_cassette
+from simloop.errors import UsageError
+from simloop.models import RecordedError
+from simloop.scenario import (
+    API_ERRORS,
+    SERVER_TOOLS,
+    Fault,
+    MaxTokensBody,
+    PauseTurnBody,
+    Reply,
+    Scenario,
+    ServerToolCall,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
+from simloop.wire.render import Turn, turn_from_message, turn_from_sse
+
+# =========================================================================== the recording as calls
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedCall:
+    """One recorded ``POST /v1/messages``: the request body and what the API answered.
+
+    ``answer`` is what a replay serves: the exact `Turn` for a 200, the recorded status, headers and
+    body (`RecordedError`) for an error status, a `Reply` error for a stream that failed mid-way.
+    ``reply`` is the same answer in the scenario format
+    (None when v1 scenarios cannot script it: a 4xx other than 429).  ``latency`` comes from the
+    recorded timing headers (``x-envoy-upstream-service-time``, ``server-timing``), 0.0 without them.
+    """
+
+    interaction: int
+    request: dict[str, Any]
+    answer: Turn | Reply | RecordedError
+    reply: Reply | None
+    latency: float = 0.0
+
+    @property
+    def kind(self) -> str:
+        """The answer's kind: a stop reason, ``error <status>``, or ``cut``."""
+        if isinstance(self.answer, Turn):
+            return str(self.answer.stop_reason or "cut")
+        if isinstance(self.answer, RecordedError):
+            return f"error {self.answer.status}"
+        return f"error {self.answer.error}"
+
+
+@dataclass(slots=True)
+class Recording:
+    """A cassette's model calls, and the scenario it amounts to (see `load_recording`).
+
+    ``notes`` lists what the scenario approximates (blocks v1 replies cannot express, dropped calls).
+    """
+
+    source: str
+    calls: list[RecordedCall]
+    scenario: Scenario
+    notes: list[str] = field(default_factory=list)
+    other: int = 0  # interactions that are not model calls (count_tokens, other hosts)
+
+    def with_kinds(self, kinds: Mapping[str, str]) -> Recording:
+        """The same recording, its tools' kinds set from ``kinds`` (name -> ``read``/``write``)."""
+        tools = [t.model_copy(update={"kind": kinds.get(t.name, t.kind)}) for t in self.scenario.tools]
+        scenario = Scenario.model_validate({**self.scenario.model_dump(), "tools": tools})
+        return Recording(self.source, self.calls, scenario, list(self.notes), self.other)
+
+    def __repr__(self) -> str:
+        return f"Recording({self.source!r}, {len(self.calls)} model calls)"
+
+
+Source = Union[str, "os.PathLike[str]", Sequence[Interaction], Recording]
+
+# A tool whose name starts with one of these verbs is taken for a write (``send_email``, ``issueRefund``).
+_WRITE_VERBS = frozenset({
+    "send", "write", "create", "delete", "remove", "update", "post", "pay", "refund", "charge", "transfer", "book",
+    "cancel", "submit", "email", "insert", "upload", "publish", "deploy", "issue", "purchase", "save", "set", "put",
+    "patch", "move", "rename", "approve", "reply", "add", "edit", "execute", "place", "schedule", "notify",
+})
+
+
+def guess_kind(name: str) -> str:
+    """``write`` when the tool's name starts with a verb that changes the world (``send_email``), else ``read``."""
+    first = re.split(r"[_\-\s.]|(?<=[a-z0-9])(?=[A-Z])", name, maxsplit=1)[0].lower()
+    return "write" if first in _WRITE_VERBS else "read"
+
+
+def load_recording(
+    source: Source, *, kinds: Mapping[str, str] | None = None, name: str | None = None
+) -> Recording:
+    """Read a cassette's model calls and derive its scenario.
+
+    ``source`` is a cassette path, a list of `Interaction`, or a `Recording` (returned as is).
+    ``kinds`` maps tool names to ``read``/``write`` (the oracle treats writes specially); tools not
+    named are guessed from their names (``send_email``, ``issue_refund`` are writes).
+
+    Raises:
+        CassetteError: the file cannot be read, or a 200 answer is not a Message.
+    """
+    bad = {k: v for k, v in (kinds or {}).items() if v not in ("read", "write")}
+    if bad:
+        raise UsageError(f"kinds={bad!r}: a tool's kind is 'read' or 'write' (a completed write must never run twice)")
+    if isinstance(source, Recording):
+        return source.with_kinds(kinds) if kinds else source
+    if isinstance(source, (str, os.PathLike)):
+        label = os.fspath(source)
+        interactions = load_cassette(source)
+    else:
+        interactions = list(source)
+        label = "<interactions>"
+    calls: list[RecordedCall] = []
+    notes: list[str] = []
+    for item in interactions:
+        if item.is_model_call:
+            calls.append(_call(label, item, notes))
+    other = len(interactions) - len(calls)
+    if not calls:
+        notes.append(_why_empty(interactions))
+    scenario = _scenario(label, calls, notes, kinds=kinds or {}, name=name)
+    return Recording(source=label, calls=calls, scenario=scenario, notes=notes, other=other)
+
+
+def _why_empty(interactions: Sequence[Interaction]) -> str:
+    """Why a cassette yields no model call, by what its interactions are."""
+    if not interactions:
+        return "the cassette holds no interaction at all, so the scenario has no reply"
+    kinds: dict[str, int] = {}
+    for item in interactions:
+        endpoint = endpoint_by_content(item) if item.uri_hidden else None
+        if endpoint == "/v1/complete" or (not item.uri_hidden and item.request.path.rstrip("/") == "/v1/complete"):
+            what = "legacy Text Completions call(s) (POST /v1/complete), which simloop does not simulate"
+        elif endpoint is not None or item.request.path.rstrip("/") == "/v1/messages/count_tokens":
+            what = "count_tokens call(s) (no model reply)"
+        elif item.uri_hidden:
+            what = "call(s) with a redacted URI whose body and response are not a Messages API call"
+        else:
+            parts = urlsplit(item.request.uri)
+            what = f"{item.request.method.upper()} {parts.hostname or ''}{parts.path} call(s) (not the Messages API)"
+        kinds[what] = kinds.get(what, 0) + 1
+    found = "; ".join(f"{n} {what}" for what, n in kinds.items())
+    return f"no POST /v1/messages call in the cassette, so the scenario has no reply: it holds {found}"
+
+
+def _call(label: str, item: Interaction, notes: list[str]) -> RecordedCall:
+    where = f"{label}: interaction {item.index}"
+    request = item.request.json()
+    if not isinstance(request, dict):
+        request = {}
+    response = item.response
+    latency = _latency(response.headers)
+    answer: Turn | Reply
+    if response.status != 200:
+        reply = _error_reply(response.status, response.headers, latency)
+        if reply is None:
+            notes.append(
+                f"interaction {item.index}: the recorded {response.status} is not a v1 scenario reply "
+                "(the simulator answers invalid requests itself); left out"
+            )
+        headers = tuple((k, v) for k, values in response.headers.items() for v in values)
+        recorded = RecordedError(response.status, headers, response.body, latency)
+        return RecordedCall(item.index, request, recorded, reply, latency)
+    if response.is_sse:
+        if re.search(rb"^event:\s*error\s*$", response.body, re.MULTILINE):
+            answer = Reply(error="stream_error", latency=latency)
+            return RecordedCall(item.index, request, answer, answer, latency)
+        try:
+            turn = turn_from_sse(response.body)
+        except (ValueError, KeyError, IndexError) as exc:
+            raise CassetteError(f"{where}: the recorded stream is not a Messages stream ({exc}).{_FIX}") from exc
+    else:
+        message = response.json()
+        if not isinstance(message, dict) or message.get("type") != "message":
+            raise CassetteError(
+                f"{where}: a 200 answer to POST /v1/messages must be a Message JSON object, found "
+                f"{_describe(message)}.{_FIX}"
+            )
+        turn = turn_from_message(message)
+    reply = reply_of_turn(turn, latency=latency, notes=notes, where=f"interaction {item.index}")
+    return RecordedCall(item.index, request, turn, reply, latency)
+
+
+def _latency(headers: Mapping[str, list[str]]) -> float:
+    for value in headers.get("x-envoy-upstream-service-time", ()):
+        with contextlib.suppress(ValueError):
+            return round(max(0.0, float(value)) / 1000.0, 3)
+    for value in headers.get("server-timing", ()):
+        found = re.search(r"dur=([0-9.]+)", value)
+        if found:
+            return round(float(found.group(1)) / 1000.0, 3)
+    return 0.0
+
+
+def _error_reply(status: int, headers: Mapping[str, list[str]], latency: float) -> Reply | None:
+    """A recorded error status as a v1 scenario reply (None for the 4xx scenarios cannot script)."""
+    scripted = [code for code in API_ERRORS if isinstance(code, int)]
+    if status in scripted:
+        retry_after: float | None = None
+        if status == 429:
+            for value in headers.get("retry-after", ()):
+                with contextlib.suppress(ValueError):
+                    retry_after = float(value) if float(value) > 0 else None
+        return Reply(error=status, latency=latency, retry_after=retry_after)  # type: ignore[arg-type]
+    if status >= 500:
+        return Reply(error=500, latency=latency)
+    return None
+
+
+_SERVER_BLOCK_HINT = "v1 replies carry text, client tool calls and web search, fetch and code execution calls only"
+
+
+def reply_of_turn(
+    turn: Turn, *, latency: float = 0.0, notes: list[str] | None = None, where: str = "a reply"
+) -> Reply:
+    """A recorded `Turn` as a v1 scenario reply (kinds, text, tool calls, thinking, usage, latency).
+
+    Text blocks are joined with a blank line; server tool calls with their results become
+    ``server_tools`` (before the text), a paused server call the ``pause_turn``'s
+    ``server_tool_use``; a result answering a call of an earlier reply is left to the replay (the
+    simulator answers a paused call first); MCP, compaction and other blocks v1 replies cannot
+    express are left out (noted in ``notes``).
+    """
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    thinking: str | None = None
+    dropped: list[str] = []
+    server_uses: dict[str, tuple[str, Any]] = {}  # server calls without their result yet, by id
+    server_calls: list[ServerToolCall] = []
+    for block in turn.content:
+        kind = block.get("type")
+        if kind == "server_tool_use" and block.get("name") in SERVER_TOOLS:
+            server_uses[str(block.get("id"))] = (str(block.get("name")), block.get("input"))
+            continue
+        if isinstance(kind, str) and kind.endswith("_tool_result") and kind != "tool_result":
+            use = server_uses.pop(str(block.get("tool_use_id")), None)
+            if use is not None and kind == f"{use[0]}_tool_result":
+                args = use[1] if isinstance(use[1], dict) else {}
+                server_calls.append(
+                    ServerToolCall.model_validate({"name": use[0], "input": args, "result": _without_none(block.get("content"))})
+                )
+                continue
+            if use is None and block.get("tool_use_id") is not None:
+                continue  # the continuation's answer to an earlier reply's paused call: the replay makes it
+        if kind == "text":
+            texts.append(str(block.get("text") or ""))
+        elif kind == "tool_use":
+            value = block.get("input")
+            if "partial_json" in block:
+                value = _partial(block["partial_json"])
+            calls.append(ToolCall(name=str(block.get("name")), input=value if isinstance(value, dict) else {}))
+        elif kind == "thinking":
+            if thinking is None:
+                thinking = str(block.get("thinking") or "")
+        else:
+            dropped.append(str(kind))
+    paused = None
+    if server_uses and turn.stop_reason == "pause_turn":  # the call the turn paused in
+        name, args = server_uses.pop(list(server_uses)[-1])
+        paused = ServerToolCall.model_validate({"name": name, "input": args if isinstance(args, dict) else {}})
+    dropped.extend("server_tool_use" for _ in server_uses)
+    if dropped and notes is not None:
+        notes.append(f"{where}: {', '.join(sorted(set(dropped)))} block(s) left out ({_SERVER_BLOCK_HINT})")
+    text = "\n\n".join(t for t in texts if t)
+    usage = _usage(turn.usage)
+    common: dict[str, Any] = {"latency": latency, "usage": usage, "thinking": thinking or None}
+    if server_calls and turn.stop_reason in ("end_turn", "tool_use", "pause_turn"):
+        common["server_tools"] = server_calls
+    elif server_calls and notes is not None:
+        notes.append(f"{where}: server tool calls left out (a {turn.stop_reason} reply has none in v1)")
+    if paused is not None:
+        return Reply(pause_turn=PauseTurnBody(text=text.rstrip(), server_tool_use=paused), **common)
+    stop = turn.stop_reason
+    if stop is None:
+        return Reply(error="stream_cut", latency=latency)
+    if stop == "tool_use" and calls:
+        return Reply(tool_use=calls, text=text or None, **common)
+    if stop == "max_tokens":
+        body: str | MaxTokensBody = MaxTokensBody(text=text, tool_use=calls) if calls else text
+        return Reply(max_tokens=body, **common)
+    if stop == "stop_sequence":
+        return Reply(stop_sequence=text, sequence=turn.stop_sequence, **common)
+    if stop == "refusal":
+        return Reply(refusal=text, **common)
+    if stop == "pause_turn":
+        return Reply(pause_turn=text.rstrip(), **common)
+    if stop not in ("end_turn", "tool_use") and notes is not None:
+        notes.append(f"{where}: stop_reason {stop!r} has no v1 reply kind; written as end_turn")
+    return Reply(end_turn=text, **common)
+
+
+def _without_none(value: Any) -> Any:
+    """A result without its null fields (they carry nothing, and a parse and dump adds them)."""
+    if isinstance(value, dict):
+        return {k: _without_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_none(v) for v in value]
+    return value
+
+
+def _partial(text: str) -> Any:
+    import jiter
+
+    try:
+        return jiter.from_json(text.encode(), partial_mode=True) if text else {}
+    except ValueError:
+        return {}
+
+
+def _usage(usage: Mapping[str, Any] | None) -> Usage | None:
+    if not usage:
+        return None
+    inp, out = usage.get("input_tokens"), usage.get("output_tokens")
+    if not isinstance(inp, int) and not isinstance(out, int):
+        return None
+    return Usage(input_tokens=inp if isinstance(inp, int) else None, output_tokens=out if isinstance(out, int) else None)
+
+
+# --------------------------------------------------------------------------- the scenario
+
+
+def _scenario(
+    label: str, calls: list[RecordedCall], notes: list[str], *, kinds: Mapping[str, str], name: str | None
+) -> Scenario:
+    first = calls[0].request if calls else {}
+    task = _task(first, notes)
+    system = _system(first.get("system"))
+    tools = _tools(first.get("tools"), calls, notes, kinds)
+    names = {t.name for t in tools}
+    faults = [f for f in _tool_faults(calls) if f.tool in names]
+    replies = [c.reply for c in calls if c.reply is not None]
+    stem = _stem(label)
+    return Scenario(
+        name=name or stem, task=task, system=system, tools=tools, model=replies, then="fail", faults=faults,
+    )
+
+
+def _stem(path: str | os.PathLike[str]) -> str:
+    """``test_x[claude-4.5]`` for ``…/test_x[claude-4.5].yaml.gz``."""
+    return Path(path).name.removesuffix(".gz").removesuffix(".yaml").removesuffix(".yml") or "recording"
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n\n".join(str(b.get("text")) for b in content if isinstance(b, dict) and b.get("type") == "text")
+    return ""
+
+
+def _task(request: Mapping[str, Any], notes: list[str]) -> str:
+    messages = request.get("messages")
+    if isinstance(messages, list) and messages and isinstance(messages[0], dict):
+        first = messages[0]
+        text = _text_of(first.get("content")) if first.get("role") == "user" else ""
+        if text:
+            return text
+    if request:
+        notes.append("the first request does not start with a user text message; the task is a placeholder")
+    return "Do the task."
+
+
+def _system(system: Any) -> str | None:
+    text = _text_of(system)
+    return text or None
+
+
+def _tools(
+    raw: Any, calls: list[RecordedCall], notes: list[str], kinds: Mapping[str, str]
+) -> list[ToolSpec]:
+    results = _tool_results(calls)
+    specs: list[ToolSpec] = []
+    skipped: list[str] = []
+    for tool in raw if isinstance(raw, list) else []:
+        if not isinstance(tool, dict):
+            continue
+        name, schema = tool.get("name"), tool.get("input_schema")
+        if not isinstance(name, str) or not isinstance(schema, dict) or schema.get("type") != "object":
+            skipped.append(str(tool.get("name") or tool.get("type")))
+            continue
+        kind = kinds.get(name) or guess_kind(name)
+        try:
+            specs.append(ToolSpec(
+                name=name, kind=kind,  # type: ignore[arg-type]
+                description=str(tool.get("description") or ""), input_schema=schema,
+                results=results.get(name) or None,
+            ))
+        except ValueError:
+            skipped.append(name)
+    if skipped:
+        notes.append(f"tools without an input schema left out: {', '.join(skipped)} (server tools, built-in client tools)")
+    return specs
+
+
+def _executions(calls: list[RecordedCall]) -> list[tuple[str, str | None, bool]]:
+    """Every client tool call the recording answers, in order: (tool, output, is_error)."""
+    results: dict[str, tuple[str | None, bool]] = {}
+    for call in calls:
+        for message in call.request.get("messages") or []:
+            content = message.get("content") if isinstance(message, dict) else None
+            for block in content if isinstance(content, list) else []:
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    raw = block.get("content")
+                    text = raw if isinstance(raw, str) else (_text_of(raw) if isinstance(raw, list) else None)
+                    results[str(block.get("tool_use_id"))] = (text, bool(block.get("is_error")))
+    out: list[tuple[str, str | None, bool]] = []
+    for call in calls:
+        if isinstance(call.answer, Turn) and call.answer.stop_reason == "tool_use":
+            for block in call.answer.content:
+                if block.get("type") == "tool_use" and str(block.get("id")) in results:
+                    text, is_error = results[str(block.get("id"))]
+                    out.append((str(block.get("name")), text, is_error))
+    return out
+
+
+def _tool_results(calls: list[RecordedCall]) -> dict[str, list[str]]:
+    by_tool: dict[str, list[str]] = {}
+    for tool, text, _ in _executions(calls):
+        by_tool.setdefault(tool, []).append(text or "")
+    return by_tool
+
+
+def _tool_faults(calls: list[RecordedCall]) -> list[Fault]:
+    faults: list[Fault] = []
+    nth: dict[str, int] = {}
+    for tool, _, is_error in _executions(calls):
+        nth[tool] = nth.get(tool, 0) + 1
+        if is_error:
+            faults.append(Fault(tool=tool, kind="raise", call=nth[tool]))
+    return faults
+
+
+def to_scenario(source: Source, *, kinds: Mapping[str, str] | None = None, name: str | None = None) -> Scenario:
+    """A recording as a v1 scenario that reproduces its replies (see `load_recording`).
+
+    The task is the first user message, the tools come from the first request (with the outputs the
+    recording shows, and a ``raise`` fault where a result was an error), the replies are the recorded
+    answers in order with their latencies, usage and thinking, ``then: fail``.
+
+    Example::
+
+        scenario = simloop.cassettes.to_scenario("tests/cassettes/test_agent/test_refund.yaml")
+        with simloop.Sim(scenario) as sim: ...
+    """
+    return load_recording(source, kinds=kinds, name=name).scenario
+
+
+def convert(
+    source: str | os.PathLike[str], out: str | os.PathLike[str] | None = None, *, kinds: Mapping[str, str] | None = None
+) -> Path:
+    """Write a cassette's scenario as a YAML file (default: next to it, ``.scenario.yaml``); returns the path.
+
+    The file starts with a comment naming the cassette and what the scenario approximates.
+    """
+    recording = load_recording(source, kinds=kinds)
+    src = Path(source)
+    target = Path(out) if out is not None else src.with_name(_stem(src) + ".scenario.yaml")
+    header = [f"# Converted by simloop from the cassette {src.name} ({len(recording.calls)} model calls)."]
+    header += [f"#   note: {line}" for line in recording.notes]
+    header.append("# Replay it with simloop.replay(drive, this_file), or edit it into the test you want.")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("\n".join(header) + "\n" + recording.scenario.to_yaml(), encoding="utf-8")
+    return target

@@ -1,0 +1,171 @@
+"""The invariant catalogue (docs/design.md, Invariants): pure functions from a `Transcript` to violations.
+
+Each invariant is a function ``Transcript -> list[Violation]``.  They read the
+recorded run only and never import the simulator, so a transcript written to
+disk (or built by hand in a test) is checked exactly like a live one, and a new
+invariant is one more function in `CATALOGUE`.
+
+Conventions shared by every invariant:
+
+* A *step* is a logical model call: a `Request` to ``/v1/messages``, numbered
+  by ``Request.call``.  SDK retries keep the call number, so they count once.
+* A violation names the step, a message path (``messages[4].content[0]``)
+  when there is one, and says what a correct loop does instead.
+* Rules only flag clear faults.  A loop may stop early for its own reasons;
+  it may not claim a reason the transcript contradicts.
+
+Example::
+
+    report = check(transcript)                      # every invariant
+    report = check(transcript, invariants=["pairing", "no_rerun"])
+    report.raise_for_violations()                   # InvariantViolation if any
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from simloop.errors import InvariantViolation, SimloopInternalError, UsageError
+from simloop.invariants import _base
+from simloop.invariants._base import MESSAGES_PATH as MESSAGES_PATH
+from simloop.invariants._base import REASONS, Invariant, Violation
+from simloop.invariants.conversation import _walk as _walk  # the pairing walk, for its property test
+from simloop.invariants.conversation import pairing, request_valid
+from simloop.invariants.execution import no_rerun, results_sent, results_together, tool_errors
+from simloop.invariants.exits import crash, no_work_after_return
+from simloop.invariants.honesty import honest_outcome, refusal, truncation
+from simloop.invariants.stopping import limits, stops
+from simloop.scenario import INVARIANT_IDS
+from simloop.transcript import Transcript
+
+__all__ = ["CATALOGUE", "REASONS", "Invariant", "Report", "Violation", "check"]
+
+Violation.__module__ = __name__  # its public home (defined in the private _base, which the families share)
+
+
+@dataclass
+class Report:
+    """The result of `check`: the violations found and the invariant ids that were checked."""
+
+    violations: list[Violation]
+    checked: tuple[str, ...]
+    transcript: Transcript | None = field(default=None, repr=False)
+    examples: int | None = None  # how many runs `verify` tried (None for a single check)
+
+    @property
+    def ok(self) -> bool:
+        """True when no checked invariant was violated."""
+        return not self.violations
+
+    def raise_for_violations(self) -> None:
+        """Raise `simloop.InvariantViolation` (an AssertionError) listing every violation; do nothing if ok."""
+        if self.violations:
+            raise InvariantViolation(str(self), violations=list(self.violations))
+
+    def __str__(self) -> str:
+        run = ""
+        if self.transcript is not None:
+            run = f" in scenario {self.transcript.header.scenario!r} (seed {self.transcript.header.seed})"
+        if self.ok:
+            return f"simloop: all {len(self.checked)} invariants hold{run}: {', '.join(self.checked)}"
+        broken = list(dict.fromkeys(v.invariant for v in self.violations))
+        head = (
+            f"simloop: {len(self.violations)} violation(s) of {len(broken)} invariant(s){run} "
+            f"({', '.join(broken)}; {len(self.checked)} checked)"
+        )
+        return "\n".join([head, *(f"  {v}" for v in self.violations)])
+
+
+
+# -- the catalogue and check() ----------------------------------------------------------------------------------
+
+CATALOGUE: dict[str, Invariant] = {
+    "stops": stops,
+    "pairing": pairing,
+    "request_valid": request_valid,
+    "no_rerun": no_rerun,
+    "truncation": truncation,
+    "refusal": refusal,
+    "honest_outcome": honest_outcome,
+    "limits": limits,
+    "tool_errors": tool_errors,
+    "no_work_after_return": no_work_after_return,
+    "crash": crash,
+    "results_sent": results_sent,
+    "results_together": results_together,
+}
+if tuple(CATALOGUE) != INVARIANT_IDS:  # pragma: no cover - a development-time consistency check
+    raise SimloopInternalError("simloop.invariants.CATALOGUE is out of step with scenario.INVARIANT_IDS")
+
+
+def _resolve(invariants: Iterable[str] | None) -> tuple[str, ...]:
+    known = ", ".join(CATALOGUE)
+    if invariants is None:
+        return tuple(CATALOGUE)
+    if isinstance(invariants, str):
+        raise UsageError(f"invariants= takes a list of ids, not the string {invariants!r}; try [{invariants!r}]")
+    wanted = list(invariants)
+    for name in wanted:
+        if name not in CATALOGUE:
+            close = difflib.get_close_matches(str(name), CATALOGUE, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise UsageError(
+                f"unknown invariant id {name!r}{hint}; the known ids are: {known}. "
+                "Pass a subset of them as invariants=, or None to check all."
+            )
+    return tuple(i for i in CATALOGUE if i in wanted)
+
+
+def check(transcript: Transcript, *, invariants: Iterable[str] | None = None) -> Report:
+    """Check a transcript against the catalogue (all invariants, or the ids in ``invariants``).
+
+    Returns a `Report`; raises `simloop.UsageError` for an unknown invariant id.
+    A fault two checked invariants both see is reported once (see `_fold_overlaps`).
+
+    Example: ``check(sim.transcript, invariants=["pairing"]).raise_for_violations()``
+    """
+    if not isinstance(transcript, Transcript):
+        raise UsageError(
+            f"check() takes a simloop Transcript, got {type(transcript).__name__}; "
+            "pass sim.transcript or Transcript.read(path)"
+        )
+    ids = _resolve(invariants)
+    try:
+        violations = _fold_overlaps([v for i in ids for v in CATALOGUE[i](transcript)])
+    finally:
+        _base._LAST_VIEW[0] = None  # the view holds the transcript: keep it no longer than the caller does
+    return Report(violations, ids, transcript)
+
+
+def _fold_overlaps(violations: list[Violation]) -> list[Violation]:
+    """Report one fault once when two checked invariants both see it (each still sees it when checked alone).
+
+    "final after a max_tokens reply" stays under ``truncation``; a failed tool
+    whose tool_result is missing altogether stays under ``pairing``; a tool's
+    exception that escaped the loop stays under ``tool_errors`` (not ``crash``);
+    a result that never reached the model stays under ``pairing`` (its tool_use
+    is left unanswered), ``tool_errors`` (the tool raised) or ``truncation`` (the
+    tool should not have run), and is ``results_sent``'s only when none sees it.
+    """
+    cut_final = any(v.invariant == "truncation" and v.evidence.get("last_stop_reason") for v in violations)
+    missing = {
+        v.evidence.get("tool_use_id")
+        for v in violations
+        if v.invariant == "pairing" and v.evidence.get("kind") == "missing_result"
+    }
+    escaped = any(v.invariant == "tool_errors" and v.evidence.get("kind") == "escaped" for v in violations)
+    seen_elsewhere = missing | {
+        v.evidence.get("tool_use_id")
+        for v in violations
+        if (v.invariant == "tool_errors" and v.evidence.get("kind") == "unreported") or v.invariant == "truncation"
+    }
+    return [
+        v for v in violations
+        if not (v.invariant == "honest_outcome" and cut_final and v.evidence.get("last_stop_reason") == "max_tokens")
+        and not (v.invariant == "tool_errors" and v.evidence.get("kind") == "unreported"
+                 and v.evidence.get("tool_use_id") in missing)
+        and not (v.invariant == "crash" and escaped)
+        and not (v.invariant == "results_sent" and seen_elsewhere & set(v.evidence.get("dropped", ())))
+    ]

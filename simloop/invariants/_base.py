@@ -1,0 +1,207 @@
+"""The shared ground of the invariants: `Violation`, and the positional view of a transcript.
+
+Private: the family modules read a transcript through `_View` (event positions
+and lookups, built once per transcript and shared by the invariants that `check`
+runs one after another) and report through `Violation` (public as
+``simloop.invariants.Violation``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from simloop.transcript import OutcomeEvent, Request, Response, ToolEnd, ToolStart, Transcript
+
+__all__ = ["MESSAGES_PATH", "REASONS", "Invariant", "Split", "Violation"]
+
+#: The outcome reasons a loop may declare (docs/design.md, Outcome reasons).
+REASONS = (
+    "final", "max_steps", "deadline", "aborted", "error_budget", "token_budget", "refusal", "truncated",
+    "repetition", "error",
+)
+MESSAGES_PATH = "/v1/messages"
+_FINAL_STOPS = ("end_turn", "stop_sequence")
+# Body fields a loop may change when it resends a request without making it a different request.
+_VOLATILE_BODY = frozenset({"messages", "stream", "metadata", "max_tokens"})
+_SIZE_HINTS = ("prompt is too long", "context window", "request_too_large", "too large")
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One broken invariant: which (an id from docs/design.md, Invariants), what and where, and the evidence.
+
+    ``step`` is the logical model call (1-based) where it happened, or None.
+    ``evidence`` holds the transcript coordinates: ``request`` (a request index),
+    ``path``, ``tool_use_id``, ``tool``, ``exec`` (a tool execution number)...
+    """
+
+    invariant: str
+    message: str
+    step: int | None = None
+    evidence: dict[str, Any] = field(default_factory=dict, hash=False)  # hashable without it, for sets
+
+    def __str__(self) -> str:
+        where = [f"step {self.step}"] if self.step is not None else []
+        if self.evidence.get("path"):
+            where.append(str(self.evidence["path"]))
+        return f"[{self.invariant}] " + (", ".join(where) + ": " if where else "") + self.message
+
+
+Invariant = Callable[[Transcript], list[Violation]]
+
+
+# -- a positional view of the transcript, shared by the invariants ----------------------------------------------
+
+
+@dataclass
+class _View:
+    """Event positions and lookups the invariants need (built per call: invariants stay pure)."""
+
+    t: Transcript
+    size: int  # len(t.events) when built: a transcript only grows, so the same size is the same view
+    model_requests: list[tuple[int, Request]] = field(default_factory=list)
+    request_at: dict[int, Request] = field(default_factory=dict)  # request index -> request
+    replies: list[tuple[int, Response]] = field(default_factory=list)  # model replies that arrived
+    starts: list[tuple[int, ToolStart]] = field(default_factory=list)
+    ends: dict[int, tuple[int, ToolEnd]] = field(default_factory=dict)  # exec -> (position, end)
+    issued: dict[str, tuple[int, Response]] = field(default_factory=dict)  # tool_use id -> its reply
+    outcome_pos: int | None = None
+    _inputs: dict[int, str] = field(default_factory=dict)  # exec -> canonical input
+
+    def step_at(self, pos: int) -> int | None:
+        """The logical model call in progress at event position ``pos`` (the last one sent before it)."""
+        i = bisect.bisect_right(self.model_requests, pos, key=lambda pr: pr[0])
+        return self.model_requests[i - 1][1].call if i else None
+
+    @property
+    def outcome(self) -> OutcomeEvent | None:
+        return self.t.outcome
+
+    def before_outcome(self, pos: int) -> bool:
+        return self.outcome_pos is None or pos < self.outcome_pos
+
+    def input_of(self, s: ToolStart) -> str:
+        """The execution's input in canonical JSON (memoised: the rerun checks compare executions pairwise)."""
+        canon = self._inputs.get(s.exec)
+        if canon is None:
+            canon = self._inputs[s.exec] = _canon(s.input)
+        return canon
+
+    @property
+    def result_sent(self) -> dict[str, int]:
+        """tool_use id -> position of the first model request that carries a tool_result for it."""
+        return self._results[0]
+
+    @property
+    def split_results(self) -> list[Split]:
+        """The assistant turns whose tool_results went back in more than one user message, each once."""
+        return self._results[1]
+
+    @functools.cached_property
+    def _results(self) -> tuple[dict[str, int], list[Split]]:
+        """One walk over the results the requests carry: where each first went, and the turns split apart.
+
+        A loop resends its history with each request, so only the messages a request adds to the previous
+        one are walked; what the last assistant turn has gathered so far is carried over (a split shows
+        when a later request adds a second user message with that turn's results).
+        """
+        first: dict[str, int] = {}
+        splits: list[Split] = []
+        split_ids: set[str] = set()
+        walked: list[Any] = []
+        turn: tuple[int, list[str]] | None = None  # the last assistant message: index, tool_use ids
+        carrying: list[int] = []  # the user messages after it that carry its results
+        for pos, r in self.model_requests:
+            conversation = r.conversation
+            # the history the last request sent (the same objects, usually) holds no result not recorded yet
+            n = len(walked) if conversation[: len(walked)] == walked else 0
+            if n == 0:
+                turn, carrying = None, []
+            walked = conversation
+            for i in range(n, len(conversation)):
+                m = conversation[i]
+                content = m.get("content") if isinstance(m, dict) else None
+                if not isinstance(content, list):
+                    if isinstance(m, dict) and m.get("role") == "assistant":
+                        turn, carrying = None, []
+                    continue
+                if m.get("role") == "assistant":
+                    uses = [str(b.get("id")) for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
+                    turn, carrying = ((i, uses) if uses else None), []
+                    continue
+                answers = False
+                for b in content:
+                    if isinstance(b, dict) and b.get("type") == "tool_result":
+                        uid = b.get("tool_use_id")
+                        first.setdefault(uid, pos)  # type: ignore[arg-type]
+                        answers = answers or (turn is not None and uid in turn[1])
+                if answers and turn is not None:
+                    carrying.append(i)
+                    if len(carrying) > 1 and turn[1][0] not in split_ids:
+                        split_ids.add(turn[1][0])
+                        splits.append(Split(r, turn[0], turn[1], carrying))  # the list grows with later messages
+        return first, splits
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """An assistant turn (``messages[index]``, its tool_use ``uses``) whose results went back in several user
+    messages (``carrying``, their indices), first seen in ``request``."""
+
+    request: Request
+    index: int
+    uses: list[str]
+    carrying: list[int]
+
+
+def _view(t: Transcript) -> _View:
+    """The view of ``t`` as it is now: built once and shared by the invariants checked one after another."""
+    cached = _LAST_VIEW[0]
+    if cached is not None and cached.t is t and cached.size == len(t.events):
+        return cached
+    v = _build_view(t)
+    _LAST_VIEW[0] = v
+    return v
+
+
+_LAST_VIEW: list[_View | None] = [None]  # one entry: `check` runs the invariants over one transcript in turn
+
+
+def _build_view(t: Transcript) -> _View:
+    v = _View(t, size=len(t.events))
+    for pos, e in enumerate(t.events):
+        if isinstance(e, Request):
+            v.request_at[e.index] = e
+            if e.path == MESSAGES_PATH:
+                v.model_requests.append((pos, e))
+        elif isinstance(e, Response) and _is_reply(e):
+            req = v.request_at.get(e.index)
+            if req is None or req.path == MESSAGES_PATH:
+                v.replies.append((pos, e))
+                for block in e.tool_uses:
+                    v.issued.setdefault(str(block.get("id")), (pos, e))
+        elif isinstance(e, ToolStart):
+            v.starts.append((pos, e))
+        elif isinstance(e, ToolEnd):
+            v.ends[e.exec] = (pos, e)
+        elif isinstance(e, OutcomeEvent):
+            v.outcome_pos = pos
+    return v
+
+
+def _is_reply(r: Response) -> bool:
+    return r.kind not in ("error", "rejected") and r.stop_reason is not None
+
+
+def _canon(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr)
+
+
+def _is_write(t: Transcript, s: ToolStart) -> bool:
+    return t.header.tools.get(s.tool, s.kind) == "write"
+

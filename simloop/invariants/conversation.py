@@ -1,0 +1,235 @@
+"""The requests the loop builds: `pairing` (tool_use/tool_result pairing, with its resumable walk) and
+`request_valid` (every other rule the real API enforces with a 400)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from simloop.invariants._base import _SIZE_HINTS, Violation
+from simloop.transcript import Response, Transcript
+
+__all__ = ["pairing", "request_valid"]
+
+# -- pairing ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Offence:
+    kind: str  # missing_result | result_not_first | orphan_result | duplicate_result | duplicate_tool_use
+    order: tuple[int, int]
+    path: str
+    tool_use_id: str
+    tool: str | None
+    what: str
+
+
+_PAIRING_FIX = {
+    "missing_result": "a correct loop answers every tool_use with a tool_result at the start of the very next "
+    "user message, also when the tool failed (is_error: true) or was not run",
+    "result_not_first": "a correct loop puts the tool_result blocks first in the user message, any text after them",
+    "orphan_result": "a correct loop sends each tool_result right after the assistant message that asked for it "
+    "and keeps that assistant message in the history",
+    "duplicate_result": "a correct loop sends exactly one tool_result per tool_use",
+    "duplicate_tool_use": "a correct loop appends each assistant reply to the history once, as received",
+}
+
+
+Block = tuple[tuple[int, int], dict[str, Any]]  # (message index, block index or -1 for string content), block
+
+
+def _path(order: tuple[int, int]) -> str:
+    i, j = order
+    return f"messages[{i}].content" if j < 0 else f"messages[{i}].content[{j}]"
+
+
+def _turns(conversation: list[Any], start: int = 0) -> list[tuple[str, list[Block]]]:
+    """Messages (from ``start``) with consecutive same-role messages merged (as the API merges them); blocks
+    keep their place (made a path by `_path` only for an offence: every request re-sends the whole history)."""
+    turns: list[tuple[str, list[Block]]] = []
+    for i in range(start, len(conversation)):
+        msg = conversation[i]
+        if not isinstance(msg, dict):
+            continue
+        role, content = str(msg.get("role")), msg.get("content")
+        if isinstance(content, str):
+            blocks: list[Block] = [((i, -1), {"type": "text", "text": content})]
+        elif isinstance(content, list):
+            blocks = [((i, j), b) for j, b in enumerate(content) if isinstance(b, dict)]
+        else:
+            blocks = []
+        if turns and turns[-1][0] == role:
+            turns[-1][1].extend(blocks)
+        else:
+            turns.append((role, blocks))
+    return turns
+
+
+@dataclass(slots=True)
+class _Walk:
+    """The pairing walk's state after the closed turns of a conversation: ``found`` so far, the ids seen."""
+
+    messages: list[Any]  # the conversation walked
+    found: list[_Offence] = field(default_factory=list)
+    uses_seen: dict[str, tuple[tuple[int, int], str]] = field(default_factory=dict)  # id -> (place, tool name)
+    results_seen: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+def _pairing_offences(conversation: list[Any]) -> list[_Offence]:
+    """Every tool_use/tool_result pairing problem of one conversation, in message order."""
+    return _walk(conversation).found
+
+
+def _walk(conversation: list[Any], resume: _Walk | None = None) -> _Walk:
+    """Walk ``conversation`` for pairing offences, from where ``resume`` stopped if this conversation extends it.
+
+    A loop resends its history with each request, so the next conversation is usually the last one plus
+    an assistant message and a user message.  When the last one ended with a closed (non-assistant) turn
+    and the next starts its new part with an assistant message, the turns of the history are unchanged and
+    the walk resumes after them; otherwise it walks the whole conversation.  (A walk that ended with an
+    assistant turn, whose prefill rule depends on its being last, is never resumed.)
+    """
+    start = 0
+    walk = _Walk(conversation)
+    if resume is not None and _extends(conversation, resume.messages):
+        start = len(resume.messages)
+        walk.found = resume.found[:]
+        walk.uses_seen = dict(resume.uses_seen)
+        walk.results_seen = dict(resume.results_seen)
+    found, uses_seen, results_seen = walk.found, walk.uses_seen, walk.results_seen
+    pending: dict[str, tuple[tuple[int, int], str]] = {}  # tool_uses of the previous assistant message
+
+    def offence(kind: str, order: tuple[int, int], uid: str, tool: str | None, what: str) -> None:
+        found.append(_Offence(kind, order, _path(order), uid, tool, what))
+
+    turns = _turns(conversation, start)
+    for k, (role, blocks) in enumerate(turns):
+        if role == "assistant":
+            pending = {}
+            for order, b in blocks:
+                if b.get("type") != "tool_use":
+                    continue
+                uid, name = str(b.get("id")), str(b.get("name"))
+                if uid in uses_seen:
+                    offence("duplicate_tool_use", order, uid, name,
+                            f"the tool_use id {uid} appears twice (first at {_path(uses_seen[uid][0])})")
+                    continue
+                uses_seen[uid] = (order, name)
+                pending[uid] = (order, name)
+            if k == len(turns) - 1:  # a final assistant message is a prefill: fine unless it asks for tools
+                for uid, (order, name) in pending.items():
+                    offence("missing_result", order, uid, name,
+                            f"the tool_use {uid} ({name}) ends the conversation with no tool_result after it")
+            continue
+        answered: set[str] = set()
+        leading = True
+        for order, b in blocks:
+            if b.get("type") != "tool_result":
+                leading = False
+                continue
+            uid = str(b.get("tool_use_id"))
+            tool = uses_seen[uid][1] if uid in uses_seen else None
+            if uid in results_seen:
+                offence("duplicate_result", order, uid, tool,
+                        f"a second tool_result for {uid} (the first is at {_path(results_seen[uid])})")
+            elif uid not in pending:
+                where = f"it was asked for at {_path(uses_seen[uid][0])}" if uid in uses_seen else "no tool_use has that id"
+                offence("orphan_result", order, uid, tool,
+                        f"a tool_result answers {uid}, which is not a tool_use of the previous assistant message ({where})")
+            else:
+                answered.add(uid)
+                if not leading:
+                    offence("result_not_first", order, uid, tool,
+                            f"the tool_result for {uid} comes after other content in its message")
+            results_seen.setdefault(uid, order)
+        for uid, (order, name) in pending.items():
+            if uid not in answered:
+                offence("missing_result", order, uid, name,
+                        f"the tool_use {uid} ({name}) has no tool_result at the start of the next message")
+        pending = {}
+    found.sort(key=lambda o: o.order)
+    return walk
+
+
+def _extends(conversation: list[Any], walked: list[Any]) -> bool:
+    """``conversation`` is ``walked`` (ending with a closed turn) plus messages that start with an assistant one."""
+    n = len(walked)
+    if len(conversation) <= n or not n:
+        return False
+    last, following = walked[-1], conversation[n]
+    return (
+        type(last) is dict and last.get("role") != "assistant"
+        and type(following) is dict and following.get("role") == "assistant"
+        and conversation[:n] == walked  # the very same objects, as the simulator's parser shares them: quick
+    )
+
+
+def pairing(t: Transcript) -> list[Violation]:
+    """Every tool_use is answered by exactly one tool_result at the start of the next message; no strays, no dups.
+
+    The first new offence of each request is reported; an offence re-sent in
+    later requests (the same broken history, every step) is reported once.
+    """
+    out: list[Violation] = []
+    seen: set[tuple[str, str]] = set()
+    walk: _Walk | None = None
+    for r in t.requests:
+        walk = _walk(r.conversation, walk)
+        offences = walk.found
+        new = [o for o in offences if (o.kind, o.tool_use_id) not in seen]
+        seen.update((o.kind, o.tool_use_id) for o in offences)
+        if not new:
+            continue
+        o = new[0]
+        more = f" ({len(new) - 1} more pairing problem(s) in this request)" if len(new) > 1 else ""
+        evidence: dict[str, Any] = {"request": r.index, "path": o.path, "kind": o.kind, "tool_use_id": o.tool_use_id}
+        if o.tool:
+            evidence["tool"] = o.tool
+        out.append(Violation("pairing", f"{o.what}{more}; {_PAIRING_FIX[o.kind]}", r.call, evidence))
+    return out
+
+
+# -- request_valid ----------------------------------------------------------------------------------------------
+
+
+def _api_path(path: Any) -> str | None:
+    """``messages.4.content.0`` (the API's form) -> ``messages[4].content[0]``."""
+    if not path:
+        return None
+    return re.sub(r"\.(\d+)", r"[\1]", str(path))
+
+
+def request_valid(t: Transcript) -> list[Violation]:
+    """No request is rejected by the API for a reason other than pairing (its own invariant) or size.
+
+    The same rejection coming back for later requests is reported once, with the count.
+    """
+    requests = {r.index: r for r in t.requests}
+    groups: dict[tuple[str, str, str | None], list[Response]] = {}
+    for resp in t.responses:
+        if resp.kind != "rejected":
+            continue
+        rej = resp.rejection or {}
+        text = str(rej.get("message", ""))
+        status = int(rej.get("status") or resp.status)
+        if status == 413 or any(h in f"{text} {rej.get('type', '')}".lower() for h in _SIZE_HINTS):
+            continue  # answered as the real API does; not a malformed request
+        req = requests.get(resp.index)
+        if req is not None and _pairing_offences(req.conversation):
+            continue  # reported (once) by `pairing`
+        groups.setdefault((str(rej.get("type")), text, _api_path(rej.get("path"))), []).append(resp)
+    out: list[Violation] = []
+    for (kind, text, path), resps in groups.items():
+        resp = resps[0]
+        req = requests.get(resp.index)
+        status = int((resp.rejection or {}).get("status") or resp.status)
+        again = f" (the same rejection came back {len(resps) - 1} more time(s))" if len(resps) > 1 else ""
+        message = (
+            f'the API rejected the request with {status} {kind}: "{text}"{again}; a correct loop builds requests '
+            "the API accepts (fix the part the API names) and does not resend one the API rejected"
+        )
+        evidence = {"request": resp.index, "path": path, "status": status, "type": kind, "api_message": text}
+        out.append(Violation("request_valid", message, req.call if req else resp.call, evidence))
+    return out
+

@@ -1,0 +1,232 @@
+"""Tool execution: `no_rerun` (each tool_use runs once, a committed write never again), `tool_errors` (a tool's
+exception becomes an is_error observation), `results_sent` (every result of the tools that ran reaches the
+model) and `results_together` (a turn's results go back in one message)."""
+
+from __future__ import annotations
+
+import bisect
+import re
+from typing import Any
+
+from simloop.invariants._base import Violation, _is_write, _View, _view
+from simloop.transcript import ToolStart, Transcript
+
+__all__ = ["no_rerun", "results_sent", "results_together", "tool_errors"]
+
+# -- no_rerun ---------------------------------------------------------------------------------------------------
+
+
+def no_rerun(t: Transcript) -> list[Violation]:
+    """Each execution answers a tool_use not executed before; a committed write never runs again.
+
+    A second execution that answers a *different* tool_use the model issued (two
+    identical calls in one reply, or the model asking again) is the model's
+    decision, not a rerun; the loop reruns when an execution answers a tool_use
+    already executed, or none at all.
+    """
+    v = _view(t)
+    out: list[Violation] = []
+    by_tool_use: dict[str, ToolStart] = {}
+    # the writes that committed, by tool and input: (position of the ToolEnd, the write), in execution order
+    committed: dict[tuple[str, str], list[tuple[int, ToolStart]]] = {}
+    written: set[str] = set()  # the tools among them (an input is made canonical only when it may matter)
+    for pos, s in v.starts:
+        same = committed.get((s.tool, v.input_of(s)), []) if s.tool in written else []
+        found = _rerun_of_commit(v, pos, s, same) or _unrequested_or_repeated(v, pos, s, by_tool_use)
+        if found is not None:
+            out.append(found)
+        if s.matched is not None:
+            by_tool_use.setdefault(s.matched, s)
+        end = v.ends.get(s.exec)
+        if end is not None and end[1].committed and _is_write(t, s):
+            committed.setdefault((s.tool, v.input_of(s)), []).append((end[0], s))
+            written.add(s.tool)
+    return out
+
+
+def _rerun_of_commit(v: _View, pos: int, s: ToolStart, same: list[tuple[int, ToolStart]]) -> Violation | None:
+    """A rerun of one of ``same``: the committed writes of the same tool with the same input."""
+    for end_pos, prior in same:
+        if end_pos > pos:
+            continue
+        if s.matched is not None and s.matched != prior.matched:
+            answered = v.result_sent.get(s.matched)
+            if answered is None or answered > pos:
+                continue  # the model asked for it in its own tool_use: its call, not the loop's
+            why = f" for tool_use {s.matched}, whose result the loop had already sent to the model"
+        elif s.matched is not None:
+            why = f" for the same tool_use {s.matched}"
+        else:
+            why = " without a tool_use asking for it"
+        message = (
+            f"{s.tool} ran again with the same input (exec {s.exec}) after exec {prior.exec} had committed{why}; "
+            "a correct loop never re-executes a completed write: it reports the first result (or error) to the "
+            "model and lets the model decide, with an idempotency key if it must retry"
+        )
+        evidence = {"exec": s.exec, "first_exec": prior.exec, "tool": s.tool, "tool_use_id": s.matched}
+        return Violation("no_rerun", message, v.step_at(pos), evidence)
+    return None
+
+
+def _unrequested_or_repeated(v: _View, pos: int, s: ToolStart, by_tool_use: dict[str, ToolStart]) -> Violation | None:
+    if s.matched is None:
+        given = f" (the loop passed id {s.tool_use_id}, which matches none)" if s.tool_use_id else ""
+        evidence: dict[str, Any] = {"exec": s.exec, "tool": s.tool, "tool_use_id": s.tool_use_id}
+        same = next((p for _, p in v.starts if p.exec < s.exec and p.tool == s.tool and v.input_of(p) == v.input_of(s)),
+                    None)
+        if same is not None:
+            given += f"; it repeats exec {same.exec} with the same input"
+            evidence = {"exec": s.exec, "first_exec": same.exec, "tool": s.tool, "tool_use_id": s.tool_use_id}
+        message = (
+            f"{s.tool} was executed (exec {s.exec}) but no tool_use asked for it{given}; a correct loop only runs "
+            "tools the model asked for, once per tool_use block"
+        )
+        return Violation("no_rerun", message, v.step_at(pos), evidence)
+    if s.matched in by_tool_use:
+        prior = by_tool_use[s.matched]
+        message = (
+            f"{s.tool} ran twice for tool_use {s.matched} (exec {prior.exec} and exec {s.exec}); a correct loop runs "
+            "each tool_use once and reports a failure as an is_error tool_result instead of retrying"
+        )
+        evidence = {"exec": s.exec, "first_exec": prior.exec, "tool": s.tool, "tool_use_id": s.matched}
+        return Violation("no_rerun", message, v.step_at(pos), evidence)
+    return None
+
+
+
+# -- tool_errors ------------------------------------------------------------------------------------------------
+
+
+_EXC = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(?::\s*(.*)|\((.*)\))?\s*$", re.DOTALL)
+
+
+def _same_exception(error: str | None, escaped: str | None) -> bool:
+    """Does the escaped exception's text name the tool's exception (type and message)?"""
+    if not error or not escaped or not error.strip():
+        return False
+    if error.strip() in escaped:
+        return True
+    lines = [ln for ln in escaped.strip().splitlines() if ln.strip()]  # a traceback ends with the exception
+    a, b = _EXC.match(error.strip()), _EXC.match(lines[-1]) if lines else None
+    return a is not None and b is not None and _exc_parts(a) == _exc_parts(b)
+
+
+def _exc_parts(m: re.Match[str]) -> tuple[str, str]:
+    """(short type name, message) from ``Type: message`` or ``Type('message')``."""
+    return m.group(1).rsplit(".", 1)[-1], (m.group(2) or m.group(3) or "").strip().strip("'\"")
+
+
+def tool_errors(t: Transcript) -> list[Violation]:
+    """A tool's exception becomes an is_error tool_result; it does not escape the loop.
+
+    After a `Halt` the exception that ended the run is simloop's own unwinding, not a tool's.
+    """
+    v = _view(t)
+    out: list[Violation] = []
+    outcome = v.outcome if t.halt is None else None
+    raised = [(v.ends[s.exec], s) for _, s in v.starts if s.exec in v.ends and v.ends[s.exec][1].status == "raised"]
+    escaped = next(
+        (s.exec for (_, end), s in reversed(raised) if outcome and _same_exception(end.error, outcome.exception)), None
+    )
+    for (pos, end), s in raised:
+        uid = s.matched or s.tool_use_id
+        ev = {"exec": s.exec, "tool": s.tool, "tool_use_id": uid, "error": end.error, "kind": "escaped"}
+        if s.exec == escaped:
+            message = (
+                f"{s.tool} raised ({end.error}) and the exception escaped the loop; a correct loop catches a tool's "
+                "exception and sends it back as a tool_result with is_error: true"
+            )
+            out.append(Violation("tool_errors", message, v.step_at(pos), ev))
+            continue
+        later = [r for p, r in v.model_requests if p > pos]
+        if uid is None or not later:
+            continue
+        results = [
+            b for r in later for m in r.conversation if isinstance(m, dict) and isinstance(m.get("content"), list)
+            for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result" and b.get("tool_use_id") == uid
+        ]
+        if any(b.get("is_error") is True for b in results):
+            continue
+        how = "was reported as a success (no is_error)" if results else "was never reported to the model"
+        ev["kind"] = "not_is_error" if results else "unreported"
+        message = (
+            f"{s.tool} raised ({end.error}) and the error {how}; a correct loop makes the error an observation: "
+            "a tool_result with is_error: true"
+        )
+        out.append(Violation("tool_errors", message, v.step_at(pos), ev))
+    return out
+
+
+
+# -- results_sent -----------------------------------------------------------------------------------------------
+
+
+def results_sent(t: Transcript) -> list[Violation]:
+    """When the loop calls the model again after running tools, that request carries every one of their results.
+
+    An execution that ended before the next model call and answers a tool_use must have its tool_result in
+    that request (or an earlier one), whether the tool succeeded or failed.  Stopping right after running
+    the tools is fine (no request follows); executions the loop cancelled, or that answer no tool_use
+    (`no_rerun`'s case), are not this invariant's.  One violation per request, naming the first dropped result.
+    """
+    v = _view(t)
+    if not v.starts:
+        return []
+    positions = [pos for pos, _ in v.model_requests]
+    dropped: dict[int, list[ToolStart]] = {}  # index into model_requests -> the executions it should answer
+    seen: set[str] = set()
+    for pos, s in v.starts:
+        uid = s.matched
+        end = v.ends.get(s.exec)
+        if uid is None or uid in seen or end is None or end[1].status == "cancelled":
+            continue
+        k = bisect.bisect_right(positions, end[0])
+        if k == len(positions):
+            continue  # no model call after it: the loop stopped after running its tools
+        seen.add(uid)
+        sent = v.result_sent.get(uid)
+        if sent is None or sent > positions[k]:
+            dropped.setdefault(k, []).append(s)
+    out: list[Violation] = []
+    for k, execs in sorted(dropped.items()):
+        request = v.model_requests[k][1]
+        s = execs[0]
+        ended = v.ends[s.exec][1]
+        how = f"raised ({ended.error})" if ended.status == "raised" else (
+            "committed its write" if ended.committed else "succeeded")
+        more = f" ({len(execs) - 1} more result(s) of tools that ran are missing too)" if len(execs) > 1 else ""
+        message = (
+            f"{s.tool} ran (exec {s.exec}, for tool_use {s.matched}) and {how}, but the next request (step "
+            f"{request.call}) carries no tool_result for it: its result never reached the model{more}; a correct "
+            "loop sends back the assistant turn and a tool_result for every tool it ran before calling the model "
+            "again (a note from the user goes in the same user message, after the results)"
+        )
+        evidence = {"request": request.index, "exec": s.exec, "tool": s.tool, "tool_use_id": s.matched,
+                    "status": ended.status, "dropped": [x.matched for x in execs]}
+        out.append(Violation("results_sent", message, request.call, evidence))
+    return out
+
+
+# -- results_together -------------------------------------------------------------------------------------------
+
+
+def results_together(t: Transcript) -> list[Violation]:
+    """All tool_results answering one assistant turn go back in a single user message.
+
+    The API merges consecutive user messages, so a request that splits them is accepted (and `pairing`
+    holds); but the model then learns from its history that parallel calls come back one by one.  Each
+    split turn is reported once, at the first request that shows it.
+    """
+    out: list[Violation] = []
+    for split in _view(t).split_results:
+        places = ", ".join(f"messages[{j}]" for j in split.carrying)
+        message = (
+            f"the results of the {len(split.uses)} tool call(s) of the assistant turn at messages[{split.index}] went "
+            f"back in {len(split.carrying)} separate user messages ({places}); the API merges them, so the request "
+            "is accepted, but a correct loop sends all the tool_results of a turn in ONE user message (split "
+            "results teach the model to stop making parallel calls)"
+        )
+        evidence = {"request": split.request.index, "path": f"messages[{split.carrying[1]}]",
+                    "tool_use_id": split.uses[0], "messages": list(split.carrying)}
+        out.append(Violation("results_together", message, split.request.call, evidence))
+    return out

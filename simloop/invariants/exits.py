@@ -1,0 +1,76 @@
+"""How the loop returns: `crash` (no exception escapes it) and `no_work_after_return` (nothing it started is
+still running)."""
+
+from __future__ import annotations
+
+from simloop.invariants._base import Violation, _view
+from simloop.transcript import OutcomeEvent, Request, Response, ThreadLeft, Transcript
+
+__all__ = ["crash", "no_work_after_return"]
+
+# -- crash ------------------------------------------------------------------------------------------------------
+
+
+def crash(t: Transcript) -> list[Violation]:
+    """No exception escapes the loop (whatever its type, SystemExit and KeyboardInterrupt included).
+
+    Not checked after a `Halt`: the exception that ended the run is simloop's own unwinding (`stops` says why).
+    When the escaped exception is a tool's, `tool_errors` reports it instead (see ``check``'s overlaps).
+    """
+    v = _view(t)
+    if v.outcome_pos is None:
+        return []
+    outcome = t.events[v.outcome_pos]
+    if not isinstance(outcome, OutcomeEvent) or outcome.exception is None or t.halt is not None:
+        return []
+    step = v.step_at(v.outcome_pos)
+    when = f"at step {step}" if step is not None else "before its first model call"
+    where = f" (raised at {outcome.where})" if outcome.where else ""
+    raised = outcome.exception.strip().removesuffix(":")
+    message = (
+        f"the loop crashed {when}: {raised} escaped the drive{where}; a correct loop ends gracefully: it catches "
+        "what it cannot handle and returns an Outcome saying why it stopped (reason 'error' with the error's text) "
+        "instead of raising (a library loop that raises API errors by design is adapted by catching them in the "
+        "drive and returning Outcome(reason='error', text=...))"
+    )
+    evidence = {"exception": outcome.exception, "where": outcome.where, "t": outcome.t}
+    return [Violation("crash", message, step, evidence)]
+
+
+# -- no_work_after_return ---------------------------------------------------------------------------------------
+
+
+def no_work_after_return(t: Transcript) -> list[Violation]:
+    """When the loop returns, nothing it started is still running and nothing new starts.
+
+    Not checked after a `Halt`: simloop itself cut the work short (and `stops` reports why).
+    """
+    v = _view(t)
+    at = v.outcome_pos
+    if at is None or t.halt is not None:
+        return []
+    out: list[Violation] = []
+    fix = "a correct loop waits for (or cancels and awaits) every tool and model call it started before it returns"
+    for pos, s in v.starts:
+        end = v.ends.get(s.exec)
+        if end is not None and end[0] < at:
+            continue
+        state = "started after the loop returned" if pos > at else (
+            "was still running when the loop returned" + ("" if end else " (it never ended)")
+        )
+        message = f"{s.tool} (exec {s.exec}) {state}; {fix}"
+        out.append(Violation("no_work_after_return", message, v.step_at(pos), {"exec": s.exec, "tool": s.tool}))
+    reported: set[int] = set()
+    for e in t.events[at + 1:]:
+        if isinstance(e, ThreadLeft):
+            message = (f"thread {e.name!r} was still running at {e.where} when the loop returned; a correct loop "
+                       "joins (or stops and joins) every thread it starts, and shuts down its executors")
+            out.append(Violation("no_work_after_return", message, v.step_at(at), {"thread": e.name, "where": e.where}))
+        elif isinstance(e, (Request, Response)) and e.index not in reported:
+            reported.add(e.index)
+            req = v.request_at.get(e.index)
+            state = "started after the loop returned" if isinstance(e, Request) else "was still running when it returned"
+            message = f"model call {req.call if req else e.call} (request {e.index}) {state}; {fix}"
+            out.append(Violation("no_work_after_return", message, req.call if req else e.call, {"request": e.index}))
+    return out
+

@@ -1,0 +1,228 @@
+"""Stopping: `stops` (the loop returned within the runaway budget) and `limits` (it honours the limits and stop
+policies it declares)."""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from typing import Any
+
+from simloop.invariants._base import MESSAGES_PATH, Violation, _canon, _is_reply, _is_write, _View, _view
+from simloop.transcript import Halt, Request, Response, ToolEnd, ToolStart, Transcript
+
+__all__ = ["limits", "stops"]
+
+# -- stops ------------------------------------------------------------------------------------------------------
+
+
+def stops(t: Transcript) -> list[Violation]:
+    """The loop returned on its own: no `Halt` (runaway budget, watchdog, deadlock, blocked network) in the transcript."""
+    halts: list[Halt] = t.of(Halt)
+    if not halts:
+        return []
+    halt = halts[0]
+    v = _view(t)
+    at = t.events.index(halt)
+    before = v.model_requests[: bisect.bisect_left(v.model_requests, at, key=lambda pr: pr[0])]
+    calls = len({r.call for _, r in before})
+    step = before[-1][1].call if before else None
+    made = f"{calls} model call{'' if calls == 1 else 's'}"
+    where = f" at {halt.where}" if halt.where else ""
+    if halt.budget == "model_calls":
+        what = f"the loop made {made} without stopping; {_runaway(v, at)}"
+        fix = "a correct loop caps its steps (max_steps) and stops on repeated identical tool calls"
+    elif halt.budget == "virtual_time":
+        what = f"the loop ran for {halt.t:g} virtual seconds without stopping; {_runaway(v, at)}"
+        fix = "a correct loop enforces a deadline and bounds its retries, backoff and tool timeouts"
+    elif halt.budget == "watchdog":
+        what = (f"after {made} the loop ran on{where} without calling the model or a tool until the real-time "
+                "watchdog halted it (it spun, or waited on something with no timeout)")
+        fix = "a correct loop never blocks or spins without a bound: every wait has a timeout"
+    elif halt.budget == "deadlock":
+        what = (f"the loop deadlocked after {made}: it awaits{where} something nothing will ever complete "
+                "(no task, timer, thread or socket could wake its event loop)")
+        fix = "a correct loop awaits only what something will complete, and puts a timeout on every wait"
+    elif halt.budget == "network":
+        what = (f"the loop bypassed the simulator: after {made} it opened a real network connection to "
+                f"{halt.target or 'a host'}{where}, which simloop blocked")
+        fix = ("a loop under test reaches the model only through sim.client, sim.async_client or sim.http_client; "
+               "for a loop that must reach a local service, run with network='loopback' (--network loopback)")
+    else:
+        what = f"simloop halted the loop after {made} (budget {halt.budget!r}): {halt.detail}"
+        fix = "a correct loop returns on its own"
+    abandoned = next((h for h in halts[1:] if h.budget == "abandoned"), None)
+    message = f"{what}; " + (f"{abandoned.detail}; " if abandoned is not None else "") + fix
+    evidence: dict[str, Any] = {"budget": halt.budget, "model_calls": calls, "t": halt.t, "detail": halt.detail}
+    evidence.update({k: getattr(halt, k) for k in ("where", "target") if getattr(halt, k)})
+    if abandoned is not None:
+        evidence["abandoned"] = abandoned.detail
+    return [Violation("stops", message, step, evidence)]
+
+
+def _runaway(v: _View, until: int) -> str:
+    """What the loop kept doing before it was halted (at event position ``until``), in a phrase."""
+    requests = [r for pos, r in v.model_requests if pos < until]
+    if not requests:
+        return "it made no model call at all"
+    replies = [r for pos, r in v.replies if pos < until]
+    calls = Counter((str(b.get("name")), _canon(b.get("input"))) for r in replies for b in r.tool_uses)
+    if calls:
+        (name, _), n = calls.most_common(1)[0]
+        if n >= 3:
+            return f"the model kept asking for {name} with the same input ({n} times)"
+    responses = [e for e in v.t.events[:until] if isinstance(e, Response)]
+    failed = 0
+    for r in reversed(responses):
+        if _is_reply(r):
+            break
+        failed += 1
+    if failed >= 2:
+        kinds = ", ".join(sorted({r.fault or r.kind for r in responses[-failed:]}))
+        return f"the last {failed} model calls failed ({kinds}) and the loop kept retrying"
+    if calls:
+        return f"the model kept asking for tools ({sum(calls.values())} tool calls) and the loop kept running them"
+    if len({r.call for r in requests}) <= 2:
+        return "it spent the time between model calls (sleeping, or waiting on timeouts)"
+    return "the loop kept calling the model"
+
+
+# -- limits -----------------------------------------------------------------------------------------------------
+
+
+def limits(t: Transcript) -> list[Violation]:
+    """The loop honours the limits it declared: max_steps, deadline_s, max_total_tokens, and the stop policies
+    max_tool_errors, max_writes, max_repeats (each only if declared; see `simloop.Limits`)."""
+    v = _view(t)
+    declared = t.header.limits
+    max_steps, deadline, budget = declared.get("max_steps"), declared.get("deadline_s"), declared.get("max_total_tokens")
+    out: list[Violation] = []
+    done: set[str] = set()
+    calls_seen: set[int] = set()
+    used = 0
+    reply_positions = {pos for pos, _ in v.replies}
+    for pos, e in enumerate(t.events):
+        if isinstance(e, Response) and pos in reply_positions:
+            used += e.input_tokens + e.output_tokens
+        if not isinstance(e, Request) or e.path != MESSAGES_PATH or e.call in calls_seen:
+            continue
+        calls_seen.add(e.call)  # the first attempt of a logical call; SDK retries are the same call
+        if max_steps is not None and e.call > max_steps and "max_steps" not in done:
+            done.add("max_steps")
+            message = (
+                f"the loop declared max_steps={max_steps} but made model call {e.call} ({t.model_calls} in all); "
+                "a correct loop checks its step count before each call and stops with reason 'max_steps'"
+            )
+            evidence = {"request": e.index, "max_steps": max_steps, "model_calls": t.model_calls}
+            out.append(Violation("limits", message, e.call, evidence))
+        if deadline is not None and e.t >= deadline and "deadline_s" not in done:
+            done.add("deadline_s")
+            message = (
+                f"model call {e.call} started at t={e.t:g}s, at or after the declared deadline_s={deadline:g}; a "
+                "correct loop checks the clock before each call and stops with reason 'deadline'"
+            )
+            out.append(Violation("limits", message, e.call, {"request": e.index, "deadline_s": deadline, "t": e.t}))
+        if budget is not None and used >= budget and "max_total_tokens" not in done:
+            done.add("max_total_tokens")
+            message = (
+                f"model call {e.call} started after {used} tokens were used, reaching the declared "
+                f"max_total_tokens={budget}; a correct loop sums usage.input_tokens + usage.output_tokens after "
+                "each reply and stops with reason 'token_budget' once the budget is reached"
+            )
+            evidence = {"request": e.index, "max_total_tokens": budget, "used": used}
+            out.append(Violation("limits", message, e.call, evidence))
+    if any(declared.get(k) is not None for k in _POLICIES):
+        out.extend(_policies(t, v))
+    return out
+
+
+_POLICIES = ("max_tool_errors", "max_writes", "max_repeats")
+
+
+def _policies(t: Transcript, v: _View) -> list[Violation]:
+    """The declared stop policies: the error budget, the write budget ("one write") and repetition."""
+    declared = t.header.limits
+    max_errors, max_writes, max_repeats = (declared.get(k) for k in _POLICIES)
+    out: list[Violation] = []
+    done: set[str] = set()
+    starts: dict[int, ToolStart] = {}
+    errors = writes = 0
+    spent: dict[str, ToolStart] = {}  # policy -> the execution that spent its budget
+    runs: Counter[tuple[str, str]] = Counter()
+    first_run: dict[tuple[str, str], int] = {}
+    calls_seen: set[int] = set()
+    for e in t.events:
+        if isinstance(e, ToolStart):
+            starts[e.exec] = e
+            if "max_writes" in spent and "max_writes" not in done and _is_write(t, e):
+                done.add("max_writes")
+                last = spent["max_writes"]
+                message = (
+                    f"the loop declared max_writes={max_writes} and {max_writes} write(s) had succeeded (the last: "
+                    f"{last.tool}, exec {last.exec}), but it ran {e.tool} (exec {e.exec}), another write; a correct loop "
+                    "treats its last allowed write as terminal: it runs no further write and stops"
+                )
+                evidence = {"limit": "max_writes", "max_writes": max_writes, "exec": e.exec, "tool": e.tool,
+                            "spent_by": last.exec}
+                out.append(Violation("limits", message, v.step_at(_position(v, e)), evidence))
+            if max_repeats is not None and "max_repeats" not in done:
+                key = (e.tool, v.input_of(e))
+                runs[key] += 1
+                first_run.setdefault(key, e.exec)
+                if runs[key] > max_repeats:
+                    done.add("max_repeats")
+                    message = (
+                        f"the loop declared max_repeats={max_repeats} but ran {e.tool} with the same input "
+                        f"{runs[key]} times (exec {first_run[key]} first, exec {e.exec} last); a correct loop counts "
+                        "each tool and input it runs and, rather than run one again past the limit, stops with "
+                        "reason 'repetition'"
+                    )
+                    evidence = {"limit": "max_repeats", "max_repeats": max_repeats, "exec": e.exec, "tool": e.tool,
+                                "first_exec": first_run[key], "runs": runs[key]}
+                    out.append(Violation("limits", message, v.step_at(_position(v, e)), evidence))
+        elif isinstance(e, ToolEnd):
+            s = starts.get(e.exec)
+            if s is None:
+                continue
+            if e.status == "raised":
+                errors += 1
+                if max_errors is not None and errors == max_errors:
+                    spent["max_tool_errors"] = s
+            elif e.status == "ok" and _is_write(t, s):
+                writes += 1
+                if max_writes is not None and writes == max_writes:
+                    spent["max_writes"] = s
+        elif isinstance(e, Request) and e.path == MESSAGES_PATH and e.call not in calls_seen:
+            calls_seen.add(e.call)
+            if "max_tool_errors" in spent and "max_tool_errors" not in done:
+                done.add("max_tool_errors")
+                last = spent["max_tool_errors"]
+                message = (
+                    f"the loop declared max_tool_errors={max_errors} and {max_errors} tool execution(s) had failed "
+                    f"(the last: {last.tool}, exec {last.exec}), but it made model call {e.call}; a correct loop counts "
+                    "failed tool executions and, once the budget is spent, stops with reason 'error_budget' "
+                    "instead of calling the model again"
+                )
+                evidence = {"limit": "max_tool_errors", "max_tool_errors": max_errors, "request": e.index,
+                            "spent_by": last.exec}
+                out.append(Violation("limits", message, e.call, evidence))
+            if "max_writes" in spent and "max_writes" not in done:
+                done.add("max_writes")
+                last = spent["max_writes"]
+                message = (
+                    f"the loop declared max_writes={max_writes} and {max_writes} write(s) had succeeded (the last: "
+                    f"{last.tool}, exec {last.exec}), but it made model call {e.call}; a correct loop treats its last "
+                    "allowed write as terminal: it stops (reason 'final': the write is the result) instead of "
+                    "calling the model again"
+                )
+                evidence = {"limit": "max_writes", "max_writes": max_writes, "request": e.index, "spent_by": last.exec}
+                out.append(Violation("limits", message, e.call, evidence))
+    return out
+
+
+def _position(v: _View, s: ToolStart) -> int:
+    """The event position of a tool execution's start."""
+    for pos, x in v.starts:
+        if x is s:
+            return pos
+    return len(v.t.events)
+

@@ -1,0 +1,337 @@
+"""Recordings nobody here made: every cassette layout, redacted URIs, recorded errors, transport fields, fallbacks.
+
+Issue 19, items 1-5.  Each test writes a small cassette in the layout it is about (in ``tmp_path``) and
+reads, replays or converts it the way a user would.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx2
+import pytest
+import yaml  # type: ignore[import-untyped, unused-ignore]
+
+import simloop
+from simloop import Outcome, Sim
+from simloop.cassettes import (
+    CassetteError,
+    CassetteSerializer,
+    Recorded,
+    convert,
+    load_cassette,
+    load_recording,
+    to_scenario,
+)
+from simloop.wire.render import render_json, render_sse, turn_from_sse
+
+MODEL = "claude-sonnet-4-6"
+TASK = "What is the capital of France?"
+REQUEST: dict[str, Any] = {"max_tokens": 64, "messages": [{"role": "user", "content": TASK}], "model": MODEL}
+
+
+def message(text: str, *, id: str = "msg_01Rec", model: str = MODEL) -> dict[str, Any]:
+    return {
+        "id": id, "type": "message", "role": "assistant", "model": model,
+        "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
+        "usage": {"input_tokens": 12, "output_tokens": 5},
+    }  # fmt: skip
+
+
+def body(value: dict[str, Any]) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def vcr_request(payload: dict[str, Any], *, uri: str = "https://api.anthropic.com/v1/messages") -> dict[str, Any]:
+    """A request as vcrpy's ``Request._to_dict`` gives it (the in-memory layout)."""
+    return {"method": "POST", "uri": uri, "body": body(payload), "headers": {"content-type": ["application/json"]}}
+
+
+def vcr_response(
+    payload: dict[str, Any], *, status: int = 200, headers: dict[str, list[str]] | None = None, gzipped: bool = False
+) -> dict[str, Any]:
+    raw = body(payload).encode()
+    heads = {"content-type": ["application/json"], "request-id": ["req_011CRecorded"], **(headers or {})}
+    if gzipped:
+        heads["content-encoding"] = ["gzip"]
+        return {"status": {"code": status, "message": "OK"}, "headers": heads, "body": {"string": gzip.compress(raw)}}
+    return {"status": {"code": status, "message": "OK"}, "headers": heads, "body": {"string": raw.decode()}}
+
+
+def write_in_memory_layout(path: Path, requests: list[Any], responses: list[Any]) -> Path:
+    """langchain's cassette layout: vcrpy's in-memory dict, YAML, the whole file gzip-compressed."""
+    path.write_bytes(gzip.compress(yaml.safe_dump({"requests": requests, "responses": responses}).encode()))
+    return path
+
+
+def write_file_layout(path: Path, pairs: list[tuple[Any, Any]]) -> Path:
+    interactions = [{"request": q, "response": r} for q, r in pairs]
+    path.write_text(yaml.safe_dump({"version": 1, "interactions": interactions}), encoding="utf-8")
+    return path
+
+
+def ask(sim: Sim) -> Outcome:
+    reply = sim.client.messages.create(model=MODEL, max_tokens=64, messages=[{"role": "user", "content": TASK}])
+    return Outcome("final", reply.content[0].text)  # type: ignore[union-attr]
+
+
+# --------------------------------------------------------------------------- 1. layouts and gzip
+
+
+def test_a_langchain_yaml_gz_in_the_in_memory_layout_loads_replays_and_converts(tmp_path: Path) -> None:
+    path = write_in_memory_layout(
+        tmp_path / "test_invoke.yaml.gz", [vcr_request(REQUEST)], [vcr_response(message("Paris."), gzipped=True)]
+    )
+    (interaction,) = load_cassette(path)
+    assert interaction.request.json() == REQUEST and interaction.response.json() == message("Paris.")
+    assert "content-encoding" not in interaction.response.headers
+    with Sim(to_scenario(path), model=Recorded(path)) as sim:
+        outcome = sim.run(ask)
+    assert outcome.text == "Paris." and sim.leftovers() == []
+    scenario = to_scenario(path)
+    assert scenario.name == "test_invoke" and scenario.task == TASK and scenario.model[0].end_turn == "Paris."
+    written = convert(path)
+    assert written == tmp_path / "test_invoke.scenario.yaml"
+    assert simloop.load_scenario(written) == scenario
+    # vcrpy itself (through simloop's serializer) reads the layout too.
+    text = gzip.decompress(path.read_bytes()).decode()
+    assert len(CassetteSerializer.deserialize(text)["interactions"]) == 1
+
+
+def test_the_in_memory_layout_with_unpaired_lists_names_the_file(tmp_path: Path) -> None:
+    path = write_in_memory_layout(tmp_path / "odd.yaml.gz", [vcr_request(REQUEST)] * 2, [vcr_response(message("x"))])
+    with pytest.raises(CassetteError, match=r"odd.yaml.gz: 2 requests but 1 responses; in this layout the n-th"):
+        load_cassette(path)
+
+
+# --------------------------------------------------------------------------- 2. redacted URIs
+
+
+REDACTED = "**REDACTED**"
+
+
+def redacted(item: dict[str, Any]) -> dict[str, Any]:
+    """What langchain's newer recorder does: every header value and the URI replaced."""
+    item = {**item, "headers": {k: [REDACTED] for k in item["headers"]}}
+    if "uri" in item:
+        item["uri"] = REDACTED
+    return item
+
+
+def test_a_call_with_a_redacted_uri_is_recognised_by_its_body_and_response(tmp_path: Path) -> None:
+    path = write_file_layout(
+        tmp_path / "hidden.yaml",
+        [(redacted(vcr_request(REQUEST)), redacted(vcr_response(message("Paris."), gzipped=True)))],
+    )  # content-encoding is redacted too: the body is told to be gzip by its magic bytes
+    (interaction,) = load_cassette(path)
+    assert interaction.uri_hidden and interaction.is_model_call and interaction.is_anthropic_messages
+    recording = load_recording(path)
+    assert len(recording.calls) == 1 and recording.scenario.model[0].end_turn == "Paris."
+    with Sim(recording.scenario, model=Recorded(path)) as sim:
+        assert sim.run(ask).text == "Paris."
+
+
+def test_convert_says_why_a_scenario_is_empty(tmp_path: Path) -> None:
+    legacy = {"model": "claude-2.1", "prompt": "\n\nHuman: hi\n\nAssistant:", "max_tokens_to_sample": 20}
+    answer = {"type": "completion", "completion": " Hello!", "stop_reason": "stop_sequence", "model": "claude-2.1"}
+    path = write_file_layout(tmp_path / "legacy.yaml", [(redacted(vcr_request(legacy)), redacted(vcr_response(answer)))])
+    written = convert(path)
+    header = written.read_text(encoding="utf-8").split("\n", 3)
+    assert header[1] == (
+        "#   note: no POST /v1/messages call in the cassette, so the scenario has no reply: it holds 1 legacy Text "
+        "Completions call(s) (POST /v1/complete), which simloop does not simulate"
+    )
+
+
+# --------------------------------------------------------------------------- 3. recorded errors
+
+
+EMPTY = {"max_tokens": 64, "messages": [], "model": MODEL}
+EMPTY_400 = {
+    "type": "error", "error": {"type": "invalid_request_error", "message": "messages: at least one message is required"},
+    "request_id": "req_011CRecorded400",
+}  # fmt: skip
+
+
+def test_a_recorded_400_the_simulator_also_answers_is_used_up(tmp_path: Path) -> None:
+    path = write_file_layout(tmp_path / "recovers.yaml", [
+        (vcr_request(EMPTY), vcr_response(EMPTY_400, status=400)),
+        (vcr_request(REQUEST), vcr_response(message("Paris."))),
+    ])  # fmt: skip
+
+    def recovers(sim: Sim) -> Outcome:
+        with pytest.raises(anthropic.BadRequestError, match="at least one message is required"):
+            sim.client.messages.create(model=MODEL, max_tokens=64, messages=[])
+        return ask(sim)
+
+    with Sim(to_scenario(path), model=Recorded(path)) as sim:
+        outcome = sim.run(recovers)
+    assert outcome.text == "Paris."
+    assert sim.leftovers() == []
+
+
+RATE_LIMITED = {
+    "type": "error",
+    "error": {"type": "rate_limit_error", "message": "This request would exceed the rate limit for your organization."},
+}
+
+
+def test_a_recorded_error_is_served_with_its_recorded_headers_and_body(tmp_path: Path) -> None:
+    path = write_file_layout(tmp_path / "limited.yaml", [
+        (vcr_request(REQUEST), vcr_response(RATE_LIMITED, status=429, headers={"x-ratelimit-note": ["recorded"]})),
+        (vcr_request(REQUEST), vcr_response(message("Paris."))),
+    ])  # fmt: skip
+    seen: list[anthropic.RateLimitError] = []
+
+    def no_retries(sim: Sim) -> Outcome:
+        try:
+            sim.client.with_options(max_retries=0).messages.create(
+                model=MODEL, max_tokens=64, messages=[{"role": "user", "content": TASK}]
+            )
+        except anthropic.RateLimitError as exc:
+            seen.append(exc)
+        return ask(sim)
+
+    with Sim(to_scenario(path), model=Recorded(path)) as sim:
+        assert sim.run(no_retries).text == "Paris."
+    (error,) = seen
+    assert error.body == RATE_LIMITED
+    assert "retry-after" not in error.response.headers  # none was recorded: the SDK backs off as it did
+    assert error.response.headers["x-ratelimit-note"] == "recorded"
+    assert error.request_id == "req_011CRecorded"
+    assert sim.transcript.responses[0].status == 429 and sim.leftovers() == []
+
+
+# --------------------------------------------------------------------------- 4. transport-only fields
+
+
+def test_the_sdks_thread_field_is_not_part_of_the_match_but_is_named_in_the_drift(tmp_path: Path) -> None:
+    path = write_file_layout(tmp_path / "old_sdk.yaml", [(vcr_request(REQUEST), vcr_response(message("Paris.")))])
+
+    def threaded(sim: Sim, content: str = TASK) -> Outcome:
+        reply = sim.client.messages.create(
+            model=MODEL, max_tokens=64, messages=[{"role": "user", "content": content}],
+            extra_body={"thread": {"type": "create"}},
+        )
+        return Outcome("final", reply.content[0].text)  # type: ignore[union-attr]
+
+    with Sim(to_scenario(path), model=Recorded(path)) as sim:
+        assert sim.run(threaded).text == "Paris."
+    model = Recorded(path, strict=False)
+    with Sim(to_scenario(path), model=model) as sim:
+        sim.run(lambda s: threaded(s, "What is the capital of Spain?"))
+    (drift,) = model.drift
+    assert drift.lines[-1] == (
+        'thread: recorded nothing, sent {"type": "create"} (not compared: it only steers the transport)'
+    )
+
+
+# --------------------------------------------------------------------------- 5. fallback
+
+
+def fallback_stream(first: str, second: str) -> bytes:
+    events = [
+        ("message_start", {"type": "message_start", "message": {
+            "id": "msg_01Fb", "type": "message", "role": "assistant", "model": first, "content": [],
+            "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 9, "output_tokens": 1}}}),
+        ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {
+            "type": "fallback", "from": {"model": first}, "to": {"model": second},
+            "trigger": {"type": "refusal", "category": None}}}),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        ("content_block_start", {"type": "content_block_start", "index": 1,
+                                 "content_block": {"type": "text", "text": ""}}),
+        ("content_block_delta", {"type": "content_block_delta", "index": 1,
+                                 "delta": {"type": "text_delta", "text": "Paris."}}),
+        ("content_block_stop", {"type": "content_block_stop", "index": 1}),
+        ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                           "usage": {"output_tokens": 3}}),
+        ("message_stop", {"type": "message_stop"}),
+    ]  # fmt: skip
+    return b"".join(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events)
+
+
+def sdk_stream_model(events: bytes) -> str:
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=events)
+
+    client = anthropic.Anthropic(
+        api_key="k", base_url="http://sim.test", max_retries=0, _strict_response_validation=True,
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
+    )  # fmt: skip
+    with client.beta.messages.stream(model=MODEL, max_tokens=64, messages=[{"role": "user", "content": TASK}]) as s:
+        return s.get_final_message().model
+
+
+def test_a_streamed_fallback_is_relabelled_with_the_model_it_fell_back_to() -> None:
+    recorded = fallback_stream("claude-opus-5", "claude-sonnet-5")
+    assert sdk_stream_model(recorded) == "claude-sonnet-5"  # what the SDK makes of the real stream
+    turn = turn_from_sse(recorded)
+    assert turn.model == "claude-sonnet-5"
+    assert json.loads(render_json(turn, id="x", model="m", input_tokens=1))["model"] == "claude-sonnet-5"
+    events = render_sse(turn, id="x", model="m", input_tokens=1)
+    assert b'"model":"claude-opus-5"' in events[0]  # the stream starts under the requested model, as recorded
+    assert sdk_stream_model(b"".join(events)) == "claude-sonnet-5"
+
+
+def test_a_recording_without_threads_replays_the_sdks_threaded_tool_runner_strictly(tmp_path: Path) -> None:
+    """Recorded with ``thread=False`` (as older SDKs sent it), replayed with the runner's default threads."""
+    from simloop import Scenario
+    from simloop.cassettes import record
+    from simloop.wire import loopback
+
+    scenario = Scenario.model_validate({
+        "name": "runner", "task": "Find the refund policy.",
+        "tools": [{"name": "search", "kind": "read", "input_schema": {"type": "object", "properties": {
+            "q": {"type": "string"}}, "required": ["q"]}, "results": ["30 days"]}],
+        "model": [{"tool_use": [{"name": "search", "input": {"q": "refund policy"}}]}, {"end_turn": "30 days."}],
+    })  # fmt: skip
+
+    def run(client: anthropic.Anthropic, **kwargs: Any) -> str:
+        @anthropic.beta_tool
+        def search(q: str) -> str:
+            """Search the knowledge base."""
+            return "30 days"
+
+        runner = client.beta.messages.tool_runner(
+            model=MODEL, max_tokens=512, tools=[search], messages=[{"role": "user", "content": scenario.task}], **kwargs
+        )
+        return "".join(b.text for b in runner.until_done().content if b.type == "text")
+
+    path = tmp_path / "runner.yaml"
+    with loopback.serve(scenario) as server, record(path):
+        assert run(anthropic.Anthropic(api_key="k", base_url=server.base_url, max_retries=0), thread=False) == "30 days."
+    assert all("thread" not in i.request.json() for i in load_cassette(path))
+    with Sim(to_scenario(path), model=Recorded(path)) as sim:
+        outcome = sim.run(lambda s: Outcome("final", run(s.client)))
+    assert outcome.text == "30 days."
+    assert sim.transcript.requests[1].body["thread"]["type"] == "continue"
+    assert sim.leftovers() == []
+
+
+def test_the_convert_command_says_why_the_scenario_is_empty(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from simloop.cli import main
+
+    only_count = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+    path = write_file_layout(tmp_path / "count.yaml", [(
+        vcr_request(only_count, uri="https://api.anthropic.com/v1/messages/count_tokens"),
+        vcr_response({"input_tokens": 8}),
+    )])  # fmt: skip
+    assert main(["convert", str(path), "-o", str(tmp_path / "out.yaml")]) == 0
+    assert capsys.readouterr().err == (
+        f"simloop convert: {path}: no POST /v1/messages call in the cassette, so the scenario has no reply: it "
+        "holds 1 count_tokens call(s) (no model reply)\n"
+    )
+
+
+def test_verify_fuzzes_a_langchain_yaml_gz_recording(tmp_path: Path) -> None:
+    from examples import correct_sync
+
+    path = write_in_memory_layout(
+        tmp_path / "test_invoke.yaml.gz", [vcr_request(REQUEST)], [vcr_response(message("Paris."), gzipped=True)]
+    )
+    report = simloop.verify(correct_sync.drive, recorded=path, max_examples=5, seed=1, out_dir=tmp_path / "out")
+    assert report.ok and report.examples == 5

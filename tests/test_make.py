@@ -1,0 +1,44 @@
+"""The Makefile and CI: `make test` never changes the system; CI installs chromium and runs the checks explicitly."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="no make on PATH")
+
+
+def _dry_run(target: str, tmp_path: Path) -> str:
+    """What `make TARGET` would run (make -n: nothing is run), with a venv that does not exist yet."""
+    out = subprocess.run(
+        ["make", "-n", "-C", str(ROOT), target, f"VENV={tmp_path / 'venv'}"],
+        capture_output=True, text=True, check=True,
+    )
+    return out.stdout
+
+
+def test_make_test_installs_no_system_packages(tmp_path: Path) -> None:
+    commands = _dry_run("test", tmp_path)
+    assert "pytest" in commands
+    assert "apt-get" not in commands and "chromium" not in commands
+
+
+def test_make_browser_is_where_chromium_is_installed(tmp_path: Path) -> None:
+    assert "apt-get install -y -q chromium" in _dry_run("browser", tmp_path)
+
+
+def test_make_check_runs_ruff_and_mypy(tmp_path: Path) -> None:
+    commands = _dry_run("check", tmp_path)
+    assert "ruff check" in commands and "mypy simloop pytest_plugin" in commands
+    assert ".[test,dev," in commands, "the stamp installs the dev extra that pins ruff and mypy"
+
+
+def test_ci_runs_browser_then_check_then_the_readme_test_command() -> None:
+    lines = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln.strip().startswith(("make", "exec"))]
+    assert lines == ["make browser || exit 1", "make check || exit 1", "exec make test"]
+    assert "make test" in (ROOT / "README.md").read_text().split("\n\n", 2)[1]
