@@ -9,7 +9,7 @@ This module is plain data so it imports without simloop's runtime.
 
 from __future__ import annotations
 
-__all__ = ["CORRECT", "DECLARED", "DEFECTS", "POLICY_ROWS", "TWIN", "VERIFY"]
+__all__ = ["ABORTS", "CORRECT", "DECLARED", "DEFECTS", "POLICY_ROWS", "TURNS", "TWIN", "VERIFY"]
 
 CORRECT: list[str] = ["correct_sync", "correct_async", "correct_stream", "correct_policies"]
 
@@ -41,6 +41,10 @@ DEFECTS: dict[str, tuple[str, str]] = {
     "error_budget_off_by_one": ("error-budget.yaml", "limits"),
     "write_not_terminal": ("one-write.yaml", "limits"),
     "repeats_keyed_by_id": ("repeated-call.yaml", "limits"),
+    "pause_left_in_history": ("pause-then-followup.yaml", "request_valid"),
+    "empty_answer_appended": ("pause-then-followup.yaml", "request_valid"),
+    "abort_ignored": ("stop-button-during-tool.yaml", "abort"),
+    "abort_streaming_continued": ("stop-button-while-streaming.yaml", "abort"),
 }
 
 #: Under `simloop.verify` (generated runs rather than one scenario) a defect may show first as another
@@ -65,7 +69,21 @@ VERIFY.update({
     "error_budget_off_by_one": ({**DECLARED, "max_tool_errors": 1}, frozenset({"limits"})),
     "write_not_terminal": ({**DECLARED, "max_writes": 1}, frozenset({"limits"})),
     "repeats_keyed_by_id": ({**DECLARED, "max_repeats": 2}, frozenset({"limits"})),
+    # a conversation loop: verified with a tight step cap, so that a turn stops on a paused server call
+    "pause_left_in_history": ({**DECLARED, "max_steps": 2}, frozenset({"request_valid"})),
 })
+
+#: The rows `verify` tries as conversations (``verify(drive, turns=N)``): row -> the most user turns.  The
+#: correct loops run every turn through one history, so they are verified as conversations too.
+TURNS: dict[str, int] = {
+    "pause_left_in_history": 3,
+    "empty_answer_appended": 3,
+    **{loop: 3 for loop in CORRECT},
+}
+
+#: The rows `verify` tries with the user's Stop pressed at a drawn point (``verify(drive, abort=True)``); the
+#: correct loops are wired to ``sim.abort`` and verified so too.
+ABORTS: frozenset[str] = frozenset({"abort_ignored", "abort_streaming_continued", *CORRECT})
 
 #: The correct loops verified under each declared stop policy as well: row name -> (module, declared limits).
 #: ``bench/detect.py`` holds them to no violation, like `CORRECT` under `DECLARED`.
@@ -79,3 +97,4 @@ POLICY_ROWS: dict[str, tuple[str, dict[str, int]]] = {
 #: defect must replay cleanly on its twin (the saved file is a regression test that passes once fixed).
 TWIN: dict[str, str] = {name: "correct_sync" for name in DEFECTS}
 TWIN["async_tasks_left_running"] = "correct_async"
+TWIN["abort_streaming_continued"] = "correct_stream"

@@ -171,6 +171,13 @@ class _Counter:
     help="Start from this registered Hypothesis settings profile (e.g. 'ci').",
 )
 @click.option(
+    "--turns",
+    type=click.IntRange(min=1, max=_MAX_COUNT),
+    default=1,
+    show_default=True,
+    help="Generate conversations of up to N user turns (the drive runs each of sim.user_turns).",
+)
+@click.option(
     "--max-steps", type=click.IntRange(min=1, max=_MAX_COUNT), default=None, help="The step cap your loop declares."
 )
 @click.option(
@@ -233,6 +240,7 @@ def verify(
     max_examples: int,
     seed: int | None,
     profile: str | None,
+    turns: int,
     max_steps: int | None,
     deadline_s: float | None,
     max_total_tokens: int | None,
@@ -278,6 +286,7 @@ def verify(
                     invariants=checked,
                     out_dir=out_dir,
                     settings=base,
+                    turns=turns,
                 )
             finally:
                 counter.settle()

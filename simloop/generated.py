@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import Frozen, StopTest
 
 from simloop.models import ModelRequest
-from simloop.scenario import Expect, Fault, Limits, Reply, Scenario, ToolCall, ToolSpec
+from simloop.scenario import Abort, Expect, Fault, Limits, Reply, Scenario, ToolCall, ToolSpec
 from simloop.strategies import (
     Codec,
     Digits,
@@ -49,14 +49,33 @@ _NONE: Codec[None] = Codec(0, lambda d: None)
 _SHORT = latency_codec(max_s=3.0)
 _HEAVY = usage_codec(chance=5)
 _TOOL_REPLY = Reply(tool_use=[ToolCall(name="search")])
+_DONE = Reply(end_turn="Done.")
+
+
+_EMPTY_END = Reply(end_turn="")  # a final answer with no text: what a model may end a turn with after tools
 
 
 class GeneratedModel:
-    """The simulated model of one generated run (a `simloop.models.ModelPolicy`)."""
+    """The simulated model of one generated run (a `simloop.models.ModelPolicy`).
 
-    def __init__(self, draw: Draw, plan: Plan) -> None:
+    In a conversation (``next_plan`` given), each user turn the loop takes (``turn()``, the number of
+    turns begun) gets a plan of its own, drawn from ``next_plan`` when its first request arrives, and a
+    turn's final answer is sometimes empty (no text: a model may end a turn that way after tools).
+    """
+
+    def __init__(
+        self,
+        draw: Draw,
+        plan: Plan,
+        *,
+        next_plan: st.SearchStrategy[Plan] | None = None,
+        turn: Callable[[], int] | None = None,
+    ) -> None:
         self.draw = draw
         self.plan = plan
+        self.next_plan = next_plan
+        self.turn = turn
+        self._turn = 1
         self.served: list[Reply] = []
         self._burst: list[Reply] = []
         self._tool_steps = 0
@@ -77,7 +96,23 @@ class GeneratedModel:
     def leftovers(self) -> list[str]:
         return []
 
+    def _new_turn(self) -> None:
+        """A new user turn began: its own plan, and the model starts over (nothing owed from the last turn)."""
+        assert self.next_plan is not None and self.turn is not None
+        self._turn = self.turn()
+        self.plan = self.draw(self.next_plan)
+        self._burst, self._tool_steps, self._stuck = [], 0, None
+        self._ended = self._paused = False
+
+    def _done(self) -> Reply:
+        """The plain final answer; in a conversation, in three turns of ten an empty one."""
+        if self.next_plan is not None and self.draw(_GATE) >= 7:
+            return _EMPTY_END
+        return _DONE
+
     def _next(self, request: ModelRequest) -> Reply:
+        if self.turn is not None and self.turn() > self._turn:
+            self._new_turn()
         if self._burst:
             return self._burst.pop()
         if self.plan.outage is not None and self._tool_steps >= self.plan.steps:
@@ -121,12 +156,16 @@ class GeneratedModel:
         """The plan's ending once; a paused turn is finished on its continuation; then plain answers."""
         ending = self.plan.ending
         if self._ended:
-            return Reply(end_turn="Done.")
+            return _DONE
         if ending.kind == "pause_turn" and not self._paused:
             self._paused = True
             return ending
         self._ended = True
-        return Reply(end_turn="Done.") if ending.kind == "pause_turn" else ending
+        if ending.kind == "pause_turn":
+            return self._done()
+        if ending.kind == "end_turn" and self._done() is _EMPTY_END:
+            return _EMPTY_END
+        return ending
 
 
 class GeneratedFaults:
@@ -230,6 +269,8 @@ def to_scenario(
     served: Sequence[Reply],
     faults: Sequence[Fault],
     halted: bool,
+    followups: Sequence[str] = (),
+    abort: Abort | None = None,
 ) -> Scenario:
     """The run written down as a script that replays it, and that a correct loop replays cleanly.
 
@@ -237,7 +278,8 @@ def to_scenario(
     answer to every further request), so a loop that stops later than the one that failed (a fixed loop,
     or one that retries more) is answered instead of running out of script; a runaway's stuck tail is
     ``then: repeat_last``.  ``expect`` states the invariants to hold (no violations), not how the
-    failing run ended, so the file is a regression test that passes once the loop is fixed.
+    failing run ended, so the file is a regression test that passes once the loop is fixed.  A conversation
+    keeps the user's ``followups`` (the turns it took after the task), its replies served in order across them.
     """
     replies = list(served)
     then = "end_turn"
@@ -248,11 +290,13 @@ def to_scenario(
     return Scenario(
         name=name,
         task=task,
+        followups=list(followups),
         tools=list(tools),
         model=_fold(replies),
         then=then,  # type: ignore[arg-type]
         faults=list(faults),
         limits=limits,
+        abort=abort,
         expect=Expect(violations=[]),
     )
 

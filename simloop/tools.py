@@ -71,6 +71,7 @@ class ToolBox:
         self.now = now
         self.sleep = sleep
         self.on_call = on_call
+        self.on_end: Callable[[ToolStart], None] | None = None  # set by the Sim (the abort trigger)
         self.executions = 0
         self._nth: dict[str, int] = {}
         self._fired: set[int] = set()
@@ -167,6 +168,8 @@ class ToolBox:
             raise
         finally:
             end.t = self.now()
+            if self.on_end is not None:
+                self.on_end(start)  # the effect is done, the result not yet returned: where a Stop may land
             self.transcript.append(end)
 
     def _fault_for(self, spec: ToolSpec | None, name: str, nth: int, matched: str | None) -> Fault | None:
