@@ -92,7 +92,7 @@ class _AbortTrigger:
             self.signal.set(self.plan.describe())
 
     def on_deliver(self, response: Response) -> None:
-        if self.plan.after_call is not None and response.call == self.plan.after_call:
+        if self.plan.after_call is not None and response.call == self.plan.after_call and response.status == 200:
             self._fire()
         self.on_time()
 

@@ -287,7 +287,16 @@ class Sim:
         return result
 
     async def _arun(self, drive: Drive) -> Outcome:
-        returned = await drive(self)  # type: ignore[misc]
+        plan = self.scenario.abort
+        timer = None
+        if plan is not None and plan.at is not None and self._guard.on_time is not None:
+            # on the virtual-time event loop the Stop lands on time, in the middle of an awaited call
+            timer = asyncio.get_running_loop().call_later(max(plan.at - self.clock.now(), 0.0), self._guard.on_time)
+        try:
+            returned = await drive(self)  # type: ignore[misc]
+        finally:
+            if timer is not None:
+                timer.cancel()  # the loop returned: no Stop after that
         return self._record(returned)
 
     def _record(self, returned: Any) -> Outcome:

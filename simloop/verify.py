@@ -91,9 +91,9 @@ def verify(
         max_examples: how many runs Hypothesis tries (a long budget is tried as several Hypothesis runs of
             at most a hundred examples, so memory stays flat however many are asked for).
         seed: makes the search deterministic (the same runs in the same order).
-        invariants: ids to check (default: all 13; see docs/design.md, Invariants: stops, pairing, request_valid,
+        invariants: ids to check (default: all 14; see docs/design.md, Invariants: stops, pairing, request_valid,
             no_rerun, truncation, refusal, honest_outcome, limits, tool_errors, no_work_after_return, crash,
-            results_sent, results_together).
+            results_sent, results_together, abort).
         plan: a strategy of model behaviours (`simloop.strategies.plans(...)`) for the whole budget;
             by default the budget is split over `simloop.strategies.stages()`, so that every kind of
             run (faults, outages, stuck models, slow and heavy runs) is certainly tried.

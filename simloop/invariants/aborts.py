@@ -3,17 +3,18 @@ history the next turn can send)."""
 
 from __future__ import annotations
 
-from simloop.invariants._base import MESSAGES_PATH, Violation, _view
+from simloop.invariants._base import MESSAGES_PATH, Violation, _is_reply, _view
 from simloop.transcript import AbortEvent, OutcomeEvent, Request, Response, ToolStart, Transcript, TurnStart
 
 __all__ = ["abort"]
 
 
 def abort(t: Transcript) -> list[Violation]:
-    """After the abort fires: no new model call, no tool execution, reason ``aborted`` for that turn, and the next
-    turn's first request is not refused for the history the aborted turn left."""
+    """After the abort fires: no new model call, no tool execution, reason ``aborted`` for that turn (or ``error`` /
+    ``error_budget`` when the call in flight failed), and the next turn's first request is not refused for the
+    history the aborted turn left."""
     fired = [(pos, e) for pos, e in enumerate(t.events) if isinstance(e, AbortEvent)]
-    if not fired:
+    if not fired or _returned_before(t, fired[0][0]):
         return []
     v = _view(t)
     at, event = fired[0]
@@ -39,7 +40,12 @@ def abort(t: Transcript) -> list[Violation]:
                                  {"exec": e.exec, "tool": e.tool, "tool_use_id": e.matched, "abort_t": event.t}))
             break
     outcome = _outcome_of(t, turn)
-    if outcome is not None and outcome.exception is None and outcome.reason != "aborted":
+    # the call in flight when Stop came may fail (the SDK's retries give up, a stream is cut): a failure reason is
+    # then honest too
+    answers = [e for e in t.events[:end] if isinstance(e, Response) and e.call == in_flight]
+    failed_in_flight = bool(answers) and not _is_reply(answers[-1])
+    if (outcome is not None and outcome.exception is None and outcome.reason != "aborted"
+            and not (outcome.reason in ("error", "error_budget") and failed_in_flight)):
         message = (f"the user pressed Stop ({event.trigger}, t={event.t:g}s) and the loop returned with reason "
                    f"{outcome.reason!r}; {fix}")
         out.append(Violation("abort", message, in_flight or None, {"reason": outcome.reason, "abort_t": event.t}))
@@ -53,6 +59,16 @@ def abort(t: Transcript) -> list[Violation]:
                        "leaves no tool_use without its result and no empty assistant message when it stops")
             out.append(Violation("abort", message, first.call, {"request": first.index, "abort_t": event.t}))
     return out
+
+
+def _returned_before(t: Transcript, at: int) -> bool:
+    """Did the turn in progress return before Stop was pressed (a timer that fired after the loop was done)?"""
+    for e in reversed(t.events[:at]):
+        if isinstance(e, TurnStart):
+            return False
+        if isinstance(e, OutcomeEvent):
+            return True
+    return False
 
 
 def _outcome_of(t: Transcript, turn: int) -> OutcomeEvent | None:
