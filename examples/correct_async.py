@@ -38,9 +38,10 @@ from ._common import (
 
 if TYPE_CHECKING:
     from simloop import Sim
+    from simloop._abort import AbortSignal
     from simloop.scenario import Limits
 
-__all__ = ["ARunTool", "drive", "run_agent"]
+__all__ = ["ARunTool", "drive", "run_agent", "stoppable"]
 
 
 class ARunTool(Protocol):
@@ -133,6 +134,7 @@ async def run_agent(
         running = asyncio.gather(
             *(run_tool(call.name, call.input, tool_use_id=call.id) for call in calls), return_exceptions=True
         )
+        running.add_done_callback(_retrieved)  # cancelled by Stop: its CancelledError is expected, not lost
         try:
             # wait_for cancels the gather on timeout and waits until every tool has stopped.
             outputs = await asyncio.wait_for(running, timeout=max(deadline - loop.time(), 0.0))
@@ -149,8 +151,30 @@ async def run_agent(
 
 async def drive(sim: Sim) -> list[Outcome]:
     """simloop adapter: run this loop against the simulated API and tools, on virtual time, turn after turn
-    of the conversation (``sim.user_turns``: the task, then any follow-ups) through one history."""
-    return await aconverse(sim.user_turns, lambda text, history: run_agent(
+    of the conversation (``sim.user_turns``: the task, then any follow-ups) through one history.  The user's
+    Stop (``sim.abort``) cancels the turn in flight: the model call or the tools it awaits."""
+    return await aconverse(sim.user_turns, lambda text, history: stoppable(sim.abort, run_agent(
         sim.async_client, sim.tool_schemas, sim.arun_tool, text, sim.limits, model=sim.model, system=sim.system,
         writes=writes_of(sim), history=history, stop=sim.abort.is_set,
-    ))
+    )))
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+async def stoppable(signal: AbortSignal, turn: Coroutine[Any, Any, Outcome]) -> Outcome:
+    """Run ``turn``; when Stop is pressed, cancel what it awaits and return ``aborted``."""
+    task = asyncio.current_task()
+    assert task is not None
+    signal.add_callback(task.cancel)
+    try:
+        return await turn
+    except asyncio.CancelledError:
+        if not signal.is_set():
+            raise  # a cancellation from elsewhere: not ours to swallow
+        task.uncancel()
+        return Outcome(reason="aborted", text="stopped by the user")
+    finally:
+        signal.remove_callback(task.cancel)

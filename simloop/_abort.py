@@ -52,6 +52,11 @@ class AbortSignal:
         if self.is_set():
             fn()
 
+    def remove_callback(self, fn: Callable[[], object]) -> None:
+        """Forget ``fn`` (a loop done with its turn); nothing if it is not registered."""
+        if fn in self._callbacks:
+            self._callbacks.remove(fn)
+
     def set(self, trigger: str = "set by hand") -> None:
         """Press Stop: recorded in the transcript (an ``abort`` event), then the callbacks run (once)."""
         if self._event.is_set():
