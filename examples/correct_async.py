@@ -165,16 +165,15 @@ def _retrieved(future: asyncio.Future[Any]) -> None:
 
 
 async def stoppable(signal: AbortSignal, turn: Coroutine[Any, Any, Outcome]) -> Outcome:
-    """Run ``turn``; when Stop is pressed, cancel what it awaits and return ``aborted``."""
-    task = asyncio.current_task()
-    assert task is not None
-    signal.add_callback(task.cancel)
+    """Run ``turn`` as a task of its own; when Stop is pressed, cancel it (the model call or the tools it awaits)
+    and return ``aborted``."""
+    inner = asyncio.ensure_future(turn)
+    signal.add_callback(inner.cancel)
     try:
-        return await turn
+        return await inner
     except asyncio.CancelledError:
-        if not signal.is_set():
+        if not (signal.is_set() and inner.cancelled()):
             raise  # a cancellation from elsewhere: not ours to swallow
-        task.uncancel()
         return Outcome(reason="aborted", text="stopped by the user")
     finally:
-        signal.remove_callback(task.cancel)
+        signal.remove_callback(inner.cancel)

@@ -16,7 +16,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from simloop.transcript import Halt, OutcomeEvent, Request, Response, ToolEnd, ToolStart, Transcript, TurnStart
+from simloop.transcript import (
+    AbortEvent,
+    Halt,
+    OutcomeEvent,
+    Request,
+    Response,
+    ToolEnd,
+    ToolStart,
+    Transcript,
+    TurnStart,
+)
 
 __all__ = ["TOOL_OUTCOMES", "Step", "ToolRun", "render_timeline", "steps", "tool_outcome"]
 
@@ -71,6 +81,7 @@ class Step:
     violations: list[Any] = field(default_factory=list)  # simloop.Violation found at this step
     turn: int | None = None  # the user turn (0-based) that begins with this step, in a conversation
     turn_text: str = ""  # that turn's user message
+    aborts: list[str] = field(default_factory=list)  # the user's Stop, pressed during this step
 
 
 def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
@@ -86,6 +97,9 @@ def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
     for e in transcript.events:
         if isinstance(e, TurnStart) and conversation:
             turn = e
+        elif isinstance(e, AbortEvent) and current is not None:
+            current.aborts.append(f"STOP pressed ({e.trigger}) at {e.t:.3f}s")
+            current.tools.append(current.aborts[-1])  # in its place among the tool lines
         elif isinstance(e, Request) and e.path.endswith("/messages"):
             current = by_call.get(e.call)
             if current is None:

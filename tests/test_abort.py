@@ -142,3 +142,16 @@ def test_verify_presses_stop_and_finds_the_defects(defect: str, tmp_path: Path) 
 def test_verify_abort_holds_for_the_reference_loop() -> None:
     drive = importlib.import_module("examples.correct_sync").drive
     assert simloop.verify(drive, limits=DECLARED, abort=True, turns=2, seed=3, max_examples=80).ok
+
+
+def test_the_timeline_shows_the_stop_where_it_happened() -> None:
+    from simloop.timeline import render_timeline
+
+    drive = importlib.import_module("examples.abort_ignored").drive
+    with Sim(SCENARIOS / "stop-button-during-tool.yaml") as sim:
+        sim.run(drive)
+    text = render_timeline(sim.transcript, sim.check().violations, width=200)
+    lines = [line.strip() for line in text.splitlines()]
+    stop = lines.index("STOP pressed (while tool execution 1 runs) at 2.000s")
+    assert lines[stop + 1].startswith("-> search(") and lines[stop + 2].startswith("-> send_email(")
+    assert "<-- abort" in text and "outcome of turn 1: aborted" in text
