@@ -290,3 +290,16 @@ def test_anthropic_types_are_accepted_in_the_history() -> None:
     history: list[Any] = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": [block]}]
     settle(history)
     assert history == [{"role": "user", "content": "Hi"}]
+
+
+def test_the_pydantic_ai_drive_keeps_the_conversation_in_message_history() -> None:
+    pytest.importorskip("pydantic_ai")
+    from simloop.adapters import pydantic_ai as pai
+
+    world = _world([{"end_turn": "Hi there."}, {"end_turn": "Fine, thanks."}], ["How are you?"])
+    with Sim(world) as sim:
+        sim.run(pai.make_drive())
+    assert [o.reason for o in sim.outcomes] == ["final", "final"] and sim.check().ok
+    second = [r for r in sim.transcript.requests if r.path == "/v1/messages"][-1]
+    texts = [str(m.get("content")) for m in second.conversation]
+    assert "Hello." in texts[0] and "Hi there." in texts[1] and "How are you?" in texts[2]
