@@ -35,6 +35,8 @@ __all__ = [
     "aconverse",
     "budgets",
     "converse",
+    "durable_arun_tool",
+    "durable_run_tool",
     "error_text",
     "settle",
     "start_turn",
@@ -246,3 +248,45 @@ async def aconverse(
         outcomes.append(await run_turn(text, history))
         settle(history)
     return outcomes
+
+
+# -- durability: a write runs once, across a simulated process death ------------------------------------------------
+
+
+def _write_key(name: str, input: object) -> str:
+    return f"{name}:{json.dumps(input, sort_keys=True, default=repr)}"
+
+
+def durable_run_tool(sim: Sim) -> RunTool:
+    """``sim.run_tool`` with an idempotency key per write, kept in ``sim.store`` (which survives a crash): the key
+    is saved before the write runs, and a write whose key is there is not run again after a restart."""
+    writes = writes_of(sim)
+    done: dict[str, str] = sim.store.setdefault("writes", {})
+
+    def run_tool(name: str, input: object, *, tool_use_id: str | None = None) -> str:
+        if name not in writes:
+            return sim.run_tool(name, input, tool_use_id=tool_use_id)
+        key = _write_key(name, input)
+        if key in done:
+            return "Already done before a restart; not repeated."
+        done[key] = "started"  # before the write: a crash after its commit leaves the key behind
+        return sim.run_tool(name, input, tool_use_id=tool_use_id)
+
+    return run_tool
+
+
+def durable_arun_tool(sim: Sim) -> Callable[..., Awaitable[str]]:
+    """`durable_run_tool` for ``sim.arun_tool``."""
+    writes = writes_of(sim)
+    done: dict[str, str] = sim.store.setdefault("writes", {})
+
+    async def arun_tool(name: str, input: object, *, tool_use_id: str | None = None) -> str:
+        if name not in writes:
+            return await sim.arun_tool(name, input, tool_use_id=tool_use_id)
+        key = _write_key(name, input)
+        if key in done:
+            return "Already done before a restart; not repeated."
+        done[key] = "started"
+        return await sim.arun_tool(name, input, tool_use_id=tool_use_id)
+
+    return arun_tool

@@ -9,7 +9,7 @@ This module is plain data so it imports without simloop's runtime.
 
 from __future__ import annotations
 
-__all__ = ["ABORTS", "CORRECT", "DECLARED", "DEFECTS", "POLICY_ROWS", "TURNS", "TWIN", "VERIFY"]
+__all__ = ["ABORTS", "CORRECT", "DECLARED", "DEFECTS", "POLICY_ROWS", "RESTARTS", "TURNS", "TWIN", "VERIFY"]
 
 CORRECT: list[str] = ["correct_sync", "correct_async", "correct_stream", "correct_policies"]
 
@@ -45,6 +45,7 @@ DEFECTS: dict[str, tuple[str, str]] = {
     "empty_answer_appended": ("pause-then-followup.yaml", "request_valid"),
     "abort_ignored": ("stop-button-during-tool.yaml", "abort"),
     "abort_streaming_continued": ("stop-button-while-streaming.yaml", "abort"),
+    "durable_resend": ("crash-after-email.yaml", "no_rerun"),
 }
 
 #: Under `simloop.verify` (generated runs rather than one scenario) a defect may show first as another
@@ -84,6 +85,10 @@ TURNS: dict[str, int] = {
 #: The rows `verify` tries with the user's Stop pressed at a drawn point (``verify(drive, abort=True)``); the
 #: correct loops are wired to ``sim.abort`` and verified so too.
 ABORTS: frozenset[str] = frozenset({"abort_ignored", "abort_streaming_continued", *CORRECT})
+
+#: The rows `verify` tries with simulated process deaths (``verify(drive, restarts=N)``): row -> the most restarts.
+#: The reference loops keep an idempotency key per write in ``sim.store`` and are verified so too.
+RESTARTS: dict[str, int] = {"durable_resend": 1, **{loop: 1 for loop in CORRECT}}
 
 #: The correct loops verified under each declared stop policy as well: row name -> (module, declared limits).
 #: ``bench/detect.py`` holds them to no violation, like `CORRECT` under `DECLARED`.

@@ -28,6 +28,7 @@ from ._common import (
     StopPolicies,
     aconverse,
     budgets,
+    durable_arun_tool,
     start_turn,
     text_of,
     tokens_used,
@@ -153,8 +154,9 @@ async def drive(sim: Sim) -> list[Outcome]:
     """simloop adapter: run this loop against the simulated API and tools, on virtual time, turn after turn
     of the conversation (``sim.user_turns``: the task, then any follow-ups) through one history.  The user's
     Stop (``sim.abort``) cancels the turn in flight: the model call or the tools it awaits."""
+    arun_tool = durable_arun_tool(sim)  # a write runs once, also across a crash and restart
     return await aconverse(sim.user_turns, lambda text, history: stoppable(sim.abort, run_agent(
-        sim.async_client, sim.tool_schemas, sim.arun_tool, text, sim.limits, model=sim.model, system=sim.system,
+        sim.async_client, sim.tool_schemas, arun_tool, text, sim.limits, model=sim.model, system=sim.system,
         writes=writes_of(sim), history=history, stop=sim.abort.is_set,
     )))
 

@@ -37,6 +37,7 @@ from ._common import (
     StopPolicies,
     budgets,
     converse,
+    durable_run_tool,
     start_turn,
     text_of,
     tokens_used,
@@ -159,7 +160,8 @@ def run_agent(
 def drive(sim: Sim) -> list[Outcome]:
     """simloop adapter: run this loop against the simulated API and tools, turn after turn of the conversation
     (``sim.user_turns``: the task, then any follow-ups) through one history."""
+    run_tool = durable_run_tool(sim)  # a write runs once, also across a crash and restart
     return converse(sim.user_turns, lambda text, history: run_agent(
-        sim.client, sim.tool_schemas, sim.run_tool, text, sim.limits, model=sim.model, system=sim.system,
+        sim.client, sim.tool_schemas, run_tool, text, sim.limits, model=sim.model, system=sim.system,
         writes=writes_of(sim), history=history, stop=sim.abort.is_set,
     ))

@@ -76,6 +76,9 @@ class GeneratedModel:
         self.next_plan = next_plan
         self.turn = turn
         self._turn = 1
+        self.lives: Callable[[], int] | None = None  # the Sim's lives (a restart after a crash), when crashes are drawn
+        self._life = 1
+        self._last_calls: Reply | None = None
         self.served: list[Reply] = []
         self._burst: list[Reply] = []
         self._tool_steps = 0
@@ -111,6 +114,12 @@ class GeneratedModel:
         return _DONE
 
     def _next(self, request: ModelRequest) -> Reply:
+        if self.lives is not None and self.lives() > self._life:
+            self._life = self.lives()
+            if self._last_calls is not None:
+                # the process died before the model saw those calls' results: it asks for them again, as a real
+                # model does when its conversation resumes from before them
+                return self._last_calls
         if self.turn is not None and self.turn() > self._turn:
             self._new_turn()
         if self._burst:
@@ -135,6 +144,7 @@ class GeneratedModel:
             reply = reply.model_copy(update={"tool_use": calls})
         if self.plan.persona == "stuck":
             self._stuck = reply
+        self._last_calls = reply
         return reply
 
     def _draw_reply(self, codec: Codec[Reply]) -> Reply:
@@ -187,10 +197,18 @@ class GeneratedFaults:
         self.stopped: StopTest | None = None
         self.transcript: Transcript | None = None  # the run's (set once the Sim exists): the replies' calls
         self._specs = {t.name: t for t in reversed(tools)}  # the first of a name wins, as in the ToolBox
+        self.crash_at: frozenset[int] = frozenset()  # the write executions (1-based, in the run) where the process dies
+        self._writes = 0
         self._ready: dict[str, Fault | None] = {}  # tool_use id -> its fault, drawn, not yet taken
         self._drawn: set[str] = set()
 
     def __call__(self, spec: ToolSpec, nth: int, tool_use_id: str | None = None) -> Fault | None:
+        if self.crash_at and spec.kind == "write":
+            self._writes += 1
+            if self._writes in self.crash_at:
+                crash = Fault(tool=spec.name, kind="crash", call=nth)
+                self.fired.append(crash)
+                return crash
         if not self.plan.tool_fault_rate and not self.plan.slow:
             return None
         try:

@@ -87,7 +87,7 @@ INVARIANT_IDS = (
 _TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
 
 ApiError = Literal[429, 500, 503, 529, "connection", "timeout", "stream_error", "stream_cut"]
-FaultKind = Literal["raise", "timeout", "slow", "huge_output", "commit_then_raise"]
+FaultKind = Literal["raise", "timeout", "slow", "huge_output", "commit_then_raise", "crash"]
 InvariantId = Literal[
     "stops",
     "pairing",
@@ -325,7 +325,7 @@ class Reply(_Model):
         return []
 
 
-FaultKinds = ("raise", "timeout", "slow", "huge_output", "commit_then_raise")
+FaultKinds = ("raise", "timeout", "slow", "huge_output", "commit_then_raise", "crash")
 
 
 class Fault(_Model):

@@ -31,13 +31,13 @@ from simloop._interrupt import user_interrupts
 from simloop._stack import on_fresh_stack
 from simloop._watchdog import LoopHalted, Watchdog
 from simloop.clock import VirtualClock
-from simloop.errors import SimloopInternalError, UsageError
+from simloop.errors import SimloopInternalError, SimulatedCrash, UsageError
 from simloop.invariants import Report, check
 from simloop.models import Ids, ModelPolicy, Script, ScriptExhausted
 from simloop.outcome import Outcome
 from simloop.scenario import Abort, Limits, Scenario, load_scenario
 from simloop.tools import FaultSource, ToolBox
-from simloop.transcript import Halt, Header, OutcomeEvent, Transcript, TurnStart
+from simloop.transcript import Halt, Header, OutcomeEvent, Restart, Transcript, TurnStart
 from simloop.wire.server import Budget, InternalFailure, SimServer
 
 if TYPE_CHECKING:
@@ -134,6 +134,10 @@ class Sim:
             self._guard.abort_at = self.scenario.abort.at
         self.model = DEFAULT_MODEL
         self.outcomes: list[Outcome] = []  # one per user turn when the drive returned a list, else the one outcome
+        #: What a durable loop persists: it survives a simulated process death (a ``crash`` fault), as a
+        #: database or a checkpointer's storage would; everything else of the loop is gone at a restart.
+        self.store: dict[str, Any] = {}
+        self.lives = 1  # the drive's runs: 1, plus one per restart after a crash
         self._clients: dict[str, Any] = {}
         self._ran = False
         self._turns = UserTurns(self)
@@ -263,7 +267,7 @@ class Sim:
                     if inspect.iscoroutinefunction(drive):
                         result = on_fresh_stack(self.clock.run, self._arun(drive))
                     else:
-                        result = self._record(on_fresh_stack(drive, self))
+                        result = self._record(on_fresh_stack(self._sync_lives, drive))
                 except LoopHalted as halted:
                     self.transcript.append(Halt(t=self.clock.now(), budget=halted.reason, detail=halted.detail))
                     result = self._record_error(halted)
@@ -293,11 +297,33 @@ class Sim:
             # on the virtual-time event loop the Stop lands on time, in the middle of an awaited call
             timer = asyncio.get_running_loop().call_later(max(plan.at - self.clock.now(), 0.0), self._guard.on_time)
         try:
-            returned = await drive(self)  # type: ignore[misc]
+            while True:
+                try:
+                    returned = await drive(self)  # type: ignore[misc]
+                    break
+                except SimulatedCrash as crash:
+                    self._restart(crash)
         finally:
             if timer is not None:
                 timer.cancel()  # the loop returned: no Stop after that
         return self._record(returned)
+
+    def _sync_lives(self, drive: Drive) -> Any:
+        """Run the drive; after a simulated process death, run it again (the restart), up to `MAX_LIVES`."""
+        while True:
+            try:
+                return drive(self)
+            except SimulatedCrash as crash:
+                self._restart(crash)
+
+    def _restart(self, crash: SimulatedCrash) -> None:
+        """The process died: only ``sim.store`` and the world remain; the next life begins (or the run halts)."""
+        if self.lives >= MAX_LIVES:
+            raise LoopHalted("restarts", f"the process died {self.lives} times; simloop stops a run after {MAX_LIVES} lives")
+        self.lives += 1
+        self.transcript.append(Restart(t=self.clock.now(), life=self.lives, detail=str(crash)))
+        self._turns.started = 0
+        self.abort.clear()
 
     def _record(self, returned: Any) -> Outcome:
         if isinstance(returned, list):
@@ -590,6 +616,8 @@ def _bind_tools(scenario: Scenario, tools: Mapping[str, Callable[..., Any]]) -> 
 #: runner's ``max_iterations`` is unset (no cap).  A runaway run of 51 calls takes well under a second, and a
 #: loop declaring ``max_steps=N`` gets ``2N + 5`` when that is more.
 RUNAWAY_MODEL_CALLS = 51
+#: Lives of one run (the first, plus a restart after each simulated process death): past them, `stops` reports it.
+MAX_LIVES = 10
 
 
 def _default_budget(limits: Limits) -> Budget:

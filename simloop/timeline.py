@@ -151,8 +151,8 @@ def tool_outcome(start: ToolStart, end: ToolEnd | None) -> str:
     """What one execution came to: one of `TOOL_OUTCOMES`."""
     if end is None:
         return "running"
-    if end.status == "cancelled":
-        return "cancelled"
+    if end.status in ("cancelled", "crashed"):
+        return "cancelled" if end.status == "cancelled" else "committed-then-lost"
     if end.status == "ok":
         return {"slow": "slow", "huge_output": "huge"}.get(start.fault or "", "ok")
     if end.committed:
@@ -219,6 +219,8 @@ def _tool(start: ToolStart, end: ToolEnd) -> str:
     timing = f" after {took:.1f}s" if took >= 0.05 else ""
     if end.status == "ok":
         what = "ok"
+    elif end.status == "crashed":
+        what = f"committed, then the PROCESS DIED ({end.error})"
     elif end.committed:
         what = f"committed, then raised {end.error}"
     else:

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from simloop.errors import UsageError
+from simloop.errors import SimulatedCrash, UsageError
 from simloop.scenario import Fault, Scenario, ToolSpec
 from simloop.transcript import Response, ToolEnd, ToolStart, Transcript
 
@@ -157,11 +157,18 @@ class ToolBox:
                 size = fault.size if fault and fault.size else DEFAULT_HUGE
                 result = _huge(result, size)
             end.committed = spec.kind == "write"
+            if kind == "crash":  # the effect happened, then the process died before the tool returned
+                end.committed = True
+                raise SimulatedCrash(f"the process died while {start.tool} ran (its effect was applied)")
             if kind == "commit_then_raise":
                 end.committed = True
                 raise ConnectionResetError(f"{start.tool}: connection reset before the reply arrived (the effect was applied)")
             end.result = result if len(result) <= 2000 else result[:2000] + f"... [{len(result)} chars]"
             return result
+        except SimulatedCrash as e:
+            end.status = "crashed"  # the process died: not an error the loop could report
+            end.error = str(e)
+            raise
         except BaseException as e:
             end.status = "raised"
             end.error = f"{type(e).__name__}: {e}"

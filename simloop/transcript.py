@@ -10,6 +10,7 @@ scenario's name, seed, declared limits and tool kinds) and a list of events:
 * `Halt`      — simloop unwound a runaway loop (model-call budget, virtual time, watchdog)
 * `TurnStart` — a user turn of a conversation began (the drive took it from ``sim.user_turns``)
 * `AbortEvent` — the user pressed Stop: ``sim.abort`` fired
+* `Restart`   — the process died (a ``crash`` fault) and the drive was run again
 
 Times ``t`` are virtual seconds since the run started, so a transcript is a
 pure function of the scenario and seed: it serialises to JSONL byte for byte
@@ -34,6 +35,7 @@ __all__ = [
     "OutcomeEvent",
     "Request",
     "Response",
+    "Restart",
     "ToolEnd",
     "ToolStart",
     "Transcript",
@@ -155,7 +157,7 @@ class ToolStart:
 
 @dataclass(slots=True)
 class ToolEnd:
-    """A tool execution ended: ``status`` is ``ok``, ``raised`` or ``cancelled``.
+    """A tool execution ended: ``status`` is ``ok``, ``raised``, ``cancelled`` or ``crashed`` (the process died).
 
     ``committed`` says whether the tool's effect happened (true for every
     completed write, and for a ``commit_then_raise`` fault even though it raised).
@@ -217,10 +219,20 @@ class AbortEvent:
     type: str = "abort"
 
 
-Event = Request | Response | ToolStart | ToolEnd | OutcomeEvent | Halt | TurnStart | AbortEvent
+@dataclass(slots=True)
+class Restart:
+    """The process died (``detail``) and the drive began life ``life`` (2 for the first restart)."""
+
+    t: float
+    life: int
+    detail: str = ""
+    type: str = "restart"
+
+
+Event = Request | Response | ToolStart | ToolEnd | OutcomeEvent | Halt | TurnStart | AbortEvent | Restart
 _TYPES: dict[str, type[Any]] = {
     str(c.__dataclass_fields__["type"].default): c
-    for c in (Header, Request, Response, ToolStart, ToolEnd, OutcomeEvent, Halt, TurnStart, AbortEvent)
+    for c in (Header, Request, Response, ToolStart, ToolEnd, OutcomeEvent, Halt, TurnStart, AbortEvent, Restart)
 }
 
 

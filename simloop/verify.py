@@ -79,6 +79,7 @@ def verify(
     recorded: str | Path | Any = None,
     turns: int = 1,
     abort: bool = False,
+    restarts: int = 0,
 ) -> Report:
     """Property-test ``drive`` under generated model behaviours, API faults, tool faults and latencies.
 
@@ -109,6 +110,9 @@ def verify(
             removes turns.  The drive runs every turn through one history (see docs/design.md, Conversations).
         abort: each run presses the user's Stop once, at a drawn point (after a model call, while a tool runs,
             or at a virtual time): the ``abort`` invariant holds the loop to it (see docs/design.md, Abort).
+        restarts: the process dies up to ``restarts`` times a run, each time on a drawn write execution (its
+            effect committed, the result lost); simloop runs the drive again with ``sim.store`` kept, and the
+            model asks again for what it never saw answered (see docs/design.md, Crash and restart).
 
     Returns a `Report` (``violations`` empty) when every example holds.
 
@@ -128,6 +132,9 @@ def verify(
     if turns > 1 and recorded is not None:
         raise UsageError("verify(turns=...) generates conversations; a recording has its own turns: leave turns=1")
     turn_counts = st.integers(1, turns)
+    if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
+        raise UsageError(f"verify(restarts=...) is the most simulated process deaths a run, an int >= 0; got {restarts!r}")
+    crash_points = st.frozensets(st.integers(1, 3), min_size=1, max_size=restarts) if restarts else None
     specs = _tools(tools)
     declared = limits if isinstance(limits, Limits) else Limits.model_validate(limits or {})
     checked = _invariant_ids(invariants)
@@ -168,8 +175,12 @@ def verify(
             else:
                 model = GeneratedModel(draw, chosen)
                 faults = GeneratedFaults(draw, chosen, specs)
+            if crash_points is not None:
+                faults.crash_at = draw(crash_points)
             with Sim(scenario, seed=run_seed, model=model, fault_source=faults) as sim:
                 faults.transcript = sim.transcript
+                if crash_points is not None and isinstance(model, GeneratedModel):
+                    model.lives = functools.partial(getattr, sim, "lives")
                 if turns > 1:
                     model.turn = functools.partial(getattr, sim.user_turns, "started")
                 sim.run(drive)
@@ -193,7 +204,7 @@ def verify(
             # the example database is keyed by this: the same loop, world and stage find their failures again
             digest = repr(
                 (_name(drive), specs, declared, checked, task, world.source if world is not None else None, stage)
-                + ((turns,) if turns > 1 else ()) + (("abort",) if abort else ())
+                + ((turns,) if turns > 1 else ()) + (("abort",) if abort else ()) + ((restarts,) if restarts else ())
             ).encode()
             for n, size in enumerate(_chunks(budget)):
                 if state["examples"] - collected_at >= _CHUNK:

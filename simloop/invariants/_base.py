@@ -16,7 +16,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from simloop.transcript import Event, Halt, OutcomeEvent, Request, Response, ToolEnd, ToolStart, Transcript, TurnStart
+from simloop.transcript import (
+    Event,
+    Halt,
+    OutcomeEvent,
+    Request,
+    Response,
+    Restart,
+    ToolEnd,
+    ToolStart,
+    Transcript,
+    TurnStart,
+)
 
 __all__ = ["MESSAGES_PATH", "REASONS", "Invariant", "Split", "TurnSlice", "Violation", "per_turn", "turn_slices"]
 
@@ -249,7 +260,9 @@ def turn_slices(t: Transcript) -> list[TurnSlice]:
         base = calls_before if first_call is None else first_call - 1
         shifted: list[Event] = [_shift(e, t0, base) for e in events if not isinstance(e, TurnStart)]
         outcome = by_turn.get(mark.turn)
-        if outcome is None and i == len(marks) - 1 and untagged:
+        if any(isinstance(e, Restart) for e in events):  # the process died in this turn: it never returned
+            outcome = None
+        elif outcome is None and i == len(marks) - 1 and untagged:
             outcome = untagged[-1]
         if outcome is not None:
             shifted.append(dataclasses.replace(outcome, t=outcome.t - t0))
