@@ -22,6 +22,7 @@ from simloop.transcript import (
     OutcomeEvent,
     Request,
     Response,
+    Restart,
     ToolEnd,
     ToolStart,
     Transcript,
@@ -100,6 +101,8 @@ def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
         elif isinstance(e, AbortEvent) and current is not None:
             current.aborts.append(f"STOP pressed ({e.trigger}) at {e.t:.3f}s")
             current.tools.append(current.aborts[-1])  # in its place among the tool lines
+        elif isinstance(e, Restart) and current is not None:
+            current.tools.append(f"PROCESS DIED at {e.t:.3f}s: the loop restarts (life {e.life}), sim.store kept")
         elif isinstance(e, Request) and e.path.endswith("/messages"):
             current = by_call.get(e.call)
             if current is None:

@@ -1,0 +1,94 @@
+"""Crash and restart: `sim.store`, the ``crash`` fault, restarts of the drive, invariants across lives."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import simloop
+from simloop import Outcome, Sim
+from simloop.errors import SimulatedCrash
+from simloop.transcript import Restart, ToolEnd
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = ROOT / "scenarios"
+DECLARED = {"max_steps": 10, "deadline_s": 300, "max_total_tokens": 200_000}
+
+
+def _drive(name: str) -> Any:
+    return importlib.import_module(f"examples.{name}").drive
+
+
+def test_a_crash_restarts_the_drive_and_keeps_only_the_store() -> None:
+    lives: list[tuple[int, dict[str, Any]]] = []
+
+    def drive(sim: Sim) -> Outcome:
+        lives.append((sim.lives, dict(sim.store)))
+        sim.store["seen"] = sim.store.get("seen", 0) + 1
+        try:
+            sim.run_tool("send_email", {"to": "a"})
+        except Exception:  # noqa: BLE001 - a crash is not an Exception: this cannot swallow it
+            return Outcome("error")
+        return Outcome("final")
+
+    world = {"tools": [{"name": "send_email", "kind": "write", "input_schema": {"type": "object"}}],
+             "faults": [{"tool": "send_email", "call": 1, "kind": "crash"}]}
+    with Sim(world) as sim:
+        outcome = sim.run(drive)
+    assert outcome.reason == "final" and lives == [(1, {}), (2, {"seen": 1})]
+    assert [(e.life, e.detail) for e in sim.transcript.of(Restart)] == [
+        (2, "the process died while send_email ran (its effect was applied)")]
+    ends = sim.transcript.of(ToolEnd)
+    assert [(e.status, e.committed) for e in ends] == [("crashed", True), ("ok", True)]
+    assert issubclass(SimulatedCrash, BaseException) and not issubclass(SimulatedCrash, Exception)
+
+
+def test_lives_are_bounded() -> None:
+    def drive(sim: Sim) -> Outcome:
+        sim.run_tool("send_email", {"to": "a"})
+        return Outcome("final")
+
+    world = {"tools": [{"name": "send_email", "kind": "write", "input_schema": {"type": "object"}}],
+             "faults": [{"tool": "send_email", "kind": "crash"}]}  # every execution dies
+    with Sim(world) as sim:
+        sim.run(drive)
+    assert sim.lives == 10 and sim.transcript.halt is not None and sim.transcript.halt.budget == "restarts"
+    assert "stops" in {v.invariant for v in sim.check().violations}
+
+
+def test_the_naive_durable_loop_sends_twice_and_the_keyed_one_once() -> None:
+    with Sim(SCENARIOS / "crash-after-email.yaml") as sim:
+        sim.run(_drive("durable_resend"))
+    violations = sim.check().violations
+    assert [v.invariant for v in violations] == ["no_rerun"]
+    assert "after the process died and restarted" in violations[0].message
+    with Sim(SCENARIOS / "crash-after-email.yaml") as sim:
+        sim.run(_drive("correct_sync"))
+    assert sim.check().ok and sim.store["writes"]
+
+
+def test_verify_restarts_finds_the_naive_durable_loop(tmp_path: Path) -> None:
+    with pytest.raises(simloop.InvariantViolation) as found:
+        simloop.verify(_drive("durable_resend"), limits=DECLARED, restarts=1, seed=0, max_examples=200,
+                       out_dir=tmp_path)
+    assert {v.invariant for v in found.value.violations} == {"no_rerun"}
+    assert found.value.scenario is not None and any(f.kind == "crash" for f in found.value.scenario.faults)
+    assert simloop.replay(_drive("correct_sync"), found.value.scenario_path or "").ok
+
+
+def test_verify_restarts_must_be_a_count() -> None:
+    with pytest.raises(simloop.UsageError, match=r"verify\(restarts=...\) is the most simulated process deaths"):
+        simloop.verify(_drive("correct_sync"), restarts=-1)
+
+
+def test_the_timeline_shows_the_restart() -> None:
+    from simloop.timeline import render_timeline
+
+    with Sim(SCENARIOS / "crash-after-email.yaml") as sim:
+        sim.run(_drive("durable_resend"))
+    text = render_timeline(sim.transcript, sim.check().violations, width=200)
+    assert "committed, then the PROCESS DIED" in text
+    assert "PROCESS DIED at 0.000s: the loop restarts (life 2), sim.store kept" in text
