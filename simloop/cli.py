@@ -177,6 +177,14 @@ class _Counter:
     show_default=True,
     help="Generate conversations of up to N user turns (the drive runs each of sim.user_turns).",
 )
+@click.option("--abort", is_flag=True, default=False, help="Press the user's Stop (sim.abort) once a run, at a drawn point.")
+@click.option(
+    "--restarts",
+    type=click.IntRange(min=0, max=_MAX_COUNT),
+    default=0,
+    show_default=True,
+    help="Kill the process up to N times a run on a write (its effect committed); the drive runs again with sim.store.",
+)
 @click.option(
     "--max-steps", type=click.IntRange(min=1, max=_MAX_COUNT), default=None, help="The step cap your loop declares."
 )
@@ -241,6 +249,8 @@ def verify(
     seed: int | None,
     profile: str | None,
     turns: int,
+    abort: bool,
+    restarts: int,
     max_steps: int | None,
     deadline_s: float | None,
     max_total_tokens: int | None,
@@ -287,6 +297,8 @@ def verify(
                     out_dir=out_dir,
                     settings=base,
                     turns=turns,
+                    abort=abort,
+                    restarts=restarts,
                 )
             finally:
                 counter.settle()

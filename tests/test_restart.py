@@ -92,3 +92,16 @@ def test_the_timeline_shows_the_restart() -> None:
     text = render_timeline(sim.transcript, sim.check().violations, width=200)
     assert "committed, then the PROCESS DIED" in text
     assert "PROCESS DIED at 0.000s: the loop restarts (life 2), sim.store kept" in text
+
+
+def test_cli_verify_takes_abort_and_restarts(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from simloop.cli import main
+
+    monkeypatch.chdir(ROOT)
+    base = ["verify", "--max-examples", "200", "--seed", "0", "--max-steps", "10", "--out", str(tmp_path),
+            "--no-progress"]
+    assert main([*base[:1], "examples.durable_resend:drive", *base[1:], "--restarts", "1"]) == 1
+    assert "no_rerun" in capsys.readouterr().out
+    assert main([*base[:1], "examples.abort_ignored:drive", *base[1:], "--abort"]) == 1
+    assert "[abort]" in capsys.readouterr().out
