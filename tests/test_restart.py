@@ -105,3 +105,39 @@ def test_cli_verify_takes_abort_and_restarts(capsys: pytest.CaptureFixture[str],
     assert "no_rerun" in capsys.readouterr().out
     assert main([*base[:1], "examples.abort_ignored:drive", *base[1:], "--abort"]) == 1
     assert "[abort]" in capsys.readouterr().out
+
+
+def test_a_langgraph_agent_with_its_checkpointer_in_the_store_resends_after_a_crash(tmp_path: Path) -> None:
+    # docs/findings.md, F15: resuming the thread re-runs the interrupted tools node (at least once)
+    pytest.importorskip("langgraph")
+    import warnings
+
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.prebuilt import create_react_agent
+
+    from simloop.adapters import langgraph as lg
+
+    def drive(sim: Sim) -> Outcome:
+        saver = sim.store.setdefault("checkpointer", InMemorySaver())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            agent = create_react_agent(lg.chat_model(sim), lg.tools(sim), checkpointer=saver)
+        config: Any = {"configurable": {"thread_id": "ticket-1234"},
+                       "recursion_limit": lg.recursion_limit(sim.limits.max_steps) or 25}
+        resumed = saver.get_tuple(config) is not None
+        result = agent.invoke(None if resumed else {"messages": [{"role": "user", "content": sim.task}]}, config)
+        return lg.outcome_of(result["messages"][-1])
+
+    with Sim(SCENARIOS / "happy-path.yaml") as warm:  # the harness's imports, before a run's watchdog
+        warm.run(lg.make_drive())
+    with Sim(SCENARIOS / "crash-after-email.yaml") as sim:
+        outcome = sim.run(drive)
+    assert outcome.reason == "final" and sim.lives == 2
+    reruns = [v for v in sim.check().violations if v.invariant == "no_rerun"]
+    assert [v.evidence["exec"] for v in reruns] == [3, 4]  # the resumed tools node, then the model's new ask
+    assert reruns[0].step == 2  # exec 3 came before any new model call: the replayed superstep
+
+    # under verify(restarts=1) the resumed graph's requests stay sound (a tool's exception escaping is F14)
+    report = simloop.verify(drive, limits=DECLARED, restarts=1, seed=0, max_examples=30, out_dir=tmp_path,
+                            invariants=["stops", "pairing", "request_valid"])
+    assert report.ok
