@@ -248,6 +248,8 @@ def turn_slices(t: Transcript) -> list[TurnSlice]:
     end = outcomes[0][0] if outcomes else len(t.events)
     by_turn = {e.turn: e for _, e in outcomes if e.turn is not None}
     untagged = [e for _, e in outcomes if e.turn is None]
+    # the outcomes are the last life's: a turn of a life that died before the drive returned has none
+    last_life = max((pos for pos, e in enumerate(t.events) if isinstance(e, Restart)), default=-1)
     out: list[TurnSlice] = []
     calls_before = 0
     for i, start in enumerate(marks):
@@ -260,7 +262,7 @@ def turn_slices(t: Transcript) -> list[TurnSlice]:
         base = calls_before if first_call is None else first_call - 1
         shifted: list[Event] = [_shift(e, t0, base) for e in events if not isinstance(e, TurnStart)]
         outcome = by_turn.get(mark.turn)
-        if any(isinstance(e, Restart) for e in events):  # the process died in this turn: it never returned
+        if start < last_life or any(isinstance(e, Restart) for e in events):  # a life that died: no outcome known
             outcome = None
         elif outcome is None and i == len(marks) - 1 and untagged:
             outcome = untagged[-1]

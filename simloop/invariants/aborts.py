@@ -4,7 +4,7 @@ history the next turn can send)."""
 from __future__ import annotations
 
 from simloop.invariants._base import MESSAGES_PATH, Violation, _is_reply, _view
-from simloop.transcript import AbortEvent, OutcomeEvent, Request, Response, ToolStart, Transcript, TurnStart
+from simloop.transcript import AbortEvent, OutcomeEvent, Request, Response, Restart, ToolStart, Transcript, TurnStart
 
 __all__ = ["abort"]
 
@@ -39,7 +39,8 @@ def abort(t: Transcript) -> list[Violation]:
             out.append(Violation("abort", message, v.step_at(pos),
                                  {"exec": e.exec, "tool": e.tool, "tool_use_id": e.matched, "abort_t": event.t}))
             break
-    outcome = _outcome_of(t, turn)
+    died_later = any(isinstance(e, Restart) for e in t.events[at:])
+    outcome = None if died_later else _outcome_of(t, turn)  # the outcomes recorded are the last life's
     # the call in flight when Stop came may fail (the SDK's retries give up, a stream is cut): a failure reason is
     # then honest too
     answers = [e for e in t.events[:end] if isinstance(e, Response) and e.call == in_flight]
