@@ -147,6 +147,8 @@ async def run_agent(
                 raise output  # cancellation, or simloop unwinding a runaway loop: not a tool error
             results.append(tool_result(call, output))
         messages.append({"role": "user", "content": results})
+    if stop():  # Stop pressed during the last step's tools
+        return Outcome(reason="aborted", text="stopped by the user")
     return Outcome(reason="max_steps", text=f"no final answer after {max_steps} model calls")
 
 

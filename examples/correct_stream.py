@@ -106,6 +106,8 @@ def run_agent(
                 messages.append({"role": "user", "content": results})
             return halt
         messages.append({"role": "user", "content": results})
+    if stop():  # Stop pressed during the last step's tools
+        return Outcome(reason="aborted", text="stopped by the user")
     return Outcome(reason="max_steps", text=f"no final answer after {max_steps} model calls")
 
 

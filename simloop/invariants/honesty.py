@@ -13,7 +13,7 @@ from simloop.invariants._base import (
     _view,
     per_turn,
 )
-from simloop.transcript import Request, Response, Transcript
+from simloop.transcript import Request, Response, Restart, Transcript
 
 __all__ = ["honest_outcome", "refusal", "truncation"]
 
@@ -71,7 +71,9 @@ def refusal(t: Transcript) -> list[Violation]:
         sig = _signature(req)
         if sig in reported:
             continue
-        again = [r for p, r in v.model_requests if p > pos and r.call > req.call and r.attempt == 0
+        # within the life it was refused in: a restarted process has forgotten it (its store may not)
+        died = next((p for p, e in enumerate(t.events) if p > pos and isinstance(e, Restart)), len(t.events))
+        again = [r for p, r in v.model_requests if pos < p < died and r.call > req.call and r.attempt == 0
                  and _signature(r) == sig]
         if not again:
             continue
