@@ -46,8 +46,10 @@ class InvariantViolation(AssertionError):
 
     Attributes: ``violations`` (list of `simloop.Violation`), ``scenario`` (the
     minimal scenario, when known), ``scenario_path`` (where it was written),
-    ``timeline`` (the rendered run), ``replay`` (the command that replays it)
-    and ``transcript`` (the failing run's `simloop.Transcript`, for reports).
+    ``timeline`` (the rendered run), ``replay`` (the command that replays it),
+    ``transcript`` (the failing run's `simloop.Transcript`, for reports) and
+    ``examples_before_failure`` (how many examples `simloop.verify` ran and
+    passed before the first failing one; None outside a search).
     """
 
     def __init__(
@@ -60,8 +62,10 @@ class InvariantViolation(AssertionError):
         timeline: str | None = None,
         replay: str | None = None,
         transcript: Any = None,
+        examples_before_failure: int | None = None,
     ) -> None:
         super().__init__(message)
+        self.examples_before_failure = examples_before_failure
         self.transcript = transcript
         self.violations = violations
         self.scenario = scenario

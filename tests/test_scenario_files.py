@@ -157,6 +157,10 @@ def test_correct_loop_shows_what_the_scenario_expects(loop: str, scenario: str) 
 
 @pytest.mark.parametrize("defect", sorted(DEFECTS))
 def test_defect_loop_is_caught_by_exactly_its_invariant(defect: str) -> None:
+    from examples.catalogue import pending
+
+    if defect in pending():
+        pytest.skip(f"needs {pending()[defect]}, which the simulated API does not have yet")
     scenario, invariant = DEFECTS[defect]
     outcome, broken = _run(defect, scenario)
     assert sorted(set(broken)) == [invariant], f"{defect} on {scenario}: {broken} ({outcome})"
