@@ -72,7 +72,10 @@ _FORMATS: dict[str, tuple[str, ...]] = {
 _EMAIL_HINTS = ("to", "email", "recipient", "cc", "bcc", "from", "sender")
 _QUERY_HINTS = ("q", "query", "search", "term", "keyword", "keywords")
 _TEXT_HINTS = ("body", "message", "text", "content", "note", "comment", "description", "reason")
-_WRONG = {"string": 42, "integer": "42", "number": "4.2", "boolean": "yes", "array": "a,b", "object": "x", "null": 0}
+# a value of the wrong type for each type, of the kind a model slips into (and that even lax validation rejects:
+# pydantic turns "42" into 42, so the wrong numbers are words)
+_WRONG = {"string": 42, "integer": "several", "number": "about 40", "boolean": "maybe", "array": "a, b",
+          "object": "see above", "null": "none"}
 
 
 class InputPool:
