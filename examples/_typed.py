@@ -9,7 +9,8 @@ follow each tool's schema, the writes really run.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 from anthropic.types import ToolParam
 from pydantic import BaseModel, ConfigDict
@@ -38,13 +39,13 @@ class SendEmail(BaseModel):
 TYPED: dict[str, type[BaseModel]] = {"search": Search, "send_email": SendEmail}
 
 
-def typed_tool_params(tools: list[ToolParam]) -> list[ToolParam]:
+def typed_tool_params(tools: Sequence[Mapping[str, Any]]) -> list[ToolParam]:
     """``tools`` (the API's ``tools`` parameter) with each typed tool's schema taken from its model."""
     out: list[ToolParam] = []
     for tool in tools:
         model = TYPED.get(tool["name"])
         if model is None:
-            out.append(tool)
+            out.append(cast(ToolParam, dict(tool)))
         else:
             out.append({"name": tool["name"], "description": model.__doc__ or "", "input_schema": model.model_json_schema()})
     return out

@@ -35,7 +35,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from jsonschema import validators
+from jsonschema import validators  # type: ignore[import-untyped]  # (no stubs shipped)
 
 __all__ = ["POOL", "InputPool", "pool_for"]
 
@@ -183,7 +183,8 @@ class InputPool:
                     else:
                         merged.setdefault(k, v)
             schema = merged
-        return schema
+        resolved: dict[str, Any] = schema
+        return resolved
 
     def _value(self, schema: Any, rng: random.Random | None, depth: int, hint: str) -> Any:
         s = self._resolve(schema)
@@ -267,7 +268,7 @@ def _pointer(root: dict[str, Any], ref: str) -> dict[str, Any]:
             node = node[int(part)]
         else:
             return {}
-    return node if isinstance(node, dict) else {}
+    return dict(node) if isinstance(node, dict) else {}
 
 
 def _types(s: dict[str, Any]) -> list[str]:

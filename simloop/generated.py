@@ -19,7 +19,6 @@ from typing import Any
 
 from hypothesis import strategies as st
 from hypothesis.errors import Frozen, StopTest
-
 from pydantic_core import to_json
 
 from simloop._inputs import POOL, pool_for

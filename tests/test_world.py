@@ -312,8 +312,12 @@ def test_a_pause_continued_three_times_is_honest_for_the_correct_loop() -> None:
 def test_every_stage_runs_within_the_first_twenty_examples(budget: int) -> None:
     searches = _split(budget, strategies.stages())
     order: list[str] = []
-    for stage, _, _, size in _schedule(searches, budget, lambda: len(order), set()):
-        order += [stage] * size
+
+    def done() -> int:
+        return len(order)
+
+    for stage, _, _, size in _schedule(searches, budget, done, set()):
+        order.extend([stage] * size)
     assert len(order) == budget
     assert {s for s, _, _ in searches} == set(order[: len(searches) * _FIRST_ROUND])
     assert len(searches) * _FIRST_ROUND <= 20
