@@ -425,4 +425,4 @@ def _pool(key: str) -> InputPool:
 
 def pool_for(schema: Mapping[str, Any]) -> InputPool:
     """The pool of ``schema``, built once per distinct schema."""
-    return _pool(json.dumps(schema, sort_keys=True, separators=(",", ":")))
+    return _pool(json.dumps(schema, separators=(",", ":")))

@@ -218,7 +218,8 @@ QUERY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {"q": {"type": "
 
 
 def tool_key(tools: Sequence[str | ToolSpec | dict[str, Any]]) -> tuple[tuple[str, str], ...]:
-    """Tools as a hashable key for the codec caches: ``(name, input_schema as canonical JSON)`` each.
+    """Tools as a hashable key for the codec caches: ``(name, input_schema as JSON)`` each (in the schema's own
+    key order: inputs list their fields in it, as a model writes them).
 
     A name alone stands for a tool taking ``{"q": string}``; a dict is a tool as the API's ``tools``
     parameter takes it.
@@ -231,8 +232,8 @@ def tool_key(tools: Sequence[str | ToolSpec | dict[str, Any]]) -> tuple[tuple[st
             name, schema = t.name, t.input_schema
         else:
             name, schema = str(t.get("name", "")), t.get("input_schema") or {"type": "object"}
-        out.append((name, json.dumps(schema, sort_keys=True, separators=(",", ":"))))
-    return tuple(out) or (("search", json.dumps(QUERY_SCHEMA, sort_keys=True, separators=(",", ":"))),)
+        out.append((name, json.dumps(schema, separators=(",", ":"))))
+    return tuple(out) or (("search", json.dumps(QUERY_SCHEMA, separators=(",", ":"))),)
 
 
 @functools.lru_cache(maxsize=256)
