@@ -25,6 +25,7 @@ from simloop._inputs import POOL, pool_for
 from simloop.models import ModelRequest
 from simloop.scenario import Fault, Limits, MaxTokensBody, Reply, Scenario, ToolCall, ToolSpec
 from simloop.strategies import (
+    CUT_COUNTS,
     Codec,
     Digits,
     Plan,
@@ -157,7 +158,7 @@ class GeneratedModel:
         if not isinstance(body, MaxTokensBody) or not body.tool_use:
             return ending
         key = _request_tools(request)
-        drawn = self._draw_reply(_tool_reply(key, self.plan.slow, self.plan.deadline_s, self.plan.heavy))
+        drawn = self._draw_reply(_tool_reply(key, self.plan.slow, self.plan.deadline_s, self.plan.heavy, cut=True))
         cut = MaxTokensBody(text=body.text, tool_use=list(drawn.tool_use or []))
         return ending.model_copy(update={"max_tokens": cut, "latency": drawn.latency, "usage": drawn.usage})
 
@@ -250,16 +251,16 @@ _NO_TOOLS: ToolKey = tool_key(["search"])
 
 
 @functools.lru_cache(maxsize=256)
-def _tool_reply(tools: ToolKey, slow: bool, deadline_s: float | None, heavy: bool) -> Codec[Reply]:
+def _tool_reply(tools: ToolKey, slow: bool, deadline_s: float | None, heavy: bool, cut: bool = False) -> Codec[Reply]:
     """A reply asking for ``tools`` (inputs from their schemas), with its latency (and budget-breaking usage
-    when heavy)."""
+    when heavy); ``cut``: the calls of a reply cut off in its last one (`simloop.strategies.CUT_COUNTS`)."""
     latency = slow_latency_codec(deadline_s) if slow else _SHORT
     usage = _HEAVY if heavy else _NONE
     # a copy of a valid reply with the drawn fields (a validation costs more than drawing the reply, and
     # even `model_construct` fills every field): the codecs give valid fields
     return joined(
         lambda latency, usage, calls: _TOOL_REPLY.model_copy(update={"tool_use": calls, "latency": latency, "usage": usage}),
-        latency, usage, calls_codec(tools),
+        latency, usage, calls_codec(tools, counts=CUT_COUNTS if cut else None),
     )
 
 

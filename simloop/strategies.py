@@ -213,6 +213,9 @@ _VALIDITY = table([(True, 19), (False, 1)])
 MAX_PARALLEL = 8
 _SHAPES = {1: 16, 2: 5, 3: 3, 4: 2, 5: 1, 6: 1, 7: 1, 8: 1}
 _DUPLICATE_SHAPES = {1: 2, 2: 1, 3: 1}
+#: How many calls a reply cut off in a tool call holds: complete calls before the cut one are the common case,
+#: so the simplest (first) is one complete call and the cut one (drawn bytes lean to zero: this comes often).
+CUT_COUNTS = ((2, 2), (1, 1), (3, 1), (4, 1))
 #: The schema of a tool known only by its name (what the simulated model asks of it).
 QUERY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
 
@@ -238,19 +241,22 @@ def tool_key(tools: Sequence[str | ToolSpec | dict[str, Any]]) -> tuple[tuple[st
 
 @functools.lru_cache(maxsize=256)
 def calls_codec(
-    tools: tuple[str, ...] | tuple[tuple[str, str], ...], max_parallel: int = MAX_PARALLEL, duplicates: bool = True
+    tools: tuple[str, ...] | tuple[tuple[str, str], ...], max_parallel: int = MAX_PARALLEL, duplicates: bool = True,
+    *, counts: tuple[tuple[int, int], ...] | None = None,
 ) -> Codec[list[ToolCall]]:
     """See `tool_calls`: a byte for the shape, then three bytes for each call (validity, tool and input).
 
-    ``tools`` are names, or `tool_key` pairs (the inputs then fit each tool's schema).  A call's number
+    ``tools`` are names, or `tool_key` pairs (the inputs then fit each tool's schema); ``counts`` weighs the
+    number of calls as ``(count, weight)`` pairs instead (and then no reply repeats a call).  A call's number
     picks the tool and the input together (0 is the first tool with its simplest input; about half the
     numbers give the simplest, so equal calls across replies are common), so it shrinks to both at once.
     """
     keys = tuple((t, "") if isinstance(t, str) else t for t in tools)
     pools = tuple(pool_for(json.loads(schema) if schema else QUERY_SCHEMA) for _, schema in keys)
     names = tuple(name for name, _ in keys)
-    shapes = [((n, False), w) for n, w in _SHAPES.items() if n <= max_parallel]
-    if duplicates:
+    weights = dict(counts) if counts is not None else _SHAPES
+    shapes = [((n, False), w) for n, w in weights.items() if n <= max_parallel]
+    if duplicates and counts is None:
         shapes += [((n, True), w) for n, w in _DUPLICATE_SHAPES.items() if n < max_parallel]
     shape_table = table(shapes)
     span = len(names) * (2 * POOL - 1)
