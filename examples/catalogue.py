@@ -11,7 +11,7 @@ from __future__ import annotations
 
 __all__ = ["ABORTS", "CORRECT", "DECLARED", "DEFECTS", "POLICY_ROWS", "RESTARTS", "TURNS", "TWIN", "VERIFY"]
 
-CORRECT: list[str] = ["correct_sync", "correct_async", "correct_stream", "correct_policies"]
+CORRECT: list[str] = ["correct_sync", "correct_async", "correct_stream", "correct_policies", "correct_typed"]
 
 DEFECTS: dict[str, tuple[str, str]] = {
     "stop_not_tool_use_as_done": ("max-tokens-thinking.yaml", "truncation"),
@@ -46,6 +46,10 @@ DEFECTS: dict[str, tuple[str, str]] = {
     "abort_ignored": ("stop-button-during-tool.yaml", "abort"),
     "abort_streaming_continued": ("stop-button-while-streaming.yaml", "abort"),
     "durable_resend": ("crash-after-email.yaml", "no_rerun"),
+    "typed_write_retried": ("typed-write-lost.yaml", "no_rerun"),
+    "cut_calls_run": ("max-tokens-after-calls.yaml", "truncation"),
+    "cut_retried_once": ("max-tokens-again.yaml", "truncation"),
+    "cache_control_every_block": ("wide-turn-cached.yaml", "request_valid"),
 }
 
 #: Under `simloop.verify` (generated runs rather than one scenario) a defect may show first as another
@@ -72,6 +76,8 @@ VERIFY.update({
     "repeats_keyed_by_id": ({**DECLARED, "max_repeats": 2}, frozenset({"limits"})),
     # a conversation loop: verified with a tight step cap, so that a turn stops on a paused server call
     "pause_left_in_history": ({**DECLARED, "max_steps": 2}, frozenset({"request_valid"})),
+    # retries a failing tool until it gives up and lets the last exception out, as tool_retry_on_error
+    "typed_write_retried": (DECLARED, frozenset({"no_rerun", "tool_errors"})),
 })
 
 #: The rows `verify` tries as conversations (``verify(drive, turns=N)``): row -> the most user turns.  The
@@ -103,3 +109,6 @@ POLICY_ROWS: dict[str, tuple[str, dict[str, int]]] = {
 TWIN: dict[str, str] = {name: "correct_sync" for name in DEFECTS}
 TWIN["async_tasks_left_running"] = "correct_async"
 TWIN["abort_streaming_continued"] = "correct_stream"
+TWIN.update({name: "correct_typed" for name in (
+    "typed_write_retried", "cut_calls_run", "cut_retried_once", "cache_control_every_block",
+)})
