@@ -76,6 +76,10 @@ VERIFY.update({
     "repeats_keyed_by_id": ({**DECLARED, "max_repeats": 2}, frozenset({"limits"})),
     # a conversation loop: verified with a tight step cap, so that a turn stops on a paused server call
     "pause_left_in_history": ({**DECLARED, "max_steps": 2}, frozenset({"request_valid"})),
+    # its compact history (texts only) also forgets the results of a turn that stopped right after its tools
+    "empty_answer_appended": (DECLARED, frozenset({"request_valid", "results_sent"})),
+    # its step count starts over in each life, so a run of restarts also passes its declared cap
+    "durable_resend": (DECLARED, frozenset({"no_rerun", "limits"})),
     # retries a failing tool until it gives up and lets the last exception out, as tool_retry_on_error
     "typed_write_retried": (DECLARED, frozenset({"no_rerun", "tool_errors"})),
 })

@@ -100,13 +100,13 @@ def run_agent(
         except anthropic.APIError as exc:  # the SDK has already retried what is worth retrying
             return Outcome(reason="error", text=str(exc))
         used += tokens_used(reply)
+        if stop():  # Stop pressed while the model answered: nothing of the reply runs
+            return Outcome(reason="aborted", text="stopped by the user")
         if reply.stop_reason == "max_tokens":
             # Cut off: not an answer, and nothing of it runs (its last call may be cut, and the ones before it
             # belong to a turn the model did not finish)
             return Outcome(reason="truncated", text=text_of(reply.content))
         messages.append({"role": "assistant", "content": reply.content})
-        if stop():  # Stop pressed while the model answered: run none of its tool calls
-            return Outcome(reason="aborted", text="stopped by the user")
         if reply.stop_reason in ("end_turn", "stop_sequence"):
             return Outcome(reason="final", text=text_of(reply.content))
         if reply.stop_reason == "pause_turn":
