@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import simloop
 
 verify_module = importlib.import_module("simloop.verify")
-from examples.catalogue import CORRECT, DECLARED, DEFECTS, POLICY_ROWS, VERIFY
+from examples.catalogue import ABORTS, CORRECT, DECLARED, DEFECTS, POLICY_ROWS, RESTARTS, TURNS, VERIFY
 from simloop.clock import REAL
 
 LIMITS = simloop.Limits(**DECLARED)  # what the example loops declare
@@ -85,7 +85,10 @@ def run(name: str, expected: frozenset[str] | None, seeds: int, max_examples: in
     for seed in range(seeds):
         with _Counter() as counter:
             try:
-                simloop.verify(drive, limits=limits, max_examples=max_examples, seed=seed, out_dir=out)
+                simloop.verify(
+                    drive, limits=limits, max_examples=max_examples, seed=seed, out_dir=out, turns=TURNS.get(name, 1),
+                    abort=name in ABORTS, restarts=RESTARTS.get(name, 0),
+                )
                 row.found.append("-")
             except simloop.InvariantViolation as e:
                 row.found.append(",".join(sorted({v.invariant for v in e.violations})))

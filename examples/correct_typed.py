@@ -18,6 +18,7 @@ The twin of the defect loops `typed_write_retried`, `cut_calls_run`, `cut_retrie
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import anthropic
@@ -32,6 +33,9 @@ from ._common import (
     RunTool,
     StopPolicies,
     budgets,
+    converse,
+    durable_run_tool,
+    start_turn,
     text_of,
     tokens_used,
     tool_calls,
@@ -59,6 +63,8 @@ def run_agent(
     model: str = DEFAULT_MODEL,
     system: str | None = None,
     writes: frozenset[str] = frozenset(),
+    history: list[MessageParam] | None = None,
+    stop: Callable[[], bool] = lambda: False,
 ) -> Outcome:
     """Run the task to an honest stop; returns why it stopped and the last text.
 
@@ -67,10 +73,17 @@ def run_agent(
     max_steps, deadline_s, token_budget = budgets(limits)
     policies = StopPolicies(limits, writes)
     started = time.monotonic()
-    messages: list[MessageParam] = [{"role": "user", "content": task}]
+    messages = start_turn(history, task)  # a new conversation, or the next turn of one
+    for message in messages:  # an earlier turn's breakpoint goes: one at a time (the API rejects more than 4)
+        content = message["content"]
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict):
+                block.pop("cache_control", None)  # type: ignore[misc]
     used = 0
     marked: dict[str, Any] | None = None  # the block that carries the cache breakpoint
     for step in range(max_steps):
+        if stop():  # the user pressed Stop: no further model call
+            return Outcome(reason="aborted", text="stopped by the user")
         if time.monotonic() - started >= deadline_s:
             return Outcome(reason="deadline", text=f"deadline of {deadline_s:g}s reached after {step} model calls")
         if used >= token_budget:
@@ -87,6 +100,8 @@ def run_agent(
         except anthropic.APIError as exc:  # the SDK has already retried what is worth retrying
             return Outcome(reason="error", text=str(exc))
         used += tokens_used(reply)
+        if stop():  # Stop pressed while the model answered: nothing of the reply runs
+            return Outcome(reason="aborted", text="stopped by the user")
         if reply.stop_reason == "max_tokens":
             # Cut off: not an answer, and nothing of it runs (its last call may be cut, and the ones before it
             # belong to a turn the model did not finish)
@@ -100,21 +115,27 @@ def run_agent(
             return Outcome(reason="refusal", text=text_of(reply.content))
         if reply.stop_reason != "tool_use":
             return Outcome(reason="error", text=f"unexpected stop_reason {reply.stop_reason!r}")
-        results, stop = run_tools_within(tool_calls(reply), run_tool, policies)
-        if stop is not None:  # a declared error budget spent, the write that was the job, a call repeated too often
-            return stop
+        results, halt = run_tools_within(tool_calls(reply), run_tool, policies, stop=stop)
+        if halt is not None:  # an error budget spent, the write that was the job, a call repeated too often, Stop
+            if results:  # what ran goes back with the next turn
+                messages.append({"role": "user", "content": results})
+            return halt
         if marked is not None:
             del marked["cache_control"]  # one breakpoint at a time: the API rejects more than 4
         marked = dict(results[-1])
         marked["cache_control"] = _BREAKPOINT
         results[-1] = marked  # type: ignore[call-overload]
         messages.append({"role": "user", "content": results})
+    if stop():  # Stop pressed during the last step's tools
+        return Outcome(reason="aborted", text="stopped by the user")
     return Outcome(reason="max_steps", text=f"no final answer after {max_steps} model calls")
 
 
-def drive(sim: Sim) -> Outcome:
-    """simloop adapter: this loop with typed tools, against the simulated API and tools."""
-    return run_agent(
-        sim.client, typed_tool_params(sim.tool_schemas), typed(sim.run_tool), sim.task, sim.limits, model=sim.model,
-        system=sim.system, writes=writes_of(sim),
-    )
+def drive(sim: Sim) -> list[Outcome]:
+    """simloop adapter: this loop with typed tools, against the simulated API and tools, turn after turn of the
+    conversation through one history; Stop wired to ``sim.abort``, a write run once across a crash."""
+    run_tool = typed(durable_run_tool(sim))
+    return converse(sim.user_turns, lambda text, history: run_agent(
+        sim.client, typed_tool_params(sim.tool_schemas), run_tool, text, sim.limits, model=sim.model,
+        system=sim.system, writes=writes_of(sim), history=history, stop=sim.abort.is_set,
+    ))

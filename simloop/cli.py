@@ -171,6 +171,21 @@ class _Counter:
     help="Start from this registered Hypothesis settings profile (e.g. 'ci').",
 )
 @click.option(
+    "--turns",
+    type=click.IntRange(min=1, max=_MAX_COUNT),
+    default=1,
+    show_default=True,
+    help="Generate conversations of up to N user turns (the drive runs each of sim.user_turns).",
+)
+@click.option("--abort", is_flag=True, default=False, help="Press the user's Stop (sim.abort) once a run, at a drawn point.")
+@click.option(
+    "--restarts",
+    type=click.IntRange(min=0, max=_MAX_COUNT),
+    default=0,
+    show_default=True,
+    help="Kill the process up to N times a run on a write (its effect committed); the drive runs again with sim.store.",
+)
+@click.option(
     "--max-steps", type=click.IntRange(min=1, max=_MAX_COUNT), default=None, help="The step cap your loop declares."
 )
 @click.option(
@@ -233,6 +248,9 @@ def verify(
     max_examples: int,
     seed: int | None,
     profile: str | None,
+    turns: int,
+    abort: bool,
+    restarts: int,
     max_steps: int | None,
     deadline_s: float | None,
     max_total_tokens: int | None,
@@ -278,6 +296,9 @@ def verify(
                     invariants=checked,
                     out_dir=out_dir,
                     settings=base,
+                    turns=turns,
+                    abort=abort,
+                    restarts=restarts,
                 )
             finally:
                 counter.settle()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["InvariantViolation", "ScenarioError", "SimloopInternalError", "UsageError"]
+__all__ = ["InvariantViolation", "ScenarioError", "SimloopInternalError", "SimulatedCrash", "UsageError"]
 
 
 class UsageError(ValueError):
@@ -73,3 +73,9 @@ class InvariantViolation(AssertionError):
         self.scenario_path = scenario_path
         self.timeline = timeline
         self.replay = replay
+
+
+class SimulatedCrash(BaseException):
+    """The simulated process died (a ``crash`` fault): a `BaseException`, so ``except Exception`` cannot swallow
+    it.  simloop keeps ``sim.store`` and the world (the tools' ledger, the clock, the model) and runs the drive
+    again: the restart."""

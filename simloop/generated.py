@@ -23,7 +23,7 @@ from pydantic_core import to_json
 
 from simloop._inputs import POOL, pool_for
 from simloop.models import ModelRequest
-from simloop.scenario import Expect, Fault, Limits, MaxTokensBody, Reply, Scenario, ToolCall, ToolSpec
+from simloop.scenario import Abort, Expect, Fault, Limits, MaxTokensBody, Reply, Scenario, ToolCall, ToolSpec
 from simloop.strategies import (
     CUT_COUNTS,
     Codec,
@@ -56,14 +56,33 @@ _HEAVY = usage_codec(chance=5)
 _TOOL_REPLY = Reply(tool_use=[ToolCall(name="search")])
 _DONE = Reply(end_turn="Done.")
 ToolKey = tuple[tuple[str, str], ...]
+_EMPTY_END = Reply(end_turn="")  # a final answer with no text: what a model may end a turn with after tools
 
 
 class GeneratedModel:
-    """The simulated model of one generated run (a `simloop.models.ModelPolicy`)."""
+    """The simulated model of one generated run (a `simloop.models.ModelPolicy`).
 
-    def __init__(self, draw: Draw, plan: Plan) -> None:
+    In a conversation (``next_plan`` given), each user turn the loop takes (``turn()``, the number of
+    turns begun) gets a plan of its own, drawn from ``next_plan`` when its first request arrives, and a
+    turn's final answer is sometimes empty (no text: a model may end a turn that way after tools).
+    """
+
+    def __init__(
+        self,
+        draw: Draw,
+        plan: Plan,
+        *,
+        next_plan: st.SearchStrategy[Plan] | None = None,
+        turn: Callable[[], int] | None = None,
+    ) -> None:
         self.draw = draw
         self.plan = plan
+        self.next_plan = next_plan
+        self.turn = turn
+        self._turn = 1
+        self.lives: Callable[[], int] | None = None  # the Sim's lives (a restart after a crash), when crashes are drawn
+        self._life = 1
+        self._last_calls: Reply | None = None
         self.served: list[Reply] = []
         self._burst: list[Reply] = []
         self._tool_steps = 0
@@ -86,7 +105,29 @@ class GeneratedModel:
     def leftovers(self) -> list[str]:
         return []
 
+    def _new_turn(self) -> None:
+        """A new user turn began: its own plan, and the model starts over (nothing owed from the last turn)."""
+        assert self.next_plan is not None and self.turn is not None
+        self._turn = self.turn()
+        self.plan = self.draw(self.next_plan)
+        self._burst, self._tool_steps, self._stuck = [], 0, None
+        self._ended, self._endings, self._ending = False, 0, None
+
+    def _done(self) -> Reply:
+        """The plain final answer; in a conversation, in three turns of ten an empty one."""
+        if self.next_plan is not None and self.draw(_GATE) >= 7:
+            return _EMPTY_END
+        return _DONE
+
     def _next(self, request: ModelRequest) -> Reply:
+        if self.lives is not None and self.lives() > self._life:
+            self._life = self.lives()
+            if self._last_calls is not None:
+                # the process died before the model saw those calls' results: it asks for them again, as a real
+                # model does when its conversation resumes from before them
+                return self._last_calls
+        if self.turn is not None and self.turn() > self._turn:
+            self._new_turn()
         if self._burst:
             return self._burst.pop()
         if self.plan.outage is not None and self._tool_steps >= self.plan.steps:
@@ -108,6 +149,7 @@ class GeneratedModel:
             reply = reply.model_copy(update={"tool_use": self._wander(reply.tool_use or [], key)})
         if self.plan.persona == "stuck":
             self._stuck = reply
+        self._last_calls = reply
         return reply
 
     def _draw_reply(self, codec: Codec[Reply]) -> Reply:
@@ -141,14 +183,16 @@ class GeneratedModel:
 
     def _end(self, request: ModelRequest) -> Reply:
         """The plan's ending, ``ending_repeats`` times in a row (a pause continued, a cut-off retried with more
-        room, a refusal asked again all meet it again), then plain answers."""
+        room, a refusal asked again all meet it again), then plain answers (in a conversation, sometimes empty)."""
         if self._ended:
-            return _DONE
+            return self._done()
         if self._ending is None:
             self._ending = self._materialise(self.plan.ending, request)
         self._endings += 1
         if self._endings >= self.plan.ending_repeats:
             self._ended = True
+        if self._ending.kind == "end_turn" and self._done() is _EMPTY_END:
+            return _EMPTY_END
         return self._ending
 
     def _materialise(self, ending: Reply, request: ModelRequest) -> Reply:
@@ -182,10 +226,18 @@ class GeneratedFaults:
         self.stopped: StopTest | None = None
         self.transcript: Transcript | None = None  # the run's (set once the Sim exists): the replies' calls
         self._specs = {t.name: t for t in reversed(tools)}  # the first of a name wins, as in the ToolBox
+        self.crash_at: frozenset[int] = frozenset()  # the write executions (1-based, in the run) where the process dies
+        self._writes = 0
         self._ready: dict[str, Fault | None] = {}  # tool_use id -> its fault, drawn, not yet taken
         self._drawn: set[str] = set()
 
     def __call__(self, spec: ToolSpec, nth: int, tool_use_id: str | None = None) -> Fault | None:
+        if self.crash_at and spec.kind == "write":
+            self._writes += 1
+            if self._writes in self.crash_at:
+                crash = Fault(tool=spec.name, kind="crash", call=nth)
+                self.fired.append(crash)
+                return crash
         if not self.plan.tool_fault_rate and not self.plan.slow:
             return None
         try:
@@ -280,6 +332,8 @@ def to_scenario(
     served: Sequence[Reply],
     faults: Sequence[Fault],
     halted: bool,
+    followups: Sequence[str] = (),
+    abort: Abort | None = None,
 ) -> Scenario:
     """The run written down as a script that replays it, and that a correct loop replays cleanly.
 
@@ -287,7 +341,8 @@ def to_scenario(
     answer to every further request), so a loop that stops later than the one that failed (a fixed loop,
     or one that retries more) is answered instead of running out of script; a runaway's stuck tail is
     ``then: repeat_last``.  ``expect`` states the invariants to hold (no violations), not how the
-    failing run ended, so the file is a regression test that passes once the loop is fixed.
+    failing run ended, so the file is a regression test that passes once the loop is fixed.  A conversation
+    keeps the user's ``followups`` (the turns it took after the task), its replies served in order across them.
     """
     replies = list(served)
     then = "end_turn"
@@ -298,11 +353,13 @@ def to_scenario(
     return Scenario(
         name=name,
         task=task,
+        followups=list(followups),
         tools=list(tools),
         model=_fold(replies),
         then=then,  # type: ignore[arg-type]
         faults=list(faults),
         limits=limits,
+        abort=abort,
         expect=Expect(violations=[]),
     )
 

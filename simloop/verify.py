@@ -18,6 +18,7 @@ stage and the chunk number, and the finished runs are collected as it goes.
 
 from __future__ import annotations
 
+import functools
 import gc
 import hashlib
 import re
@@ -36,14 +37,22 @@ from simloop._stack import on_fresh_stack
 from simloop.errors import InvariantViolation, UsageError
 from simloop.generated import GeneratedFaults, GeneratedModel, to_scenario
 from simloop.invariants import CATALOGUE, Report, Violation
-from simloop.scenario import Limits, Scenario, ToolSpec, load_scenario
+from simloop.scenario import Abort, Limits, Scenario, ToolSpec, load_scenario
 from simloop.sim import Drive, Sim
 from simloop.strategies import DEFAULT_TOOLS, Plan, stages
 from simloop.timeline import render_timeline
+from simloop.transcript import AbortEvent
 
-__all__ = ["DEFAULT_TASK", "not_wired", "replay", "unreached_model", "verify"]
+__all__ = ["DEFAULT_TASK", "FOLLOWUPS", "not_wired", "replay", "unreached_model", "verify"]
 
 DEFAULT_TASK = "The customer asks for a refund of order 1234. Check the policy, then email them the outcome."
+#: The user's follow-up messages of a generated conversation (`verify(turns=N)`), in order.
+FOLLOWUPS = (
+    "Thanks. Did the customer get the email?",
+    "Also check the shipping status of order 1234.",
+    "Please summarise what you did for the ticket.",
+    "One more thing: is the refund policy the same for gift cards?",
+)
 DEFAULT_OUT = Path(".simloop") / "failures"
 # The most examples one Hypothesis run is given: its memory grows with every example it tries (the
 # engine caches each result and records each choice sequence), so a longer stage runs as several
@@ -68,6 +77,9 @@ def verify(
     out_dir: str | Path = DEFAULT_OUT,
     settings: Settings | None = None,
     recorded: str | Path | Any = None,
+    turns: int = 1,
+    abort: bool = False,
+    restarts: int = 0,
 ) -> Report:
     """Property-test ``drive`` under generated model behaviours, API faults, tool faults and latencies.
 
@@ -80,9 +92,9 @@ def verify(
         max_examples: how many runs Hypothesis tries (a long budget is tried as several Hypothesis runs of
             at most a hundred examples, so memory stays flat however many are asked for).
         seed: makes the search deterministic (the same runs in the same order).
-        invariants: ids to check (default: all 13; see docs/design.md, Invariants: stops, pairing, request_valid,
+        invariants: ids to check (default: all 14; see docs/design.md, Invariants: stops, pairing, request_valid,
             no_rerun, truncation, refusal, honest_outcome, limits, tool_errors, no_work_after_return, crash,
-            results_sent, results_together).
+            results_sent, results_together, abort).
         plan: a strategy of model behaviours (`simloop.strategies.plans(...)`) for the whole budget;
             by default the budget is split over `simloop.strategies.stages()`, so that every kind of
             run (faults, outages, stuck models, slow and heavy runs) is certainly tried; the stages are
@@ -94,6 +106,15 @@ def verify(
         recorded: a cassette (path or `simloop.cassettes.Recording`): keep its real replies and let
             Hypothesis inject API errors, tool faults, latencies and cut-offs into them; a failure
             shrinks to "the recording, plus these faults".  Its tools and task are used.
+        turns: the most user turns of a generated conversation: each run has one to ``turns`` turns (the task,
+            then follow-ups in ``sim.user_turns``), each with a model behaviour of its own; the invariants hold
+            over every request of the conversation, ``honest_outcome`` and ``limits`` per turn.  Shrinking
+            removes turns.  The drive runs every turn through one history (see docs/design.md, Conversations).
+        abort: each run presses the user's Stop once, at a drawn point (after a model call, while a tool runs,
+            or at a virtual time): the ``abort`` invariant holds the loop to it (see docs/design.md, Abort).
+        restarts: the process dies up to ``restarts`` times a run, each time on a drawn write execution (its
+            effect committed, the result lost); simloop runs the drive again with ``sim.store`` kept, and the
+            model asks again for what it never saw answered (see docs/design.md, Crash and restart).
 
     Returns a `Report` (``violations`` empty) when every example holds.
 
@@ -109,6 +130,14 @@ def verify(
     """
     if not callable(drive):
         raise UsageError(f"verify(drive): drive must be a function taking a Sim, got {drive!r}")
+    if isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
+        raise UsageError(f"verify(turns=...) is the most user turns of a conversation, an int >= 1; got {turns!r}")
+    if turns > 1 and recorded is not None:
+        raise UsageError("verify(turns=...) generates conversations; a recording has its own turns: leave turns=1")
+    turn_counts = st.integers(1, turns)
+    if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
+        raise UsageError(f"verify(restarts=...) is the most simulated process deaths a run, an int >= 0; got {restarts!r}")
+    crash_points = st.frozensets(st.integers(1, 3), min_size=1, max_size=restarts) if restarts else None
     specs = _tools(tools)
     declared = limits if isinstance(limits, Limits) else Limits.model_validate(limits or {})
     checked = _invariant_ids(invariants)
@@ -134,15 +163,29 @@ def verify(
     def make_example(strategy: st.SearchStrategy[Any]) -> Callable[[st.DataObject], None]:
         def example(data: st.DataObject) -> None:
             draw = _run_draw(data)
+            scenario = base
+            if turns > 1:  # drawn first: the shrinker lowers it to remove turns
+                scenario = base.model_copy(update={"followups": _followups(draw(turn_counts) - 1)})
+            if abort:
+                scenario = scenario.model_copy(update={"abort": draw(_ABORT_POINTS)})
             chosen = draw(strategy)
             if world is not None:
                 model: Any = cassettes.FaultedRecording(world, draw, chosen)
                 faults = GeneratedFaults(draw, chosen.tool_plan, specs)
+            elif turns > 1:
+                model = GeneratedModel(draw, chosen, next_plan=strategy)
+                faults = GeneratedFaults(draw, chosen, specs)
             else:
                 model = GeneratedModel(draw, chosen)
                 faults = GeneratedFaults(draw, chosen, specs)
-            with Sim(base, seed=run_seed, model=model, fault_source=faults) as sim:
+            if crash_points is not None:
+                faults.crash_at = draw(crash_points)
+            with Sim(scenario, seed=run_seed, model=model, fault_source=faults) as sim:
                 faults.transcript = sim.transcript
+                if crash_points is not None and isinstance(model, GeneratedModel):
+                    model.lives = functools.partial(getattr, sim, "lives")
+                if turns > 1:
+                    model.turn = functools.partial(getattr, sim.user_turns, "started")
                 sim.run(drive)
             if faults.stopped is not None:
                 raise faults.stopped  # Hypothesis's own stop, met in a tool execution (see GeneratedFaults)
@@ -164,6 +207,7 @@ def verify(
             # the example database is keyed by this: the same loop, world and stage find their failures again
             digest = repr(
                 (_name(drive), specs, declared, checked, task, world.source if world is not None else None, stage)
+                + ((turns,) if turns > 1 else ()) + (("abort",) if abort else ()) + ((restarts,) if restarts else ())
             ).encode()
             if state["examples"] - collected_at >= _CHUNK:
                 # a finished Hypothesis run is freed only by a full collection (its engine sits in reference
@@ -343,6 +387,8 @@ def _violation(
         served=model.served,
         faults=faults.fired,
         halted=halted,
+        followups=sim.scenario.followups[: max(sim.user_turns.started - 1, 0)],
+        abort=sim.scenario.abort if sim.transcript.of(AbortEvent) else None,
     )
     path = out_dir / f"{_slug(scenario.name)}-{_short_hash(scenario)}.yaml"
     functions = any(t.function is not None for t in scenario.tools)  # named by import path: replay opts in
@@ -491,6 +537,21 @@ def _split(
         out.append((name, strategy, n))
         left -= n
     return out
+
+
+# Where `verify(abort=True)` presses Stop: after the n-th model call, while the n-th tool execution runs, or at a
+# virtual time (a model call or a tool in flight, often); the first of each is the simplest.
+_ABORT_POINTS = st.one_of(
+    st.integers(1, 4).map(lambda n: Abort(after_call=n)),
+    st.integers(1, 3).map(lambda n: Abort(tool_call=n)),
+    st.sampled_from((0.5, 2.0, 10.0, 60.0)).map(lambda t: Abort(at=t)),
+)
+
+
+def _followups(n: int) -> list[str]:
+    """The first ``n`` follow-up messages of a generated conversation."""
+    return [FOLLOWUPS[i % len(FOLLOWUPS)] + (f" ({i // len(FOLLOWUPS) + 1})" if i >= len(FOLLOWUPS) else "")
+            for i in range(n)]
 
 
 def _tools(tools: Sequence[ToolSpec | dict[str, Any]] | None) -> list[ToolSpec]:

@@ -57,6 +57,7 @@ try:
         ToolFailed,
         UsageLimitExceeded,
     )
+    from pydantic_ai.messages import ModelMessage
     from pydantic_ai.models.anthropic import AnthropicModel
     from pydantic_ai.providers.anthropic import AnthropicProvider
     from pydantic_ai.usage import UsageLimits
@@ -155,20 +156,29 @@ def make_drive(*, on_tool_error: ToolErrorPolicy = "raise", check_finish_reason:
         simloop.verify(make_drive(on_tool_error="tool_failed"), limits=simloop.Limits(max_steps=8))
     """
 
-    async def adrive(sim: Sim) -> Outcome:
+    async def adrive(sim: Sim) -> list[Outcome]:
         agent: Agent[None, str] = Agent(
             model(sim), tools=tools(sim, on_tool_error=on_tool_error), system_prompt=sim.system or ()
         )
         limits = sim.limits
         timeout = limits.deadline_s if limits is not None else None
-        try:
-            result = await agent.run(sim.task, usage_limits=usage_limits(limits), timeout=timeout)
-        except AgentRunError as exc:
-            return outcome_of_error(exc)
-        except (anthropic.APIError, httpx2.HTTPError) as exc:  # the API failed and pydantic-ai let it through
-            return Outcome("error", f"{type(exc).__name__}: {exc}")
-        reason = result.response.finish_reason if check_finish_reason else None
-        return Outcome(_RETURNED.get(reason or "", "final"), result.output)
+        history: list[ModelMessage] = []  # the conversation so far: pydantic-ai's message_history
+        outcomes = []
+        for text in sim.user_turns:
+            try:
+                result = await agent.run(
+                    text, message_history=history, usage_limits=usage_limits(limits), timeout=timeout
+                )
+            except AgentRunError as exc:
+                outcomes.append(outcome_of_error(exc))
+                continue  # the turn failed: the history stays as it was before it
+            except (anthropic.APIError, httpx2.HTTPError) as exc:  # the API failed and pydantic-ai let it through
+                outcomes.append(Outcome("error", f"{type(exc).__name__}: {exc}"))
+                continue
+            history = result.all_messages()
+            reason = result.response.finish_reason if check_finish_reason else None
+            outcomes.append(Outcome(_RETURNED.get(reason or "", "final"), result.output))
+        return outcomes
 
     return adrive
 
