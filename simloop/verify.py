@@ -383,6 +383,9 @@ def _file_header(violations: Sequence[Violation], *, functions: bool = False) ->
 
 def _replay_line(drive: Drive, path: str, seed: int = 0, *, allow_functions: bool = False) -> str:
     """The command that replays ``path``; with the opt-in when its tools name functions (docs/security.md)."""
+    hint = getattr(drive, "simloop_replay", None)
+    if isinstance(hint, str):  # a drive that is not a Python function (simloop.command): it says how
+        return hint.format(path=path) + (f" --seed {seed}" if seed else "")
     module = getattr(drive, "__module__", None)
     qual = getattr(drive, "__qualname__", None)
     if module and qual and "<" not in qual and module != "__main__":
