@@ -164,6 +164,8 @@ def _run(
     finally:
         server.close()
     stdout, stderr = box["out"]
+    if server.stopped is not None:
+        raise server.stopped  # Hypothesis ended the example while the model drew a reply: it is Hypothesis's to see
     if server.halted is not None:
         raise server.halted
     if box.get("timed_out"):

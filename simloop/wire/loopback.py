@@ -114,7 +114,8 @@ class LoopbackServer:
         self.server = server
         self.errors: list[BaseException] = []
         self.halted: LoopHalted | None = None
-        self.on_halt: Callable[[], None] | None = None  # called once, when the runaway budget stops the run
+        self.on_halt: Callable[[], None] | None = None  # called when the runaway budget (or the search) stops the run
+        self.stopped: BaseException | None = None  # what else stopped the run from inside the model (Hypothesis)
         self.tools = tools
         self.fast_retries = fast_retries
         self._lock = threading.Lock()
@@ -179,6 +180,13 @@ class LoopbackServer:
             except LoopHalted as halted:
                 self._halt(halted)
                 return _simloop_error(halted)
+            except (Exception, KeyboardInterrupt, SystemExit):
+                raise  # a simloop bug is answered by the handler (a 500); an interrupt is the process's
+            except BaseException as stop:  # noqa: BLE001 - e.g. Hypothesis ending the example mid-run (StopTest)
+                self.stopped = self.stopped or stop
+                if self.on_halt is not None:
+                    self.on_halt()
+                return _simloop_error(stop)
         if self.fast_retries and planned.status in _RETRYABLE:
             planned.headers = [*planned.headers, ("retry-after-ms", "1")]
         return planned
@@ -291,6 +299,8 @@ def _simloop_error(exc: BaseException) -> Planned:
         detail = exc.message
     elif isinstance(exc, LoopHalted):
         detail = f"the run was stopped as a runaway ({exc})"
+    elif not isinstance(exc, Exception):
+        detail = f"the run was stopped ({type(exc).__name__})"
     else:
         detail = f"simloop internal error: {exc}"
     payload = error_body(500, request_id="req_simloop", message=f"simloop: {detail}", type="api_error")
@@ -456,9 +466,11 @@ class _Handler(BaseHTTPRequestHandler):
         if planned.events is None:
             self.send_header("content-length", str(len(planned.body)))
             self.end_headers()
+            # recorded before it is sent: a client acting on the reply at once (running its tools) must find it in
+            # the transcript, or its tool calls would match no tool_use
+            owner._deliver(planned)
             self.wfile.write(planned.body)
             self.wfile.flush()
-            owner._deliver(planned)
             return
         self.send_header("transfer-encoding", "chunked")
         self.end_headers()
