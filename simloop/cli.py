@@ -179,6 +179,21 @@ class _Counter:
     show_default=True,
     help="How many generated runs to try before shrinking.",
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Search with N processes sharing the budget and the example database; the first failure stops the "
+    "others and is shrunk once.",
+)
+@click.option(
+    "--database",
+    default=None,
+    metavar="DIR|URL",
+    help="Hypothesis's example database: a directory or a redis:// URL shared by several machines (what one "
+    "finds, the others replay first) [default: the profile's, .hypothesis/examples].",
+)
 @click.option("--seed", type=int, default=None, help="Make the search deterministic (same runs, same order).")
 @click.option(
     "--profile",
@@ -249,6 +264,8 @@ def verify(
     command: str | None,
     timeout_s: float,
     max_examples: int,
+    workers: int,
+    database: str | None,
     seed: int | None,
     profile: str | None,
     max_steps: int | None,
@@ -274,6 +291,8 @@ def verify(
     Example: simloop verify examples.correct_sync:drive --max-steps 10 --seed 0
 
     Example: simloop verify --command "node agent.mjs" --max-examples 20
+
+    Example: simloop verify examples.correct_sync:drive --workers 2 --max-examples 5000 --database redis://ci:6379/0
     """
     import simloop
     from simloop.verify import verify as run_verify
@@ -314,6 +333,8 @@ def verify(
                     invariants=checked,
                     out_dir=out_dir,
                     settings=base,
+                    workers=workers,
+                    database=database,
                 )
             finally:
                 counter.settle()
@@ -332,7 +353,8 @@ def verify(
         return 0
     click.echo(str(failure))
     click.echo()
-    _summary(out, ids, failure.violations, counter.runs, elapsed)
+    runs = counter.runs if workers == 1 else (failure.examples or 0)
+    _summary(out, ids, failure.violations, runs, elapsed)
     if trace:
         transcript = _failing_transcript(failure, counter)
         if transcript is None:
@@ -340,7 +362,7 @@ def verify(
         else:
             click.echo(f"transcript of the failing run written to {transcript.write(trace)}")
     broken = sorted({v.invariant for v in failure.violations})
-    out.print(f"[bold red]FAILED[/]: {', '.join(broken)} broken; {counter.runs} runs ({elapsed:.1f}s)")
+    out.print(f"[bold red]FAILED[/]: {', '.join(broken)} broken; {runs} runs ({elapsed:.1f}s)")
     return 1
 
 

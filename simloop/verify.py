@@ -22,6 +22,7 @@ import gc
 import hashlib
 import re
 import threading
+import unittest
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,6 +34,7 @@ from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
 from simloop._stack import on_fresh_stack
+from simloop._workers import on_failure, on_run
 from simloop.errors import InvariantViolation, UsageError
 from simloop.generated import GeneratedFaults, GeneratedModel, to_scenario
 from simloop.invariants import CATALOGUE, Report, Violation
@@ -68,6 +70,8 @@ def verify(
     out_dir: str | Path = DEFAULT_OUT,
     settings: Settings | None = None,
     recorded: str | Path | Any = None,
+    workers: int = 1,
+    database: str | Path | Any = None,
 ) -> Report:
     """Property-test ``drive`` under generated model behaviours, API faults, tool faults and latencies.
 
@@ -106,6 +110,17 @@ def verify(
     """
     if not callable(drive):
         raise UsageError(f"verify(drive): drive must be a function taking a Sim, got {drive!r}")
+    if not (isinstance(workers, int) and not isinstance(workers, bool) and workers >= 1):
+        raise UsageError(f"verify(workers=...): a number of processes, 1 or more; got {workers!r}")
+    if database is not None:
+        settings = Settings(settings or Settings(), database=example_database(database))
+    if workers > 1:
+        from simloop._workers import run_workers
+
+        return run_workers(verify, drive, {
+            "tools": tools, "limits": limits, "max_examples": max_examples, "seed": seed, "invariants": invariants,
+            "task": task, "plan": plan, "out_dir": out_dir, "settings": settings, "recorded": recorded,
+        }, workers=workers)
     specs = _tools(tools)
     declared = limits if isinstance(limits, Limits) else Limits.model_validate(limits or {})
     checked = _invariant_ids(invariants)
@@ -130,6 +145,7 @@ def verify(
 
     def make_example(strategy: st.SearchStrategy[Any]) -> Callable[[st.DataObject], None]:
         def example(data: st.DataObject) -> None:
+            on_run()  # in a campaign of several workers: stop when another one failed
             draw = _run_draw(data)
             chosen = draw(strategy)
             if world is not None:
@@ -148,20 +164,44 @@ def verify(
             if sim.server.calls:
                 state["reached"] += 1
             if not report.ok:
+                on_failure()
                 state["failure"] = (report, sim, model, faults)
                 raise _Failed(", ".join(sorted({v.invariant for v in report.violations})))
 
         return example
 
+    def digest_of(stage: str) -> bytes:
+        # the example database is keyed by this: the same loop, world and stage find their failures again
+        return repr((_name(drive), specs, declared, checked, task, world.source if world is not None else None, stage)).encode()
+
+    def run_test(test: Callable[[], None]) -> None:
+        try:
+            on_fresh_stack(test)  # the engine and every example on stack space of their own (see _stack)
+        except _Failed:
+            report, sim, model, faults = state["failure"]
+            error = _violation(drive, report, sim, model, faults, out_dir=Path(out_dir), seed=seed)
+            error.examples = state["examples"]
+            raise error from None
+
+    # A shared database (a campaign's, another machine's) may hold a failure of any stage: every stage's saved
+    # failures are replayed before any stage searches, so what was found anywhere is tried first.
+    replayed = seed is None and base_settings.database is not None and Phase.reuse in base_settings.phases
     with _heap_frozen():
+        if replayed:
+            for stage, strategy, _ in searches:
+                example = make_example(strategy)
+                example._hypothesis_internal_add_digest = digest_of(stage)  # type: ignore[attr-defined]
+                phases = [p for p in base_settings.phases if p in (Phase.reuse, Phase.shrink)]
+                saved = Settings(_chunk_settings(base_settings, _CHUNK, first=True), phases=phases)
+                try:
+                    run_test(saved(given(st.data())(example)))
+                except unittest.SkipTest:  # Hypothesis's way of saying this stage has nothing saved to replay
+                    pass
         collected_at = 0  # state["examples"] when the last finished runs were collected
         for i, (stage, strategy, share) in enumerate(searches):
             # the last stage gets what the others left: a stage whose space is exhausted early hands on its budget
             budget = share if i < len(searches) - 1 else max_examples - state["examples"]
-            # the example database is keyed by this: the same loop, world and stage find their failures again
-            digest = repr(
-                (_name(drive), specs, declared, checked, task, world.source if world is not None else None, stage)
-            ).encode()
+            digest = digest_of(stage)
             for n, size in enumerate(_chunks(budget)):
                 if state["examples"] - collected_at >= _CHUNK:
                     # a finished Hypothesis run is freed only by a full collection (its engine sits in reference
@@ -171,7 +211,7 @@ def verify(
                     collected_at = state["examples"]
                 example = make_example(strategy)
                 example._hypothesis_internal_add_digest = digest  # type: ignore[attr-defined]
-                test = _chunk_settings(base_settings, size, first=n == 0)(given(st.data())(example))
+                test = _chunk_settings(base_settings, size, first=n == 0 and not replayed)(given(st.data())(example))
                 if seed is not None:  # (as with any @seed, Hypothesis leaves its database out of seeded runs)
                     test = hypothesis_seed(seed if n == 0 else _derived_seed(seed, stage, n))(test)
                 elif n > 0 and (root := _fixed_seed(base_settings, digest)) is not None:
@@ -179,13 +219,7 @@ def verify(
                     # derandomize (with a database given) keeps on, so the seed is set as it sets it, minus that
                     test._hypothesis_internal_use_seed = _derived_seed(root, stage, n)  # type: ignore[attr-defined]
                 before = state["examples"]
-                try:
-                    on_fresh_stack(test)  # the engine and every example on stack space of their own (see _stack)
-                except _Failed:
-                    report, sim, model, faults = state["failure"]
-                    error = _violation(drive, report, sim, model, faults, out_dir=Path(out_dir), seed=seed)
-                    error.examples = state["examples"]
-                    raise error from None
+                run_test(test)
                 if state["examples"] - before < size:
                     break  # the stage's space is exhausted (or its phases generate nothing): more chunks only repeat it
     if state["examples"] and not state["reached"]:
@@ -243,6 +277,33 @@ def replay(
             replay=_replay_line(drive, str(path), seed, allow_functions=allow_functions), transcript=sim.transcript,
         )
     return report
+
+
+def example_database(database: str | Path | Any) -> Any:
+    """Hypothesis's example database for ``database``: a directory path, a ``redis://`` URL or a database as is.
+
+    A Redis URL uses Hypothesis's own ``RedisExampleDatabase`` (``hypothesis.extra.redis``; needs the
+    ``redis`` package): a fleet of CI machines pointed at one server replays what each of them found.
+    """
+    from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
+
+    if isinstance(database, ExampleDatabase):
+        return database
+    if isinstance(database, (str, Path)):
+        text = str(database)
+        if text.startswith(("redis://", "rediss://", "unix://")):
+            try:
+                import redis  # type: ignore[import-not-found]
+                from hypothesis.extra.redis import RedisExampleDatabase
+            except ImportError:
+                raise UsageError(
+                    f"database {text!r} is a Redis URL, which needs the redis package: pip install redis"
+                ) from None
+            return RedisExampleDatabase(redis.Redis.from_url(text))
+        return DirectoryBasedExampleDatabase(text)
+    raise UsageError(
+        f"database: give a directory, a redis:// URL or a hypothesis ExampleDatabase; got {type(database).__name__}"
+    )
 
 
 # -- runs that never reach the model ------------------------------------------------------------------------
