@@ -293,7 +293,7 @@ def example_database(database: str | Path | Any) -> Any:
         text = str(database)
         if text.startswith(("redis://", "rediss://", "unix://")):
             try:
-                import redis  # type: ignore[import-not-found]
+                import redis
                 from hypothesis.extra.redis import RedisExampleDatabase
             except ImportError:
                 raise UsageError(
