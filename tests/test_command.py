@@ -22,6 +22,7 @@ import simloop
 from simloop.cli import main
 from simloop.command import CommandFailed, command_drive, outcome_of
 from simloop.strategies import plans
+from simloop.transcript import ToolStart
 
 ROOT = Path(__file__).resolve().parents[1]
 LOOPS = ROOT / "examples" / "any_language"
@@ -127,3 +128,18 @@ def test_a_bash_loop_that_retries_forever_is_stopped_and_shrunk(bash_tools: None
     assert error.transcript is not None and error.transcript.halt is not None  # killed at the runaway budget
     assert error.scenario.model[0].error == 529 and error.scenario.then == "repeat_last"  # shrunk to the outage
     assert error.replay.startswith(f"simloop run {error.scenario_path} --command ")
+
+
+def test_the_bash_loop_runs_its_tools_over_mcp_and_each_call_is_matched(bash_tools: None) -> None:
+    pytest.importorskip("mcp.server", reason="the MCP SDK is not installed (pip install 'simloop[mcp]')")
+    scenario = {"task": "t", "tools": [{"name": "search", "input_schema": {"type": "object"}}], "then": "end_turn",
+                "model": [{"tool_use": [{"name": "search", "input": {"q": "a"}}]}, {"end_turn": "Done."}],
+                "faults": [{"tool": "search", "call": 1, "kind": "raise"}]}
+    with simloop.Sim(scenario) as sim:
+        outcome = sim.run(command_drive(["bash", str(LOOPS / "agent.sh")], mcp=True))
+    assert outcome == simloop.Outcome("final", "Done.")
+    start = next(e for e in sim.transcript.events if isinstance(e, ToolStart))
+    assert start.matched == sim.transcript.responses[0].tool_uses[0]["id"]  # an MCP call carries no id: matched
+    sent = sim.transcript.requests[1].conversation[-1]["content"][0]
+    assert sent["is_error"] is True and sent["content"] == "ConnectionError: search: could not reach the backend"
+    assert sim.check().ok

@@ -2,8 +2,9 @@
 # A small agent loop in bash, curl and jq, verified by
 #   simloop verify --command "bash agent.sh"
 # It speaks the Messages API over HTTP itself: ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY, the tools,
-# task and limits from SIMLOOP_TOOLS, SIMLOOP_TASK and SIMLOOP_LIMITS; each tool runs at
-# POST $SIMLOOP_TOOLS_URL/NAME. A retry sends x-stainless-retry-count (as the SDKs do), so it counts as
+# task and limits from SIMLOOP_TOOLS, SIMLOOP_TASK and SIMLOOP_LIMITS; its tools are MCP tools: a
+# JSON-RPC tools/call to $SIMLOOP_MCP_URL (streamable HTTP, JSON answers), or POST $SIMLOOP_TOOLS_URL/NAME
+# where simloop serves no MCP. A retry sends x-stainless-retry-count (as the SDKs do), so it counts as
 # the same step; the server's retry-after-ms is 1 ms, so retries need no wait here. It prints how it
 # stopped as its last line: {"reason": ..., "text": ...}.
 #
@@ -19,6 +20,19 @@ reply='' status=''
 stop() {
   jq -cn --arg reason "$1" --arg text "${2:-}" '{reason: $reason, text: $text}'
   exit 0
+}
+
+run_tool() {  # NAME INPUT -> {"content": TEXT, "is_error": BOOL}
+  if [ -n "${SIMLOOP_MCP_URL:-}" ]; then
+    curl -sS -X POST "$SIMLOOP_MCP_URL" -H 'content-type: application/json' \
+      -H 'accept: application/json, text/event-stream' -H 'mcp-protocol-version: 2025-06-18' \
+      --data-binary "$(jq -cn --arg name "$1" --argjson args "$2" \
+        '{jsonrpc: "2.0", id: 1, method: "tools/call", params: {name: $name, arguments: $args}}')" |
+      jq -c 'if .error then {content: .error.message, is_error: true}
+             else {content: ([.result.content[]?.text] | join("")), is_error: (.result.isError // false)} end'
+  else
+    curl -sS -X POST "$SIMLOOP_TOOLS_URL/$1" -H 'content-type: application/json' --data-binary "$2"
+  fi
 }
 
 call_api() {  # sets reply and status; fails when the API still fails after the retries
@@ -51,8 +65,7 @@ for ((step = 0; step < max_steps; step++)); do
   esac
   results='[]'
   while read -r block; do
-    answer=$(curl -sS -X POST "$SIMLOOP_TOOLS_URL/$(jq -r .name <<<"$block")" \
-      -H 'content-type: application/json' --data-binary "$(jq -c .input <<<"$block")")
+    answer=$(run_tool "$(jq -r .name <<<"$block")" "$(jq -c .input <<<"$block")")
     results=$(jq -c --argjson r "$results" --arg id "$(jq -r .id <<<"$block")" \
       '$r + [{type: "tool_result", tool_use_id: $id, content: .content, is_error: .is_error}]' <<<"$answer")
   done < <(jq -c '.content[] | select(.type == "tool_use")' <<<"$reply")
