@@ -48,7 +48,9 @@ def main() -> None:
     print(f"cores: {os.cpu_count()}, load average (1 min) at the end: {load:.2f}")
     print(f"workers=1: {m1:.1f} examples/s (runs: {', '.join(f'{x:.1f}' for x in one)})")
     print(f"workers=2: {m2:.1f} examples/s (runs: {', '.join(f'{x:.1f}' for x in two)})")
-    print(f"ratio 2 workers / 1: {m2 / m1:.2f}x")
+    ratios = [b / a for a, b in zip(one, two, strict=True)]
+    print(f"ratio 2 workers / 1: {statistics.median(ratios):.2f}x (median of the rounds' ratios: "
+          f"{', '.join(f'{r:.2f}' for r in ratios)}; ratio of the medians {m2 / m1:.2f}x)")
 
 
 if __name__ == "__main__":
