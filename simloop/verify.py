@@ -172,7 +172,8 @@ def verify(
 
     def digest_of(stage: str) -> bytes:
         # the example database is keyed by this: the same loop, world and stage find their failures again
-        return repr((_name(drive), specs, declared, checked, task, world.source if world is not None else None, stage)).encode()
+        source = world.source if world is not None else None
+        return repr((_name(drive), specs, declared, checked, task, source, stage)).encode()
 
     def run_test(test: Callable[[], None]) -> None:
         try:
