@@ -14,7 +14,9 @@ which needs a drive importable by name.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
+import queue
 import sys
 import traceback
 from typing import Any
@@ -64,23 +66,42 @@ def run_workers(verify: Any, drive: Any, kwargs: dict[str, Any], *, workers: int
     budget = int(kwargs.get("max_examples", 200))
     seed = kwargs.get("seed")
     procs = []
-    for i in range(workers):
-        share = budget // workers + (1 if i < budget % workers else 0)
-        if share < 1:
-            continue
-        mine = {**kwargs, "max_examples": share}
-        if seed is not None:
-            mine["seed"] = _derived_seed(seed, "worker", i)
-        proc = ctx.Process(target=_worker, args=(i, verify, drive, mine, stop, results), name=f"simloop-worker-{i}")
-        proc.start()
-        procs.append(proc)
+    # Forked workers share the parent's heap page by page until one of them writes to a page.  A collection, or
+    # the gc.freeze() each worker's search would do, writes to every tracked object; frozen here, before the fork,
+    # the heap stays shared (CPython's advice for forking servers) and the workers keep it frozen.
+    froze = method == "fork" and gc.get_freeze_count() == 0
+    if froze:
+        gc.freeze()
+    try:
+        for i in range(workers):
+            share = budget // workers + (1 if i < budget % workers else 0)
+            if share < 1:
+                continue
+            mine = {**kwargs, "max_examples": share}
+            if seed is not None:
+                mine["seed"] = _derived_seed(seed, "worker", i)
+            proc = ctx.Process(target=_worker, args=(i, verify, drive, mine, stop, results), name=f"simloop-worker-{i}")
+            proc.start()
+            procs.append(proc)
+    finally:
+        if froze:
+            gc.unfreeze()
     failure: InvariantViolation | None = None
     error: str | None = None
     examples = 0
     checked: tuple[str, ...] = ()
     try:
-        for _ in procs:
-            kind, payload = results.get()
+        pending = len(procs)
+        while pending:
+            try:
+                kind, payload = results.get(timeout=1.0)
+            except queue.Empty:  # no result yet: go on waiting while a worker still runs
+                if any(proc.is_alive() for proc in procs):
+                    continue
+                codes = ", ".join(str(proc.exitcode) for proc in procs)
+                error = error or f"a worker exited without a result (exit codes {codes}); re-run with workers=1 to see why"
+                break
+            pending -= 1
             if kind == "ok":
                 examples += payload["examples"]
                 checked = payload["checked"]
