@@ -11,7 +11,7 @@ from __future__ import annotations
 
 __all__ = ["CORRECT", "DECLARED", "DEFECTS", "POLICY_ROWS", "TWIN", "VERIFY"]
 
-CORRECT: list[str] = ["correct_sync", "correct_async", "correct_stream", "correct_policies"]
+CORRECT: list[str] = ["correct_sync", "correct_async", "correct_stream", "correct_policies", "correct_typed"]
 
 DEFECTS: dict[str, tuple[str, str]] = {
     "stop_not_tool_use_as_done": ("max-tokens-thinking.yaml", "truncation"),
@@ -41,6 +41,10 @@ DEFECTS: dict[str, tuple[str, str]] = {
     "error_budget_off_by_one": ("error-budget.yaml", "limits"),
     "write_not_terminal": ("one-write.yaml", "limits"),
     "repeats_keyed_by_id": ("repeated-call.yaml", "limits"),
+    "typed_write_retried": ("typed-write-lost.yaml", "no_rerun"),
+    "cut_calls_run": ("max-tokens-after-calls.yaml", "truncation"),
+    "cut_retried_once": ("max-tokens-again.yaml", "truncation"),
+    "cache_control_every_block": ("wide-turn-cached.yaml", "request_valid"),
 }
 
 #: Under `simloop.verify` (generated runs rather than one scenario) a defect may show first as another
@@ -65,6 +69,8 @@ VERIFY.update({
     "error_budget_off_by_one": ({**DECLARED, "max_tool_errors": 1}, frozenset({"limits"})),
     "write_not_terminal": ({**DECLARED, "max_writes": 1}, frozenset({"limits"})),
     "repeats_keyed_by_id": ({**DECLARED, "max_repeats": 2}, frozenset({"limits"})),
+    # retries a failing tool until it gives up and lets the last exception out, as tool_retry_on_error
+    "typed_write_retried": (DECLARED, frozenset({"no_rerun", "tool_errors"})),
 })
 
 #: The correct loops verified under each declared stop policy as well: row name -> (module, declared limits).
@@ -79,3 +85,6 @@ POLICY_ROWS: dict[str, tuple[str, dict[str, int]]] = {
 #: defect must replay cleanly on its twin (the saved file is a regression test that passes once fixed).
 TWIN: dict[str, str] = {name: "correct_sync" for name in DEFECTS}
 TWIN["async_tasks_left_running"] = "correct_async"
+TWIN.update({name: "correct_typed" for name in (
+    "typed_write_retried", "cut_calls_run", "cut_retried_once", "cache_control_every_block",
+)})

@@ -13,15 +13,19 @@ number.  Replaying that file with `simloop.replay` reproduces the run.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from hypothesis import strategies as st
 from hypothesis.errors import Frozen, StopTest
+from pydantic_core import to_json
 
+from simloop._inputs import POOL, pool_for
 from simloop.models import ModelRequest
-from simloop.scenario import Expect, Fault, Limits, Reply, Scenario, ToolCall, ToolSpec
+from simloop.scenario import Expect, Fault, Limits, MaxTokensBody, Reply, Scenario, ToolCall, ToolSpec
 from simloop.strategies import (
+    CUT_COUNTS,
     Codec,
     Digits,
     Plan,
@@ -32,6 +36,7 @@ from simloop.strategies import (
     latency_codec,
     slow_latency_codec,
     tool_fault_codec,
+    tool_key,
     usage_codec,
 )
 from simloop.transcript import Response, Transcript
@@ -49,6 +54,8 @@ _NONE: Codec[None] = Codec(0, lambda d: None)
 _SHORT = latency_codec(max_s=3.0)
 _HEAVY = usage_codec(chance=5)
 _TOOL_REPLY = Reply(tool_use=[ToolCall(name="search")])
+_DONE = Reply(end_turn="Done.")
+ToolKey = tuple[tuple[str, str], ...]
 
 
 class GeneratedModel:
@@ -62,7 +69,9 @@ class GeneratedModel:
         self._tool_steps = 0
         self._stuck: Reply | None = None
         self._ended = False
-        self._paused = False
+        self._endings = 0  # how many times the ending was served (see Plan.ending_repeats)
+        self._ending: Reply | None = None  # the plan's ending, its cut calls drawn for the request's tools
+        self._asked: list[dict[str, Any]] = []  # a wandering model's inputs so far
         self._tape = b""  # the bytes of the next replies' draws (see _draw_reply)
         self._at = 0
 
@@ -89,15 +98,14 @@ class GeneratedModel:
                 self._burst = [one] * (int(fault.repeat) - 1)
                 return one
         if self._ended or (self.plan.persona == "finishes" and self._tool_steps >= self.plan.steps):
-            return self._ending(request)
+            return self._end(request)
         self._tool_steps += 1
         if self.plan.persona == "stuck" and self._stuck is not None:
             return self._stuck  # the same reply forever: nothing new to draw (and to shrink)
-        names = tuple(request.tools or ["search"])
-        reply = self._draw_reply(_tool_reply(names, self.plan.slow, self.plan.deadline_s, self.plan.heavy))
-        if self.plan.persona == "wanders":  # new calls forever: each step asks something it never asked
-            calls = [c.model_copy(update={"input": {**c.input, "attempt": self._tool_steps}}) for c in reply.tool_use or []]
-            reply = reply.model_copy(update={"tool_use": calls})
+        key = _request_tools(request)
+        reply = self._draw_reply(_tool_reply(key, self.plan.slow, self.plan.deadline_s, self.plan.heavy))
+        if self.plan.persona == "wanders":
+            reply = reply.model_copy(update={"tool_use": self._wander(reply.tool_use or [], key)})
         if self.plan.persona == "stuck":
             self._stuck = reply
         return reply
@@ -117,16 +125,42 @@ class GeneratedModel:
         self._at = digits.at
         return reply
 
-    def _ending(self, request: ModelRequest) -> Reply:
-        """The plan's ending once; a paused turn is finished on its continuation; then plain answers."""
-        ending = self.plan.ending
+    def _wander(self, calls: list[ToolCall], key: ToolKey) -> list[ToolCall]:
+        """New calls forever: each step asks, of the same tools, inputs it never asked (valid for each schema,
+        far out in its pool; a tool whose schema allows nothing new gets an ``attempt`` field when it may)."""
+        schemas = dict(key)
+        out = []
+        for i, call in enumerate(calls):
+            schema = json.loads(schemas.get(call.name) or "{}")
+            value = dict(pool_for(schema).valid(POOL + 16 * self._tool_steps + i))
+            if value in self._asked and schema.get("additionalProperties", True) is not False:
+                value["attempt"] = self._tool_steps
+            self._asked.append(value)
+            out.append(call.model_copy(update={"input": value}))
+        return out
+
+    def _end(self, request: ModelRequest) -> Reply:
+        """The plan's ending, ``ending_repeats`` times in a row (a pause continued, a cut-off retried with more
+        room, a refusal asked again all meet it again), then plain answers."""
         if self._ended:
-            return Reply(end_turn="Done.")
-        if ending.kind == "pause_turn" and not self._paused:
-            self._paused = True
+            return _DONE
+        if self._ending is None:
+            self._ending = self._materialise(self.plan.ending, request)
+        self._endings += 1
+        if self._endings >= self.plan.ending_repeats:
+            self._ended = True
+        return self._ending
+
+    def _materialise(self, ending: Reply, request: ModelRequest) -> Reply:
+        """A cut tool-call ending with its calls drawn for the request's tools: the complete calls the reply
+        made, then the cut one (its input cut mid-way; see `simloop.models.turn_from_reply`)."""
+        body = ending.max_tokens
+        if not isinstance(body, MaxTokensBody) or not body.tool_use:
             return ending
-        self._ended = True
-        return Reply(end_turn="Done.") if ending.kind == "pause_turn" else ending
+        key = _request_tools(request)
+        drawn = self._draw_reply(_tool_reply(key, self.plan.slow, self.plan.deadline_s, self.plan.heavy, cut=True))
+        cut = MaxTokensBody(text=body.text, tool_use=list(drawn.tool_use or []))
+        return ending.model_copy(update={"max_tokens": cut, "latency": drawn.latency, "usage": drawn.usage})
 
 
 class GeneratedFaults:
@@ -201,16 +235,32 @@ class GeneratedFaults:
 # What a run decodes its replies and faults from (see `simloop.strategies.Codec`), built once per key.
 
 
+def _request_tools(request: ModelRequest) -> ToolKey:
+    """The tools the request defines, as `simloop.strategies.tool_key` pairs (inputs follow their schemas)."""
+    tools = request.body.get("tools")
+    return _tools_key(to_json(tools)) if tools else _NO_TOOLS
+
+
+@functools.lru_cache(maxsize=64)
+def _tools_key(raw: bytes) -> ToolKey:
+    tools = json.loads(raw)
+    return tool_key([t for t in tools if isinstance(t, dict)]) if isinstance(tools, list) else _NO_TOOLS
+
+
+_NO_TOOLS: ToolKey = tool_key(["search"])
+
+
 @functools.lru_cache(maxsize=256)
-def _tool_reply(names: tuple[str, ...], slow: bool, deadline_s: float | None, heavy: bool) -> Codec[Reply]:
-    """A reply asking for tools among ``names``, with its latency (and budget-breaking usage when heavy)."""
+def _tool_reply(tools: ToolKey, slow: bool, deadline_s: float | None, heavy: bool, cut: bool = False) -> Codec[Reply]:
+    """A reply asking for ``tools`` (inputs from their schemas), with its latency (and budget-breaking usage
+    when heavy); ``cut``: the calls of a reply cut off in its last one (`simloop.strategies.CUT_COUNTS`)."""
     latency = slow_latency_codec(deadline_s) if slow else _SHORT
     usage = _HEAVY if heavy else _NONE
     # a copy of a valid reply with the drawn fields (a validation costs more than drawing the reply, and
     # even `model_construct` fills every field): the codecs give valid fields
     return joined(
         lambda latency, usage, calls: _TOOL_REPLY.model_copy(update={"tool_use": calls, "latency": latency, "usage": usage}),
-        latency, usage, calls_codec(names),
+        latency, usage, calls_codec(tools, counts=CUT_COUNTS if cut else None),
     )
 
 

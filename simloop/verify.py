@@ -89,7 +89,9 @@ def verify(
             results_sent, results_together).
         plan: a strategy of model behaviours (`simloop.strategies.plans(...)`) for the whole budget;
             by default the budget is split over `simloop.strategies.stages()`, so that every kind of
-            run (faults, outages, stuck models, slow and heavy runs) is certainly tried.
+            run (faults, outages, stuck models, slow and heavy runs) is certainly tried; the stages are
+            interleaved (each stage's first two examples run before any stage's rest), so every kind of run
+            comes within the first ~20 examples at any budget.
         out_dir: where the minimal failing scenario is written.
         settings: Hypothesis settings to start from (default: the loaded profile, so its database,
             derandomize and verbosity apply).
@@ -101,7 +103,8 @@ def verify(
 
     Raises:
         InvariantViolation: with ``.violations``, ``.scenario`` (minimal), ``.scenario_path``,
-            ``.timeline`` and ``.replay``.
+            ``.timeline``, ``.replay`` and ``.examples_before_failure`` (the examples that passed before
+            the first failing one).
         UsageError: when no example made a single model call (the drive is not wired to the Sim).
 
     Example::
@@ -164,6 +167,7 @@ def verify(
             if sim.server.calls:
                 state["reached"] += 1
             if not report.ok:
+                state.setdefault("first_failure", state["examples"])  # (shrinking runs more after it)
                 on_failure()
                 state["failure"] = (report, sim, model, faults)
                 raise _Failed(", ".join(sorted({v.invariant for v in report.violations})))
@@ -180,7 +184,10 @@ def verify(
             on_fresh_stack(test)  # the engine and every example on stack space of their own (see _stack)
         except _Failed:
             report, sim, model, faults = state["failure"]
-            error = _violation(drive, report, sim, model, faults, out_dir=Path(out_dir), seed=seed)
+            error = _violation(
+                drive, report, sim, model, faults, out_dir=Path(out_dir), seed=seed,
+                first_failure=state.get("first_failure"),
+            )
             error.examples = state["examples"]
             raise error from None
 
@@ -199,30 +206,28 @@ def verify(
                 except unittest.SkipTest:  # Hypothesis's way of saying this stage has nothing saved to replay
                     pass
         collected_at = 0  # state["examples"] when the last finished runs were collected
-        for i, (stage, strategy, share) in enumerate(searches):
-            # the last stage gets what the others left: a stage whose space is exhausted early hands on its budget
-            budget = share if i < len(searches) - 1 else max_examples - state["examples"]
+        exhausted: set[str] = set()
+        for stage, strategy, n, size in _schedule(searches, max_examples, lambda: int(state["examples"]), exhausted):
             digest = digest_of(stage)
-            for n, size in enumerate(_chunks(budget)):
-                if state["examples"] - collected_at >= _CHUNK:
-                    # a finished Hypothesis run is freed only by a full collection (its engine sits in reference
-                    # cycles through the frames its tracebacks keep), which CPython runs ever more rarely as the
-                    # heap grows: without this, the finished runs of a long budget pile up
-                    gc.collect()
-                    collected_at = state["examples"]
-                example = make_example(strategy)
-                example._hypothesis_internal_add_digest = digest  # type: ignore[attr-defined]
-                test = _chunk_settings(base_settings, size, first=n == 0 and not replayed)(given(st.data())(example))
-                if seed is not None:  # (as with any @seed, Hypothesis leaves its database out of seeded runs)
-                    test = hypothesis_seed(seed if n == 0 else _derived_seed(seed, stage, n))(test)
-                elif n > 0 and (root := _fixed_seed(base_settings, digest)) is not None:
-                    # every chunk would repeat the first; hypothesis.seed would also turn the database off, which
-                    # derandomize (with a database given) keeps on, so the seed is set as it sets it, minus that
-                    test._hypothesis_internal_use_seed = _derived_seed(root, stage, n)  # type: ignore[attr-defined]
-                before = state["examples"]
-                run_test(test)
-                if state["examples"] - before < size:
-                    break  # the stage's space is exhausted (or its phases generate nothing): more chunks only repeat it
+            if state["examples"] - collected_at >= _CHUNK:
+                # a finished Hypothesis run is freed only by a full collection (its engine sits in reference
+                # cycles through the frames its tracebacks keep), which CPython runs ever more rarely as the
+                # heap grows: without this, the finished runs of a long budget pile up
+                gc.collect()
+                collected_at = state["examples"]
+            example = make_example(strategy)
+            example._hypothesis_internal_add_digest = digest  # type: ignore[attr-defined]
+            test = _chunk_settings(base_settings, size, first=n == 0 and not replayed)(given(st.data())(example))
+            if seed is not None:  # (as with any @seed, Hypothesis leaves its database out of seeded runs)
+                test = hypothesis_seed(seed if n == 0 else _derived_seed(seed, stage, n))(test)
+            elif n > 0 and (root := _fixed_seed(base_settings, digest)) is not None:
+                # every chunk would repeat the first; hypothesis.seed would also turn the database off, which
+                # derandomize (with a database given) keeps on, so the seed is set as it sets it, minus that
+                test._hypothesis_internal_use_seed = _derived_seed(root, stage, n)  # type: ignore[attr-defined]
+            before = state["examples"]
+            run_test(test)
+            if state["examples"] - before < size:
+                exhausted.add(stage)  # the stage's space is exhausted (or its phases generate nothing): more only repeat it
     if state["examples"] and not state["reached"]:
         raise UsageError(not_wired(
             f"verify ran {state['examples']} example(s) of {_name(drive)} and not one made a model call to the "
@@ -389,7 +394,7 @@ def _heap_frozen() -> Iterator[None]:
 
 def _violation(
     drive: Drive, report: Report, sim: Sim, model: Any, faults: GeneratedFaults, *, out_dir: Path,
-    seed: int | None,
+    seed: int | None, first_failure: int | None = None,
 ) -> InvariantViolation:
     halted = sim.transcript.halt is not None
     scenario = to_scenario(
@@ -414,9 +419,15 @@ def _violation(
         shape += ", then repeat_last"
     if scenario.faults:
         shape += f", {len(scenario.faults)} tool fault(s)"
+    found_at = (
+        f"first failing run: example {first_failure} of the search ({first_failure - 1} passed before it); "
+        "then shrunk to the run below"
+        if first_failure is not None else None
+    )
     lines = [
         f"simloop found {len(report.violations)} violation(s) of the loop's invariants:",
         *(f"  {v}" for v in report.violations),
+        *([found_at] if found_at else []),
         "",
         f"minimal scenario ({shape}), written to {path}:",
         *("  " + line for line in scenario.to_yaml().rstrip().splitlines()),
@@ -431,6 +442,7 @@ def _violation(
     return InvariantViolation(
         "\n".join(lines), violations=report.violations, scenario=scenario, scenario_path=str(path),
         timeline=timeline, replay=replay_line, transcript=sim.transcript,
+        examples_before_failure=first_failure - 1 if first_failure is not None else None,
     )
 
 
@@ -467,6 +479,40 @@ def _chunks(budget: int) -> list[int]:
         return []
     count = -(-budget // _CHUNK)
     return [budget // count + (1 if k < budget % count else 0) for k in range(count)]
+
+
+#: Examples of each stage tried before any stage gets the rest of its budget: every kind of run comes within
+#: the first ~20 examples whatever the budget (a stage's later chunks then start again from its simplest run).
+_FIRST_ROUND = 2
+
+
+def _schedule(
+    searches: Sequence[tuple[str, st.SearchStrategy[Any], int]], max_examples: int, done: Callable[[], int],
+    exhausted: set[str],
+) -> Iterator[tuple[str, st.SearchStrategy[Any], int, int]]:
+    """The Hypothesis runs of a search in the order they run: ``(stage, strategy, chunk number, size)``.
+
+    With several stages, a first round gives each its first `_FIRST_ROUND` examples (chunk 0, which also
+    replays the stage's saved failures), then each stage gets the rest of its share in chunks; the last
+    stage gets what the others left (a stage in ``exhausted``, whose space ran out, hands on its budget).
+    """
+    if len(searches) == 1:
+        name, strategy, budget = searches[0]
+        for n, size in enumerate(_chunks(budget)):
+            if name in exhausted:
+                return
+            yield name, strategy, n, size
+        return
+    firsts = [min(share, _FIRST_ROUND) for _, _, share in searches]
+    for (name, strategy, _), first in zip(searches, firsts):
+        if first:
+            yield name, strategy, 0, first
+    for i, ((name, strategy, share), first) in enumerate(zip(searches, firsts)):
+        rest = share - first if i < len(searches) - 1 else max_examples - done()
+        for n, size in enumerate(_chunks(rest), start=1):
+            if name in exhausted:
+                break
+            yield name, strategy, n, size
 
 
 def _chunk_settings(base: Settings, size: int, *, first: bool) -> Settings:
