@@ -140,6 +140,19 @@ def mcp_toolset(sim: Sim, *, tool_error_behavior: Literal["retry", "error", "fai
     return MCPToolset(InMemory(sim.mcp_server()), tool_error_behavior=tool_error_behavior)
 
 
+def _warm_mcp() -> None:
+    """Import the MCP client and server now, not in the first run (where the import's real time counts against
+    the run's watchdog); a missing one is reported when the drive runs (`mcp_toolset`)."""
+    try:
+        import mcp_types  # noqa: F401
+        import pydantic_ai.mcp  # noqa: F401
+        from mcp.server import Server  # noqa: F401
+
+        import simloop.adapters._mcp_memory  # noqa: F401
+    except ImportError:
+        pass
+
+
 def usage_limits(limits: Limits | None) -> UsageLimits:
     """pydantic-ai's `UsageLimits` for the declared limits (its defaults for what is not declared)."""
     if limits is None or (limits.max_steps is None and limits.max_total_tokens is None):
@@ -188,6 +201,9 @@ def make_drive(
 
         simloop.verify(make_drive(on_tool_error="tool_failed"), limits=simloop.Limits(max_steps=8))
     """
+
+    if tools_via == "mcp":
+        _warm_mcp()
 
     async def adrive(sim: Sim) -> Outcome:
         if tools_via == "mcp":
