@@ -39,6 +39,9 @@ _OPTIONS = (
     ("drive", "pkg.module:drive", "the default adapter; also turns the scenario files into tests"),
     ("scenarios", "DIR", ("the folder whose *.yaml scenario files become tests when a drive is set "
                           "(default: scenarios, relative to the rootdir)")),
+    ("workers", "N", "processes each simloop.verify searches with (sharing its budget and example database)"),
+    ("database", "DIR|URL", ("Hypothesis's example database for simloop.verify: a directory or a redis:// URL "
+                             "shared by several machines (then searches are not seeded: they replay what others found)")),
 )
 
 
@@ -153,12 +156,12 @@ def pytest_configure(config: pytest.Config) -> None:
     seed, explicit = _session_seed(config, seed_cli, seed_ini)
     cli: dict[str, Any] = {}
     ini: dict[str, Any] = {}
-    for name in ("max_examples", "turns", "profile", "drive"):
+    for name in ("max_examples", "turns", "profile", "drive", "workers", "database"):
         for layer, value, where in zip((cli, ini), _given(config, name), ("--simloop-", "ini simloop_")):
             label = where + (name.replace("_", "-") if where.startswith("--") else name)
             if value is None:
                 continue
-            if name in ("max_examples", "turns"):
+            if name in ("max_examples", "turns", "workers"):
                 layer[name] = _positive(value, label)
             elif name == "profile" and value not in PROFILE_CHOICES:
                 raise pytest.UsageError(f"{label} is one of {', '.join(PROFILE_CHOICES)}, got {value!r}")
@@ -222,7 +225,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def simloop_config() -> dict[str, Any]:
     """Defaults for this test's ``simloop`` fixture; override it in conftest.py (like pytest-recording's vcr_config).
 
-    Keys: drive, max_examples, profile, seed, strict, scenario, limits, tools, invariants, task, out_dir, turns.
+    Keys: drive, max_examples, profile, seed, strict, scenario, limits, tools, invariants, task, out_dir, turns,
+    workers, database.
     The marker, the command line and the ini file win over it.
     """
     return {}

@@ -43,6 +43,7 @@ from simloop.wire.server import Budget, InternalFailure, SimServer
 if TYPE_CHECKING:
     import anthropic
     import httpx2
+    import mcp.server
 
 __all__ = ["DEFAULT_MODEL", "ScriptExhaustedError", "Sim"]
 
@@ -193,6 +194,18 @@ class Sim:
     async def arun_tool(self, name: str, input: Any, *, tool_use_id: str | None = None) -> str:
         """Async twin of `run_tool`: latency is a timer on the (virtual) event loop, so calls can overlap."""
         return await self.tools.arun(name, input, tool_use_id=tool_use_id)
+
+    def mcp_server(self) -> mcp.server.Server[Any]:
+        """The scenario's tools as an MCP server (the official SDK's low-level ``Server``) on this run's world.
+
+        Each ``tools/call`` runs like `arun_tool` (faults, ledger, virtual time) and is matched to the
+        tool_use it answers by name and input (docs/design.md, Tools over MCP).  Connect an in-memory
+        client to it: ``mcp.client.Client(sim.mcp_server())``, or pydantic-ai's
+        ``simloop.adapters.pydantic_ai.mcp_toolset(sim)``.  Needs ``pip install 'simloop[mcp]'``.
+        """
+        from simloop.mcp import tool_server
+
+        return tool_server(self.tool_schemas, self.tools.arun)
 
     @property
     def http_client(self) -> httpx2.Client:

@@ -23,6 +23,7 @@ import gc
 import hashlib
 import re
 import threading
+import unittest
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,6 +35,7 @@ from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
 from simloop._stack import on_fresh_stack
+from simloop._workers import on_failure, on_run
 from simloop.errors import InvariantViolation, UsageError
 from simloop.generated import GeneratedFaults, GeneratedModel, to_scenario
 from simloop.invariants import CATALOGUE, Report, Violation
@@ -80,6 +82,8 @@ def verify(
     turns: int = 1,
     abort: bool = False,
     restarts: int = 0,
+    workers: int = 1,
+    database: str | Path | Any = None,
 ) -> Report:
     """Property-test ``drive`` under generated model behaviours, API faults, tool faults and latencies.
 
@@ -138,6 +142,18 @@ def verify(
     if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
         raise UsageError(f"verify(restarts=...) is the most simulated process deaths a run, an int >= 0; got {restarts!r}")
     crash_points = st.frozensets(st.integers(1, 3), min_size=1, max_size=restarts) if restarts else None
+    if not (isinstance(workers, int) and not isinstance(workers, bool) and workers >= 1):
+        raise UsageError(f"verify(workers=...): a number of processes, 1 or more; got {workers!r}")
+    if database is not None:
+        settings = Settings(settings or Settings(), database=example_database(database))
+    if workers > 1:
+        from simloop._workers import run_workers
+
+        return run_workers(verify, drive, {
+            "tools": tools, "limits": limits, "max_examples": max_examples, "seed": seed, "invariants": invariants,
+            "task": task, "plan": plan, "out_dir": out_dir, "settings": settings, "recorded": recorded,
+            "turns": turns, "abort": abort, "restarts": restarts,
+        }, workers=workers)
     specs = _tools(tools)
     declared = limits if isinstance(limits, Limits) else Limits.model_validate(limits or {})
     checked = _invariant_ids(invariants)
@@ -162,6 +178,7 @@ def verify(
 
     def make_example(strategy: st.SearchStrategy[Any]) -> Callable[[st.DataObject], None]:
         def example(data: st.DataObject) -> None:
+            on_run()  # in a campaign of several workers: stop when another one failed
             draw = _run_draw(data)
             scenario = base
             if turns > 1:  # drawn first: the shrinker lowers it to remove turns
@@ -195,20 +212,50 @@ def verify(
                 state["reached"] += 1
             if not report.ok:
                 state.setdefault("first_failure", state["examples"])  # (shrinking runs more after it)
+                on_failure()
                 state["failure"] = (report, sim, model, faults)
                 raise _Failed(", ".join(sorted({v.invariant for v in report.violations})))
 
         return example
 
+    def digest_of(stage: str) -> bytes:
+        # the example database is keyed by this: the same loop, world and stage find their failures again
+        source = world.source if world is not None else None
+        return repr(
+            (_name(drive), specs, declared, checked, task, source, stage)
+            + ((turns,) if turns > 1 else ()) + (("abort",) if abort else ()) + ((restarts,) if restarts else ())
+        ).encode()
+
+    def run_test(test: Callable[[], None]) -> None:
+        try:
+            on_fresh_stack(test)  # the engine and every example on stack space of their own (see _stack)
+        except _Failed:
+            report, sim, model, faults = state["failure"]
+            error = _violation(
+                drive, report, sim, model, faults, out_dir=Path(out_dir), seed=seed,
+                first_failure=state.get("first_failure"),
+            )
+            error.examples = state["examples"]
+            raise error from None
+
+    # A shared database (a campaign's, another machine's) may hold a failure of any stage: every stage's saved
+    # failures are replayed before any stage searches, so what was found anywhere is tried first.
+    replayed = seed is None and base_settings.database is not None and Phase.reuse in base_settings.phases
     with _heap_frozen():
+        if replayed:
+            for stage, strategy, _ in searches:
+                example = make_example(strategy)
+                example._hypothesis_internal_add_digest = digest_of(stage)  # type: ignore[attr-defined]
+                phases = [p for p in base_settings.phases if p in (Phase.reuse, Phase.shrink)]
+                saved = Settings(_chunk_settings(base_settings, _CHUNK, first=True), phases=phases)
+                try:
+                    run_test(saved(given(st.data())(example)))
+                except unittest.SkipTest:  # Hypothesis's way of saying this stage has nothing saved to replay
+                    pass
         collected_at = 0  # state["examples"] when the last finished runs were collected
         exhausted: set[str] = set()
         for stage, strategy, n, size in _schedule(searches, max_examples, lambda: int(state["examples"]), exhausted):
-            # the example database is keyed by this: the same loop, world and stage find their failures again
-            digest = repr(
-                (_name(drive), specs, declared, checked, task, world.source if world is not None else None, stage)
-                + ((turns,) if turns > 1 else ()) + (("abort",) if abort else ()) + ((restarts,) if restarts else ())
-            ).encode()
+            digest = digest_of(stage)
             if state["examples"] - collected_at >= _CHUNK:
                 # a finished Hypothesis run is freed only by a full collection (its engine sits in reference
                 # cycles through the frames its tracebacks keep), which CPython runs ever more rarely as the
@@ -217,7 +264,7 @@ def verify(
                 collected_at = state["examples"]
             example = make_example(strategy)
             example._hypothesis_internal_add_digest = digest  # type: ignore[attr-defined]
-            test = _chunk_settings(base_settings, size, first=n == 0)(given(st.data())(example))
+            test = _chunk_settings(base_settings, size, first=n == 0 and not replayed)(given(st.data())(example))
             if seed is not None:  # (as with any @seed, Hypothesis leaves its database out of seeded runs)
                 test = hypothesis_seed(seed if n == 0 else _derived_seed(seed, stage, n))(test)
             elif n > 0 and (root := _fixed_seed(base_settings, digest)) is not None:
@@ -225,16 +272,7 @@ def verify(
                 # derandomize (with a database given) keeps on, so the seed is set as it sets it, minus that
                 test._hypothesis_internal_use_seed = _derived_seed(root, stage, n)  # type: ignore[attr-defined]
             before = state["examples"]
-            try:
-                on_fresh_stack(test)  # the engine and every example on stack space of their own (see _stack)
-            except _Failed:
-                report, sim, model, faults = state["failure"]
-                error = _violation(
-                    drive, report, sim, model, faults, out_dir=Path(out_dir), seed=seed,
-                    first_failure=state.get("first_failure"),
-                )
-                error.examples = state["examples"]
-                raise error from None
+            run_test(test)
             if state["examples"] - before < size:
                 exhausted.add(stage)  # the stage's space is exhausted (or its phases generate nothing): more only repeat it
     if state["examples"] and not state["reached"]:
@@ -292,6 +330,33 @@ def replay(
             replay=_replay_line(drive, str(path), seed, allow_functions=allow_functions), transcript=sim.transcript,
         )
     return report
+
+
+def example_database(database: str | Path | Any) -> Any:
+    """Hypothesis's example database for ``database``: a directory path, a ``redis://`` URL or a database as is.
+
+    A Redis URL uses Hypothesis's own ``RedisExampleDatabase`` (``hypothesis.extra.redis``; needs the
+    ``redis`` package): a fleet of CI machines pointed at one server replays what each of them found.
+    """
+    from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
+
+    if isinstance(database, ExampleDatabase):
+        return database
+    if isinstance(database, (str, Path)):
+        text = str(database)
+        if text.startswith(("redis://", "rediss://", "unix://")):
+            try:
+                import redis
+                from hypothesis.extra.redis import RedisExampleDatabase
+            except ImportError:
+                raise UsageError(
+                    f"database {text!r} is a Redis URL, which needs the redis package: pip install redis"
+                ) from None
+            return RedisExampleDatabase(redis.Redis.from_url(text))
+        return DirectoryBasedExampleDatabase(text)
+    raise UsageError(
+        f"database: give a directory, a redis:// URL or a hypothesis ExampleDatabase; got {type(database).__name__}"
+    )
 
 
 # -- runs that never reach the model ------------------------------------------------------------------------
@@ -441,6 +506,9 @@ def _file_header(violations: Sequence[Violation], *, functions: bool = False) ->
 
 def _replay_line(drive: Drive, path: str, seed: int = 0, *, allow_functions: bool = False) -> str:
     """The command that replays ``path``; with the opt-in when its tools name functions (docs/security.md)."""
+    hint = getattr(drive, "simloop_replay", None)
+    if isinstance(hint, str):  # a drive that is not a Python function (simloop.command): it says how
+        return hint.format(path=path) + (f" --seed {seed}" if seed else "")
     module = getattr(drive, "__module__", None)
     qual = getattr(drive, "__qualname__", None)
     if module and qual and "<" not in qual and module != "__main__":

@@ -23,7 +23,7 @@ from simloop.transcript import Transcript
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "scenarios"
 CASSETTES = Path(__file__).resolve().parents[2] / "shared" / "data" / "cassettes"
-COMMANDS = ["verify", "run", "show", "report", "serve", "convert", "demo", "scenarios", "init"]
+COMMANDS = ["verify", "run", "show", "report", "serve", "mcp", "convert", "demo", "scenarios", "init"]
 
 
 @pytest.fixture(autouse=True)

@@ -610,9 +610,16 @@ def test_a_drive_spec_is_imported_from_the_search_folders(tmp_path: Path, monkey
     ({"strict": "no"}, "strict must be True or False, got 'no'"),
     ({"profile": "fast"}, "profile must be one of dev, ci, nightly, got 'fast'"),
     ({"drive": 3}, "drive must be a function or 'package.module:function', got 3"),
+    ({"workers": 0}, "workers must be a positive int, got 0"),
 ])
 def test_option_values_are_checked(marker: dict[str, Any], message: str) -> None:
     with pytest.raises(UsageError) as error:
         resolve_options(nodeid="t.py::a", session_seed=1, session_seed_explicit=False, marker=marker, cli={}, ini={},
                         config={})
     assert str(error.value) == f"@pytest.mark.simloop(...): {message}"
+
+
+def test_workers_and_database_layer_into_verify_like_the_other_defaults() -> None:
+    options = resolve_options(nodeid="t.py::a", session_seed=1, session_seed_explicit=False, marker={},
+                              cli={"workers": 2}, ini={"workers": 4, "database": "redis://ci:6379/0"}, config={})
+    assert options.verify_defaults == {"workers": 2, "database": "redis://ci:6379/0"}
