@@ -61,20 +61,40 @@ def _halt_type(reason: str, detail: str) -> type[LoopHalted]:
     return type("LoopHalted", (LoopHalted,), {"__init__": __init__, "__module__": __name__})
 
 
-def _raise_in(thread_id: int, exc_type: type[BaseException] | None) -> int:
-    """Schedule ``exc_type`` in the thread (None clears a pending one); returns how many threads matched."""
-    exc = ctypes.py_object() if exc_type is None else ctypes.py_object(exc_type)
-    n: int = _set_async_exc(thread_id, exc)
+def _raise_in(thread_id: int, exc_type: type[BaseException]) -> int:
+    """Schedule ``exc_type`` in the thread; returns how many threads matched."""
+    n: int = _set_async_exc(thread_id, ctypes.py_object(exc_type))
     if n > 1:  # never for a valid id; the C API asks to undo it
         _set_async_exc(thread_id, ctypes.py_object())
     return n
+
+
+class _Dropped(BaseException):
+    """Takes the place of a halt that was scheduled but not delivered; caught at once (see `_drop_pending`)."""
+
+
+def _drop_pending() -> None:
+    """Drop an asynchronous exception scheduled for the current thread and not delivered yet.
+
+    Not with ``PyThreadState_SetAsyncExc(id, NULL)``: before CPython 3.13 that sets the interpreter's
+    "asynchronous exception pending" flag and nothing clears it again (only delivering an exception
+    does), so every later call of every thread takes the interpreter's slow path for good; a later
+    ``hypothesis.find`` in the same process never finished.  The pending halt is replaced by an
+    exception that is delivered here and caught, which clears the flag.
+    """
+    try:
+        _raise_in(threading.get_ident(), _Dropped)  # delivered when the call returns, or at the loop's jump
+        for _ in range(100_000):
+            pass
+    except _Dropped:
+        pass
 
 
 class Watchdog:
     """Stops a drive that spins without calling the model or a tool.
 
     It keeps a real-time budget, measured with the REAL monotonic clock.  `feed` resets the budget.  While
-    `watching` a thread, ``seconds`` of real time without a feed raise `LoopHalted` ("watchdog") in that
+    `watching` its thread, ``seconds`` of real time without a feed raise `LoopHalted` ("watchdog") in that
     thread.  The budget is then re-armed, so a loop that catches even ``BaseException`` is hit again.
 
     One monitor thread (a `RealTimeThread`, started on first use) serves every Watchdog of the process,
@@ -83,7 +103,7 @@ class Watchdog:
     Example::
 
         watchdog = Watchdog(seconds=10)
-        with watchdog.watching(threading.get_ident()):
+        with watchdog.watching():
             drive()          # the simulator calls watchdog.feed() on every model or tool call
     """
 
@@ -106,8 +126,9 @@ class Watchdog:
         self._last = REAL.monotonic()
 
     @contextmanager
-    def watching(self, thread_id: int) -> Iterator[None]:
-        """Watch ``thread_id`` until the block exits."""
+    def watching(self) -> Iterator[None]:
+        """Watch the current thread until the block exits."""
+        thread_id = threading.get_ident()
         if self._thread_id is not None:
             from simloop.errors import UsageError
 
@@ -119,16 +140,16 @@ class Watchdog:
             yield
         finally:
             try:
-                self._disarm(thread_id)
+                self._disarm()
             except LoopHalted:  # delivered in the middle of disarming: finish, then let it out
-                self._disarm(thread_id)
+                self._disarm()
                 raise
 
-    def _disarm(self, thread_id: int) -> None:
+    def _disarm(self) -> None:
         with _MONITOR.cond:
             _MONITOR.remove(self)  # from here on the monitor never fires for us
             if self._fired:
-                _raise_in(thread_id, None)  # drop a halt that was scheduled but not delivered yet
+                _drop_pending()  # a halt that was scheduled but not delivered yet
 
     def _due(self) -> float:
         return self._last + self.seconds

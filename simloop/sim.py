@@ -275,7 +275,7 @@ class Sim:
         state = random.getstate()
         random.seed(self.seed)  # the SDK's retry jitter reads the global PRNG
         try:
-            with self.clock.patched(), self.watchdog.watching(threading.get_ident()), user_interrupts() as pressed:
+            with self.clock.patched(), self.watchdog.watching(), user_interrupts() as pressed:
                 try:
                     if inspect.iscoroutinefunction(drive):
                         result = on_fresh_stack(self.clock.run, self._arun(drive))
