@@ -3,9 +3,9 @@
 For each reference loop in ``examples/`` and each seed, run `verify` with the
 default budget and record: the invariant it reports (or none), how many
 examples it took to the first failure and how long, and the size of the
-shrunk scenario.  Correct loops must never be flagged.  Also measures full
-examples per second for a 10-step loop against the bare SDK cost of the same
-calls, and peak memory of a long run against a short one.
+shrunk scenario.  Correct loops must never be flagged.  Also measures the share of generated tool inputs that
+fit their tool's schema, full examples per second for a 10-step loop against the
+bare SDK cost of the same calls, and peak memory of a long run against a short one.
 
     python bench/detect.py [--seeds 10] [--max-examples 200] [--only no_step_cap,...] [--skip-memory]
 """
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import simloop
 
 verify_module = importlib.import_module("simloop.verify")
-from examples.catalogue import CORRECT, DECLARED, DEFECTS, POLICY_ROWS, VERIFY
+from examples.catalogue import ABORTS, CORRECT, DECLARED, DEFECTS, POLICY_ROWS, RESTARTS, TURNS, VERIFY
 from simloop.clock import REAL
 
 LIMITS = simloop.Limits(**DECLARED)  # what the example loops declare
@@ -85,7 +85,10 @@ def run(name: str, expected: frozenset[str] | None, seeds: int, max_examples: in
     for seed in range(seeds):
         with _Counter() as counter:
             try:
-                simloop.verify(drive, limits=limits, max_examples=max_examples, seed=seed, out_dir=out)
+                simloop.verify(
+                    drive, limits=limits, max_examples=max_examples, seed=seed, out_dir=out, turns=TURNS.get(name, 1),
+                    abort=name in ABORTS, restarts=RESTARTS.get(name, 0),
+                )
                 row.found.append("-")
             except simloop.InvariantViolation as e:
                 row.found.append(",".join(sorted({v.invariant for v in e.violations})))
@@ -131,7 +134,7 @@ def throughput(chunks: int = 12, examples: int = 25) -> Throughput:
     loop = importlib.import_module("examples.correct_sync")
     plan = strategies.plans(
         min_steps=9, max_steps=9, personas=(("finishes", 1),), faults=False, ending_kinds=("end_turn",),
-        slow=((False, 1),), heavy=((False, 1),),
+        slow=((False, 1),), heavy=((False, 1),), ending_repeats=((1, 1),),
     )
     schemas = [t.schema_dict() for t in strategies.DEFAULT_TOOLS]  # what Sim.tool_schemas gives the loop
     clocks = (REAL.perf_counter, time.process_time)  # the process: the Sim runs the loop on a worker thread
@@ -162,6 +165,39 @@ def throughput(chunks: int = 12, examples: int = 25) -> Throughput:
         if chunk:
             ratios.append((counter.n / search[0], counter.n / bare[0], bare[0] / search[0], bare[1] / search[1]))
     return Throughput(*(statistics.median(r[i] for r in ratios) for i in range(4)), chunks=len(ratios))
+
+
+def schema_valid_share(max_examples: int = 200, seeds: int = 3) -> tuple[int, int]:
+    """How many of the tool calls the generated model made fit the schema the request gave their tool.
+
+    Counted over full `verify` runs of `examples.correct_sync` (the bundled tools, a read and a write) and
+    `examples.correct_typed` (the same tools, typed: the schemas of its pydantic models), every tool_use block
+    of every reply, the complete calls of cut replies included and the cut call itself left out.
+    Returns ``(valid, calls)``.
+    """
+    from simloop._inputs import pool_for
+
+    valid = calls = 0
+
+    def count(transcript: Any) -> None:
+        nonlocal valid, calls
+        for request, response in zip(transcript.requests, transcript.responses):
+            if not response.message:
+                continue
+            schemas = {t["name"]: t.get("input_schema", {}) for t in request.body.get("tools") or []}
+            blocks = [b for b in response.message["content"] if b.get("type") == "tool_use"]
+            if response.message.get("stop_reason") == "max_tokens":
+                blocks = blocks[:-1]  # the cut one's input is a prefix by design
+            for block in blocks:
+                calls += 1
+                valid += pool_for(schemas.get(block["name"], {})).is_valid(block["input"])
+
+    for name in ("correct_sync", "correct_typed"):
+        drive = importlib.import_module(f"examples.{name}").drive
+        for seed in range(seeds):
+            with _Counter(after=count):
+                simloop.verify(drive, limits=LIMITS, max_examples=max_examples, seed=seed)
+    return valid, calls
 
 
 def peak_memory(max_examples: int) -> int:
@@ -234,6 +270,11 @@ def main() -> None:
         total = sum(r.examples for r in correct)
         flagged = sum(f != "-" for r in correct for f in r.found)
         print(f"false positives: {flagged} over {total} examples of correct loops")
+    if not only:
+        valid, calls = schema_valid_share(args.max_examples)
+        print(f"schema-valid tool inputs: {valid}/{calls} = {valid / calls:.1%} of the generated calls of 3 seeds x "
+              f"{args.max_examples} examples of correct_sync and correct_typed (target >= 90%; about 1 in 20 is "
+              "invalid on purpose)")
     if speed is not None:
         t = speed
         print(f"throughput: {t.verify_per_s:.1f} full 10-call examples/s vs {t.bare_per_s:.1f}/s for the same loop "

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Collection, Iterable
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Awaitable, Callable, Collection, Iterable
+from typing import TYPE_CHECKING, Any, Protocol
 
-from anthropic.types import ContentBlock, Message, ThinkingConfigParam, ToolResultBlockParam, ToolUseBlock
+from anthropic.types import ContentBlock, Message, MessageParam, ThinkingConfigParam, ToolResultBlockParam, ToolUseBlock
 
 from simloop.outcome import Outcome
 
@@ -32,8 +32,14 @@ __all__ = [
     "THINKING",
     "RunTool",
     "StopPolicies",
+    "aconverse",
     "budgets",
+    "converse",
+    "durable_arun_tool",
+    "durable_run_tool",
     "error_text",
+    "settle",
+    "start_turn",
     "text_of",
     "tokens_used",
     "tool_calls",
@@ -152,3 +158,135 @@ class StopPolicies:
 
 def _key(name: str, input: object) -> tuple[str, str]:
     return name, json.dumps(input, sort_keys=True, default=repr)
+
+
+# -- conversations: one history through every user turn ----------------------------------------------------------
+
+
+def start_turn(history: list[MessageParam] | None, text: str) -> list[MessageParam]:
+    """The messages of a new user turn: ``history`` (kept, and grown in place) with the user's ``text`` added.
+
+    When the history ends in a user message (the results of a turn that stopped after its tools ran), the text
+    joins it: the API takes one user message there, results first.
+    """
+    messages = history if history is not None else []
+    if messages and messages[-1]["role"] == "user" and isinstance(messages[-1]["content"], list):
+        content: list[Any] = list(messages[-1]["content"])
+        messages[-1] = {"role": "user", "content": [*content, {"type": "text", "text": text}]}
+    else:
+        messages.append({"role": "user", "content": text})
+    return messages
+
+
+def _kind(block: Any) -> str | None:
+    return block.get("type") if isinstance(block, dict) else getattr(block, "type", None)
+
+
+def _field(block: Any, name: str) -> Any:
+    return block.get(name) if isinstance(block, dict) else getattr(block, name, None)
+
+
+def settle(history: list[MessageParam]) -> None:
+    """Leave ``history`` so that the next user turn can be sent after it, whatever ended this turn.
+
+    A turn may stop anywhere: at its step cap in the middle of a paused server tool call, cut off in a tool
+    call, after a tool failure spent its error budget, on an empty final answer.  The real API refuses a
+    request whose history has an assistant message with no content, a ``server_tool_use`` left without its
+    result before a later message, or a ``tool_use`` not answered by the next message (400).  So: drop
+    trailing assistant messages that are empty or paused mid server call, and answer every tool_use the
+    last assistant message left open with an ``is_error`` result saying it was not run.
+    """
+    while history and history[-1]["role"] == "assistant":
+        content = history[-1]["content"]
+        blocks = ([content] if content else []) if isinstance(content, str) else list(content)
+        if isinstance(content, str) and content:
+            return
+        answered = {_field(b, "tool_use_id") for b in blocks if str(_kind(b)).endswith("_tool_result")}
+        dangling = any(_kind(b) == "server_tool_use" and _field(b, "id") not in answered for b in blocks)
+        if blocks and not dangling:
+            break
+        history.pop()  # empty, or paused in the middle of a server tool call: the next turn cannot follow it
+    for i in range(len(history) - 1, -1, -1):
+        if history[i]["role"] != "assistant":
+            continue
+        content = history[i]["content"]
+        uses = [] if isinstance(content, str) else [b for b in content if _kind(b) == "tool_use"]
+        if not uses:
+            return
+        after = history[i + 1]["content"] if i + 1 < len(history) else []
+        done = [] if isinstance(after, str) else list(after)
+        sent = {_field(b, "tool_use_id") for b in done if _kind(b) == "tool_result"}
+        missing: list[Any] = [
+            {"type": "tool_result", "tool_use_id": _field(b, "id"), "is_error": True,
+             "content": "Not run: the turn stopped before this tool ran."}
+            for b in uses if _field(b, "id") not in sent
+        ]
+        if missing and i + 1 < len(history):
+            history[i + 1] = {"role": "user", "content": [*done, *missing]}
+        elif missing:
+            history.append({"role": "user", "content": missing})
+        return
+
+
+def converse(turns: Iterable[str], run_turn: Callable[[str, list[MessageParam]], Outcome]) -> list[Outcome]:
+    """Run every user turn through one history (``run_turn(text, history)``), settling it after each turn."""
+    history: list[MessageParam] = []
+    outcomes = []
+    for text in turns:
+        outcomes.append(run_turn(text, history))
+        settle(history)
+    return outcomes
+
+
+async def aconverse(
+    turns: Iterable[str], run_turn: Callable[[str, list[MessageParam]], Awaitable[Outcome]]
+) -> list[Outcome]:
+    """`converse` for an async loop."""
+    history: list[MessageParam] = []
+    outcomes = []
+    for text in turns:
+        outcomes.append(await run_turn(text, history))
+        settle(history)
+    return outcomes
+
+
+# -- durability: a write runs once, across a simulated process death ------------------------------------------------
+
+
+def _write_key(name: str, input: object) -> str:
+    return f"{name}:{json.dumps(input, sort_keys=True, default=repr)}"
+
+
+def durable_run_tool(sim: Sim) -> RunTool:
+    """``sim.run_tool`` with an idempotency key per write, kept in ``sim.store`` (which survives a crash): the key
+    is saved before the write runs, and a write whose key is there is not run again after a restart."""
+    writes = writes_of(sim)
+    done: dict[str, str] = sim.store.setdefault("writes", {})
+
+    def run_tool(name: str, input: object, *, tool_use_id: str | None = None) -> str:
+        if name not in writes:
+            return sim.run_tool(name, input, tool_use_id=tool_use_id)
+        key = _write_key(name, input)
+        if key in done:
+            return "Already done before a restart; not repeated."
+        done[key] = "started"  # before the write: a crash after its commit leaves the key behind
+        return sim.run_tool(name, input, tool_use_id=tool_use_id)
+
+    return run_tool
+
+
+def durable_arun_tool(sim: Sim) -> Callable[..., Awaitable[str]]:
+    """`durable_run_tool` for ``sim.arun_tool``."""
+    writes = writes_of(sim)
+    done: dict[str, str] = sim.store.setdefault("writes", {})
+
+    async def arun_tool(name: str, input: object, *, tool_use_id: str | None = None) -> str:
+        if name not in writes:
+            return await sim.arun_tool(name, input, tool_use_id=tool_use_id)
+        key = _write_key(name, input)
+        if key in done:
+            return "Already done before a restart; not repeated."
+        done[key] = "started"
+        return await sim.arun_tool(name, input, tool_use_id=tool_use_id)
+
+    return arun_tool

@@ -9,9 +9,9 @@ This module is plain data so it imports without simloop's runtime.
 
 from __future__ import annotations
 
-__all__ = ["CORRECT", "DECLARED", "DEFECTS", "POLICY_ROWS", "TWIN", "VERIFY"]
+__all__ = ["ABORTS", "CORRECT", "DECLARED", "DEFECTS", "POLICY_ROWS", "RESTARTS", "TURNS", "TWIN", "VERIFY"]
 
-CORRECT: list[str] = ["correct_sync", "correct_async", "correct_stream", "correct_policies"]
+CORRECT: list[str] = ["correct_sync", "correct_async", "correct_stream", "correct_policies", "correct_typed"]
 
 DEFECTS: dict[str, tuple[str, str]] = {
     "stop_not_tool_use_as_done": ("max-tokens-thinking.yaml", "truncation"),
@@ -41,6 +41,15 @@ DEFECTS: dict[str, tuple[str, str]] = {
     "error_budget_off_by_one": ("error-budget.yaml", "limits"),
     "write_not_terminal": ("one-write.yaml", "limits"),
     "repeats_keyed_by_id": ("repeated-call.yaml", "limits"),
+    "pause_left_in_history": ("pause-then-followup.yaml", "request_valid"),
+    "empty_answer_appended": ("pause-then-followup.yaml", "request_valid"),
+    "abort_ignored": ("stop-button-during-tool.yaml", "abort"),
+    "abort_streaming_continued": ("stop-button-while-streaming.yaml", "abort"),
+    "durable_resend": ("crash-after-email.yaml", "no_rerun"),
+    "typed_write_retried": ("typed-write-lost.yaml", "no_rerun"),
+    "cut_calls_run": ("max-tokens-after-calls.yaml", "truncation"),
+    "cut_retried_once": ("max-tokens-again.yaml", "truncation"),
+    "cache_control_every_block": ("wide-turn-cached.yaml", "request_valid"),
 }
 
 #: Under `simloop.verify` (generated runs rather than one scenario) a defect may show first as another
@@ -65,7 +74,31 @@ VERIFY.update({
     "error_budget_off_by_one": ({**DECLARED, "max_tool_errors": 1}, frozenset({"limits"})),
     "write_not_terminal": ({**DECLARED, "max_writes": 1}, frozenset({"limits"})),
     "repeats_keyed_by_id": ({**DECLARED, "max_repeats": 2}, frozenset({"limits"})),
+    # a conversation loop: verified with a tight step cap, so that a turn stops on a paused server call
+    "pause_left_in_history": ({**DECLARED, "max_steps": 2}, frozenset({"request_valid"})),
+    # its compact history (texts only) also forgets the results of a turn that stopped right after its tools
+    "empty_answer_appended": (DECLARED, frozenset({"request_valid", "results_sent"})),
+    # its step count starts over in each life, so a run of restarts also passes its declared cap
+    "durable_resend": (DECLARED, frozenset({"no_rerun", "limits"})),
+    # retries a failing tool until it gives up and lets the last exception out, as tool_retry_on_error
+    "typed_write_retried": (DECLARED, frozenset({"no_rerun", "tool_errors"})),
 })
+
+#: The rows `verify` tries as conversations (``verify(drive, turns=N)``): row -> the most user turns.  The
+#: correct loops run every turn through one history, so they are verified as conversations too.
+TURNS: dict[str, int] = {
+    "pause_left_in_history": 3,
+    "empty_answer_appended": 3,
+    **{loop: 3 for loop in CORRECT},
+}
+
+#: The rows `verify` tries with the user's Stop pressed at a drawn point (``verify(drive, abort=True)``); the
+#: correct loops are wired to ``sim.abort`` and verified so too.
+ABORTS: frozenset[str] = frozenset({"abort_ignored", "abort_streaming_continued", *CORRECT})
+
+#: The rows `verify` tries with simulated process deaths (``verify(drive, restarts=N)``): row -> the most restarts.
+#: The reference loops keep an idempotency key per write in ``sim.store`` and are verified so too.
+RESTARTS: dict[str, int] = {"durable_resend": 1, **{loop: 1 for loop in CORRECT}}
 
 #: The correct loops verified under each declared stop policy as well: row name -> (module, declared limits).
 #: ``bench/detect.py`` holds them to no violation, like `CORRECT` under `DECLARED`.
@@ -79,3 +112,7 @@ POLICY_ROWS: dict[str, tuple[str, dict[str, int]]] = {
 #: defect must replay cleanly on its twin (the saved file is a regression test that passes once fixed).
 TWIN: dict[str, str] = {name: "correct_sync" for name in DEFECTS}
 TWIN["async_tasks_left_running"] = "correct_async"
+TWIN["abort_streaming_continued"] = "correct_stream"
+TWIN.update({name: "correct_typed" for name in (
+    "typed_write_retried", "cut_calls_run", "cut_retried_once", "cache_control_every_block",
+)})

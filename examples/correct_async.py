@@ -13,7 +13,7 @@ Same rules as `examples.correct_sync`, with two async habits done right:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anthropic
@@ -26,7 +26,10 @@ from ._common import (
     MAX_TOKENS,
     THINKING,
     StopPolicies,
+    aconverse,
     budgets,
+    durable_arun_tool,
+    start_turn,
     text_of,
     tokens_used,
     tool_calls,
@@ -36,9 +39,10 @@ from ._common import (
 
 if TYPE_CHECKING:
     from simloop import Sim
+    from simloop._abort import AbortSignal
     from simloop.scenario import Limits
 
-__all__ = ["ARunTool", "drive", "run_agent"]
+__all__ = ["ARunTool", "drive", "run_agent", "stoppable"]
 
 
 class ARunTool(Protocol):
@@ -57,15 +61,19 @@ async def run_agent(
     model: str = DEFAULT_MODEL,
     system: str | None = None,
     writes: frozenset[str] = frozenset(),
+    history: list[MessageParam] | None = None,
+    stop: Callable[[], bool] = lambda: False,
 ) -> Outcome:
     """Run the task to an honest stop; returns why it stopped and the last text."""
     max_steps, deadline_s, token_budget = budgets(limits)
     policies = StopPolicies(limits, writes)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + deadline_s
-    messages: list[MessageParam] = [{"role": "user", "content": task}]
+    messages = start_turn(history, task)  # a new conversation, or the next turn of one
     used = 0
     for step in range(max_steps):
+        if stop():  # the user pressed Stop: no further model call
+            return Outcome(reason="aborted", text="stopped by the user")
         if loop.time() >= deadline:
             return Outcome(reason="deadline", text=f"deadline of {deadline_s:g}s reached after {step} model calls")
         if used >= token_budget:
@@ -83,6 +91,8 @@ async def run_agent(
             return Outcome(reason="error", text=str(exc))
         used += tokens_used(reply)
         messages.append({"role": "assistant", "content": reply.content})
+        if stop():  # Stop pressed while the model answered: run none of its tool calls
+            return Outcome(reason="aborted", text="stopped by the user")
 
         if reply.stop_reason in ("end_turn", "stop_sequence"):
             return Outcome(reason="final", text=text_of(reply.content))
@@ -101,9 +111,12 @@ async def run_agent(
             # writes, as the seed has it: a parallel second write could not be taken back).
             results = []
             for call in calls:
-                stop = policies.before(call.name, call.input)
-                if stop is not None:
-                    return stop
+                halt = Outcome(reason="aborted", text="stopped by the user") if stop() else None
+                halt = halt or policies.before(call.name, call.input)
+                if halt is not None:
+                    if results:  # what ran goes back with the next turn
+                        messages.append({"role": "user", "content": results})
+                    return halt
                 try:
                     got: str | Exception = await asyncio.wait_for(
                         run_tool(call.name, call.input, tool_use_id=call.id), timeout=max(deadline - loop.time(), 0.0)
@@ -113,14 +126,16 @@ async def run_agent(
                 except Exception as exc:  # noqa: BLE001 - any tool failure is an observation
                     got = exc
                 results.append(tool_result(call, got))
-                stop = policies.after(call.name, call.input, got)
-                if stop is not None:
-                    return stop
+                halt = policies.after(call.name, call.input, got)
+                if halt is not None:
+                    messages.append({"role": "user", "content": results})
+                    return halt
             messages.append({"role": "user", "content": results})
             continue
         running = asyncio.gather(
             *(run_tool(call.name, call.input, tool_use_id=call.id) for call in calls), return_exceptions=True
         )
+        running.add_done_callback(_retrieved)  # cancelled by Stop: its CancelledError is expected, not lost
         try:
             # wait_for cancels the gather on timeout and waits until every tool has stopped.
             outputs = await asyncio.wait_for(running, timeout=max(deadline - loop.time(), 0.0))
@@ -132,12 +147,37 @@ async def run_agent(
                 raise output  # cancellation, or simloop unwinding a runaway loop: not a tool error
             results.append(tool_result(call, output))
         messages.append({"role": "user", "content": results})
+    if stop():  # Stop pressed during the last step's tools
+        return Outcome(reason="aborted", text="stopped by the user")
     return Outcome(reason="max_steps", text=f"no final answer after {max_steps} model calls")
 
 
-async def drive(sim: Sim) -> Outcome:
-    """simloop adapter: run this loop against the simulated API and tools, on virtual time."""
-    return await run_agent(
-        sim.async_client, sim.tool_schemas, sim.arun_tool, sim.task, sim.limits, model=sim.model, system=sim.system,
-        writes=writes_of(sim),
-    )
+async def drive(sim: Sim) -> list[Outcome]:
+    """simloop adapter: run this loop against the simulated API and tools, on virtual time, turn after turn
+    of the conversation (``sim.user_turns``: the task, then any follow-ups) through one history.  The user's
+    Stop (``sim.abort``) cancels the turn in flight: the model call or the tools it awaits."""
+    arun_tool = durable_arun_tool(sim)  # a write runs once, also across a crash and restart
+    return await aconverse(sim.user_turns, lambda text, history: stoppable(sim.abort, run_agent(
+        sim.async_client, sim.tool_schemas, arun_tool, text, sim.limits, model=sim.model, system=sim.system,
+        writes=writes_of(sim), history=history, stop=sim.abort.is_set,
+    )))
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+async def stoppable(signal: AbortSignal, turn: Coroutine[Any, Any, Outcome]) -> Outcome:
+    """Run ``turn`` as a task of its own; when Stop is pressed, cancel it (the model call or the tools it awaits)
+    and return ``aborted``."""
+    inner = asyncio.ensure_future(turn)
+    signal.add_callback(inner.cancel)
+    try:
+        return await inner
+    except asyncio.CancelledError:
+        if not (signal.is_set() and inner.cancelled()):
+            raise  # a cancellation from elsewhere: not ours to swallow
+        return Outcome(reason="aborted", text="stopped by the user")
+    finally:
+        signal.remove_callback(inner.cancel)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import anthropic
@@ -39,6 +40,9 @@ from ._common import (
     RunTool,
     StopPolicies,
     budgets,
+    converse,
+    durable_run_tool,
+    start_turn,
     text_of,
     tokens_used,
     tool_calls,
@@ -75,6 +79,8 @@ def run_agent(
     model: str = DEFAULT_MODEL,
     system: str | None = None,
     writes: frozenset[str] = frozenset(),
+    history: list[MessageParam] | None = None,
+    stop: Callable[[], bool] = lambda: False,
 ) -> Outcome:
     """Run the task to an honest stop; returns why it stopped and the last text.
 
@@ -84,11 +90,13 @@ def run_agent(
     policies = StopPolicies(limits, writes)
     client = client.with_options(max_retries=0)  # this loop retries itself, against its own error budget
     started = time.monotonic()
-    messages: list[MessageParam] = [{"role": "user", "content": task}]
+    messages = start_turn(history, task)  # a new conversation, or the next turn of one
     used = errors = cut = 0
     max_tokens = MAX_TOKENS
     recent: list[str] = []
     for step in range(max_steps):
+        if stop():  # the user pressed Stop: no further model call
+            return Outcome(reason="aborted", text="stopped by the user")
         if time.monotonic() - started >= deadline_s:
             return Outcome(reason="deadline", text=f"deadline of {deadline_s:g}s reached after {step} model calls")
         if used >= token_budget:
@@ -119,6 +127,8 @@ def run_agent(
             max_tokens *= 2
             continue
         messages.append({"role": "assistant", "content": reply.content})
+        if stop():  # Stop pressed while the model answered: run none of its tool calls
+            return Outcome(reason="aborted", text="stopped by the user")
         if reply.stop_reason in ("end_turn", "stop_sequence"):
             return Outcome(reason="final", text=text_of(reply.content))
         if reply.stop_reason == "pause_turn":
@@ -131,16 +141,22 @@ def run_agent(
         recent = [*recent, _signature(calls)][-REPEATS:]
         if len(recent) == REPEATS and len(set(recent)) == 1:
             return Outcome(reason="repetition", text=f"the model asked for the same tool calls {REPEATS} times running")
-        results, stop = run_tools_within(calls, run_tool, policies)
-        if stop is not None:  # a declared error budget spent, the write that was the job, a call repeated too often
-            return stop
+        results, halt = run_tools_within(calls, run_tool, policies, stop=stop)
+        if halt is not None:  # a declared error budget spent, the write that was the job, a call repeated too often
+            if results:  # what ran goes back with the next turn
+                messages.append({"role": "user", "content": results})
+            return halt
         messages.append({"role": "user", "content": results})
+    if stop():  # Stop pressed during the last step's tools
+        return Outcome(reason="aborted", text="stopped by the user")
     return Outcome(reason="max_steps", text=f"no final answer after {max_steps} model calls")
 
 
-def drive(sim: Sim) -> Outcome:
-    """simloop adapter: run this loop against the simulated API and tools."""
-    return run_agent(
-        sim.client, sim.tool_schemas, sim.run_tool, sim.task, sim.limits, model=sim.model, system=sim.system,
-        writes=writes_of(sim),
-    )
+def drive(sim: Sim) -> list[Outcome]:
+    """simloop adapter: run this loop against the simulated API and tools, turn after turn of the conversation
+    (``sim.user_turns``: the task, then any follow-ups) through one history."""
+    run_tool = durable_run_tool(sim)  # a write runs once, also across a crash and restart
+    return converse(sim.user_turns, lambda text, history: run_agent(
+        sim.client, sim.tool_schemas, run_tool, text, sim.limits, model=sim.model, system=sim.system,
+        writes=writes_of(sim), history=history, stop=sim.abort.is_set,
+    ))

@@ -12,6 +12,7 @@ executed, so no tool runs twice when the caller retries the whole task.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import anthropic
@@ -27,7 +28,10 @@ from ._common import (
     RunTool,
     StopPolicies,
     budgets,
+    converse,
+    durable_run_tool,
     error_text,
+    start_turn,
     text_of,
     tokens_used,
     tool_calls,
@@ -52,14 +56,18 @@ def run_agent(
     model: str = DEFAULT_MODEL,
     system: str | None = None,
     writes: frozenset[str] = frozenset(),
+    history: list[MessageParam] | None = None,
+    stop: Callable[[], bool] = lambda: False,
 ) -> Outcome:
     """Run the task to an honest stop, streaming every reply; returns why it stopped and the last text."""
     max_steps, deadline_s, token_budget = budgets(limits)
     policies = StopPolicies(limits, writes)
     started = time.monotonic()
-    messages: list[MessageParam] = [{"role": "user", "content": task}]
+    messages = start_turn(history, task)  # a new conversation, or the next turn of one
     used = 0
     for step in range(max_steps):
+        if stop():  # the user pressed Stop: no further model call
+            return Outcome(reason="aborted", text="stopped by the user")
         if time.monotonic() - started >= deadline_s:
             return Outcome(reason="deadline", text=f"deadline of {deadline_s:g}s reached after {step} model calls")
         if used >= token_budget:
@@ -78,6 +86,8 @@ def run_agent(
             return Outcome(reason="error", text=error_text(exc))
         used += tokens_used(reply)
         messages.append({"role": "assistant", "content": reply.content})
+        if stop():  # Stop pressed while the model answered: run none of its tool calls
+            return Outcome(reason="aborted", text="stopped by the user")
 
         if reply.stop_reason in ("end_turn", "stop_sequence"):
             return Outcome(reason="final", text=text_of(reply.content))
@@ -90,16 +100,22 @@ def run_agent(
         if reply.stop_reason != "tool_use":
             # Also a stream that ended without message_stop: the reply is incomplete, so run nothing.
             return Outcome(reason="error", text=f"unexpected stop_reason {reply.stop_reason!r}")
-        results, stop = run_tools_within(tool_calls(reply), run_tool, policies)
-        if stop is not None:  # an error budget spent, the write that was the job, a call repeated too often
-            return stop
+        results, halt = run_tools_within(tool_calls(reply), run_tool, policies, stop=stop)
+        if halt is not None:  # an error budget spent, the write that was the job, a call repeated too often
+            if results:  # what ran goes back with the next turn
+                messages.append({"role": "user", "content": results})
+            return halt
         messages.append({"role": "user", "content": results})
+    if stop():  # Stop pressed during the last step's tools
+        return Outcome(reason="aborted", text="stopped by the user")
     return Outcome(reason="max_steps", text=f"no final answer after {max_steps} model calls")
 
 
-def drive(sim: Sim) -> Outcome:
-    """simloop adapter: run this loop against the simulated API and tools."""
-    return run_agent(
-        sim.client, sim.tool_schemas, sim.run_tool, sim.task, sim.limits, model=sim.model, system=sim.system,
-        writes=writes_of(sim),
-    )
+def drive(sim: Sim) -> list[Outcome]:
+    """simloop adapter: run this loop against the simulated API and tools, turn after turn of the conversation
+    (``sim.user_turns``: the task, then any follow-ups) through one history."""
+    run_tool = durable_run_tool(sim)  # a write runs once, also across a crash and restart
+    return converse(sim.user_turns, lambda text, history: run_agent(
+        sim.client, sim.tool_schemas, run_tool, text, sim.limits, model=sim.model, system=sim.system,
+        writes=writes_of(sim), history=history, stop=sim.abort.is_set,
+    ))

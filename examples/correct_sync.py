@@ -21,6 +21,7 @@ The reference every defect module is a one-bug variant of.  Per step it:
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import anthropic
@@ -35,6 +36,9 @@ from ._common import (
     RunTool,
     StopPolicies,
     budgets,
+    converse,
+    durable_run_tool,
+    start_turn,
     text_of,
     tokens_used,
     tool_calls,
@@ -62,26 +66,29 @@ def run_tools(calls: list[ToolUseBlock], run_tool: RunTool) -> list[ToolResultBl
 
 
 def run_tools_within(
-    calls: list[ToolUseBlock], run_tool: RunTool, policies: StopPolicies
+    calls: list[ToolUseBlock], run_tool: RunTool, policies: StopPolicies, *, stop: Callable[[], bool] = lambda: False
 ) -> tuple[list[ToolResultBlockParam], Outcome | None]:
     """`run_tools` under the declared stop policies: the results, and the outcome to stop with (or None).
 
     A call the policies refuse (a repeat past ``max_repeats``) is not run; a failure that spends the error
     budget, or the write that spends the write budget, ends the turn: the loop stops instead of going on.
+    ``stop()`` true (the user pressed Stop) ends it before the next call: reason ``aborted``.
     """
     results: list[ToolResultBlockParam] = []
     for call in calls:
-        stop = policies.before(call.name, call.input)
-        if stop is not None:
-            return results, stop
+        if stop():
+            return results, Outcome(reason="aborted", text="stopped by the user")
+        halt = policies.before(call.name, call.input)
+        if halt is not None:
+            return results, halt
         try:
             output: str | Exception = run_tool(call.name, call.input, tool_use_id=call.id)
         except Exception as exc:  # noqa: BLE001 - any tool failure is an observation; a retry might repeat a write
             output = exc
         results.append(tool_result(call, output))
-        stop = policies.after(call.name, call.input, output)
-        if stop is not None:
-            return results, stop
+        halt = policies.after(call.name, call.input, output)
+        if halt is not None:
+            return results, halt
     return results, None
 
 
@@ -95,6 +102,8 @@ def run_agent(
     model: str = DEFAULT_MODEL,
     system: str | None = None,
     writes: frozenset[str] = frozenset(),
+    history: list[MessageParam] | None = None,
+    stop: Callable[[], bool] = lambda: False,
 ) -> Outcome:
     """Run the task to an honest stop; returns why it stopped and the last text.
 
@@ -103,9 +112,11 @@ def run_agent(
     max_steps, deadline_s, token_budget = budgets(limits)
     policies = StopPolicies(limits, writes)
     started = time.monotonic()
-    messages: list[MessageParam] = [{"role": "user", "content": task}]
+    messages = start_turn(history, task)  # a new conversation, or the next turn of one
     used = 0
     for step in range(max_steps):
+        if stop():  # the user pressed Stop: no further model call
+            return Outcome(reason="aborted", text="stopped by the user")
         if time.monotonic() - started >= deadline_s:
             return Outcome(reason="deadline", text=f"deadline of {deadline_s:g}s reached after {step} model calls")
         if used >= token_budget:
@@ -123,6 +134,8 @@ def run_agent(
             return Outcome(reason="error", text=str(exc))
         used += tokens_used(reply)
         messages.append({"role": "assistant", "content": reply.content})
+        if stop():  # Stop pressed while the model answered: run none of its tool calls
+            return Outcome(reason="aborted", text="stopped by the user")
 
         if reply.stop_reason in ("end_turn", "stop_sequence"):
             return Outcome(reason="final", text=text_of(reply.content))
@@ -135,16 +148,22 @@ def run_agent(
             return Outcome(reason="refusal", text=text_of(reply.content))
         if reply.stop_reason != "tool_use":
             return Outcome(reason="error", text=f"unexpected stop_reason {reply.stop_reason!r}")
-        results, stop = run_tools_within(tool_calls(reply), run_tool, policies)
-        if stop is not None:  # an error budget spent, the write that was the job, a call repeated too often
-            return stop
+        results, halt = run_tools_within(tool_calls(reply), run_tool, policies, stop=stop)
+        if halt is not None:  # an error budget spent, the write that was the job, a call repeated too often
+            if results:  # what ran goes back with the next turn
+                messages.append({"role": "user", "content": results})
+            return halt
         messages.append({"role": "user", "content": results})
+    if stop():  # Stop pressed during the last step's tools
+        return Outcome(reason="aborted", text="stopped by the user")
     return Outcome(reason="max_steps", text=f"no final answer after {max_steps} model calls")
 
 
-def drive(sim: Sim) -> Outcome:
-    """simloop adapter: run this loop against the simulated API and tools."""
-    return run_agent(
-        sim.client, sim.tool_schemas, sim.run_tool, sim.task, sim.limits, model=sim.model, system=sim.system,
-        writes=writes_of(sim),
-    )
+def drive(sim: Sim) -> list[Outcome]:
+    """simloop adapter: run this loop against the simulated API and tools, turn after turn of the conversation
+    (``sim.user_turns``: the task, then any follow-ups) through one history."""
+    run_tool = durable_run_tool(sim)  # a write runs once, also across a crash and restart
+    return converse(sim.user_turns, lambda text, history: run_agent(
+        sim.client, sim.tool_schemas, run_tool, text, sim.limits, model=sim.model, system=sim.system,
+        writes=writes_of(sim), history=history, stop=sim.abort.is_set,
+    ))

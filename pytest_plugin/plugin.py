@@ -33,11 +33,15 @@ _OPTIONS = (
     ("seed", "N|last", ("the session seed: tests derive their seeds from it and their node ids (default: random, "
                         "printed in the header); 'last' reuses the previous run's")),
     ("max_examples", "N", "how many runs simloop.verify tries per test"),
+    ("turns", "N", "the most user turns of the conversations simloop.verify generates (default 1: one turn)"),
     ("profile", "|".join(PROFILE_CHOICES), ("Hypothesis settings for simloop.verify: dev (50 runs a test), ci "
                                             "(200, no example database), nightly (5000, long fuzzing)")),
     ("drive", "pkg.module:drive", "the default adapter; also turns the scenario files into tests"),
     ("scenarios", "DIR", ("the folder whose *.yaml scenario files become tests when a drive is set "
                           "(default: scenarios, relative to the rootdir)")),
+    ("workers", "N", "processes each simloop.verify searches with (sharing its budget and example database)"),
+    ("database", "DIR|URL", ("Hypothesis's example database for simloop.verify: a directory or a redis:// URL "
+                             "shared by several machines (then searches are not seeded: they replay what others found)")),
 )
 
 
@@ -145,19 +149,19 @@ def _session_seed(config: pytest.Config, cli: str | None, ini: str | None) -> tu
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "simloop(scenario=None, seed=None, max_examples=None, strict=True, drive=None, profile=None): "
+        "simloop(scenario=None, seed=None, max_examples=None, strict=True, drive=None, profile=None, turns=None): "
         "options of the simloop fixture for this test",
     )
     seed_cli, seed_ini = _given(config, "seed")
     seed, explicit = _session_seed(config, seed_cli, seed_ini)
     cli: dict[str, Any] = {}
     ini: dict[str, Any] = {}
-    for name in ("max_examples", "profile", "drive"):
+    for name in ("max_examples", "turns", "profile", "drive", "workers", "database"):
         for layer, value, where in zip((cli, ini), _given(config, name), ("--simloop-", "ini simloop_")):
             label = where + (name.replace("_", "-") if where.startswith("--") else name)
             if value is None:
                 continue
-            if name == "max_examples":
+            if name in ("max_examples", "turns", "workers"):
                 layer[name] = _positive(value, label)
             elif name == "profile" and value not in PROFILE_CHOICES:
                 raise pytest.UsageError(f"{label} is one of {', '.join(PROFILE_CHOICES)}, got {value!r}")
@@ -221,7 +225,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def simloop_config() -> dict[str, Any]:
     """Defaults for this test's ``simloop`` fixture; override it in conftest.py (like pytest-recording's vcr_config).
 
-    Keys: drive, max_examples, profile, seed, strict, scenario, limits, tools, invariants, task, out_dir.
+    Keys: drive, max_examples, profile, seed, strict, scenario, limits, tools, invariants, task, out_dir, turns,
+    workers, database.
     The marker, the command line and the ini file win over it.
     """
     return {}

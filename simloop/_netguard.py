@@ -38,7 +38,7 @@ from simloop._watchdog import where_of
 from simloop.clock import VirtualClock, _threads
 from simloop.errors import UsageError
 
-__all__ = ["POLICIES", "NetworkPolicy", "check_policy", "guarding"]
+__all__ = ["POLICIES", "NetworkPolicy", "check_policy", "guarding", "simloops_own"]
 
 NetworkPolicy = Literal["block", "loopback", "allow"]
 POLICIES: tuple[str, ...] = ("block", "loopback", "allow")
@@ -58,6 +58,7 @@ OnBlocked = Callable[[str, str], BaseException]
 _GUARDS: dict[VirtualClock, tuple[str, OnBlocked]] = {}  # a guarded run's clock -> (policy, on_blocked)
 _get_ident = threading.get_ident
 _installed: list[bool] = []
+_OWN: set[int] = set()  # threads inside `simloops_own`: simloop's own sockets, in a guarded thread
 
 
 def check_policy(network: object) -> NetworkPolicy:
@@ -87,10 +88,25 @@ def guarding(clock: VirtualClock, policy: NetworkPolicy, on_blocked: OnBlocked) 
         _GUARDS.pop(clock, None)
 
 
+@contextmanager
+def simloops_own() -> Iterator[None]:
+    """Sockets the current thread opens in the block are simloop's own (the loopback server of a command
+    drive, which runs in the drive's thread), not the loop's: the guard lets them be."""
+    ident = _get_ident()
+    _OWN.add(ident)
+    try:
+        yield
+    finally:
+        _OWN.discard(ident)
+
+
 def _audit(event: str, args: tuple[Any, ...]) -> None:
     if event not in _EVENTS or not _GUARDS:
         return
-    clock = _threads.get(_get_ident())
+    ident = _get_ident()
+    if ident in _OWN:
+        return
+    clock = _threads.get(ident)
     guard = _GUARDS.get(clock) if clock is not None else None
     if guard is None:
         return

@@ -65,10 +65,10 @@ __all__ = [
 #: The keys ``@pytest.mark.simloop(...)`` and ``simloop_config`` accept.
 OPTION_KEYS = (
     "scenario", "seed", "max_examples", "profile", "drive", "strict", "limits", "tools", "invariants", "task",
-    "out_dir",
+    "out_dir", "turns", "workers", "database",
 )
 #: The keys passed through to `simloop.verify` as defaults.
-_VERIFY_DEFAULTS = ("limits", "tools", "invariants", "task")
+_VERIFY_DEFAULTS = ("limits", "tools", "invariants", "task", "workers", "database")
 
 #: ``--simloop-profile`` names -> (the Hypothesis profile they start from, their example budget).
 #: Registered as Hypothesis profiles ``simloop-<name>`` on first use, unless the user registered one first.
@@ -123,6 +123,7 @@ class TestOptions:
     seed_origin: str  # "session" (derived), "marker" or "config" (exact)
     session_seed: int
     max_examples: int | None = None
+    turns: int | None = None
     profile: str | None = None
     drive: Any = None  # a callable, a "pkg.module:function" spec, or None
     strict: bool = True
@@ -173,6 +174,7 @@ def resolve_options(
         seed_origin=origin,
         session_seed=session_seed,
         max_examples=pick("max_examples"),
+        turns=pick("turns"),
         profile=pick("profile"),
         drive=pick("drive"),
         strict=True if strict is None else bool(strict),
@@ -196,8 +198,8 @@ def _checked(values: Mapping[str, Any], where: str) -> dict[str, Any]:
             continue
         if key == "seed" and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise UsageError(f"{where}: seed must be a non-negative int, got {value!r}")
-        if key == "max_examples" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise UsageError(f"{where}: max_examples must be a positive int, got {value!r}")
+        if key in ("max_examples", "turns", "workers") and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise UsageError(f"{where}: {key} must be a positive int, got {value!r}")
         if key == "strict" and not isinstance(value, bool):
             raise UsageError(f"{where}: strict must be True or False, got {value!r}")
         if key == "profile" and value not in PROFILES:
@@ -340,13 +342,19 @@ class SimloopFixture:
             kw["max_examples"] = base.max_examples
         if self.options.max_examples is not None:
             kw["max_examples"] = self.options.max_examples
+        if self.options.turns is not None:
+            kw["turns"] = self.options.turns
         kw.update(kwargs)
+        if kw.get("database") is not None and "seed" not in kwargs:
+            # a seeded search leaves the example database out (as any seeded Hypothesis run): a test given a
+            # shared database searches on Hypothesis's randomness, to replay and add to what others found
+            kw["seed"] = None
         try:
             report = off_loop(lambda: _verify(fn, **kw))
         except InvariantViolation as e:
             self.examples += e.examples or 0  # the failing test's runs count in the summary line too
             self.checked.update(kw.get("invariants") or CATALOGUE)
-            raise self._short(e, seed=int(kw["seed"]), shown="verify") from None
+            raise self._short(e, seed=int(kw["seed"] if kw["seed"] is not None else self.seed), shown="verify") from None
         self.examples += report.examples or 0
         self.checked.update(report.checked)
         return report

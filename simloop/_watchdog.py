@@ -18,6 +18,7 @@ budget runs out, the halt may surface from ``watching()``'s exit instead of from
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 import sysconfig
 import threading
@@ -93,20 +94,40 @@ def _may_park(frame: FrameType | None) -> bool:
     return True
 
 
-def _raise_in(thread_id: int, exc_type: type[BaseException] | None) -> int:
-    """Schedule ``exc_type`` in the thread (None clears a pending one); returns how many threads matched."""
-    exc = ctypes.py_object() if exc_type is None else ctypes.py_object(exc_type)
-    n: int = _set_async_exc(thread_id, exc)
+def _raise_in(thread_id: int, exc_type: type[BaseException]) -> int:
+    """Schedule ``exc_type`` in the thread; returns how many threads matched."""
+    n: int = _set_async_exc(thread_id, ctypes.py_object(exc_type))
     if n > 1:  # never for a valid id; the C API asks to undo it
         _set_async_exc(thread_id, ctypes.py_object())
     return n
+
+
+class _Dropped(BaseException):
+    """Takes the place of a halt that was scheduled but not delivered; caught at once (see `_drop_pending`)."""
+
+
+def _drop_pending() -> None:
+    """Drop an asynchronous exception scheduled for the current thread, and clear the interpreter's flag.
+
+    Not with ``PyThreadState_SetAsyncExc(id, NULL)``: before CPython 3.13 that sets the interpreter's
+    "asynchronous exception pending" flag and nothing clears it again (only delivering an exception
+    does), so every later call of every thread takes the interpreter's slow path for good; a later
+    ``hypothesis.find`` in the same process never finished.  The pending halt is replaced by an
+    exception that is delivered here and caught, which clears the flag.
+    """
+    try:
+        _raise_in(threading.get_ident(), _Dropped)  # delivered when the call returns, or at the loop's jump
+        for _ in range(100_000):
+            pass
+    except _Dropped:
+        pass
 
 
 class Watchdog:
     """Stops a drive that spins without calling the model or a tool.
 
     It keeps a real-time budget, measured with the REAL monotonic clock.  `feed` resets the budget.  While
-    `watching` a thread, ``seconds`` of real time without a feed raise `LoopHalted` ("watchdog") in that
+    `watching` its thread, ``seconds`` of real time without a feed raise `LoopHalted` ("watchdog") in that
     thread.  The budget is then re-armed, so a loop that catches even ``BaseException`` is hit again.
 
     One monitor thread (a `RealTimeThread`, started on first use) serves every Watchdog of the process,
@@ -115,7 +136,7 @@ class Watchdog:
     Example::
 
         watchdog = Watchdog(seconds=10)
-        with watchdog.watching(threading.get_ident()):
+        with watchdog.watching():
             drive()          # the simulator calls watchdog.feed() on every model or tool call
     """
 
@@ -139,8 +160,9 @@ class Watchdog:
         self._last = REAL.monotonic()
 
     @contextmanager
-    def watching(self, thread_id: int) -> Iterator[None]:
-        """Watch ``thread_id`` until the block exits."""
+    def watching(self) -> Iterator[None]:
+        """Watch the current thread until the block exits."""
+        thread_id = threading.get_ident()
         if self._thread_id is not None:
             from simloop.errors import UsageError
 
@@ -152,16 +174,16 @@ class Watchdog:
             yield
         finally:
             try:
-                self._disarm(thread_id)
+                self._disarm()
             except LoopHalted:  # delivered in the middle of disarming: finish, then let it out
-                self._disarm(thread_id)
+                self._disarm()
                 raise
 
-    def _disarm(self, thread_id: int) -> None:
+    def _disarm(self) -> None:
         with _MONITOR.cond:
             _MONITOR.remove(self)  # from here on the monitor never fires for us
             if self._fired:
-                _raise_in(thread_id, None)  # drop a halt that was scheduled but not delivered yet
+                _drop_pending()  # a halt that was scheduled but not delivered yet
 
     def abandon(self, thread_id: int, *, interrupt: bool = True) -> None:
         """The run gave up on the watched thread: park it now if it runs Python, or when it comes back from C.
@@ -174,6 +196,10 @@ class Watchdog:
             if self._thread_id == thread_id:
                 if interrupt:
                     _raise_in(thread_id, _halt_type("abandoned", "the run was abandoned", None, self))
+                    # The halt stays pending while the thread is blocked in C; before CPython 3.13 that keeps
+                    # the interpreter's flag set for every thread.  Clear it (the thread still gets its halt at
+                    # its next switch with another thread).
+                    _drop_pending()
                 _MONITOR.remove(self)
 
     def _due(self) -> float:
@@ -195,6 +221,10 @@ class _Monitor:
     """The process's one watchdog thread: sleeps until the earliest budget runs out, then checks it."""
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """No thread and nothing watched (also in a forked child: it has none of the parent's threads)."""
         self.cond = threading.Condition(threading.Lock())
         self.watched: dict[Watchdog, int] = {}
         self.thread: RealTimeThread | None = None
@@ -230,6 +260,7 @@ class _Monitor:
 
 
 _MONITOR = _Monitor()
+os.register_at_fork(after_in_child=_MONITOR.reset)  # (the lock may have been held at the fork, too)
 
 
 def _where(thread_id: int) -> str:

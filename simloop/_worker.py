@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import _thread
 import contextvars
+import os
 import queue
 import sys
 import threading
@@ -74,6 +75,16 @@ class _Worker(RealTimeThread):
 
 _IDLE: list[_Worker] = []
 _LOCK = threading.Lock()
+
+
+def _after_fork() -> None:
+    """A forked child (multiprocessing's workers, `verify(workers=N)`) has none of the parent's threads."""
+    global _LOCK
+    _IDLE.clear()
+    _LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def run_on_worker(

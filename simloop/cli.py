@@ -164,7 +164,23 @@ class _Counter:
 
 
 @cli.command()
-@click.argument("drive")
+@click.argument("drive", required=False)
+@click.option(
+    "--command",
+    "command",
+    default=None,
+    metavar="CMD",
+    help="Verify a loop in any language instead of a DRIVE: run CMD per example against the loopback server "
+    "(ANTHROPIC_BASE_URL, SIMLOOP_MCP_URL, ... in its environment; docs/design.md, Loops in any language).",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    help="With --command: real seconds a run may take before the command is killed (a runaway).",
+)
 @click.option(
     "--max-examples",
     type=click.IntRange(min=1),
@@ -172,12 +188,42 @@ class _Counter:
     show_default=True,
     help="How many generated runs to try before shrinking.",
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Search with N processes sharing the budget and the example database; the first failure stops the "
+    "others and is shrunk once.",
+)
+@click.option(
+    "--database",
+    default=None,
+    metavar="DIR|URL",
+    help="Hypothesis's example database: a directory or a redis:// URL shared by several machines (what one "
+    "finds, the others replay first) [default: the profile's, .hypothesis/examples].",
+)
 @click.option("--seed", type=int, default=None, help="Make the search deterministic (same runs, same order).")
 @click.option(
     "--profile",
     default=None,
     metavar="NAME",
     help="Start from this registered Hypothesis settings profile (e.g. 'ci').",
+)
+@click.option(
+    "--turns",
+    type=click.IntRange(min=1, max=_MAX_COUNT),
+    default=1,
+    show_default=True,
+    help="Generate conversations of up to N user turns (the drive runs each of sim.user_turns).",
+)
+@click.option("--abort", is_flag=True, default=False, help="Press the user's Stop (sim.abort) once a run, at a drawn point.")
+@click.option(
+    "--restarts",
+    type=click.IntRange(min=0, max=_MAX_COUNT),
+    default=0,
+    show_default=True,
+    help="Kill the process up to N times a run on a write (its effect committed); the drive runs again with sim.store.",
 )
 @click.option(
     "--max-steps", type=click.IntRange(min=1, max=_MAX_COUNT), default=None, help="The step cap your loop declares."
@@ -239,10 +285,17 @@ class _Counter:
 )
 @_NETWORK
 def verify(
-    drive: str,
+    drive: str | None,
+    command: str | None,
+    timeout_s: float,
     max_examples: int,
+    workers: int,
+    database: str | None,
     seed: int | None,
     profile: str | None,
+    turns: int,
+    abort: bool,
+    restarts: int,
     max_steps: int | None,
     deadline_s: float | None,
     max_total_tokens: int | None,
@@ -261,12 +314,32 @@ def verify(
     minimal scenario, written under --out, and the report shows its timeline and the command that replays
     it) or until --max-examples runs held. Prints a summary table; exits 1 on violations, 0 when clean.
 
+    With --command CMD instead of DRIVE, each run starts the loopback server on the generated world and runs
+    CMD against it (a loop in any language; it prints {"reason": ..., "text": ...} as its last JSON line).
+
     Example: simloop verify examples.correct_sync:drive --max-steps 10 --seed 0
+
+    Example: simloop verify --command "node agent.mjs" --max-examples 20
+
+    Example: simloop verify examples.correct_sync:drive --workers 2 --max-examples 5000 --database redis://ci:6379/0
     """
     import simloop
     from simloop.verify import verify as run_verify
 
-    fn = load_drive(drive)
+    if drive is None and command is None:
+        raise click.UsageError(
+            "Missing argument 'DRIVE': give package.module:function, or --command CMD for a loop in any language"
+        )
+    if drive is not None and command is not None:
+        raise click.UsageError(f"give DRIVE or --command CMD, not both (got {drive} and --command {command!r})")
+    if command is not None:
+        from simloop.command import command_drive
+
+        fn: Callable[..., Any] = command_drive(command, timeout_s=timeout_s)
+        drive = f"--command {command!r}"
+    else:
+        assert drive is not None
+        fn = load_drive(drive)
     limits = simloop.Limits(
         max_steps=max_steps, deadline_s=deadline_s, max_total_tokens=max_total_tokens,
         max_tool_errors=max_tool_errors, max_writes=max_writes, max_repeats=max_repeats,
@@ -289,6 +362,11 @@ def verify(
                     invariants=checked,
                     out_dir=out_dir,
                     settings=base,
+                    turns=turns,
+                    abort=abort,
+                    restarts=restarts,
+                    workers=workers,
+                    database=database,
                     network=network,  # type: ignore[arg-type]
                 )
             finally:
@@ -308,7 +386,8 @@ def verify(
         return 0
     click.echo(str(failure))
     click.echo()
-    _summary(out, ids, failure.violations, counter.runs, elapsed)
+    runs = counter.runs if workers == 1 else (failure.examples or 0)
+    _summary(out, ids, failure.violations, runs, elapsed)
     if trace:
         transcript = _failing_transcript(failure, counter)
         if transcript is None:
@@ -316,7 +395,7 @@ def verify(
         else:
             click.echo(f"transcript of the failing run written to {transcript.write(trace)}")
     broken = sorted({v.invariant for v in failure.violations})
-    out.print(f"[bold red]FAILED[/]: {', '.join(broken)} broken; {counter.runs} runs ({elapsed:.1f}s)")
+    out.print(f"[bold red]FAILED[/]: {', '.join(broken)} broken; {runs} runs ({elapsed:.1f}s)")
     return 1
 
 
@@ -421,7 +500,11 @@ class _ProgressBar:
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
-@click.option("--drive", "drive_spec", required=True, metavar="DRIVE", help=_DRIVE_HELP + ".")
+@click.option("--drive", "drive_spec", default=None, metavar="DRIVE", help=_DRIVE_HELP + ".")
+@click.option(
+    "--command", "command", default=None, metavar="CMD",
+    help="Replay through a loop in any language instead of a DRIVE (see simloop verify --command).",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="The seed of every run (ids, retry jitter).")
 @click.option(
     "--trace",
@@ -439,8 +522,8 @@ class _ProgressBar:
 )
 @_NETWORK
 def run(
-    paths: Sequence[str], drive_spec: str, seed: int, trace: str | None, verbose: bool, allow_functions: bool,
-    network: str,
+    paths: Sequence[str], drive_spec: str | None, command: str | None, seed: int, trace: str | None, verbose: bool,
+    allow_functions: bool, network: str,
 ) -> int:
     """Replay scenario files (or folders of *.yaml) through DRIVE, one line each.
 
@@ -451,7 +534,17 @@ def run(
 
     Example: simloop run scenarios/ --drive examples.correct_sync:drive
     """
-    fn = load_drive(drive_spec)
+    if drive_spec is None and command is None:
+        raise click.UsageError("Missing option '--drive': give --drive package.module:function, or --command CMD")
+    if drive_spec is not None and command is not None:
+        raise click.UsageError("give --drive DRIVE or --command CMD, not both")
+    if command is not None:
+        from simloop.command import command_drive
+
+        fn = command_drive(command)
+    else:
+        assert drive_spec is not None
+        fn = load_drive(drive_spec)
     files = _scenario_files(paths)
     if not files:
         raise click.UsageError(f"no scenario files (*.yaml, *.yml, *.json) under {', '.join(paths)}")
@@ -666,31 +759,54 @@ def _sigterm_stops() -> Iterator[None]:
     default=None,
     help="On stop (Ctrl-C or SIGTERM), write the session's transcript (JSONL; times are real seconds) here.",
 )
-def serve(scenario_path: str, host: str, port: int, seed: int, trace: str | None) -> int:
+@click.option(
+    "--mcp",
+    is_flag=True,
+    help="Also serve the scenario's tools (faults and ledger included) over MCP streamable HTTP; its URL is the "
+    "second line of stdout (needs pip install 'simloop[mcp]').",
+)
+def serve(scenario_path: str, host: str, port: int, seed: int, trace: str | None, mcp: bool) -> int:
     """Serve a scenario's simulated Anthropic API on a loopback socket until Ctrl-C (or SIGTERM).
 
     Prints the base URL alone on the first line of stdout, for loops in other processes or languages:
     set ANTHROPIC_BASE_URL to it (any API key is accepted). The server answers at once (real time):
     scripted latencies are reported in the x-envoy-upstream-service-time header, not waited out.
 
+    With --mcp the scenario's tools are served too, over MCP streamable HTTP (the URL on the second line of
+    stdout; set SIMLOOP_MCP_URL to it) and as plain JSON at POST BASE_URL/simloop/tools/NAME; every tool call
+    lands in the transcript matched to the tool_use it answers.
+
     Example: simloop serve --scenario scenarios/outage.yaml --port 0
+
+    Example: simloop serve --scenario scenarios/happy-path.yaml --mcp
     """
     from simloop.scenario import load_scenario
     from simloop.wire.loopback import serve as serve_loopback
 
     scenario = load_scenario(scenario_path)
+    if mcp:
+        from simloop.mcp import require_mcp
+
+        require_mcp()
     how = ""
     # SIGTERM is handled before the base URL is printed: a client may stop the server as soon as it reads it
     server = None
     with _sigterm_stops():
         try:
-            server = serve_loopback(scenario, host=host, port=port, seed=seed)
+            server = (
+                serve_loopback(scenario, host=host, port=port, seed=seed, mcp=True)
+                if mcp else serve_loopback(scenario, host=host, port=port, seed=seed)
+            )
             with server:
                 click.echo(server.base_url)
+                mcp_url = getattr(server, "mcp_url", None)
+                if mcp_url:
+                    click.echo(mcp_url)
                 sys.stdout.flush()
                 click.echo(
                     f"simloop: serving scenario {scenario.name!r}; Ctrl-C stops\n"
-                    f"  export ANTHROPIC_BASE_URL={server.base_url}",
+                    f"  export ANTHROPIC_BASE_URL={server.base_url}"
+                    + (f"\n  export SIMLOOP_MCP_URL={mcp_url}" if mcp_url else ""),
                     err=True,
                 )
                 _wait_for_interrupt()
@@ -708,6 +824,49 @@ def serve(scenario_path: str, host: str, port: int, seed: int, trace: str | None
         click.echo(f"simloop: a request was answered with a simloop 500: {error}", err=True)
     if trace:
         click.echo(f"transcript written to {transcript.write(trace)}", err=True)
+    return 0
+
+
+@cli.command(name="mcp")
+@click.option(
+    "--scenario",
+    "scenario_path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="The scenario file whose tools to serve.",
+)
+@click.option(
+    "--trace",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="When the client disconnects, write the tool executions (JSONL transcript; real seconds) here.",
+)
+def mcp_command(scenario_path: str, trace: str | None) -> int:
+    """Serve a scenario's tools as an MCP server over stdio (for an MCP client that starts its servers).
+
+    Every tools/call runs the scenario's tool with its faults (raise, timeout, slow, huge_output,
+    commit_then_raise) and is written to the execution ledger; a failure is answered as an MCP tool error.
+    Nothing but MCP is written to stdout. Needs pip install 'simloop[mcp]'.
+
+    Example: simloop mcp --scenario scenarios/happy-path.yaml --trace tools.jsonl
+    """
+    from simloop.mcp import require_mcp, serve_stdio, tool_server
+    from simloop.scenario import load_scenario
+    from simloop.tools import ToolBox
+    from simloop.transcript import Header, Transcript
+
+    require_mcp()
+    scenario = load_scenario(scenario_path)
+    transcript = Transcript(header=Header(scenario=scenario.name, seed=0, tools={t.name: t.kind for t in scenario.tools}))
+    start = time.monotonic()
+    tools = ToolBox(scenario, transcript, now=lambda: round(time.monotonic() - start, 6), sleep=lambda s: None)
+
+    async def call(name: str, arguments: dict[str, Any]) -> str:
+        return tools.run(name, arguments)
+
+    serve_stdio(tool_server([t.schema_dict() for t in scenario.tools], call))
+    if trace:
+        click.echo(f"simloop mcp: {tools.executions} tool call(s); transcript written to {transcript.write(trace)}", err=True)
     return 0
 
 

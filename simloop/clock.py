@@ -402,6 +402,11 @@ class VirtualClock:
     def __repr__(self) -> str:
         return f"VirtualClock(start={self._start_ns / _NS!r}, now={self.now()!r})"
 
+    def end_at(self, end: float | None) -> None:
+        """Move the end of the run to ``end`` virtual seconds (a conversation's next turn gets time of its own)."""
+        with self._cond:
+            self._end_ns = None if end is None else _to_ns(end, "end")
+
     def now(self) -> float:
         """Virtual seconds since the run started."""
         return self._ns / _NS

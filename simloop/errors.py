@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["InvariantViolation", "ScenarioError", "SimloopInternalError", "UsageError"]
+__all__ = ["InvariantViolation", "ScenarioError", "SimloopInternalError", "SimulatedCrash", "UsageError"]
 
 
 class UsageError(ValueError):
@@ -44,9 +44,11 @@ class InvariantViolation(AssertionError):
     Attributes: ``violations`` (list of `simloop.Violation`; typed ``Any`` here because
     this module sits below ``simloop.invariants`` and must not import it), ``scenario`` (the
     minimal scenario, when known), ``scenario_path`` (where it was written),
-    ``timeline`` (the rendered run), ``replay`` (the command that replays it)
-    ``transcript`` (the failing run's `simloop.Transcript`, for reports) and
-    ``examples`` (how many runs `simloop.verify` tried, shrinking included; None for a replay).
+    ``timeline`` (the rendered run), ``replay`` (the command that replays it),
+    ``transcript`` (the failing run's `simloop.Transcript`, for reports),
+    ``examples`` (how many runs `simloop.verify` tried, shrinking included; None for a replay) and
+    ``examples_before_failure`` (how many examples `simloop.verify` ran and
+    passed before the first failing one; None outside a search).
     """
 
     def __init__(
@@ -60,8 +62,10 @@ class InvariantViolation(AssertionError):
         replay: str | None = None,
         transcript: Any = None,
         examples: int | None = None,
+        examples_before_failure: int | None = None,
     ) -> None:
         super().__init__(message)
+        self.examples_before_failure = examples_before_failure
         self.transcript = transcript
         self.examples = examples
         self.violations = violations
@@ -69,3 +73,9 @@ class InvariantViolation(AssertionError):
         self.scenario_path = scenario_path
         self.timeline = timeline
         self.replay = replay
+
+
+class SimulatedCrash(BaseException):
+    """The simulated process died (a ``crash`` fault): a `BaseException`, so ``except Exception`` cannot swallow
+    it.  simloop keeps ``sim.store`` and the world (the tools' ledger, the clock, the model) and runs the drive
+    again: the restart."""

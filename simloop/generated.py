@@ -13,15 +13,19 @@ number.  Replaying that file with `simloop.replay` reproduces the run.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from hypothesis import strategies as st
 from hypothesis.errors import Frozen, StopTest
+from pydantic_core import to_json
 
+from simloop._inputs import POOL, pool_for
 from simloop.models import ModelRequest
-from simloop.scenario import Expect, Fault, Limits, Reply, Scenario, ToolCall, ToolSpec
+from simloop.scenario import Abort, Expect, Fault, Limits, MaxTokensBody, Reply, Scenario, ToolCall, ToolSpec
 from simloop.strategies import (
+    CUT_COUNTS,
     Codec,
     Digits,
     Plan,
@@ -32,6 +36,7 @@ from simloop.strategies import (
     latency_codec,
     slow_latency_codec,
     tool_fault_codec,
+    tool_key,
     usage_codec,
 )
 from simloop.transcript import Response, Transcript
@@ -49,20 +54,43 @@ _NONE: Codec[None] = Codec(0, lambda d: None)
 _SHORT = latency_codec(max_s=3.0)
 _HEAVY = usage_codec(chance=5)
 _TOOL_REPLY = Reply(tool_use=[ToolCall(name="search")])
+_DONE = Reply(end_turn="Done.")
+ToolKey = tuple[tuple[str, str], ...]
+_EMPTY_END = Reply(end_turn="")  # a final answer with no text: what a model may end a turn with after tools
 
 
 class GeneratedModel:
-    """The simulated model of one generated run (a `simloop.models.ModelPolicy`)."""
+    """The simulated model of one generated run (a `simloop.models.ModelPolicy`).
 
-    def __init__(self, draw: Draw, plan: Plan) -> None:
+    In a conversation (``next_plan`` given), each user turn the loop takes (``turn()``, the number of
+    turns begun) gets a plan of its own, drawn from ``next_plan`` when its first request arrives, and a
+    turn's final answer is sometimes empty (no text: a model may end a turn that way after tools).
+    """
+
+    def __init__(
+        self,
+        draw: Draw,
+        plan: Plan,
+        *,
+        next_plan: st.SearchStrategy[Plan] | None = None,
+        turn: Callable[[], int] | None = None,
+    ) -> None:
         self.draw = draw
         self.plan = plan
+        self.next_plan = next_plan
+        self.turn = turn
+        self._turn = 1
+        self.lives: Callable[[], int] | None = None  # the Sim's lives (a restart after a crash), when crashes are drawn
+        self._life = 1
+        self._last_calls: Reply | None = None
         self.served: list[Reply] = []
         self._burst: list[Reply] = []
         self._tool_steps = 0
         self._stuck: Reply | None = None
         self._ended = False
-        self._paused = False
+        self._endings = 0  # how many times the ending was served (see Plan.ending_repeats)
+        self._ending: Reply | None = None  # the plan's ending, its cut calls drawn for the request's tools
+        self._asked: list[dict[str, Any]] = []  # a wandering model's inputs so far
         self._tape = b""  # the bytes of the next replies' draws (see _draw_reply)
         self._at = 0
 
@@ -77,7 +105,29 @@ class GeneratedModel:
     def leftovers(self) -> list[str]:
         return []
 
+    def _new_turn(self) -> None:
+        """A new user turn began: its own plan, and the model starts over (nothing owed from the last turn)."""
+        assert self.next_plan is not None and self.turn is not None
+        self._turn = self.turn()
+        self.plan = self.draw(self.next_plan)
+        self._burst, self._tool_steps, self._stuck = [], 0, None
+        self._ended, self._endings, self._ending = False, 0, None
+
+    def _done(self) -> Reply:
+        """The plain final answer; in a conversation, in three turns of ten an empty one."""
+        if self.next_plan is not None and self.draw(_GATE) >= 7:
+            return _EMPTY_END
+        return _DONE
+
     def _next(self, request: ModelRequest) -> Reply:
+        if self.lives is not None and self.lives() > self._life:
+            self._life = self.lives()
+            if self._last_calls is not None:
+                # the process died before the model saw those calls' results: it asks for them again, as a real
+                # model does when its conversation resumes from before them
+                return self._last_calls
+        if self.turn is not None and self.turn() > self._turn:
+            self._new_turn()
         if self._burst:
             return self._burst.pop()
         if self.plan.outage is not None and self._tool_steps >= self.plan.steps:
@@ -89,17 +139,17 @@ class GeneratedModel:
                 self._burst = [one] * (int(fault.repeat) - 1)
                 return one
         if self._ended or (self.plan.persona == "finishes" and self._tool_steps >= self.plan.steps):
-            return self._ending(request)
+            return self._end(request)
         self._tool_steps += 1
         if self.plan.persona == "stuck" and self._stuck is not None:
             return self._stuck  # the same reply forever: nothing new to draw (and to shrink)
-        names = tuple(request.tools or ["search"])
-        reply = self._draw_reply(_tool_reply(names, self.plan.slow, self.plan.deadline_s, self.plan.heavy))
-        if self.plan.persona == "wanders":  # new calls forever: each step asks something it never asked
-            calls = [c.model_copy(update={"input": {**c.input, "attempt": self._tool_steps}}) for c in reply.tool_use or []]
-            reply = reply.model_copy(update={"tool_use": calls})
+        key = _request_tools(request)
+        reply = self._draw_reply(_tool_reply(key, self.plan.slow, self.plan.deadline_s, self.plan.heavy))
+        if self.plan.persona == "wanders":
+            reply = reply.model_copy(update={"tool_use": self._wander(reply.tool_use or [], key)})
         if self.plan.persona == "stuck":
             self._stuck = reply
+        self._last_calls = reply
         return reply
 
     def _draw_reply(self, codec: Codec[Reply]) -> Reply:
@@ -117,16 +167,44 @@ class GeneratedModel:
         self._at = digits.at
         return reply
 
-    def _ending(self, request: ModelRequest) -> Reply:
-        """The plan's ending once; a paused turn is finished on its continuation; then plain answers."""
-        ending = self.plan.ending
+    def _wander(self, calls: list[ToolCall], key: ToolKey) -> list[ToolCall]:
+        """New calls forever: each step asks, of the same tools, inputs it never asked (valid for each schema,
+        far out in its pool; a tool whose schema allows nothing new gets an ``attempt`` field when it may)."""
+        schemas = dict(key)
+        out = []
+        for i, call in enumerate(calls):
+            schema = json.loads(schemas.get(call.name) or "{}")
+            value = dict(pool_for(schema).valid(POOL + 16 * self._tool_steps + i))
+            if value in self._asked and schema.get("additionalProperties", True) is not False:
+                value["attempt"] = self._tool_steps
+            self._asked.append(value)
+            out.append(call.model_copy(update={"input": value}))
+        return out
+
+    def _end(self, request: ModelRequest) -> Reply:
+        """The plan's ending, ``ending_repeats`` times in a row (a pause continued, a cut-off retried with more
+        room, a refusal asked again all meet it again), then plain answers (in a conversation, sometimes empty)."""
         if self._ended:
-            return Reply(end_turn="Done.")
-        if ending.kind == "pause_turn" and not self._paused:
-            self._paused = True
+            return self._done()
+        if self._ending is None:
+            self._ending = self._materialise(self.plan.ending, request)
+        self._endings += 1
+        if self._endings >= self.plan.ending_repeats:
+            self._ended = True
+        if self._ending.kind == "end_turn" and self._done() is _EMPTY_END:
+            return _EMPTY_END
+        return self._ending
+
+    def _materialise(self, ending: Reply, request: ModelRequest) -> Reply:
+        """A cut tool-call ending with its calls drawn for the request's tools: the complete calls the reply
+        made, then the cut one (its input cut mid-way; see `simloop.models.turn_from_reply`)."""
+        body = ending.max_tokens
+        if not isinstance(body, MaxTokensBody) or not body.tool_use:
             return ending
-        self._ended = True
-        return Reply(end_turn="Done.") if ending.kind == "pause_turn" else ending
+        key = _request_tools(request)
+        drawn = self._draw_reply(_tool_reply(key, self.plan.slow, self.plan.deadline_s, self.plan.heavy, cut=True))
+        cut = MaxTokensBody(text=body.text, tool_use=list(drawn.tool_use or []))
+        return ending.model_copy(update={"max_tokens": cut, "latency": drawn.latency, "usage": drawn.usage})
 
 
 class GeneratedFaults:
@@ -148,10 +226,18 @@ class GeneratedFaults:
         self.stopped: StopTest | None = None
         self.transcript: Transcript | None = None  # the run's (set once the Sim exists): the replies' calls
         self._specs = {t.name: t for t in reversed(tools)}  # the first of a name wins, as in the ToolBox
+        self.crash_at: frozenset[int] = frozenset()  # the write executions (1-based, in the run) where the process dies
+        self._writes = 0
         self._ready: dict[str, Fault | None] = {}  # tool_use id -> its fault, drawn, not yet taken
         self._drawn: set[str] = set()
 
     def __call__(self, spec: ToolSpec, nth: int, tool_use_id: str | None = None) -> Fault | None:
+        if self.crash_at and spec.kind == "write":
+            self._writes += 1
+            if self._writes in self.crash_at:
+                crash = Fault(tool=spec.name, kind="crash", call=nth)
+                self.fired.append(crash)
+                return crash
         if not self.plan.tool_fault_rate and not self.plan.slow:
             return None
         try:
@@ -201,16 +287,32 @@ class GeneratedFaults:
 # What a run decodes its replies and faults from (see `simloop.strategies.Codec`), built once per key.
 
 
+def _request_tools(request: ModelRequest) -> ToolKey:
+    """The tools the request defines, as `simloop.strategies.tool_key` pairs (inputs follow their schemas)."""
+    tools = request.body.get("tools")
+    return _tools_key(to_json(tools)) if tools else _NO_TOOLS
+
+
+@functools.lru_cache(maxsize=64)
+def _tools_key(raw: bytes) -> ToolKey:
+    tools = json.loads(raw)
+    return tool_key([t for t in tools if isinstance(t, dict)]) if isinstance(tools, list) else _NO_TOOLS
+
+
+_NO_TOOLS: ToolKey = tool_key(["search"])
+
+
 @functools.lru_cache(maxsize=256)
-def _tool_reply(names: tuple[str, ...], slow: bool, deadline_s: float | None, heavy: bool) -> Codec[Reply]:
-    """A reply asking for tools among ``names``, with its latency (and budget-breaking usage when heavy)."""
+def _tool_reply(tools: ToolKey, slow: bool, deadline_s: float | None, heavy: bool, cut: bool = False) -> Codec[Reply]:
+    """A reply asking for ``tools`` (inputs from their schemas), with its latency (and budget-breaking usage
+    when heavy); ``cut``: the calls of a reply cut off in its last one (`simloop.strategies.CUT_COUNTS`)."""
     latency = slow_latency_codec(deadline_s) if slow else _SHORT
     usage = _HEAVY if heavy else _NONE
     # a copy of a valid reply with the drawn fields (a validation costs more than drawing the reply, and
     # even `model_construct` fills every field): the codecs give valid fields
     return joined(
         lambda latency, usage, calls: _TOOL_REPLY.model_copy(update={"tool_use": calls, "latency": latency, "usage": usage}),
-        latency, usage, calls_codec(names),
+        latency, usage, calls_codec(tools, counts=CUT_COUNTS if cut else None),
     )
 
 
@@ -230,6 +332,8 @@ def to_scenario(
     served: Sequence[Reply],
     faults: Sequence[Fault],
     halted: bool,
+    followups: Sequence[str] = (),
+    abort: Abort | None = None,
 ) -> Scenario:
     """The run written down as a script that replays it, and that a correct loop replays cleanly.
 
@@ -237,7 +341,9 @@ def to_scenario(
     answer to every further request), so a loop that stops later than the one that failed (a fixed loop,
     or one that retries more) is answered instead of running out of script; a runaway's stuck tail is
     ``then: repeat_last``.  ``expect`` states the invariants to hold (no violations), not how the
-    failing run ended, so the file is a regression test that passes once the loop is fixed.
+    failing run ended, so the file is a regression test that passes once the loop is fixed; it is
+    ``strict: false``, since a fixed loop may leave part of the failing run's script unused.  A conversation
+    keeps the user's ``followups`` (the turns it took after the task), its replies served in order across them.
     """
     replies = list(served)
     then = "end_turn"
@@ -248,12 +354,15 @@ def to_scenario(
     return Scenario(
         name=name,
         task=task,
+        followups=list(followups),
         tools=list(tools),
         model=_fold(replies),
         then=then,  # type: ignore[arg-type]
         faults=list(faults),
         limits=limits,
+        abort=abort,
         expect=Expect(violations=[]),
+        strict=False,  # the fixed loop may stop before the failing run's script is used up: that is the point
     )
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "API_ERRORS",
     "REPLY_KINDS",
     "SERVER_TOOLS",
+    "Abort",
     "Expect",
     "Fault",
     "Limits",
@@ -81,11 +82,12 @@ INVARIANT_IDS = (
     "crash",
     "results_sent",
     "results_together",
+    "abort",
 )
 _TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
 
 ApiError = Literal[429, 500, 503, 529, "connection", "timeout", "stream_error", "stream_cut"]
-FaultKind = Literal["raise", "timeout", "slow", "huge_output", "commit_then_raise"]
+FaultKind = Literal["raise", "timeout", "slow", "huge_output", "commit_then_raise", "crash"]
 InvariantId = Literal[
     "stops",
     "pairing",
@@ -100,6 +102,7 @@ InvariantId = Literal[
     "crash",
     "results_sent",
     "results_together",
+    "abort",
 ]
 
 
@@ -322,7 +325,7 @@ class Reply(_Model):
         return []
 
 
-FaultKinds = ("raise", "timeout", "slow", "huge_output", "commit_then_raise")
+FaultKinds = ("raise", "timeout", "slow", "huge_output", "commit_then_raise", "crash")
 
 
 class Fault(_Model):
@@ -437,18 +440,50 @@ class Expect(_Model):
         return repr(reasons[0]) if len(reasons) == 1 else "one of " + ", ".join(map(repr, reasons))
 
 
+class Abort(_Model):
+    """When the user presses Stop (``sim.abort`` fires): exactly one of ``after_call`` (once the n-th model
+    call's response has arrived), ``tool_call`` (while the n-th tool execution runs: its effect done, its
+    result not yet returned) or ``at`` (at that many virtual seconds, a model call in flight included)."""
+
+    after_call: int | None = Field(default=None, ge=1)
+    tool_call: int | None = Field(default=None, ge=1)
+    at: float | None = Field(default=None, ge=0)
+
+    @field_validator("at")
+    @classmethod
+    def _at(cls, v: float | None) -> float | None:
+        return _seconds(v)
+
+    @model_validator(mode="after")
+    def _one(self) -> Abort:
+        given = [k for k in ("after_call", "tool_call", "at") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"abort takes exactly one of after_call, tool_call, at (found: {', '.join(given) or 'none'})")
+        return self
+
+    def describe(self) -> str:
+        """Where the abort fires, as a timeline says it."""
+        if self.after_call is not None:
+            return f"after model call {self.after_call}"
+        if self.tool_call is not None:
+            return f"while tool execution {self.tool_call} runs"
+        return f"at {self.at:g}s"
+
+
 class Scenario(_Model):
     """A whole simulated world for one run (docs/design.md, Scenario format v1)."""
 
     version: Literal[1] = 1
     name: str = "scenario"
     task: str = "Do the task."
+    followups: list[str] = Field(default_factory=list)
     system: str | None = None
     tools: list[ToolSpec] = Field(default_factory=list)
     model: list[Reply] = Field(default_factory=list)
     then: Literal["end_turn", "repeat_last", "fail"] = "fail"
     faults: list[Fault] = Field(default_factory=list)
     limits: Limits = Field(default_factory=Limits)
+    abort: Abort | None = None
     expect: Expect | None = None
     # A run of this file fails when a scripted reply is never served or a scripted fault never fires
     # (``simloop run``, `simloop.replay`, the pytest scenario items): the file proves something only if what

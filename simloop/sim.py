@@ -22,28 +22,30 @@ import inspect
 import random
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 
+from simloop._abort import AbortSignal, _AbortTrigger, recorder
 from simloop._frames import loop_frame
 from simloop._netguard import NetworkPolicy, check_policy, guarding
 from simloop._stack import on_fresh_stack
 from simloop._watchdog import LoopHalted, Watchdog, park, where_of
 from simloop._worker import Abandoned, run_on_worker
 from simloop.clock import REAL, VirtualClock
-from simloop.errors import SimloopInternalError, UsageError
+from simloop.errors import SimloopInternalError, SimulatedCrash, UsageError
 from simloop.invariants import Report, check
 from simloop.models import Ids, ModelPolicy, Script, ScriptExhausted
 from simloop.outcome import Outcome
-from simloop.scenario import Limits, Scenario, load_scenario
+from simloop.scenario import Abort, Limits, Scenario, load_scenario
 from simloop.tools import FaultSource, ToolBox
-from simloop.transcript import Halt, Header, OutcomeEvent, ThreadLeft, Transcript
+from simloop.transcript import Halt, Header, OutcomeEvent, Restart, ThreadLeft, Transcript, TurnStart
 from simloop.wire.server import Budget, InternalFailure, SimServer
 
 if TYPE_CHECKING:
     import anthropic
     import httpx2
+    import mcp.server
 
 __all__ = ["DEFAULT_MODEL", "ScriptExhaustedError", "Sim"]
 
@@ -51,7 +53,7 @@ DEFAULT_MODEL = "claude-sonnet-5"
 API_KEY = "sk-ant-simloop-0000000000000000000000000000000000000000"  # a fake key: the simulator accepts any
 BASE_URL = "https://api.anthropic.com"
 
-Drive = Callable[["Sim"], Outcome | tuple[str, str] | Awaitable[Any]]
+Drive = Callable[["Sim"], Outcome | tuple[str, str] | list[Outcome] | Awaitable[Any]]
 ScenarioLike = Scenario | str | Path | dict[str, Any]
 T = TypeVar("T")
 
@@ -85,6 +87,7 @@ class Sim:
             tool input as keywords; what it returns is the tool's output).  This is how a tool's code is bound.
         allow_functions: resolve the tools' ``function: "pkg.module:fn"`` import paths (a scenario file's
             opt-in, docs/security.md); off by default, so a file cannot make simloop import and run code.
+        abort: when the user presses Stop, replacing the scenario's ``abort`` (see `sim.abort`).
 
     The loop runs on a worker thread: a loop blocked in C (a wait with no timeout) or one that swallows
     every halt is abandoned with a ``stops`` report instead of hanging the run.
@@ -104,6 +107,7 @@ class Sim:
         network: NetworkPolicy = "block",
         tools: Mapping[str, Callable[..., Any]] | None = None,
         allow_functions: bool = False,
+        abort: Abort | None = None,
     ) -> None:
         self.network: NetworkPolicy = check_policy(network)
         self.scenario = _as_scenario(scenario, allow_functions=allow_functions)
@@ -111,6 +115,8 @@ class Sim:
             self.scenario = _bind_tools(self.scenario, tools)
         if limits is not None:
             self.scenario = self.scenario.model_copy(update={"limits": limits})
+        if abort is not None:
+            self.scenario = self.scenario.model_copy(update={"abort": abort})
         self.seed = int(seed)
         self.limits: Limits = self.scenario.limits
         self.policy: ModelPolicy = model if model is not None else Script.from_scenario(self.scenario)
@@ -138,10 +144,24 @@ class Sim:
             self.scenario, self.transcript, now=self.clock.now, sleep=guard.sleep, on_call=guard.on_tool,
             fault_source=fault_source, allow_functions=allow_functions,
         )
+        #: The user's Stop button: ``sim.abort.is_set()``; ``sim.abort.add_callback(task.cancel)`` for async loops.
+        self.abort = AbortSignal(recorder(self.transcript, self.clock.now))
+        if self.scenario.abort is not None:
+            trigger = _AbortTrigger(self.scenario.abort, self.abort, self.clock.now)
+            self.server.on_deliver = trigger.on_deliver
+            self.tools.on_end = trigger.on_tool_end
+            self._guard.on_time = trigger.on_time
+            self._guard.abort_at = self.scenario.abort.at
         self.model = DEFAULT_MODEL
+        self.outcomes: list[Outcome] = []  # one per user turn when the drive returned a list, else the one outcome
+        #: What a durable loop persists: it survives a simulated process death (a ``crash`` fault), as a
+        #: database or a checkpointer's storage would; everything else of the loop is gone at a restart.
+        self.store: dict[str, Any] = {}
+        self.lives = 1  # the drive's runs: 1, plus one per restart after a crash
         self._clients: dict[str, Any] = {}
         self._ran = False
         self._halted_at: float | None = None  # REAL.monotonic() when the run was first seen halted
+        self._turns = UserTurns(self)
 
     @property
     def budget(self) -> Budget:
@@ -169,6 +189,16 @@ class Sim:
         return self.scenario.task
 
     @property
+    def user_turns(self) -> UserTurns:
+        """The user's messages of the conversation: the task, then each of the scenario's ``followups``.
+
+        Iterate it as the turns happen (``for text in sim.user_turns: ...``): taking turn *n* marks where
+        it begins in the transcript, so the invariants hold over every request of the conversation and
+        ``honest_outcome`` is checked per turn.  A drive returns one `Outcome` per turn (a list), or the last.
+        """
+        return self._turns
+
+    @property
     def system(self) -> str | None:
         return self.scenario.system
 
@@ -184,6 +214,18 @@ class Sim:
     async def arun_tool(self, name: str, input: Any, *, tool_use_id: str | None = None) -> str:
         """Async twin of `run_tool`: latency is a timer on the (virtual) event loop, so calls can overlap."""
         return await self.tools.arun(name, input, tool_use_id=tool_use_id)
+
+    def mcp_server(self) -> mcp.server.Server[Any]:
+        """The scenario's tools as an MCP server (the official SDK's low-level ``Server``) on this run's world.
+
+        Each ``tools/call`` runs like `arun_tool` (faults, ledger, virtual time) and is matched to the
+        tool_use it answers by name and input (docs/design.md, Tools over MCP).  Connect an in-memory
+        client to it: ``mcp.client.Client(sim.mcp_server())``, or pydantic-ai's
+        ``simloop.adapters.pydantic_ai.mcp_toolset(sim)``.  Needs ``pip install 'simloop[mcp]'``.
+        """
+        from simloop.mcp import tool_server
+
+        return tool_server(self.tool_schemas, self.tools.arun)
 
     @property
     def http_client(self) -> httpx2.Client:
@@ -308,14 +350,14 @@ class Sim:
 
     def _run(self, drive: Drive) -> Outcome:
         tid = threading.get_ident()
-        with self.clock.patched(), self.watchdog.watching(tid), \
+        with self.clock.patched(), self.watchdog.watching(), \
                 guarding(self.clock, self.network, self._guard.blocked):
             try:
                 try:
                     if inspect.iscoroutinefunction(drive):
                         result = on_fresh_stack(self.clock.run, self._arun(drive))
                     else:
-                        result = self._record(on_fresh_stack(drive, self))
+                        result = self._record(on_fresh_stack(self._sync_lives, drive))
                 except LoopHalted as halted:
                     if self.transcript.halt is None:
                         self.transcript.append(Halt(t=self.clock.now(), budget=halted.reason, detail=halted.detail,
@@ -353,14 +395,64 @@ class Sim:
                                                   where=_thread_where(thread.ident or 0)))
 
     async def _arun(self, drive: Drive) -> Outcome:
-        returned = await drive(self)  # type: ignore[misc]
+        plan = self.scenario.abort
+        timer = None
+        if plan is not None and plan.at is not None and self._guard.on_time is not None:
+            # on the virtual-time event loop the Stop lands on time, in the middle of an awaited call
+            timer = asyncio.get_running_loop().call_later(max(plan.at - self.clock.now(), 0.0), self._guard.on_time)
+        try:
+            while True:
+                try:
+                    returned = await drive(self)  # type: ignore[misc]
+                    break
+                except SimulatedCrash as crash:
+                    self._restart(crash)
+        finally:
+            if timer is not None:
+                timer.cancel()  # the loop returned: no Stop after that
         return self._record(returned)
 
+    def _sync_lives(self, drive: Drive) -> Any:
+        """Run the drive; after a simulated process death, run it again (the restart), up to `MAX_LIVES`."""
+        while True:
+            try:
+                return drive(self)
+            except SimulatedCrash as crash:
+                self._restart(crash)
+
+    def _restart(self, crash: SimulatedCrash) -> None:
+        """The process died: only ``sim.store`` and the world remain; the next life begins (or the run halts)."""
+        if self.lives >= MAX_LIVES:
+            raise LoopHalted("restarts", f"the process died {self.lives} times; simloop stops a run after {MAX_LIVES} lives")
+        self.lives += 1
+        self.transcript.append(Restart(t=self.clock.now(), life=self.lives, detail=str(crash)))
+        self._turns.started = 0
+        self.abort.clear()
+
     def _record(self, returned: Any) -> Outcome:
+        if isinstance(returned, list):
+            return self._record_turns(returned)
         outcome = Outcome.coerce(returned)
+        self.outcomes = [outcome]
         if self.transcript.outcome is None and not self._guard.abandoned:
             self.transcript.append(OutcomeEvent(t=self.clock.now(), reason=outcome.reason, text=outcome.text))
         return outcome
+
+    def _record_turns(self, returned: list[Any]) -> Outcome:
+        """One outcome per user turn, recorded with its turn number; the last is the run's outcome."""
+        started = max(self._turns.started, 1)
+        if len(returned) != started:
+            raise UsageError(
+                f"the drive ran {started} user turn(s) (taken from sim.user_turns) but returned {len(returned)} "
+                "outcome(s); return one Outcome per turn taken, in order, or only the last turn's Outcome"
+            )
+        outcomes = [Outcome.coerce(r) for r in returned]
+        self.outcomes = outcomes
+        if self.transcript.outcome is None:
+            now = self.clock.now()
+            for n, outcome in enumerate(outcomes):
+                self.transcript.append(OutcomeEvent(t=now, reason=outcome.reason, text=outcome.text, turn=n))
+        return outcomes[-1]
 
     def _record_error(self, error: BaseException) -> Outcome:
         text = f"{type(error).__name__}: {error}"
@@ -404,6 +496,61 @@ class Sim:
         return f"Sim({self.scenario.name!r}, seed={self.seed})"
 
 
+class UserTurns(Sequence[str]):
+    """``sim.user_turns``: the task, then each follow-up; taking turn *n* records where it begins.
+
+    Turns are taken in order: iterating, or indexing turn after turn.  A turn taken again (its text read
+    twice) is not a new turn.
+    """
+
+    __slots__ = ("_sim", "started")
+
+    def __init__(self, sim: Sim) -> None:
+        self._sim = sim
+        self.started = 0  # how many turns the drive has taken
+
+    @property
+    def _texts(self) -> list[str]:
+        return [self._sim.scenario.task, *self._sim.scenario.followups]
+
+    def __len__(self) -> int:
+        return 1 + len(self._sim.scenario.followups)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[str]: ...
+    def __getitem__(self, index: int | slice) -> str | Sequence[str]:
+        if isinstance(index, slice):
+            raise UsageError("sim.user_turns is taken one turn at a time: iterate it (for text in sim.user_turns)")
+        texts = self._texts
+        n = index + len(texts) if index < 0 else index
+        if not 0 <= n < len(texts):
+            raise IndexError(f"the conversation has {len(texts)} user turn(s); turn {index} does not exist")
+        if n > self.started:
+            raise UsageError(
+                f"sim.user_turns[{index}] taken before turn {self.started}: take the turns in order "
+                "(for text in sim.user_turns: ...)"
+            )
+        if n == self.started:
+            self._begin(n, texts[n])
+        return texts[n]
+
+    def __iter__(self) -> Iterator[str]:
+        for n in range(len(self)):
+            yield self[n]
+
+    def _begin(self, n: int, text: str) -> None:
+        sim = self._sim
+        self.started = n + 1
+        sim.transcript.append(TurnStart(t=sim.clock.now(), turn=n, text=text))
+        sim._guard.turn_began(sim.server)
+        sim.abort.clear()  # Stop applies to the turn it was pressed in
+
+    def __repr__(self) -> str:
+        return f"UserTurns({self._texts!r})"
+
+
 class _Guard:
     """The run's runaway budgets, checked on every request, tool call and virtual sleep.
 
@@ -412,7 +559,10 @@ class _Guard:
     transcript included, alive until a full garbage collection: slow for runs made by the hundred.
     """
 
-    __slots__ = ("abandoned", "budget", "clock", "halts", "max_virtual_s", "transcript", "watchdog")
+    __slots__ = (
+        "abandoned", "abort_at", "budget", "calls_before", "clock", "halts", "max_virtual_s", "on_time",
+        "requests_before", "t_before", "transcript", "watchdog",
+    )
 
     def __init__(self, clock: VirtualClock, watchdog: Watchdog, budget: Budget, max_virtual_s: float) -> None:
         self.clock = clock
@@ -422,15 +572,29 @@ class _Guard:
         self.halts = 0  # LoopHalted raised here (the run's budgets, blocked connections)
         self.abandoned = False  # the run gave up on the loop's thread: a call from it now parks it
         self.transcript: Transcript | None = None  # where a blocked connection is recorded (set by the Sim)
+        # the budgets are per user turn: what earlier turns of a conversation spent is left out
+        self.calls_before = self.requests_before = 0
+        self.t_before = 0.0
+        self.on_time: Callable[[], None] | None = None  # the abort trigger's clock check
+        self.abort_at: float | None = None  # when it fires (virtual seconds), for a wait that spans it
+
+    def turn_began(self, server: SimServer) -> None:
+        if not server.requests:  # the first turn: the run's own budgets
+            return
+        self.calls_before, self.requests_before = server.calls, server.requests
+        self.t_before = self.clock.now()
+        self.clock.end_at(self.t_before + self.max_virtual_s)
 
     def on_request(self, server: SimServer) -> None:
         budget = self.budget
-        if self.halts or server.calls > budget.model_calls or server.requests > budget.requests:
+        calls, requests = server.calls - self.calls_before, server.requests - self.requests_before
+        if self.halts or calls > budget.model_calls or requests > budget.requests:
             # a halted loop that calls again caught the halt: no feeding the watchdog, count it (MAX_HALTS)
+            where = " in one user turn" if self.calls_before else ""
             raise self._halt(
                 "model_calls",
-                f"the loop made {server.calls} model calls ({server.requests} requests) without stopping; "
-                f"simloop stops a run after {budget.model_calls}",
+                f"the loop made {calls} model calls ({requests} requests){where} without stopping; "
+                f"simloop stops a {'turn' if where else 'run'} after {budget.model_calls}",
             )
         self.watchdog.feed()
         self.check_time()
@@ -442,11 +606,19 @@ class _Guard:
         self.check_time()
 
     def sleep(self, seconds: float) -> None:
+        at = self.abort_at
+        if at is not None and self.clock.now() < at < self.clock.now() + seconds:  # Stop lands mid-wait: then
+            rest = self.clock.now() + seconds - at
+            self.clock.sleep(at - self.clock.now())
+            self.check_time()
+            seconds = rest
         self.clock.sleep(seconds)
         self.check_time()
 
     def check_time(self) -> None:
-        if self.clock.now() > self.max_virtual_s:
+        if self.on_time is not None:
+            self.on_time()
+        if self.clock.now() - self.t_before > self.max_virtual_s:
             raise self._halt(
                 "virtual_time",
                 f"the run passed {self.max_virtual_s:g} virtual seconds without stopping",
@@ -584,6 +756,8 @@ def _bind_tools(scenario: Scenario, tools: Mapping[str, Callable[..., Any]]) -> 
 #: runner's ``max_iterations`` is unset (no cap).  A runaway run of 51 calls takes well under a second, and a
 #: loop declaring ``max_steps=N`` gets ``2N + 5`` when that is more.
 RUNAWAY_MODEL_CALLS = 51
+#: Lives of one run (the first, plus a restart after each simulated process death): past them, `stops` reports it.
+MAX_LIVES = 10
 
 
 def _default_budget(limits: Limits) -> Budget:

@@ -18,6 +18,7 @@ no latency, a model that answers at once.
 from __future__ import annotations
 
 import functools
+import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from hypothesis import strategies as st
 
+from simloop._inputs import POOL, pool_for
 from simloop.errors import UsageError
 from simloop.scenario import (
     API_ERRORS,
@@ -205,35 +207,81 @@ def usage_codec(max_tokens: int = 400_000, chance: int = 1) -> Codec[Usage | Non
     return Codec(5, decode)
 
 
-@functools.lru_cache(maxsize=256)
-def calls_codec(names: tuple[str, ...], max_parallel: int = 3, duplicates: bool = True) -> Codec[list[ToolCall]]:
-    """See `tool_calls`: a byte for the shape, then two bytes for each call.
+#: A call's input: valid in 19 draws of 20 (one byte, zero the simplest), else a realistic invalid one
+#: (a required field left out, a value of the wrong type; see `simloop._inputs`), drawn apart from the
+#: input itself so that shrinking turns an invalid input valid by lowering one byte.
+_VALIDITY = table([(True, 19), (False, 1)])
+#: How many calls a reply makes, and whether it repeats its first call word for word: weighted to one
+#: call, up to `MAX_PARALLEL` (wide turns are where limits on results and cache breakpoints bite).
+MAX_PARALLEL = 8
+_SHAPES = {1: 16, 2: 5, 3: 3, 4: 2, 5: 1, 6: 1, 7: 1, 8: 1}
+_DUPLICATE_SHAPES = {1: 2, 2: 1, 3: 1}
+#: How many calls a reply cut off in a tool call holds: complete calls before the cut one are the common case,
+#: so the simplest (first) is one complete call and the cut one (drawn bytes lean to zero: this comes often).
+CUT_COUNTS = ((2, 2), (1, 1), (3, 1), (4, 1))
+#: The schema of a tool known only by its name (what the simulated model asks of it).
+QUERY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
 
-    Half the replies make one call; one in ten repeats its first call.  A call's number picks the tool
-    and the input together (0 is the first tool with the simplest input), so it shrinks to both at once.
+
+def tool_key(tools: Sequence[str | ToolSpec | dict[str, Any]]) -> tuple[tuple[str, str], ...]:
+    """Tools as a hashable key for the codec caches: ``(name, input_schema as JSON)`` each (in the schema's own
+    key order: inputs list their fields in it, as a model writes them).
+
+    A name alone stands for a tool taking ``{"q": string}``; a dict is a tool as the API's ``tools``
+    parameter takes it.
     """
-    shapes = [((1, False), 2 * (max_parallel - 1)), *(((n, False), 2) for n in range(2, max_parallel + 1))]
-    if duplicates:
-        shapes += [((n, True), 1) for n in range(1, max_parallel)]
+    out = []
+    for t in tools:
+        if isinstance(t, str):
+            name, schema = t, QUERY_SCHEMA
+        elif isinstance(t, ToolSpec):
+            name, schema = t.name, t.input_schema
+        else:
+            name, schema = str(t.get("name", "")), t.get("input_schema") or {"type": "object"}
+        out.append((name, json.dumps(schema, separators=(",", ":"))))
+    return tuple(out) or (("search", json.dumps(QUERY_SCHEMA, separators=(",", ":"))),)
+
+
+@functools.lru_cache(maxsize=256)
+def calls_codec(
+    tools: tuple[str, ...] | tuple[tuple[str, str], ...], max_parallel: int = MAX_PARALLEL, duplicates: bool = True,
+    *, counts: tuple[tuple[int, int], ...] | None = None,
+) -> Codec[list[ToolCall]]:
+    """See `tool_calls`: a byte for the shape, then three bytes for each call (validity, tool and input).
+
+    ``tools`` are names, or `tool_key` pairs (the inputs then fit each tool's schema); ``counts`` weighs the
+    number of calls as ``(count, weight)`` pairs instead (and then no reply repeats a call).  A call's number
+    picks the tool and the input together (0 is the first tool with its simplest input; about half the
+    numbers give the simplest, so equal calls across replies are common), so it shrinks to both at once.
+    """
+    keys = tuple((t, "") if isinstance(t, str) else t for t in tools)
+    pools = tuple(pool_for(json.loads(schema) if schema else QUERY_SCHEMA) for _, schema in keys)
+    names = tuple(name for name, _ in keys)
+    weights = dict(counts) if counts is not None else _SHAPES
+    shapes = [((n, False), w) for n, w in weights.items() if n <= max_parallel]
+    if duplicates and counts is None:
+        shapes += [((n, True), w) for n, w in _DUPLICATE_SHAPES.items() if n < max_parallel]
     shape_table = table(shapes)
-    span = len(names) * 2 * _OTHER_INPUTS
+    span = len(names) * (2 * POOL - 1)
 
     # frozen: one instance a number, rather than a validation a draw.  The numbers that come back (the simplest,
-    # a shrink's, a mutation's) are few; a large cache would only keep the new ones, some 800 bytes each, and
-    # so grow with the length of the search
-    @functools.lru_cache(maxsize=256)
-    def call(k: int) -> ToolCall:
-        return ToolCall(name=names[k % len(names)], input=_tool_input(k // len(names)))
+    # a shrink's, a mutation's) are few; a large cache would only keep the new ones, and so grow with the search
+    @functools.lru_cache(maxsize=512)
+    def call(k: int, valid: bool) -> ToolCall:
+        tool, j = k % len(names), k // len(names)
+        index = max(0, j - (POOL - 1))
+        pool = pools[tool]
+        return ToolCall(name=names[tool], input=pool.valid(index) if valid else pool.invalid(index))
 
     def decode(d: Digits) -> list[ToolCall]:
         count, duplicate = d.pick(shape_table)
-        calls = [call(d.below(span)) for _ in range(count)]
-        d.at += 2 * (max_parallel - count)  # the unused calls' bytes
+        calls = [call(d.below(span), d.pick(_VALIDITY)) for _ in range(count)]
+        d.at += 3 * (max_parallel - count)  # the unused calls' bytes
         if duplicate:
             calls.append(calls[0])  # two identical calls in one reply
         return calls
 
-    return Codec(1 + 2 * max_parallel, decode)
+    return Codec(1 + 3 * max_parallel, decode)
 
 
 _RETRY_AFTER = (1.0, 5.0, 30.0, 120.0)
@@ -320,46 +368,45 @@ def tool_specs(
     return build()
 
 
-def tool_inputs() -> st.SearchStrategy[dict[str, Any]]:
-    """Small JSON inputs for a tool call: half the time ``{"q": "refund"}`` (the simplest, and equal
-    inputs across calls), else one of 800 others.
+def tool_inputs(schema: dict[str, Any] | None = None) -> st.SearchStrategy[dict[str, Any]]:
+    """Inputs that fit ``schema`` (default: ``{"q": string}``): half the time the simplest valid input
+    (what shrinking returns to, and equal inputs across calls), else one of `POOL` others.
 
-    One number a draw: the loops under test pass inputs through without reading them, so what matters
-    is equal or different inputs, and a draw per reply of every run should cost little.
+    One number a draw, mapped onto a pool of inputs built once per schema (see `simloop._inputs`): a
+    draw per call of every reply should cost little.
     """
-    return _TOOL_INPUTS
-
-
-_OTHER_INPUTS = 100 * len(_WORDS)
-
-
-def _tool_input(n: int) -> dict[str, Any]:
-    n -= _OTHER_INPUTS
-    return {"q": "refund"} if n < 0 else {"q": f"{_WORDS[n % len(_WORDS)]} {n // len(_WORDS)}"}
-
-
-_TOOL_INPUTS = st.integers(0, 2 * _OTHER_INPUTS - 1).map(_tool_input)
+    pool = pool_for(schema or QUERY_SCHEMA)
+    return st.integers(0, 2 * POOL - 2).map(lambda j: pool.valid(max(0, j - (POOL - 1))))
 
 
 def tool_calls(
-    tools: Sequence[str | ToolSpec], *, max_parallel: int = 3, duplicates: bool = True
+    tools: Sequence[str | ToolSpec], *, max_parallel: int = MAX_PARALLEL, duplicates: bool = True
 ) -> st.SearchStrategy[list[ToolCall]]:
-    """One reply's tool calls: usually one, sometimes several in parallel, sometimes two identical ones."""
-    names = tuple(t.name if isinstance(t, ToolSpec) else t for t in tools) or ("search",)
-    return _tool_calls(names, max_parallel, duplicates)
+    """One reply's tool calls: usually one, sometimes up to ``max_parallel`` in parallel (several of one
+    tool with different inputs among them), sometimes two identical ones.  Inputs fit each tool's
+    ``input_schema`` (a name alone stands for a tool taking ``{"q": string}``), one in twenty invalid."""
+    keys = tool_key(tools) if any(isinstance(t, ToolSpec) for t in tools) else tuple(str(t) for t in tools) or ("search",)
+    return _tool_calls(keys, max_parallel, duplicates)
 
 
 @functools.lru_cache(maxsize=256)
-def _tool_calls(names: tuple[str, ...], max_parallel: int, duplicates: bool) -> st.SearchStrategy[list[ToolCall]]:
-    return calls_codec(names, max_parallel, duplicates).strategy()
+def _tool_calls(
+    tools: tuple[str, ...] | tuple[tuple[str, str], ...], max_parallel: int, duplicates: bool
+) -> st.SearchStrategy[list[ToolCall]]:
+    return calls_codec(tools, max_parallel, duplicates).strategy()
 
 
-def _cut_call(name: str) -> Reply:
-    call = ToolCall(name=name, input={"to": "ann@example.com", "body": "Your refund of $40 is on its way."})
-    return Reply(max_tokens=MaxTokensBody(text="Sending it now.", tool_use=[call]))
+_CUT_INPUT = {"to": "ann@example.com", "body": "Your refund of $40 is on its way."}
+
+
+def _cut_call(name: str, *, before: Sequence[ToolCall] = ()) -> Reply:
+    call = ToolCall(name=name, input=_CUT_INPUT)
+    return Reply(max_tokens=MaxTokensBody(text="Sending it now.", tool_use=[*before, call]))
 
 
 # The endings a run may draw, built once (replies are frozen): a validation per run costs more than the draw.
+# In a generated run the calls of a cut tool-call ending are drawn for the request's tools (see
+# `simloop.generated.GeneratedModel`); these are what the static strategies (`endings`, `scenarios`) give.
 _ENDING_REPLIES = {
     "end_turn": Reply(end_turn="The refund was processed and the customer was told."),
     "stop_sequence": Reply(stop_sequence="Here is the summary", sequence="###"),
@@ -367,6 +414,7 @@ _ENDING_REPLIES = {
     "max_tokens": Reply(max_tokens="The refund policy says that customers who"),
     "max_tokens_tool/send_email": _cut_call("send_email"),
     "max_tokens_tool/search": _cut_call("search"),
+    "max_tokens_tool/multi": _cut_call("send_email", before=[ToolCall(name="search", input={"q": "refund"})]),
     "pause_turn": Reply(pause_turn="Searching the web for the policy."),
     # paused mid server call: a search ran (with its result), another is still running (no result yet)
     "pause_turn_server": Reply(
@@ -377,12 +425,14 @@ _ENDING_REPLIES = {
         ),
     ),
 }
+_CUT_ENDINGS = ("max_tokens_tool/send_email", "max_tokens_tool/search", "max_tokens_tool/multi")
 
 
 def endings(*, kinds: Sequence[str] = _ENDINGS) -> st.SearchStrategy[Reply]:
     """How a run's model stops asking for tools: a final answer (the simplest), or a stop sequence,
-    a refusal, a ``max_tokens`` cut (in text or mid tool input), a ``pause_turn`` (in text, or
-    ``pause_turn_server``: in the middle of a server tool call, whose ``server_tool_use`` has no result yet)."""
+    a refusal, a ``max_tokens`` cut (in text, or mid tool input after none or some complete calls),
+    a ``pause_turn`` (in text, or ``pause_turn_server``: in the middle of a server tool call, whose
+    ``server_tool_use`` has no result yet)."""
     return _endings(tuple(kinds))
 
 
@@ -390,7 +440,7 @@ def endings(*, kinds: Sequence[str] = _ENDINGS) -> st.SearchStrategy[Reply]:
 def _endings(kinds: tuple[str, ...]) -> st.SearchStrategy[Reply]:
     # Built once per set of kinds: ``plans`` draws an ending for every run.
     kind_of = weighted([(k, _ENDING_WEIGHTS.get(k, 1)) for k in kinds])
-    cut_calls = st.sampled_from([_ENDING_REPLIES[f"max_tokens_tool/{name}"] for name in ("send_email", "search")])
+    cut_calls = st.sampled_from([_ENDING_REPLIES[key] for key in _CUT_ENDINGS])
     return kind_of.flatmap(lambda kind: cut_calls if kind == "max_tokens_tool" else st.just(_ENDING_REPLIES[kind]))
 
 
@@ -456,8 +506,10 @@ class Plan:
     and tool executions may take minutes, up to twice ``deadline_s`` (see
     `slow_latencies`): a tool still running when the deadline passes, often one
     of several in a parallel turn, is what deadline bugs need.  ``heavy``: replies
-    may report budget-breaking token usage.  Hazards are per run, so most runs
-    are plain and reach their ending.
+    may report budget-breaking token usage.  ``ending_repeats``: the model
+    repeats its ending this many times in a row (cut off again when the loop
+    retries with more room, paused again, refusing again) before it answers.
+    Hazards are per run, so most runs are plain and reach their ending.
     """
 
     persona: Literal["finishes", "stuck", "wanders"]
@@ -469,6 +521,7 @@ class Plan:
     slow: bool = False
     heavy: bool = False
     deadline_s: float | None = None
+    ending_repeats: int = 1
 
 
 def weighted(options: Sequence[tuple[Any, int]]) -> st.SearchStrategy[Any]:
@@ -488,6 +541,8 @@ def rarely(
 
 
 _RATES = ((0, 4), (1, 2), (2, 1), (3, 1))
+# how many times in a row the ending comes: mostly once; retry-once policies need two, pauses may run on
+_REPEATS = ((1, 5), (2, 3), (3, 1), (4, 1))
 
 
 def plans(
@@ -502,6 +557,7 @@ def plans(
     heavy: Sequence[tuple[bool, int]] = ((False, 4), (True, 1)),
     fault_rates: Sequence[tuple[int, int]] = _RATES,
     tool_fault_rates: Sequence[tuple[int, int]] = _RATES,
+    ending_repeats: Sequence[tuple[int, int]] = _REPEATS,
     deadline_s: float | None = None,
 ) -> st.SearchStrategy[Plan]:
     """The model's behaviour for one run; shrinks towards a model that finishes at once with no faults.
@@ -511,8 +567,8 @@ def plans(
     ``ending_kinds`` narrows the endings (``end_turn``, ``stop_sequence``, ``refusal``,
     ``max_tokens``, ``max_tokens_tool``, ``pause_turn``, ``pause_turn_server``), e.g. to leave out a known finding.
     The other keywords weigh the run-level hazards as ``(value, weight)`` pairs: an API outage,
-    slow replies, budget-breaking usage, and the chance in ten of API and tool faults.
-    ``faults=False`` turns every fault off.  ``deadline_s`` is the deadline the loop declares: slow
+    slow replies, budget-breaking usage, the chance in ten of API and tool faults, and how many times
+    in a row the ending comes (``ending_repeats``).  ``faults=False`` turns every fault off.  ``deadline_s`` is the deadline the loop declares: slow
     runs aim their latencies at it (see `slow_latencies`).
     """
 
@@ -530,10 +586,12 @@ def plans(
     ending_of = _ENDING_REPLIES[kinds[0]] if len(kinds) == 1 and kinds[0] in _ENDING_REPLIES else endings(kinds=kinds)
     fault_rate_of = _choice(fault_rates) if faults else 0
     tool_fault_rate_of = _choice(tool_fault_rates) if faults else 0
+    repeats_of = _choice(ending_repeats)
 
     # in the order they are drawn
     fields = {"outage": outage_of, "persona": persona_of, "slow": slow_of, "heavy": heavy_of, "steps": steps_of,
-              "ending": ending_of, "fault_rate": fault_rate_of, "tool_fault_rate": tool_fault_rate_of}
+              "ending": ending_of, "ending_repeats": repeats_of, "fault_rate": fault_rate_of,
+              "tool_fault_rate": tool_fault_rate_of}
     if not any(isinstance(f, st.SearchStrategy) for f in fields.values()):
         return st.just(Plan(**fields, deadline_s=deadline_s))  # nothing left to choose
 

@@ -16,7 +16,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from simloop.transcript import Halt, OutcomeEvent, Request, Response, ToolEnd, ToolStart, Transcript
+from simloop.transcript import (
+    AbortEvent,
+    Halt,
+    OutcomeEvent,
+    Request,
+    Response,
+    Restart,
+    ToolEnd,
+    ToolStart,
+    Transcript,
+    TurnStart,
+)
 
 __all__ = ["TOOL_OUTCOMES", "Step", "ToolRun", "render_timeline", "steps", "tool_outcome"]
 
@@ -69,6 +80,9 @@ class Step:
     requests: list[Request] = field(default_factory=list)
     responses: list[Response] = field(default_factory=list)
     violations: list[Any] = field(default_factory=list)  # simloop.Violation found at this step
+    turn: int | None = None  # the user turn (0-based) that begins with this step, in a conversation
+    turn_text: str = ""  # that turn's user message
+    aborts: list[str] = field(default_factory=list)  # the user's Stop, pressed during this step
 
 
 def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
@@ -78,11 +92,23 @@ def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
     starts: dict[int, ToolStart] = {}
     runs: dict[int, ToolRun] = {}
     current: Step | None = None
+    # turn marks are shown only for a conversation (more than one turn)
+    turn: TurnStart | None = None
+    conversation = sum(isinstance(e, TurnStart) for e in transcript.events) > 1
     for e in transcript.events:
-        if isinstance(e, Request) and e.path.endswith("/messages"):
+        if isinstance(e, TurnStart) and conversation:
+            turn = e
+        elif isinstance(e, AbortEvent) and current is not None:
+            current.aborts.append(f"STOP pressed ({e.trigger}) at {e.t:.3f}s")
+            current.tools.append(current.aborts[-1])  # in its place among the tool lines
+        elif isinstance(e, Restart) and current is not None:
+            current.tools.append(f"PROCESS DIED at {e.t:.3f}s: the loop restarts (life {e.life}), sim.store kept")
+        elif isinstance(e, Request) and e.path.endswith("/messages"):
             current = by_call.get(e.call)
             if current is None:
                 current = by_call[e.call] = Step(call=e.call, t=e.t, input_tokens=e.input_tokens)
+                if turn is not None:
+                    current.turn, current.turn_text, turn = turn.turn, turn.text, None
                 out.append(current)
             else:
                 current.retries += 1
@@ -128,8 +154,8 @@ def tool_outcome(start: ToolStart, end: ToolEnd | None) -> str:
     """What one execution came to: one of `TOOL_OUTCOMES`."""
     if end is None:
         return "running"
-    if end.status == "cancelled":
-        return "cancelled"
+    if end.status in ("cancelled", "crashed"):
+        return "cancelled" if end.status == "cancelled" else "committed-then-lost"
     if end.status == "ok":
         return {"slow": "slow", "huge_output": "huge"}.get(start.fault or "", "ok")
     if end.committed:
@@ -147,6 +173,8 @@ def render_timeline(
         marks.setdefault(v.step, []).append(v.invariant)
     lines = [f"{'step':>4}  {'time':>9}  {'in':>7} {'out':>6}  reply"]
     for s in rows:
+        if s.turn is not None:
+            lines.append(_clip(f"-- user turn {s.turn + 1}: {json.dumps(s.turn_text, ensure_ascii=False)}", width))
         retry = f"  [{', '.join(s.attempts)}]" if s.attempts else ""
         flag = f"  <-- {', '.join(marks[s.call])}" if s.call in marks else ""
         line = f"{s.call:>4}  {s.t:>8.3f}s  {s.input_tokens:>7} {s.output_tokens:>6}  {s.reply or '(no reply)'}{retry}{flag}"
@@ -156,7 +184,11 @@ def render_timeline(
     halt = transcript.of(Halt)
     if halt:
         lines.append(f"halted by simloop at {halt[0].t:.3f}s: {halt[0].detail}")
-    if isinstance(outcome, OutcomeEvent):
+    per_turn = [e for e in transcript.of(OutcomeEvent) if e.turn is not None]
+    if len(per_turn) > 1:
+        for o in per_turn:
+            lines.append(f"outcome of turn {o.turn + 1}: {o.reason} {json.dumps(o.text[:60], ensure_ascii=False)}")
+    elif isinstance(outcome, OutcomeEvent):
         text = outcome.exception or json.dumps(outcome.text[:60], ensure_ascii=False)
         lines.append(f"outcome: {outcome.reason} {text} at {outcome.t:.3f}s")
     for v in marks.get(None, []):
@@ -190,6 +222,8 @@ def _tool(start: ToolStart, end: ToolEnd) -> str:
     timing = f" after {took:.1f}s" if took >= 0.05 else ""
     if end.status == "ok":
         what = "ok"
+    elif end.status == "crashed":
+        what = f"committed, then the PROCESS DIED ({end.error})"
     elif end.committed:
         what = f"committed, then raised {end.error}"
     else:

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from simloop.errors import UsageError
+from simloop.errors import SimulatedCrash, UsageError
 from simloop.scenario import Fault, Scenario, ToolSpec
 from simloop.transcript import Response, ToolEnd, ToolStart, Transcript
 
@@ -71,6 +71,7 @@ class ToolBox:
         self.now = now
         self.sleep = sleep
         self.on_call = on_call
+        self.on_end: Callable[[ToolStart], None] | None = None  # set by the Sim (the abort trigger)
         self.executions = 0
         self._nth: dict[str, int] = {}
         self._fired: set[int] = set()
@@ -156,17 +157,26 @@ class ToolBox:
                 size = fault.size if fault and fault.size else DEFAULT_HUGE
                 result = _huge(result, size)
             end.committed = spec.kind == "write"
+            if kind == "crash":  # the effect happened, then the process died before the tool returned
+                end.committed = True
+                raise SimulatedCrash(f"the process died while {start.tool} ran (its effect was applied)")
             if kind == "commit_then_raise":
                 end.committed = True
                 raise ConnectionResetError(f"{start.tool}: connection reset before the reply arrived (the effect was applied)")
             end.result = result if len(result) <= 2000 else result[:2000] + f"... [{len(result)} chars]"
             return result
+        except SimulatedCrash as e:
+            end.status = "crashed"  # the process died: not an error the loop could report
+            end.error = str(e)
+            raise
         except BaseException as e:
             end.status = "raised"
             end.error = f"{type(e).__name__}: {e}"
             raise
         finally:
             end.t = self.now()
+            if self.on_end is not None:
+                self.on_end(start)  # the effect is done, the result not yet returned: where a Stop may land
             self.transcript.append(end)
 
     def _fault_for(self, spec: ToolSpec | None, name: str, nth: int, matched: str | None) -> Fault | None:

@@ -10,6 +10,9 @@ scenario's name, seed, declared limits and tool kinds) and a list of events:
 * `Halt`      — simloop unwound a runaway loop (model-call budget, virtual time, watchdog, a deadlock,
   a blocked network connection)
 * `ThreadLeft` — a thread the loop started was still running when it returned
+* `TurnStart` — a user turn of a conversation began (the drive took it from ``sim.user_turns``)
+* `AbortEvent` — the user pressed Stop: ``sim.abort`` fired
+* `Restart`   — the process died (a ``crash`` fault) and the drive was run again
 
 Times ``t`` are virtual seconds since the run started, so a transcript is a
 pure function of the scenario and seed: it serialises to JSONL byte for byte
@@ -27,17 +30,20 @@ from typing import Any
 from simloop.errors import UsageError
 
 __all__ = [
+    "AbortEvent",
     "Event",
     "Halt",
     "Header",
     "OutcomeEvent",
     "Request",
     "Response",
+    "Restart",
     "ThreadLeft",
     "ToolEnd",
     "ToolStart",
     "Transcript",
     "TranscriptError",
+    "TurnStart",
 ]
 
 VERSION = 1
@@ -154,7 +160,7 @@ class ToolStart:
 
 @dataclass(slots=True)
 class ToolEnd:
-    """A tool execution ended: ``status`` is ``ok``, ``raised`` or ``cancelled``.
+    """A tool execution ended: ``status`` is ``ok``, ``raised``, ``cancelled`` or ``crashed`` (the process died).
 
     ``committed`` says whether the tool's effect happened (true for every
     completed write, and for a ``commit_then_raise`` fault even though it raised).
@@ -183,6 +189,7 @@ class OutcomeEvent:
     text: str = ""
     exception: str | None = None
     where: str | None = None
+    turn: int | None = None  # the user turn it ends (0-based), for a drive that returned one outcome per turn
     type: str = "outcome"
 
 
@@ -219,10 +226,40 @@ class ThreadLeft:
     type: str = "thread_left"
 
 
-Event = Request | Response | ToolStart | ToolEnd | OutcomeEvent | Halt | ThreadLeft
+@dataclass(slots=True)
+class TurnStart:
+    """User turn ``turn`` (0-based: the task is turn 0) began: the drive took ``text`` from ``sim.user_turns``."""
+
+    t: float
+    turn: int
+    text: str = ""
+    type: str = "turn"
+
+
+@dataclass(slots=True)
+class AbortEvent:
+    """The abort fired (the user's Stop): ``trigger`` says where (``after model call 2``, ``at 12s``, ...)."""
+
+    t: float
+    trigger: str = ""
+    type: str = "abort"
+
+
+@dataclass(slots=True)
+class Restart:
+    """The process died (``detail``) and the drive began life ``life`` (2 for the first restart)."""
+
+    t: float
+    life: int
+    detail: str = ""
+    type: str = "restart"
+
+
+Event = Request | Response | ToolStart | ToolEnd | OutcomeEvent | Halt | ThreadLeft | TurnStart | AbortEvent | Restart
 _TYPES: dict[str, type[Any]] = {
     str(c.__dataclass_fields__["type"].default): c
-    for c in (Header, Request, Response, ToolStart, ToolEnd, OutcomeEvent, Halt, ThreadLeft)
+    for c in (Header, Request, Response, ToolStart, ToolEnd, OutcomeEvent, Halt, ThreadLeft, TurnStart, AbortEvent,
+              Restart)
 }
 
 
@@ -258,6 +295,11 @@ class Transcript:
     def outcome(self) -> OutcomeEvent | None:
         found = self.of(OutcomeEvent)
         return found[-1] if found else None
+
+    @property
+    def turns(self) -> list[TurnStart]:
+        """The user turns the run began, in order (none for a single-turn run that never read ``sim.user_turns``)."""
+        return self.of(TurnStart)
 
     @property
     def halt(self) -> Halt | None:

@@ -18,10 +18,12 @@ stage and the chunk number, and the finished runs are collected as it goes.
 
 from __future__ import annotations
 
+import functools
 import gc
 import hashlib
 import re
 import threading
+import unittest
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,17 +36,26 @@ from hypothesis import strategies as st
 
 from simloop._netguard import NetworkPolicy, check_policy
 from simloop._stack import on_fresh_stack
+from simloop._workers import on_failure, on_run
 from simloop.errors import InvariantViolation, UsageError
 from simloop.generated import GeneratedFaults, GeneratedModel, to_scenario
 from simloop.invariants import CATALOGUE, Report, Violation
-from simloop.scenario import Limits, Scenario, ToolSpec, load_scenario
+from simloop.scenario import Abort, Limits, Scenario, ToolSpec, load_scenario
 from simloop.sim import Drive, Sim
 from simloop.strategies import DEFAULT_TOOLS, Plan, stages
 from simloop.timeline import render_timeline
+from simloop.transcript import AbortEvent
 
-__all__ = ["DEFAULT_TASK", "leftovers_problem", "not_wired", "replay", "unreached_model", "verify"]
+__all__ = ["DEFAULT_TASK", "FOLLOWUPS", "leftovers_problem", "not_wired", "replay", "unreached_model", "verify"]
 
 DEFAULT_TASK = "The customer asks for a refund of order 1234. Check the policy, then email them the outcome."
+#: The user's follow-up messages of a generated conversation (`verify(turns=N)`), in order.
+FOLLOWUPS = (
+    "Thanks. Did the customer get the email?",
+    "Also check the shipping status of order 1234.",
+    "Please summarise what you did for the ticket.",
+    "One more thing: is the refund policy the same for gift cards?",
+)
 DEFAULT_OUT = Path(".simloop") / "failures"
 # The most examples one Hypothesis run is given: its memory grows with every example it tries (the
 # engine caches each result and records each choice sequence), so a longer stage runs as several
@@ -69,6 +80,11 @@ def verify(
     out_dir: str | Path = DEFAULT_OUT,
     settings: Settings | None = None,
     recorded: str | Path | Any = None,
+    turns: int = 1,
+    abort: bool = False,
+    restarts: int = 0,
+    workers: int = 1,
+    database: str | Path | Any = None,
     network: NetworkPolicy = "block",
 ) -> Report:
     """Property-test ``drive`` under generated model behaviours, API faults, tool faults and latencies.
@@ -82,12 +98,14 @@ def verify(
         max_examples: how many runs Hypothesis tries (a long budget is tried as several Hypothesis runs of
             at most a hundred examples, so memory stays flat however many are asked for).
         seed: makes the search deterministic (the same runs in the same order).
-        invariants: ids to check (default: all 13; see docs/design.md, Invariants: stops, pairing, request_valid,
+        invariants: ids to check (default: all 14; see docs/design.md, Invariants: stops, pairing, request_valid,
             no_rerun, truncation, refusal, honest_outcome, limits, tool_errors, no_work_after_return, crash,
-            results_sent, results_together).
+            results_sent, results_together, abort).
         plan: a strategy of model behaviours (`simloop.strategies.plans(...)`) for the whole budget;
             by default the budget is split over `simloop.strategies.stages()`, so that every kind of
-            run (faults, outages, stuck models, slow and heavy runs) is certainly tried.
+            run (faults, outages, stuck models, slow and heavy runs) is certainly tried; the stages are
+            interleaved (each stage's first two examples run before any stage's rest), so every kind of run
+            comes within the first ~20 examples at any budget.
         out_dir: where the minimal failing scenario is written.
         settings: Hypothesis settings to start from (default: the loaded profile, so its database,
             derandomize and verbosity apply).
@@ -97,12 +115,22 @@ def verify(
         network: ``"block"`` (default): a real network connection or host-name lookup from the loop is
             blocked and fails the run (``stops``: the loop bypassed the simulator); ``"loopback"`` allows
             connections to this machine, for a loop that uses a local service; ``"allow"``: no guard.
+        turns: the most user turns of a generated conversation: each run has one to ``turns`` turns (the task,
+            then follow-ups in ``sim.user_turns``), each with a model behaviour of its own; the invariants hold
+            over every request of the conversation, ``honest_outcome`` and ``limits`` per turn.  Shrinking
+            removes turns.  The drive runs every turn through one history (see docs/design.md, Conversations).
+        abort: each run presses the user's Stop once, at a drawn point (after a model call, while a tool runs,
+            or at a virtual time): the ``abort`` invariant holds the loop to it (see docs/design.md, Abort).
+        restarts: the process dies up to ``restarts`` times a run, each time on a drawn write execution (its
+            effect committed, the result lost); simloop runs the drive again with ``sim.store`` kept, and the
+            model asks again for what it never saw answered (see docs/design.md, Crash and restart).
 
     Returns a `Report` (``violations`` empty) when every example holds.
 
     Raises:
         InvariantViolation: with ``.violations``, ``.scenario`` (minimal), ``.scenario_path``,
-            ``.timeline`` and ``.replay``.
+            ``.timeline``, ``.replay`` and ``.examples_before_failure`` (the examples that passed before
+            the first failing one).
         UsageError: when no example made a single model call (the drive is not wired to the Sim).
 
     Example::
@@ -112,6 +140,26 @@ def verify(
     if not callable(drive):
         raise UsageError(f"verify(drive): drive must be a function taking a Sim, got {drive!r}")
     check_policy(network)
+    if isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
+        raise UsageError(f"verify(turns=...) is the most user turns of a conversation, an int >= 1; got {turns!r}")
+    if turns > 1 and recorded is not None:
+        raise UsageError("verify(turns=...) generates conversations; a recording has its own turns: leave turns=1")
+    turn_counts = st.integers(1, turns)
+    if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
+        raise UsageError(f"verify(restarts=...) is the most simulated process deaths a run, an int >= 0; got {restarts!r}")
+    crash_points = st.frozensets(st.integers(1, 3), min_size=1, max_size=restarts) if restarts else None
+    if not (isinstance(workers, int) and not isinstance(workers, bool) and workers >= 1):
+        raise UsageError(f"verify(workers=...): a number of processes, 1 or more; got {workers!r}")
+    if database is not None:
+        settings = Settings(settings or Settings(), database=example_database(database))
+    if workers > 1:
+        from simloop._workers import run_workers
+
+        return run_workers(verify, drive, {
+            "tools": tools, "limits": limits, "max_examples": max_examples, "seed": seed, "invariants": invariants,
+            "task": task, "plan": plan, "out_dir": out_dir, "settings": settings, "recorded": recorded,
+            "turns": turns, "abort": abort, "restarts": restarts, "network": network,
+        }, workers=workers)
     specs = _tools(tools)
     declared = limits if isinstance(limits, Limits) else Limits.model_validate(limits or {})
     checked = _invariant_ids(invariants)
@@ -136,16 +184,31 @@ def verify(
 
     def make_example(strategy: st.SearchStrategy[Any]) -> Callable[[st.DataObject], None]:
         def example(data: st.DataObject) -> None:
+            on_run()  # in a campaign of several workers: stop when another one failed
             draw = _run_draw(data)
+            scenario = base
+            if turns > 1:  # drawn first: the shrinker lowers it to remove turns
+                scenario = base.model_copy(update={"followups": _followups(draw(turn_counts) - 1)})
+            if abort:
+                scenario = scenario.model_copy(update={"abort": draw(_ABORT_POINTS)})
             chosen = draw(strategy)
             if world is not None:
                 model: Any = cassettes.FaultedRecording(world, draw, chosen)
                 faults = GeneratedFaults(draw, chosen.tool_plan, specs)
+            elif turns > 1:
+                model = GeneratedModel(draw, chosen, next_plan=strategy)
+                faults = GeneratedFaults(draw, chosen, specs)
             else:
                 model = GeneratedModel(draw, chosen)
                 faults = GeneratedFaults(draw, chosen, specs)
-            with Sim(base, seed=run_seed, model=model, fault_source=faults, network=network) as sim:
+            if crash_points is not None:
+                faults.crash_at = draw(crash_points)
+            with Sim(scenario, seed=run_seed, model=model, fault_source=faults, network=network) as sim:
                 faults.transcript = sim.transcript
+                if crash_points is not None and isinstance(model, GeneratedModel):
+                    model.lives = functools.partial(getattr, sim, "lives")
+                if turns > 1:
+                    model.turn = functools.partial(getattr, sim.user_turns, "started")
                 sim.run(drive)
             if faults.stopped is not None:
                 raise faults.stopped  # Hypothesis's own stop, met in a tool execution (see GeneratedFaults)
@@ -154,46 +217,70 @@ def verify(
             if sim.server.calls:
                 state["reached"] += 1
             if not report.ok:
+                state.setdefault("first_failure", state["examples"])  # (shrinking runs more after it)
+                on_failure()
                 state["failure"] = (report, sim, model, faults)
                 raise _Failed(", ".join(sorted({v.invariant for v in report.violations})))
 
         return example
 
+    def digest_of(stage: str) -> bytes:
+        # the example database is keyed by this: the same loop, world and stage find their failures again
+        source = world.source if world is not None else None
+        return repr(
+            (_name(drive), specs, declared, checked, task, source, stage)
+            + ((turns,) if turns > 1 else ()) + (("abort",) if abort else ()) + ((restarts,) if restarts else ())
+        ).encode()
+
+    def run_test(test: Callable[[], None]) -> None:
+        try:
+            on_fresh_stack(test)  # the engine and every example on stack space of their own (see _stack)
+        except _Failed:
+            report, sim, model, faults = state["failure"]
+            error = _violation(
+                drive, report, sim, model, faults, out_dir=Path(out_dir), seed=seed,
+                first_failure=state.get("first_failure"),
+            )
+            error.examples = state["examples"]
+            raise error from None
+
+    # A shared database (a campaign's, another machine's) may hold a failure of any stage: every stage's saved
+    # failures are replayed before any stage searches, so what was found anywhere is tried first.
+    replayed = seed is None and base_settings.database is not None and Phase.reuse in base_settings.phases
     with _heap_frozen():
-        collected_at = 0  # state["examples"] when the last finished runs were collected
-        for i, (stage, strategy, share) in enumerate(searches):
-            # the last stage gets what the others left: a stage whose space is exhausted early hands on its budget
-            budget = share if i < len(searches) - 1 else max_examples - state["examples"]
-            # the example database is keyed by this: the same loop, world and stage find their failures again
-            digest = repr(
-                (_name(drive), specs, declared, checked, task, world.source if world is not None else None, stage)
-            ).encode()
-            for n, size in enumerate(_chunks(budget)):
-                if state["examples"] - collected_at >= _CHUNK:
-                    # a finished Hypothesis run is freed only by a full collection (its engine sits in reference
-                    # cycles through the frames its tracebacks keep), which CPython runs ever more rarely as the
-                    # heap grows: without this, the finished runs of a long budget pile up
-                    gc.collect()
-                    collected_at = state["examples"]
+        if replayed:
+            for stage, strategy, _ in searches:
                 example = make_example(strategy)
-                example._hypothesis_internal_add_digest = digest  # type: ignore[attr-defined]
-                test = _chunk_settings(base_settings, size, first=n == 0)(given(st.data())(example))
-                if seed is not None:  # (as with any @seed, Hypothesis leaves its database out of seeded runs)
-                    test = hypothesis_seed(seed if n == 0 else _derived_seed(seed, stage, n))(test)
-                elif n > 0 and (root := _fixed_seed(base_settings, digest)) is not None:
-                    # every chunk would repeat the first; hypothesis.seed would also turn the database off, which
-                    # derandomize (with a database given) keeps on, so the seed is set as it sets it, minus that
-                    test._hypothesis_internal_use_seed = _derived_seed(root, stage, n)  # type: ignore[attr-defined]
-                before = state["examples"]
+                example._hypothesis_internal_add_digest = digest_of(stage)  # type: ignore[attr-defined]
+                phases = [p for p in base_settings.phases if p in (Phase.reuse, Phase.shrink)]
+                saved = Settings(_chunk_settings(base_settings, _CHUNK, first=True), phases=phases)
                 try:
-                    on_fresh_stack(test)  # the engine and every example on stack space of their own (see _stack)
-                except _Failed:
-                    report, sim, model, faults = state["failure"]
-                    error = _violation(drive, report, sim, model, faults, out_dir=Path(out_dir), seed=seed)
-                    error.examples = state["examples"]
-                    raise error from None
-                if state["examples"] - before < size:
-                    break  # the stage's space is exhausted (or its phases generate nothing): more chunks only repeat it
+                    run_test(saved(given(st.data())(example)))
+                except unittest.SkipTest:  # Hypothesis's way of saying this stage has nothing saved to replay
+                    pass
+        collected_at = 0  # state["examples"] when the last finished runs were collected
+        exhausted: set[str] = set()
+        for stage, strategy, n, size in _schedule(searches, max_examples, lambda: int(state["examples"]), exhausted):
+            digest = digest_of(stage)
+            if state["examples"] - collected_at >= _CHUNK:
+                # a finished Hypothesis run is freed only by a full collection (its engine sits in reference
+                # cycles through the frames its tracebacks keep), which CPython runs ever more rarely as the
+                # heap grows: without this, the finished runs of a long budget pile up
+                gc.collect()
+                collected_at = state["examples"]
+            example = make_example(strategy)
+            example._hypothesis_internal_add_digest = digest  # type: ignore[attr-defined]
+            test = _chunk_settings(base_settings, size, first=n == 0 and not replayed)(given(st.data())(example))
+            if seed is not None:  # (as with any @seed, Hypothesis leaves its database out of seeded runs)
+                test = hypothesis_seed(seed if n == 0 else _derived_seed(seed, stage, n))(test)
+            elif n > 0 and (root := _fixed_seed(base_settings, digest)) is not None:
+                # every chunk would repeat the first; hypothesis.seed would also turn the database off, which
+                # derandomize (with a database given) keeps on, so the seed is set as it sets it, minus that
+                test._hypothesis_internal_use_seed = _derived_seed(root, stage, n)  # type: ignore[attr-defined]
+            before = state["examples"]
+            run_test(test)
+            if state["examples"] - before < size:
+                exhausted.add(stage)  # the stage's space is exhausted (or its phases generate nothing): more only repeat it
     if state["examples"] and not state["reached"]:
         raise UsageError(not_wired(
             f"verify ran {state['examples']} example(s) of {_name(drive)} and not one made a model call to the "
@@ -254,6 +341,33 @@ def replay(
             replay=_replay_line(drive, str(path), seed, allow_functions=allow_functions), transcript=sim.transcript,
         )
     return report
+
+
+def example_database(database: str | Path | Any) -> Any:
+    """Hypothesis's example database for ``database``: a directory path, a ``redis://`` URL or a database as is.
+
+    A Redis URL uses Hypothesis's own ``RedisExampleDatabase`` (``hypothesis.extra.redis``; needs the
+    ``redis`` package): a fleet of CI machines pointed at one server replays what each of them found.
+    """
+    from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
+
+    if isinstance(database, ExampleDatabase):
+        return database
+    if isinstance(database, (str, Path)):
+        text = str(database)
+        if text.startswith(("redis://", "rediss://", "unix://")):
+            try:
+                import redis
+                from hypothesis.extra.redis import RedisExampleDatabase
+            except ImportError:
+                raise UsageError(
+                    f"database {text!r} is a Redis URL, which needs the redis package: pip install redis"
+                ) from None
+            return RedisExampleDatabase(redis.Redis.from_url(text))
+        return DirectoryBasedExampleDatabase(text)
+    raise UsageError(
+        f"database: give a directory, a redis:// URL or a hypothesis ExampleDatabase; got {type(database).__name__}"
+    )
 
 
 # -- runs that never reach the model ------------------------------------------------------------------------
@@ -350,7 +464,7 @@ def _heap_frozen() -> Iterator[None]:
 
 def _violation(
     drive: Drive, report: Report, sim: Sim, model: Any, faults: GeneratedFaults, *, out_dir: Path,
-    seed: int | None,
+    seed: int | None, first_failure: int | None = None,
 ) -> InvariantViolation:
     halted = sim.transcript.halt is not None
     scenario = to_scenario(
@@ -361,6 +475,8 @@ def _violation(
         served=model.served,
         faults=faults.fired,
         halted=halted,
+        followups=sim.scenario.followups[: max(sim.user_turns.started - 1, 0)],
+        abort=sim.scenario.abort if sim.transcript.of(AbortEvent) else None,
     )
     path = out_dir / f"{_slug(scenario.name)}-{_short_hash(scenario)}.yaml"
     functions = any(t.function is not None for t in scenario.tools)  # named by import path: replay opts in
@@ -375,9 +491,15 @@ def _violation(
         shape += ", then repeat_last"
     if scenario.faults:
         shape += f", {len(scenario.faults)} tool fault(s)"
+    found_at = (
+        f"first failing run: example {first_failure} of the search ({first_failure - 1} passed before it); "
+        "then shrunk to the run below"
+        if first_failure is not None else None
+    )
     lines = [
         f"simloop found {len(report.violations)} violation(s) of the loop's invariants:",
         *(f"  {v}" for v in report.violations),
+        *([found_at] if found_at else []),
         "",
         f"minimal scenario ({shape}), written to {path}:",
         *("  " + line for line in scenario.to_yaml().rstrip().splitlines()),
@@ -392,6 +514,7 @@ def _violation(
     return InvariantViolation(
         "\n".join(lines), violations=report.violations, scenario=scenario, scenario_path=str(path),
         timeline=timeline, replay=replay_line, transcript=sim.transcript,
+        examples_before_failure=first_failure - 1 if first_failure is not None else None,
     )
 
 
@@ -406,6 +529,9 @@ def _file_header(violations: Sequence[Violation], *, functions: bool = False) ->
 
 def _replay_line(drive: Drive, path: str, seed: int = 0, *, allow_functions: bool = False) -> str:
     """The command that replays ``path``; with the opt-in when its tools name functions (docs/security.md)."""
+    hint = getattr(drive, "simloop_replay", None)
+    if isinstance(hint, str):  # a drive that is not a Python function (simloop.command): it says how
+        return hint.format(path=path) + (f" --seed {seed}" if seed else "")
     module = getattr(drive, "__module__", None)
     qual = getattr(drive, "__qualname__", None)
     if module and qual and "<" not in qual and module != "__main__":
@@ -425,6 +551,40 @@ def _chunks(budget: int) -> list[int]:
         return []
     count = -(-budget // _CHUNK)
     return [budget // count + (1 if k < budget % count else 0) for k in range(count)]
+
+
+#: Examples of each stage tried before any stage gets the rest of its budget: every kind of run comes within
+#: the first ~20 examples whatever the budget (a stage's later chunks then start again from its simplest run).
+_FIRST_ROUND = 2
+
+
+def _schedule(
+    searches: Sequence[tuple[str, st.SearchStrategy[Any], int]], max_examples: int, done: Callable[[], int],
+    exhausted: set[str],
+) -> Iterator[tuple[str, st.SearchStrategy[Any], int, int]]:
+    """The Hypothesis runs of a search in the order they run: ``(stage, strategy, chunk number, size)``.
+
+    With several stages, a first round gives each its first `_FIRST_ROUND` examples (chunk 0, which also
+    replays the stage's saved failures), then each stage gets the rest of its share in chunks; the last
+    stage gets what the others left (a stage in ``exhausted``, whose space ran out, hands on its budget).
+    """
+    if len(searches) == 1:
+        name, strategy, budget = searches[0]
+        for n, size in enumerate(_chunks(budget)):
+            if name in exhausted:
+                return
+            yield name, strategy, n, size
+        return
+    firsts = [min(share, _FIRST_ROUND) for _, _, share in searches]
+    for (name, strategy, _), first in zip(searches, firsts):
+        if first:
+            yield name, strategy, 0, first
+    for i, ((name, strategy, share), first) in enumerate(zip(searches, firsts)):
+        rest = share - first if i < len(searches) - 1 else max_examples - done()
+        for n, size in enumerate(_chunks(rest), start=1):
+            if name in exhausted:
+                break
+            yield name, strategy, n, size
 
 
 def _chunk_settings(base: Settings, size: int, *, first: bool) -> Settings:
@@ -468,6 +628,21 @@ def _split(
         out.append((name, strategy, n))
         left -= n
     return out
+
+
+# Where `verify(abort=True)` presses Stop: after the n-th model call, while the n-th tool execution runs, or at a
+# virtual time (a model call or a tool in flight, often); the first of each is the simplest.
+_ABORT_POINTS = st.one_of(
+    st.integers(1, 4).map(lambda n: Abort(after_call=n)),
+    st.integers(1, 3).map(lambda n: Abort(tool_call=n)),
+    st.sampled_from((0.5, 2.0, 10.0, 60.0)).map(lambda t: Abort(at=t)),
+)
+
+
+def _followups(n: int) -> list[str]:
+    """The first ``n`` follow-up messages of a generated conversation."""
+    return [FOLLOWUPS[i % len(FOLLOWUPS)] + (f" ({i // len(FOLLOWUPS) + 1})" if i >= len(FOLLOWUPS) else "")
+            for i in range(n)]
 
 
 def _tools(tools: Sequence[ToolSpec | dict[str, Any]] | None) -> list[ToolSpec]:

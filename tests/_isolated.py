@@ -31,7 +31,7 @@ def in_fresh_process(test: F) -> F:
             return
         child = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:xdist", nodeid],
-            check=False, cwd=ROOT, env={**os.environ, _MARK: nodeid}, capture_output=True, text=True, timeout=600,
+            check=False, cwd=ROOT, env={**os.environ, _MARK: nodeid}, capture_output=True, text=True, timeout=300,
         )
         assert child.returncode == 0, f"{nodeid} failed in its own process:\n{child.stdout}\n{child.stderr}"
 

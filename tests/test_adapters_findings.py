@@ -148,6 +148,11 @@ def test_pydantic_ai_continuation_not_counted(pai: Any) -> None:
     replay_finding(pai.drive, "pydantic-ai-continuation-not-counted", breaks={"limits"})
 
 
+@known("pydantic-ai runs the complete tool calls of a reply cut at max_tokens (a write among them)")
+def test_pydantic_ai_runs_complete_calls_of_a_cut_reply(pai: Any) -> None:
+    replay_finding(pai.drive_tool_failed, "pydantic-ai-runs-complete-calls-of-cut-reply", breaks={"truncation"})
+
+
 @known("pydantic-ai checks total_tokens > limit before a request, so one more goes out at exactly the limit")
 def test_pydantic_ai_token_limit_off_by_one(pai: Any) -> None:
     replay_finding(pai.drive, "pydantic-ai-token-limit-off-by-one", breaks={"limits"})

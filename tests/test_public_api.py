@@ -59,7 +59,8 @@ def test_each_public_name_imports_from_simloop() -> None:
 def test_import_simloop_leaves_the_extras_alone() -> None:
     code = (
         "import sys, simloop; "
-        "print(sorted(m for m in ('rich', 'vcr', 'simloop.cassettes', 'simloop.adapters', 'simloop.cli') "
+        "print(sorted(m for m in ('rich', 'vcr', 'simloop.cassettes', 'simloop.adapters', 'simloop.cli', 'mcp', 'uvicorn', "
+        "'simloop.mcp', 'simloop.command') "
         "if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -39,6 +39,7 @@ INVARIANT_IDS = (
     "crash",
     "results_sent",
     "results_together",
+    "abort",
 )
 
 

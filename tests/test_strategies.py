@@ -50,14 +50,16 @@ def test_zero_bytes_are_the_simplest_values() -> None:
 
 
 def test_a_byte_picks_in_proportion_to_the_weights() -> None:
-    distinct = bytes([0, 0, 0xFF, 0xFF, 0x80, 0])  # three different calls
+    distinct = b"".join(bytes([0x10 * i, 0, 0]) for i in range(8))  # eight calls that differ, each valid
     shapes = Counter(
         (len(calls), calls[-1] == calls[0] and len(calls) > 1)
         for calls in (CODECS["calls"].decode(Digits(bytes([b]) + distinct)) for b in range(256))
     )
-    # weights (of 10): one call 4, two 2, three 2, one and its duplicate 1, two and a duplicate 1
-    expected = {(1, False): 4, (2, False): 2, (3, False): 2, (2, True): 1, (3, True): 1}
-    assert shapes == pytest.approx({k: 256 * w / 10 for k, w in expected.items()}, abs=1)
+    # weights (of 34): one call 16, two 5, three 3, four 2, five to eight 1 each; a call and its duplicate 2,
+    # two calls and a duplicate 1, three and a duplicate 1
+    expected = {(1, False): 16, (2, False): 5, (3, False): 3, (4, False): 2, (5, False): 1, (6, False): 1,
+                (7, False): 1, (8, False): 1, (2, True): 2, (3, True): 1, (4, True): 1}
+    assert shapes == pytest.approx({k: 256 * w / 34 for k, w in expected.items()}, abs=1)
     assert Digits(b"\xff").pick("abc") == "c"
     assert Digits(b"\xff\xff").below(7) == 6
 
@@ -129,7 +131,8 @@ def test_a_plan_with_nothing_left_to_choose_makes_no_choice() -> None:
     from hypothesis.internal.conjecture.data import ConjectureData
 
     fixed: dict[str, Any] = {"min_steps": 9, "personas": (("finishes", 1),), "faults": False,
-                             "ending_kinds": ("end_turn",), "slow": ((False, 1),), "heavy": ((False, 1),)}
+                             "ending_kinds": ("end_turn",), "slow": ((False, 1),), "heavy": ((False, 1),),
+                             "ending_repeats": ((1, 1),)}
     plan = ConjectureData.for_choices([]).draw(strategies.plans(max_steps=9, **fixed))  # no choice to replay
     assert (plan.persona, plan.steps, plan.ending.kind, plan.outage) == ("finishes", 9, "end_turn", None)
     with pytest.raises(StopTest):  # one field left to choose: the empty choice sequence runs out

@@ -146,7 +146,7 @@ def test_a_typo_in_simloop_config_is_reported_once(pytester: pytest.Pytester) ->
         "import pytest\n\n@pytest.fixture\ndef simloop_config():\n    return {'max_exampels': 5}\n"
     )
     pytester.makepyfile(test_typo="def test_typo(simloop):\n    pass\n")
-    result = pytester.runpytest()
+    result = pytester.runpytest("-rN")  # no short summary (under CI=true pytest prints its lines whole)
     result.assert_outcomes(errors=1)
     text = result.stdout.str()
     assert text.count("unknown option 'max_exampels' (did you mean 'max_examples'?)") == 1

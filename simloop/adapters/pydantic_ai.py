@@ -23,6 +23,13 @@ The way a run ends maps onto an `Outcome`:
   error it lets through -> ``error``: the agent raises these by design, so the
   drive catches them (anything else that escapes is a ``crash``).
 
+With ``make_drive(tools="mcp")`` the agent reaches the tools through pydantic-ai's ``MCPToolset``
+connected in memory to ``sim.mcp_server()`` (`mcp_toolset`): the scenario's tools served by the
+official MCP SDK, each call matched to its tool_use by name and input.  A tool's failure reaches the
+agent as an MCP tool error, which ``MCPToolset`` turns into a retry prompt by default
+(``tool_error_behavior="retry"``); ``"error"`` lets it escape the run.  Needs ``simloop[mcp]`` and
+``pydantic-ai-slim[mcp]``.
+
 A tool's exception propagates as it would from a plain pydantic-ai tool
 (pydantic-ai only turns `ModelRetry` and `ToolFailed` into results the model
 sees); ``on_tool_error="tool_failed"`` wraps it in `ToolFailed`, the way
@@ -57,6 +64,7 @@ try:
         ToolFailed,
         UsageLimitExceeded,
     )
+    from pydantic_ai.messages import ModelMessage
     from pydantic_ai.models.anthropic import AnthropicModel
     from pydantic_ai.providers.anthropic import AnthropicProvider
     from pydantic_ai.usage import UsageLimits
@@ -68,8 +76,8 @@ if TYPE_CHECKING:
     from simloop.sim import Sim
 
 __all__ = [
-    "drive", "drive_tool_failed", "drive_trusting_output", "make_drive", "model", "outcome_of_error", "tools",
-    "usage_limits",
+    "drive", "drive_mcp", "drive_tool_failed", "drive_trusting_output", "make_drive", "mcp_toolset", "model",
+    "outcome_of_error", "tools", "usage_limits",
 ]
 
 ToolErrorPolicy = Literal["raise", "tool_failed"]
@@ -114,6 +122,38 @@ def _call(sim: Sim, name: str, on_tool_error: ToolErrorPolicy) -> Callable[..., 
     return call
 
 
+def mcp_toolset(sim: Sim, *, tool_error_behavior: Literal["retry", "error", "failed"] = "retry") -> Any:
+    """A pydantic-ai ``MCPToolset`` connected in memory to ``sim.mcp_server()`` (the official MCP SDK's server).
+
+    Example::
+
+        agent = Agent(model(sim), toolsets=[mcp_toolset(sim)])
+    """
+    try:
+        from pydantic_ai.mcp import MCPToolset
+    except ImportError:
+        raise ModuleNotFoundError(
+            "simloop.adapters.pydantic_ai.mcp_toolset needs pydantic-ai's MCP client and the MCP SDK: "
+            "pip install 'simloop[mcp]' 'pydantic-ai-slim[mcp]'", name="fastmcp"
+        ) from None
+    from simloop.adapters._mcp_memory import InMemory
+
+    return MCPToolset(InMemory(sim.mcp_server()), tool_error_behavior=tool_error_behavior)
+
+
+def _warm_mcp() -> None:
+    """Import the MCP client and server now, not in the first run (where the import's real time counts against
+    the run's watchdog); a missing one is reported when the drive runs (`mcp_toolset`)."""
+    try:
+        import mcp_types  # noqa: F401
+        import pydantic_ai.mcp  # noqa: F401
+        from mcp.server import Server  # noqa: F401
+
+        import simloop.adapters._mcp_memory  # noqa: F401
+    except ImportError:
+        pass
+
+
 def usage_limits(limits: Limits | None) -> UsageLimits:
     """pydantic-ai's `UsageLimits` for the declared limits (its defaults for what is not declared)."""
     if limits is None or (limits.max_steps is None and limits.max_total_tokens is None):
@@ -140,7 +180,13 @@ def outcome_of_error(exc: AgentRunError) -> Outcome:
     return Outcome("error", text)
 
 
-def make_drive(*, on_tool_error: ToolErrorPolicy = "raise", check_finish_reason: bool = True) -> Callable[[Sim], Any]:
+def make_drive(
+    *,
+    on_tool_error: ToolErrorPolicy = "raise",
+    check_finish_reason: bool = True,
+    tools_via: Literal["python", "mcp"] = "python",
+    mcp_tool_errors: Literal["retry", "error", "failed"] = "retry",
+) -> Callable[[Sim], Any]:
     """An ``async`` drive running a pydantic-ai `Agent` on the scenario (the ready-made drives are made here).
 
     Args:
@@ -149,26 +195,44 @@ def make_drive(*, on_tool_error: ToolErrorPolicy = "raise", check_finish_reason:
         check_finish_reason: read ``result.response.finish_reason`` when the run returns (``length`` ->
             ``truncated``, ``content_filter`` -> ``refusal``); ``False`` takes a returned run as ``final``,
             as a caller that uses ``result.output`` does.
+        tools_via: ``"python"`` registers the tools as pydantic-ai tools; ``"mcp"`` serves them over MCP
+            (`mcp_toolset`), with ``mcp_tool_errors`` as its ``tool_error_behavior``.
 
     Example::
 
         simloop.verify(make_drive(on_tool_error="tool_failed"), limits=simloop.Limits(max_steps=8))
     """
 
-    async def adrive(sim: Sim) -> Outcome:
-        agent: Agent[None, str] = Agent(
-            model(sim), tools=tools(sim, on_tool_error=on_tool_error), system_prompt=sim.system or ()
-        )
+    if tools_via == "mcp":
+        _warm_mcp()
+
+    async def adrive(sim: Sim) -> list[Outcome]:
+        if tools_via == "mcp":
+            agent: Agent[None, str] = Agent(
+                model(sim), toolsets=[mcp_toolset(sim, tool_error_behavior=mcp_tool_errors)],
+                system_prompt=sim.system or (),
+            )
+        else:
+            agent = Agent(model(sim), tools=tools(sim, on_tool_error=on_tool_error), system_prompt=sim.system or ())
         limits = sim.limits
         timeout = limits.deadline_s if limits is not None else None
-        try:
-            result = await agent.run(sim.task, usage_limits=usage_limits(limits), timeout=timeout)
-        except AgentRunError as exc:
-            return outcome_of_error(exc)
-        except (anthropic.APIError, httpx2.HTTPError) as exc:  # the API failed and pydantic-ai let it through
-            return Outcome("error", f"{type(exc).__name__}: {exc}")
-        reason = result.response.finish_reason if check_finish_reason else None
-        return Outcome(_RETURNED.get(reason or "", "final"), result.output)
+        history: list[ModelMessage] = []  # the conversation so far: pydantic-ai's message_history
+        outcomes = []
+        for text in sim.user_turns:
+            try:
+                result = await agent.run(
+                    text, message_history=history, usage_limits=usage_limits(limits), timeout=timeout
+                )
+            except AgentRunError as exc:
+                outcomes.append(outcome_of_error(exc))
+                continue  # the turn failed: the history stays as it was before it
+            except (anthropic.APIError, httpx2.HTTPError) as exc:  # the API failed and pydantic-ai let it through
+                outcomes.append(Outcome("error", f"{type(exc).__name__}: {exc}"))
+                continue
+            history = result.all_messages()
+            reason = result.response.finish_reason if check_finish_reason else None
+            outcomes.append(Outcome(_RETURNED.get(reason or "", "final"), result.output))
+        return outcomes
 
     return adrive
 
@@ -183,3 +247,4 @@ def _named(fn: Callable[[Sim], Any], name: str) -> Callable[[Sim], Any]:
 drive = _named(make_drive(), "drive")
 drive_tool_failed = _named(make_drive(on_tool_error="tool_failed"), "drive_tool_failed")
 drive_trusting_output = _named(make_drive(check_finish_reason=False), "drive_trusting_output")
+drive_mcp = _named(make_drive(tools_via="mcp"), "drive_mcp")

@@ -31,6 +31,7 @@ from simloop.errors import InvariantViolation, SimloopInternalError, UsageError
 from simloop.invariants import _base
 from simloop.invariants._base import MESSAGES_PATH as MESSAGES_PATH
 from simloop.invariants._base import REASONS, Invariant, Violation
+from simloop.invariants.aborts import abort
 from simloop.invariants.conversation import _walk as _walk  # the pairing walk, for its property test
 from simloop.invariants.conversation import pairing, request_valid
 from simloop.invariants.execution import no_rerun, results_sent, results_together, tool_errors
@@ -95,6 +96,7 @@ CATALOGUE: dict[str, Invariant] = {
     "crash": crash,
     "results_sent": results_sent,
     "results_together": results_together,
+    "abort": abort,
 }
 if tuple(CATALOGUE) != INVARIANT_IDS:  # pragma: no cover - a development-time consistency check
     raise SimloopInternalError("simloop.invariants.CATALOGUE is out of step with scenario.INVARIANT_IDS")

@@ -9,15 +9,27 @@ runs one after another) and report through `Violation` (public as
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from simloop.transcript import OutcomeEvent, Request, Response, ToolEnd, ToolStart, Transcript
+from simloop.transcript import (
+    Event,
+    Halt,
+    OutcomeEvent,
+    Request,
+    Response,
+    Restart,
+    ToolEnd,
+    ToolStart,
+    Transcript,
+    TurnStart,
+)
 
-__all__ = ["MESSAGES_PATH", "REASONS", "Invariant", "Split", "Violation"]
+__all__ = ["MESSAGES_PATH", "REASONS", "Invariant", "Split", "TurnSlice", "Violation", "per_turn", "turn_slices"]
 
 #: The outcome reasons a loop may declare (docs/design.md, Outcome reasons).
 REASONS = (
@@ -205,3 +217,86 @@ def _canon(value: Any) -> str:
 def _is_write(t: Transcript, s: ToolStart) -> bool:
     return t.header.tools.get(s.tool, s.kind) == "write"
 
+
+
+# -- user turns -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TurnSlice:
+    """One user turn of a conversation as a transcript of its own: its events with model calls numbered from 1
+    and times from the turn's start, and the outcome the drive gave for it (``calls_before`` and ``t_before``
+    map them back)."""
+
+    turn: int
+    calls_before: int
+    t_before: float
+    transcript: Transcript
+
+
+def turn_slices(t: Transcript) -> list[TurnSlice]:
+    """The transcript cut at each `TurnStart`: the per-turn view of `honest_outcome` and `limits`.
+
+    A run with at most one turn is itself (the same object: no copy).  The events before the first turn
+    mark belong to the first turn; a turn's outcome is the `OutcomeEvent` recorded for it, and an outcome
+    with no turn (the drive returned only the last) or an escaped exception belongs to the last turn.
+    """
+    marks = [pos for pos, e in enumerate(t.events) if isinstance(e, TurnStart)]
+    if len(marks) <= 1:
+        return [TurnSlice(0, 0, 0.0, t)]
+    outcomes = [(pos, e) for pos, e in enumerate(t.events) if isinstance(e, OutcomeEvent)]
+    end = outcomes[0][0] if outcomes else len(t.events)
+    by_turn = {e.turn: e for _, e in outcomes if e.turn is not None}
+    untagged = [e for _, e in outcomes if e.turn is None]
+    # the outcomes are the last life's: a turn of a life that died before the drive returned has none
+    last_life = max((pos for pos, e in enumerate(t.events) if isinstance(e, Restart)), default=-1)
+    out: list[TurnSlice] = []
+    calls_before = 0
+    for i, start in enumerate(marks):
+        mark = t.events[start]
+        assert isinstance(mark, TurnStart)
+        stop = marks[i + 1] if i + 1 < len(marks) else end
+        events = t.events[0 if i == 0 else start : stop]
+        t0 = mark.t if i else 0.0
+        first_call = next((e.call for e in events if isinstance(e, Request) and e.path == MESSAGES_PATH), None)
+        base = calls_before if first_call is None else first_call - 1
+        shifted: list[Event] = [_shift(e, t0, base) for e in events if not isinstance(e, TurnStart)]
+        outcome = by_turn.get(mark.turn)
+        if start < last_life or any(isinstance(e, Restart) for e in events):  # a life that died: no outcome known
+            outcome = None
+        elif outcome is None and i == len(marks) - 1 and untagged:
+            outcome = untagged[-1]
+        if outcome is not None:
+            shifted.append(dataclasses.replace(outcome, t=outcome.t - t0))
+        out.append(TurnSlice(mark.turn, base, t0, Transcript(header=t.header, events=shifted)))
+        calls_before = max((e.call for e in events if isinstance(e, Request) and e.path == MESSAGES_PATH),
+                           default=base)
+    return out
+
+
+def _shift(e: Event, t0: float, calls: int) -> Event:
+    if isinstance(e, (Request, Response)):
+        return dataclasses.replace(e, t=e.t - t0, call=e.call - calls)
+    if isinstance(e, (ToolStart, ToolEnd, Halt, OutcomeEvent)):
+        return dataclasses.replace(e, t=e.t - t0) if t0 else e
+    return e
+
+
+def per_turn(check: Invariant) -> Invariant:
+    """``check`` run on each user turn (see `turn_slices`); a violation names its turn and conversation step."""
+
+    def each(t: Transcript) -> list[Violation]:
+        slices = turn_slices(t)
+        if len(slices) == 1:
+            return check(slices[0].transcript)
+        out: list[Violation] = []
+        for s in slices:
+            for v in check(s.transcript):
+                step = None if v.step is None else v.step + s.calls_before
+                evidence = {**v.evidence, "turn": s.turn}
+                out.append(Violation(v.invariant, f"in user turn {s.turn + 1}: {v.message}", step, evidence))
+        return out
+
+    each.__name__ = getattr(check, "__name__", "invariant")
+    each.__doc__ = check.__doc__
+    return each

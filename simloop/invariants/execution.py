@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from simloop.invariants._base import Violation, _is_write, _View, _view
-from simloop.transcript import ToolStart, Transcript
+from simloop.transcript import Restart, ToolStart, Transcript
 
 __all__ = ["no_rerun", "results_sent", "results_together", "tool_errors"]
 
@@ -26,13 +27,14 @@ def no_rerun(t: Transcript) -> list[Violation]:
     """
     v = _view(t)
     out: list[Violation] = []
+    restarts = [pos for pos, e in enumerate(t.events) if isinstance(e, Restart)]
     by_tool_use: dict[str, ToolStart] = {}
     # the writes that committed, by tool and input: (position of the ToolEnd, the write), in execution order
     committed: dict[tuple[str, str], list[tuple[int, ToolStart]]] = {}
     written: set[str] = set()  # the tools among them (an input is made canonical only when it may matter)
     for pos, s in v.starts:
         same = committed.get((s.tool, v.input_of(s)), []) if s.tool in written else []
-        found = _rerun_of_commit(v, pos, s, same) or _unrequested_or_repeated(v, pos, s, by_tool_use)
+        found = _rerun_of_commit(v, pos, s, same, restarts) or _unrequested_or_repeated(v, pos, s, by_tool_use)
         if found is not None:
             out.append(found)
         if s.matched is not None:
@@ -44,12 +46,20 @@ def no_rerun(t: Transcript) -> list[Violation]:
     return out
 
 
-def _rerun_of_commit(v: _View, pos: int, s: ToolStart, same: list[tuple[int, ToolStart]]) -> Violation | None:
+def _rerun_of_commit(
+    v: _View, pos: int, s: ToolStart, same: list[tuple[int, ToolStart]], restarts: Sequence[int] = ()
+) -> Violation | None:
     """A rerun of one of ``same``: the committed writes of the same tool with the same input."""
     for end_pos, prior in same:
         if end_pos > pos:
             continue
-        if s.matched is not None and s.matched != prior.matched:
+        died = next((r for r in restarts if end_pos < r < pos), None)
+        if died is not None:
+            # the process died after the write committed: the model never saw its result, so it asks again, as a
+            # real model does; only the loop's own record (an idempotency key in sim.store) can tell
+            why = (" after the process died and restarted (the write had committed before the crash; a durable "
+                   "loop records an idempotency key in its store before the write and checks it after a restart)")
+        elif s.matched is not None and s.matched != prior.matched:
             answered = v.result_sent.get(s.matched)
             if answered is None or answered > pos:
                 continue  # the model asked for it in its own tool_use: its call, not the loop's
@@ -147,6 +157,8 @@ def tool_errors(t: Transcript) -> list[Violation]:
         ]
         if any(b.get("is_error") is True for b in results):
             continue
+        if not results and any(isinstance(e, Restart) for e in t.events[pos:]):
+            continue  # the process died before the loop could report it: gone with what it held in memory
         how = "was reported as a success (no is_error)" if results else "was never reported to the model"
         ev["kind"] = "not_is_error" if results else "unreported"
         message = (
@@ -173,16 +185,19 @@ def results_sent(t: Transcript) -> list[Violation]:
     if not v.starts:
         return []
     positions = [pos for pos, _ in v.model_requests]
+    restarts = [pos for pos, e in enumerate(t.events) if isinstance(e, Restart)]
     dropped: dict[int, list[ToolStart]] = {}  # index into model_requests -> the executions it should answer
     seen: set[str] = set()
     for pos, s in v.starts:
         uid = s.matched
         end = v.ends.get(s.exec)
-        if uid is None or uid in seen or end is None or end[1].status == "cancelled":
+        if uid is None or uid in seen or end is None or end[1].status in ("cancelled", "crashed"):
             continue
         k = bisect.bisect_right(positions, end[0])
         if k == len(positions):
             continue  # no model call after it: the loop stopped after running its tools
+        if any(end[0] < r < positions[k] for r in restarts):
+            continue  # the process died before the next call: what it held in memory is gone (no_rerun's care)
         seen.add(uid)
         sent = v.result_sent.get(uid)
         if sent is None or sent > positions[k]:

@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
-from simloop.invariants._base import _FINAL_STOPS, _VOLATILE_BODY, REASONS, Violation, _canon, _is_write, _View, _view
-from simloop.transcript import Request, Response, Transcript
+from simloop.invariants._base import (
+    _FINAL_STOPS,
+    _VOLATILE_BODY,
+    REASONS,
+    Violation,
+    _canon,
+    _is_write,
+    _View,
+    _view,
+    per_turn,
+)
+from simloop.transcript import Request, Response, Restart, Transcript
 
 __all__ = ["honest_outcome", "refusal", "truncation"]
 
@@ -61,7 +71,9 @@ def refusal(t: Transcript) -> list[Violation]:
         sig = _signature(req)
         if sig in reported:
             continue
-        again = [r for p, r in v.model_requests if p > pos and r.call > req.call and r.attempt == 0
+        # within the life it was refused in: a restarted process has forgotten it (its store may not)
+        died = next((p for p, e in enumerate(t.events) if p > pos and isinstance(e, Restart)), len(t.events))
+        again = [r for p, r in v.model_requests if pos < p < died and r.call > req.call and r.attempt == 0
                  and _signature(r) == sig]
         if not again:
             continue
@@ -98,7 +110,13 @@ def _wrote_last(v: _View) -> bool:
 
 
 def honest_outcome(t: Transcript) -> list[Violation]:
-    """The declared reason is not contradicted by the transcript (only clear lies are flagged)."""
+    """The declared reason is not contradicted by the transcript (only clear lies are flagged), turn by turn
+    in a conversation (each turn's outcome against that turn's replies)."""
+    return _honest_each(t)
+
+
+def _honest_outcome(t: Transcript) -> list[Violation]:
+    """`honest_outcome` over one turn."""
     v = _view(t)
     outcome = v.outcome
     if outcome is None or outcome.exception is not None:
@@ -133,3 +151,6 @@ def honest_outcome(t: Transcript) -> list[Violation]:
     fix = "a correct loop reports why it actually stopped: 'final' only after end_turn or stop_sequence"
     return [Violation("honest_outcome", f"{lie}; {fix}", step, evidence)]
 
+
+
+_honest_each = per_turn(_honest_outcome)

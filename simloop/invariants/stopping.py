@@ -7,7 +7,7 @@ import bisect
 from collections import Counter
 from typing import Any
 
-from simloop.invariants._base import MESSAGES_PATH, Violation, _canon, _is_reply, _is_write, _View, _view
+from simloop.invariants._base import MESSAGES_PATH, Violation, _canon, _is_reply, _is_write, _View, _view, per_turn
 from simloop.transcript import Halt, Request, Response, ToolEnd, ToolStart, Transcript
 
 __all__ = ["limits", "stops"]
@@ -91,7 +91,13 @@ def _runaway(v: _View, until: int) -> str:
 
 def limits(t: Transcript) -> list[Violation]:
     """The loop honours the limits it declared: max_steps, deadline_s, max_total_tokens, and the stop policies
-    max_tool_errors, max_writes, max_repeats (each only if declared; see `simloop.Limits`)."""
+    max_tool_errors, max_writes, max_repeats (each only if declared; see `simloop.Limits`); in a conversation,
+    per user turn (a turn's steps, time and tokens count from its start)."""
+    return _limits_each(t)
+
+
+def _limits(t: Transcript) -> list[Violation]:
+    """`limits` over one turn."""
     v = _view(t)
     declared = t.header.limits
     max_steps, deadline, budget = declared.get("max_steps"), declared.get("deadline_s"), declared.get("max_total_tokens")
@@ -136,6 +142,7 @@ def limits(t: Transcript) -> list[Violation]:
 
 
 _POLICIES = ("max_tool_errors", "max_writes", "max_repeats")
+_limits_each = per_turn(_limits)
 
 
 def _policies(t: Transcript, v: _View) -> list[Violation]:

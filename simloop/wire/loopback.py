@@ -13,7 +13,8 @@ latency in the ``x-envoy-upstream-service-time`` header the real API sends (mill
 Faults on the wire: ``connection`` and ``timeout`` close the connection without an answer (a
 real-time server does not wait out the client's read timeout), a cut stream ends mid-body without
 the last chunk, a mid-stream error is the real ``event: error``.  A scripted run that ends
-(`ScriptExhausted`) or a simloop bug is answered with a 500 the SDK does not retry
+(`ScriptExhausted`), a loop the runaway budget stops (`LoopHalted`, kept in ``halted``) or a simloop
+bug is answered with a 500 the SDK does not retry
 (``x-should-retry: false``) whose message says what happened, and is kept in ``errors``.
 
 Hostile input (docs/security.md): every error, the standard library's own included (a malformed
@@ -22,6 +23,18 @@ never an HTML page; a bad ``Content-Length`` or chunked framing gets a 400 and a
 API's 32 MB a 413.  Each connection's reads and writes time out after ``read_timeout`` seconds, and at
 most ``max_connections`` are served at once: one more is answered with a 529 (overloaded) and closed,
 so a flood of slow connections cannot make the server start a thread for each.
+
+Tools: with a `ToolBox` (``serve(..., mcp=True)`` makes one for the scenario) the scenario's tools are
+served too, with their faults and the execution ledger in the same transcript: over MCP streamable
+HTTP at ``mcp_url`` (`simloop.mcp.HTTPServer`, a port of its own) and as plain JSON at ``POST
+/simloop/tools/NAME`` (the input as the body; the answer ``{"content": TEXT, "is_error": BOOL}``), for a
+loop in a language without an MCP client at hand.  Tools never sleep either: a ``slow`` fault's latency
+is not waited out.
+
+Retry waits: with ``fast_retries`` (what ``simloop verify --command`` uses) every retryable error
+(408, 429, 5xx) carries ``retry-after-ms: 1``, which both official SDKs (Python and TypeScript) obey
+in place of their exponential backoff, so a run of outages costs milliseconds, not seconds.  A dropped
+connection has no headers to say so: the SDK waits its own backoff (about half a second) before retrying.
 
 Example::
 
@@ -44,10 +57,12 @@ from pathlib import Path
 from typing import Any, Self
 from urllib.parse import urlsplit
 
+from simloop._watchdog import LoopHalted
 from simloop.clock import REAL, RealTimeThread
 from simloop.errors import UsageError
 from simloop.models import Ids, ModelPolicy, Script, ScriptExhausted
 from simloop.scenario import Scenario, load_scenario
+from simloop.tools import ToolBox
 from simloop.transcript import Header, Transcript
 from simloop.wire.errors import STATUS_ERRORS, error_body
 from simloop.wire.server import InternalFailure, Planned, SimServer
@@ -64,6 +79,8 @@ READ_TIMEOUT_S = 30.0
 MAX_CONNECTIONS = 64
 _MAX_LINE = 65536
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
+_TOOLS_PATH = "/simloop/tools/"
+_RETRYABLE = frozenset({408, 429, 500, 502, 503, 504, 529})
 
 
 class LoopbackServer:
@@ -71,7 +88,9 @@ class LoopbackServer:
 
     ``server`` is the `SimServer` answering (its ``transcript`` records every request, on real time
     since the start); ``errors`` holds what ended a request with a simloop 500 (a script that ran
-    out, a recording that diverged, a bug).
+    out, a recording that diverged, a bug); ``halted`` the `LoopHalted` of a loop that ran past the
+    runaway budget.  ``tools`` (a `ToolBox` on the same transcript) serves the scenario's tools, over
+    MCP at ``mcp_url`` when ``mcp`` is set.
     """
 
     def __init__(
@@ -82,14 +101,32 @@ class LoopbackServer:
         port: int = 0,
         read_timeout: float = READ_TIMEOUT_S,
         max_connections: int = MAX_CONNECTIONS,
+        tools: ToolBox | None = None,
+        mcp: bool = False,
+        fast_retries: bool = False,
     ) -> None:
+        if mcp and tools is None:
+            raise UsageError("LoopbackServer(mcp=True) serves the scenario's tools: pass tools=ToolBox(...)")
         if not (isinstance(read_timeout, (int, float)) and math.isfinite(read_timeout) and read_timeout > 0):
             raise UsageError(f"read_timeout is a positive number of seconds, got {read_timeout!r}")
         if not (isinstance(max_connections, int) and max_connections >= 1):
             raise UsageError(f"max_connections is a positive number, got {max_connections!r}")
         self.server = server
         self.errors: list[BaseException] = []
+        self.halted: LoopHalted | None = None
+        self.on_halt: Callable[[], None] | None = None  # called when the runaway budget (or the search) stops the run
+        self.stopped: BaseException | None = None  # what else stopped the run from inside the model (Hypothesis)
+        self.tools = tools
+        self.fast_retries = fast_retries
         self._lock = threading.Lock()
+        self._mcp: Any = None
+        self.mcp_url: str | None = None
+        if mcp:
+            from simloop.mcp import HTTPServer, tool_server
+
+            schemas = [t.schema_dict() for t in self.tools.scenario.tools] if self.tools else []
+            self._mcp = HTTPServer(tool_server(schemas, self._acall_tool), host=host)
+            self.mcp_url = self._mcp.url
         self._http = _HTTPServer(self, host, port, read_timeout=float(read_timeout), max_connections=max_connections)
         bound_host, bound_port = self._http.server_address[:2]
         self.host = str(bound_host)
@@ -112,6 +149,8 @@ class LoopbackServer:
         if self._closed:
             return
         self._closed = True
+        if self._mcp is not None:
+            self._mcp.close()
         self._http.shutdown()
         self._http.close_connections()
         self._http.server_close()
@@ -130,12 +169,59 @@ class LoopbackServer:
     # -- one request (called from the handler threads) ------------------------------------------
 
     def _plan(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Planned:
+        if self.tools is not None and path.startswith(_TOOLS_PATH) and method == "POST":
+            return self._tool_request(path[len(_TOOLS_PATH):], body)
         with self._lock:  # SimServer keeps per-run state (call numbers, threads, the script position)
             try:
-                return self.server.handle(method, path, headers, body)
+                planned = self.server.handle(method, path, headers, body)
             except (ScriptExhausted, InternalFailure) as exc:
                 self.errors.append(exc)
                 return _simloop_error(exc)
+            except LoopHalted as halted:
+                self._halt(halted)
+                return _simloop_error(halted)
+            except (Exception, KeyboardInterrupt, SystemExit):
+                raise  # a simloop bug is answered by the handler (a 500); an interrupt is the process's
+            except BaseException as stop:  # noqa: BLE001 - e.g. Hypothesis ending the example mid-run (StopTest)
+                self.stopped = self.stopped or stop
+                if self.on_halt is not None:
+                    self.on_halt()
+                return _simloop_error(stop)
+        if self.fast_retries and planned.status in _RETRYABLE:
+            planned.headers = [*planned.headers, ("retry-after-ms", "1")]
+        return planned
+
+    def call_tool(self, name: str, input: Any) -> str:
+        """Run a scenario tool for a client of this server (MCP or plain JSON); raises what the tool raises."""
+        if self.tools is None:
+            raise UsageError("this loopback server serves no tools (serve(..., mcp=True) or tools=ToolBox(...))")
+        with self._lock:  # one ledger with the API's transcript: a call is matched to the replies served so far
+            try:
+                return self.tools.run(name, input)
+            except LoopHalted as halted:
+                self._halt(halted)
+                raise RuntimeError(f"simloop stopped the run: {halted}") from None
+
+    def _halt(self, halted: LoopHalted) -> None:
+        first = self.halted is None
+        self.halted = self.halted or halted
+        if first and self.on_halt is not None:
+            self.on_halt()
+
+    async def _acall_tool(self, name: str, input: dict[str, Any]) -> str:
+        return self.call_tool(name, input)
+
+    def _tool_request(self, name: str, body: bytes) -> Planned:
+        try:
+            data = json.loads(body or b"{}")
+        except ValueError as e:
+            payload = _envelope(400, f"POST {_TOOLS_PATH}{name}: the body must be the tool input as JSON ({e})")
+            return Planned(status=400, headers=[("content-type", "application/json")], body=payload)
+        try:
+            answer = {"content": self.call_tool(name, data), "is_error": False}
+        except Exception as exc:  # noqa: BLE001 - a tool failure is the loop's to handle, as an is_error result
+            answer = {"content": f"{type(exc).__name__}: {exc}", "is_error": True}
+        return Planned(status=200, headers=[("content-type", "application/json")], body=json.dumps(answer).encode())
 
     def _deliver(self, planned: Planned) -> None:
         with self._lock:
@@ -151,6 +237,7 @@ def serve(
     model: ModelPolicy | None = None,
     read_timeout: float = READ_TIMEOUT_S,
     max_connections: int = MAX_CONNECTIONS,
+    mcp: bool = False,
 ) -> LoopbackServer:
     """Serve the simulated API for ``target`` on a real socket; returns the running `LoopbackServer`.
 
@@ -158,7 +245,9 @@ def serve(
     answers (``model`` replaces it, e.g. a `simloop.cassettes.Recorded`), or a ready `SimServer`.
     ``port=0`` picks a free port: read ``base_url``.  Use it as a context manager, or call ``close()``.
     ``read_timeout`` (seconds a connection may stay silent) and ``max_connections`` (served at once;
-    more get a 529) bound what a slow or flooding client can hold.
+    more get a 529) bound what a slow or flooding client can hold.  ``mcp=True`` also serves the
+    scenario's tools (faults and ledger included) over MCP at ``server.mcp_url`` and at ``POST
+    /simloop/tools/NAME`` (needs ``simloop[mcp]`` for MCP).
 
     Raises:
         UsageError: ``target`` is none of those; ScenarioError: a scenario file is malformed.
@@ -181,7 +270,16 @@ def serve(
         model if model is not None else Script.from_scenario(scenario), transcript,
         ids=Ids(random.Random(seed)), now=lambda: round(REAL.monotonic() - start, 6),
     )
-    return LoopbackServer(server, host=host, port=port, read_timeout=read_timeout, max_connections=max_connections)
+    tools = None
+    if mcp:
+        tools = ToolBox(scenario, transcript, now=server.now, sleep=_no_sleep)
+    return LoopbackServer(
+        server, host=host, port=port, read_timeout=read_timeout, max_connections=max_connections, tools=tools, mcp=mcp
+    )
+
+
+def _no_sleep(seconds: float) -> None:
+    """A loopback server's tools answer at once (real time): a ``slow`` fault is not waited out."""
 
 
 def _scenario(target: Any) -> Scenario:
@@ -197,7 +295,14 @@ def _scenario(target: Any) -> Scenario:
 
 
 def _simloop_error(exc: BaseException) -> Planned:
-    detail = exc.message if isinstance(exc, ScriptExhausted) else f"simloop internal error: {exc}"
+    if isinstance(exc, ScriptExhausted):
+        detail = exc.message
+    elif isinstance(exc, LoopHalted):
+        detail = f"the run was stopped as a runaway ({exc})"
+    elif not isinstance(exc, Exception):
+        detail = f"the run was stopped ({type(exc).__name__})"
+    else:
+        detail = f"simloop internal error: {exc}"
     payload = error_body(500, request_id="req_simloop", message=f"simloop: {detail}", type="api_error")
     headers = [("content-type", "application/json"), ("request-id", "req_simloop"), ("x-should-retry", "false")]
     return Planned(status=500, headers=headers, body=payload)
@@ -361,9 +466,11 @@ class _Handler(BaseHTTPRequestHandler):
         if planned.events is None:
             self.send_header("content-length", str(len(planned.body)))
             self.end_headers()
+            # recorded before it is sent: a client acting on the reply at once (running its tools) must find it in
+            # the transcript, or its tool calls would match no tool_use
+            owner._deliver(planned)
             self.wfile.write(planned.body)
             self.wfile.flush()
-            owner._deliver(planned)
             return
         self.send_header("transfer-encoding", "chunked")
         self.end_headers()

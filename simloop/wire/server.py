@@ -189,6 +189,7 @@ class SimServer:
         self.ids = ids
         self.now = now
         self.on_request = on_request
+        self.on_deliver: Callable[[Response], None] | None = None  # after a response is recorded (the abort trigger)
         self.sign_thinking = sign_thinking
         self.calls = 0  # logical model calls
         self.requests = 0
@@ -222,6 +223,8 @@ class SimServer:
             rec.t = self.now()
             self.transcript.append(rec)
             planned.record = None
+            if self.on_deliver is not None:
+                self.on_deliver(rec)
 
     # -- routing -----------------------------------------------------------------
 

@@ -1,0 +1,82 @@
+"""The user's Stop: `abort` (once the abort fires, the loop starts nothing more, returns ``aborted`` and leaves a
+history the next turn can send)."""
+
+from __future__ import annotations
+
+from simloop.invariants._base import MESSAGES_PATH, Violation, _is_reply, _view
+from simloop.transcript import AbortEvent, OutcomeEvent, Request, Response, Restart, ToolStart, Transcript, TurnStart
+
+__all__ = ["abort"]
+
+
+def abort(t: Transcript) -> list[Violation]:
+    """After the abort fires: no new model call, no tool execution, reason ``aborted`` for that turn (or ``error`` /
+    ``error_budget`` when the call in flight failed), and the next turn's first request is not refused for the
+    history the aborted turn left."""
+    fired = [(pos, e) for pos, e in enumerate(t.events) if isinstance(e, AbortEvent)]
+    if not fired or _returned_before(t, fired[0][0]):
+        return []
+    v = _view(t)
+    at, event = fired[0]
+    out: list[Violation] = []
+    in_flight = v.step_at(at) or 0  # the model call sent last before Stop (it may still be answering)
+    turn = next((e.turn for e in reversed(t.events[:at]) if isinstance(e, TurnStart)), 0)
+    end = next((p for p in range(at + 1, len(t.events)) if isinstance(t.events[p], (TurnStart, OutcomeEvent))),
+               len(t.events))
+    fix = ("a correct loop checks the abort signal before each model call and each tool execution (and after "
+           "each reply), and returns reason 'aborted' at once")
+    for pos in range(at + 1, end):
+        e = t.events[pos]
+        if isinstance(e, Request) and e.path == MESSAGES_PATH and e.call > in_flight:
+            message = f"the user pressed Stop ({event.trigger}, t={event.t:g}s) and the loop then made model call {e.call}; {fix}"
+            out.append(Violation("abort", message, e.call, {"request": e.index, "abort_t": event.t}))
+            break
+    for pos in range(at + 1, end):
+        e = t.events[pos]
+        if isinstance(e, ToolStart):
+            message = (f"the user pressed Stop ({event.trigger}, t={event.t:g}s) and the loop then ran {e.tool} "
+                       f"(exec {e.exec}); {fix}")
+            out.append(Violation("abort", message, v.step_at(pos),
+                                 {"exec": e.exec, "tool": e.tool, "tool_use_id": e.matched, "abort_t": event.t}))
+            break
+    died_later = any(isinstance(e, Restart) for e in t.events[at:])
+    outcome = None if died_later else _outcome_of(t, turn)  # the outcomes recorded are the last life's
+    # the call in flight when Stop came may fail (the SDK's retries give up, a stream is cut): a failure reason is
+    # then honest too
+    answers = [e for e in t.events[:end] if isinstance(e, Response) and e.call == in_flight]
+    failed_in_flight = bool(answers) and not _is_reply(answers[-1])
+    if (outcome is not None and outcome.exception is None and outcome.reason != "aborted"
+            and not (outcome.reason in ("error", "error_budget") and failed_in_flight)):
+        message = (f"the user pressed Stop ({event.trigger}, t={event.t:g}s) and the loop returned with reason "
+                   f"{outcome.reason!r}; {fix}")
+        out.append(Violation("abort", message, in_flight or None, {"reason": outcome.reason, "abort_t": event.t}))
+    nxt = next((p for p in range(at + 1, len(t.events)) if isinstance(t.events[p], TurnStart)), None)
+    if nxt is not None:
+        first = next((e for e in t.events[nxt:] if isinstance(e, Request) and e.path == MESSAGES_PATH), None)
+        answer = t.response_to(first.index) if first is not None else None
+        if first is not None and isinstance(answer, Response) and answer.kind == "rejected":
+            why = (answer.rejection or {}).get("message", "")
+            message = (f"the history the aborted turn left was refused on the next turn (400: {why}); a correct loop "
+                       "leaves no tool_use without its result and no empty assistant message when it stops")
+            out.append(Violation("abort", message, first.call, {"request": first.index, "abort_t": event.t}))
+    return out
+
+
+def _returned_before(t: Transcript, at: int) -> bool:
+    """Did the turn in progress return before Stop was pressed (a timer that fired after the loop was done)?"""
+    for e in reversed(t.events[:at]):
+        if isinstance(e, TurnStart):
+            return False
+        if isinstance(e, OutcomeEvent):
+            return True
+    return False
+
+
+def _outcome_of(t: Transcript, turn: int) -> OutcomeEvent | None:
+    outcomes: list[OutcomeEvent] = t.of(OutcomeEvent)
+    tagged = [o for o in outcomes if o.turn == turn]
+    if tagged:
+        return tagged[-1]
+    later_turns = any(isinstance(e, TurnStart) and e.turn > turn for e in t.events)
+    untagged = [o for o in outcomes if o.turn is None]
+    return untagged[-1] if untagged and not later_turns else None

@@ -1,0 +1,137 @@
+"""The scenario's tools as an MCP server, built on the official ``mcp`` SDK (the extra ``simloop[mcp]``).
+
+A loop whose tools come from an MCP server gets the scenario's tools, faults and execution ledger
+through one: every ``tools/call`` runs the tool as `simloop.Sim.run_tool` does (its faults injected,
+its execution written to the transcript) and is matched to the tool_use it answers.  An MCP call
+carries no tool_use id, so the `simloop.tools.ToolBox` matches it by tool name and input among the
+tool_use blocks the model issued and that no execution has answered yet (the oldest first), as it does
+for any ``run_tool`` call without an id; a call nothing matches is recorded as unrequested, and
+``no_rerun`` reports it.  A tool's exception is answered as an MCP tool error (``isError: true``, the
+text ``"ExceptionType: message"``), the way MCP servers report failures to the client.
+
+Three ways to reach it:
+
+* in a `Sim`: ``sim.mcp_server()`` (a low-level ``mcp.server.Server`` for in-memory client sessions,
+  on the Sim's virtual time), e.g. ``mcp.client.Client(sim.mcp_server())`` or pydantic-ai's
+  ``simloop.adapters.pydantic_ai.mcp_toolset(sim)``;
+* over stdio: ``simloop mcp --scenario FILE`` (`serve_stdio`);
+* over streamable HTTP next to the Messages API: ``simloop serve`` (`HTTPServer`, on a port of its own,
+  path ``/mcp``).
+
+Example::
+
+    async with mcp.client.Client(sim.mcp_server()) as client:
+        result = await client.call_tool("search", {"q": "refund policy"})
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from simloop.clock import RealTimeThread
+from simloop.errors import UsageError
+
+if TYPE_CHECKING:
+    from mcp.server import Server
+
+__all__ = ["HTTPServer", "require_mcp", "serve_stdio", "tool_server"]
+
+ToolCall = Callable[[str, dict[str, Any]], Awaitable[str]]
+SERVER_NAME = "simloop"
+
+
+def require_mcp() -> None:
+    """Raise a `UsageError` saying which extra to install when the ``mcp`` SDK is missing."""
+    try:
+        import mcp.server  # noqa: F401
+    except ModuleNotFoundError:
+        raise UsageError(
+            "simloop's MCP tools need the official MCP SDK: pip install 'simloop[mcp]'"
+        ) from None
+
+
+def tool_server(tools: Sequence[dict[str, Any]], call: ToolCall, *, name: str = SERVER_NAME) -> Server[Any]:
+    """A low-level MCP ``Server`` listing ``tools`` (API tool schemas) and running each call with ``call``.
+
+    ``call(name, arguments)`` returns the tool's text; what it raises is answered as an MCP tool error.
+    """
+    require_mcp()
+    import mcp_types as types
+    from mcp.server import Server, ServerRequestContext
+
+    listed = [
+        types.Tool(name=t["name"], description=t.get("description"), input_schema=dict(t["input_schema"]))
+        for t in tools
+    ]
+    schemas = {t.name: t.input_schema for t in listed}
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=listed)
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        try:
+            text = await call(params.name, dict(params.arguments or {}))
+        except Exception as exc:  # noqa: BLE001 - a tool failure is the client's to see, as an MCP tool error
+            return types.CallToolResult(
+                content=[types.TextContent(text=f"{type(exc).__name__}: {exc}")], is_error=True
+            )
+        return types.CallToolResult(content=[types.TextContent(text=text)])
+
+    return Server(name, get_tool_input_schema=schemas.get, on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+def serve_stdio(server: Server[Any]) -> None:
+    """Serve ``server`` on this process's stdin and stdout until the client closes them."""
+    import anyio
+    from mcp.server.stdio import stdio_server
+
+    async def main() -> None:
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    anyio.run(main)
+
+
+class HTTPServer:
+    """``server`` over MCP streamable HTTP on a loopback port of its own: ``url`` (``.../mcp``), ``close()``.
+
+    It runs uvicorn on a `RealTimeThread` with its own event loop.  The socket is bound and listening
+    before the thread starts, so a client may connect as soon as ``url`` is known (the kernel queues the
+    connection until the server accepts it): there is nothing to wait for.
+    """
+
+    def __init__(self, server: Server[Any], *, host: str = "127.0.0.1", port: int = 0) -> None:
+        import uvicorn
+
+        app = server.streamable_http_app(stateless_http=True, json_response=True, host=host)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._socket = socket.socket(family, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.bind((host, port))
+        self._socket.listen(128)
+        bound = self._socket.getsockname()
+        shown = f"[{bound[0]}]" if ":" in str(bound[0]) else str(bound[0])
+        self.url = f"http://{shown}:{bound[1]}/mcp"
+        config = uvicorn.Config(app, log_level="error", access_log=False, lifespan="on", timeout_graceful_shutdown=1)
+        self._uvicorn = uvicorn.Server(config)
+        self._thread = RealTimeThread(target=self._serve, name="simloop-mcp-http", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        asyncio.run(self._uvicorn.serve(sockets=[self._socket]))
+
+    def close(self) -> None:
+        """Stop serving (idempotent)."""
+        self._uvicorn.should_exit = True
+        self._thread.join(timeout=5)
+        self._socket.close()
+
+    def __repr__(self) -> str:
+        return f"<simloop.mcp.HTTPServer {self.url}>"
