@@ -1,7 +1,8 @@
 # make demo    : verify the bundled example loop and show the bug simloop catches
-# make test    : the whole test suite (never installs system packages: without chromium the browser test skips)
+# make test    : the whole test suite (never installs system packages: without chromium or redis-server, their tests skip)
 # make check   : ruff and mypy --strict, at the versions pinned in the dev extra
 # make browser : install Debian's chromium for the HTML report's browser test (root, apt-get); CI calls it
+# make redis   : install Debian's redis-server for the shared-database test (root, apt-get); CI calls it
 # Each creates .venv and installs simloop with its test and dev extras first.
 
 PYTHON ?= python3
@@ -9,7 +10,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test check bench browser clean
+.PHONY: demo test check bench browser redis clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,15 +21,23 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m examples.demo
 
-# Debian's chromium for the HTML report's browser test (tests/test_report.py). Only this target installs it
-# (as root, with apt-get), and only when asked: `make test` uses a chromium already on PATH and otherwise skips
-# that one test with its reason.
+# Debian's packages for the tests that need a real component: chromium for the HTML report's browser test
+# (tests/test_report.py), redis-server for the shared example database (tests/test_workers.py).  Only these
+# targets install them (as root, with apt-get), and only when asked: `make test` uses what is on PATH and
+# otherwise skips those tests with their reason.
+define apt_install
+@command -v $(2) >/dev/null 2>&1 && echo "$(2): $$(command -v $(2))" || { \
+  echo "make $@: installing Debian's $(1) with apt-get (changes the system)"; \
+  [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && apt-get update -q >/dev/null && \
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(1) >/dev/null; } || \
+  echo "no $(2): $(3) (run make $@ as root)"
+endef
+
 browser:
-	@command -v chromium >/dev/null 2>&1 && echo "chromium: $$(command -v chromium)" || { \
-	  echo "make browser: installing Debian's chromium with apt-get (changes the system)"; \
-	  [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && apt-get update -q >/dev/null && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; } || \
-	  echo "no chromium: the HTML report's browser test will be skipped (run make browser as root)"
+	$(call apt_install,chromium,chromium,the HTML report's browser test will be skipped)
+
+redis:
+	$(call apt_install,redis-server,redis-server,the shared Redis database test will be skipped)
 
 check: $(STAMP)
 	$(BIN)/ruff check simloop pytest_plugin examples tests bench

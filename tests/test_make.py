@@ -28,8 +28,10 @@ def test_make_test_installs_no_system_packages(tmp_path: Path) -> None:
     assert "apt-get" not in commands and "chromium" not in commands
 
 
-def test_make_browser_is_where_chromium_is_installed(tmp_path: Path) -> None:
+def test_make_browser_and_make_redis_are_where_system_packages_are_installed(tmp_path: Path) -> None:
     assert "apt-get install -y -q chromium" in _dry_run("browser", tmp_path)
+    assert "apt-get install -y -q redis-server" in _dry_run("redis", tmp_path)
+    assert "apt-get" not in _dry_run("test", tmp_path)
 
 
 def test_make_check_runs_ruff_and_mypy(tmp_path: Path) -> None:
@@ -38,7 +40,7 @@ def test_make_check_runs_ruff_and_mypy(tmp_path: Path) -> None:
     assert ".[test,dev," in commands, "the stamp installs the dev extra that pins ruff and mypy"
 
 
-def test_ci_runs_browser_then_check_then_the_readme_test_command() -> None:
+def test_ci_installs_the_system_packages_then_checks_then_runs_the_readme_test_command() -> None:
     lines = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln.strip().startswith(("make", "exec"))]
-    assert lines == ["make browser || exit 1", "make check || exit 1", "exec make test"]
+    assert lines == ["make browser redis || exit 1", "make check || exit 1", "exec make test"]
     assert "make test" in (ROOT / "README.md").read_text().split("\n\n", 2)[1]
