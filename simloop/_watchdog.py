@@ -32,7 +32,7 @@ from simloop.clock import REAL, RealTimeThread
 
 __all__ = ["HaltReason", "LoopHalted", "Watchdog", "park", "where_of"]
 
-HaltReason = Literal["model_calls", "virtual_time", "watchdog", "deadlock", "network", "abandoned"]
+HaltReason = Literal["model_calls", "virtual_time", "watchdog", "deadlock", "network", "restarts", "abandoned"]
 
 # Our own prototype: setting argtypes on the shared ctypes.pythonapi function would change it for everyone.
 _set_async_exc = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(
@@ -42,7 +42,7 @@ _set_async_exc = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_objec
 class LoopHalted(BaseException):
     """simloop unwound the loop under test: a runaway budget ran out.
 
-    ``reason`` is ``"model_calls"``, ``"virtual_time"``, ``"watchdog"``, ``"deadlock"`` or ``"network"``;
+    ``reason`` is one of `HaltReason` (``"model_calls"``, ``"virtual_time"``, ``"watchdog"``, ``"network"``, ...);
     ``detail`` says what happened and ``where`` (``FILE:LINE in function``, when known) where the loop was.
     """
 
