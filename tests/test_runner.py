@@ -346,6 +346,27 @@ def test_a_loop_blocked_in_c_is_abandoned_with_a_stops_report(how: str) -> None:
                            settings=settings(database=None)) > 100
 
 
+@in_fresh_process
+def test_a_real_ctrl_c_while_the_loop_is_blocked_aborts_at_once() -> None:
+    """The loop runs on a worker thread; the user's Ctrl-C reaches the caller, which lets the worker go."""
+    import _thread
+
+    from simloop._watchdog import _MONITOR
+
+    def drive(sim: Sim) -> Outcome:
+        _thread.interrupt_main()  # what a Ctrl-C does: KeyboardInterrupt in the main thread, the caller
+        threading.Event().wait()
+        return Outcome("aborted", "")
+
+    assert threading.current_thread() is threading.main_thread()
+    with Sim(scenario(), watchdog_s=600) as sim, pytest.raises(KeyboardInterrupt):  # no waiting for the watchdog
+        sim.run(drive)
+    assert sim.watchdog not in _MONITOR.watched  # the abandoned thread is not watched forever
+    assert sim._guard.abandoned
+    assert hypothesis.find(simloop.strategies.latencies(), lambda s: s > 100,  # and the process goes on as before
+                           settings=settings(database=None)) > 100
+
+
 def test_one_call_then_a_spin_is_described_as_such_and_agrees_with_the_timeline() -> None:
     def drive(sim: Sim) -> Outcome:
         ask(sim)
