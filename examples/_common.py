@@ -143,6 +143,8 @@ class StopPolicies:
 
     def after(self, name: str, input: object, output: str | Exception) -> Outcome | None:
         """Count one run of a tool; the outcome to stop with now, or None to go on."""
+        if isinstance(output, NotRun):  # not run (a write attempted before): nothing to count
+            return None
         self.runs[_key(name, input)] += 1
         if isinstance(output, Exception):
             self.errors += 1
@@ -257,9 +259,20 @@ def _write_key(name: str, input: object) -> str:
     return f"{name}:{json.dumps(input, sort_keys=True, default=repr)}"
 
 
+class NotRun(str):
+    """What `durable_run_tool` answers for a write it did not run again: the model's tool_result, and not a run
+    for the stop policies (a skipped write is not the `max_writes`-th write done)."""
+
+    __slots__ = ()
+
+
+NOT_RUN = NotRun("Not run again: this write was attempted before (it may have taken effect); not repeated.")
+
+
 def durable_run_tool(sim: Sim) -> RunTool:
     """``sim.run_tool`` with an idempotency key per write, kept in ``sim.store`` (which survives a crash): the key
-    is saved before the write runs, and a write whose key is there is not run again after a restart."""
+    is saved before the write runs, and a write whose key is there is not run again, after a restart or after
+    it raised (it may have committed before it failed): the answer is `NOT_RUN`."""
     writes = writes_of(sim)
     done: dict[str, str] = sim.store.setdefault("writes", {})
 
@@ -268,7 +281,7 @@ def durable_run_tool(sim: Sim) -> RunTool:
             return sim.run_tool(name, input, tool_use_id=tool_use_id)
         key = _write_key(name, input)
         if key in done:
-            return "Already done before a restart; not repeated."
+            return NOT_RUN
         done[key] = "started"  # before the write: a crash after its commit leaves the key behind
         return sim.run_tool(name, input, tool_use_id=tool_use_id)
 
@@ -285,7 +298,7 @@ def durable_arun_tool(sim: Sim) -> Callable[..., Awaitable[str]]:
             return await sim.arun_tool(name, input, tool_use_id=tool_use_id)
         key = _write_key(name, input)
         if key in done:
-            return "Already done before a restart; not repeated."
+            return NOT_RUN
         done[key] = "started"
         return await sim.arun_tool(name, input, tool_use_id=tool_use_id)
 

@@ -117,6 +117,8 @@ def run_agent(
             time.sleep(min(2.0**errors, 30.0))  # back off, then send the same request again
             continue
         used += tokens_used(reply)
+        if stop():  # Stop pressed while the model answered: run none of its tool calls, retry nothing
+            return Outcome(reason="aborted", text="stopped by the user")
 
         if reply.stop_reason == "max_tokens":
             # Cut off: not an answer, and a cut tool call's input may be partial, so run nothing; ask again
@@ -127,8 +129,6 @@ def run_agent(
             max_tokens *= 2
             continue
         messages.append({"role": "assistant", "content": reply.content})
-        if stop():  # Stop pressed while the model answered: run none of its tool calls
-            return Outcome(reason="aborted", text="stopped by the user")
         if reply.stop_reason in ("end_turn", "stop_sequence"):
             return Outcome(reason="final", text=text_of(reply.content))
         if reply.stop_reason == "pause_turn":
