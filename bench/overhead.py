@@ -8,9 +8,10 @@ watchdog), a fresh `Sim` per 10-step run.
 
 Single runs alternate, bare then simulated, so whatever else the machine is
 doing hits both alike; the ratio is of the median run times, by the wall
-clock and by this thread's CPU time (which other processes on a busy machine
-disturb much less).  Both sides make the same calls, so the ratio of run times
-is the ratio of calls per second.
+clock and by this process's CPU time (which other processes on a busy machine
+disturb much less; the process's, since a Sim runs the loop on a worker
+thread).  Both sides make the same calls, so the ratio of run times is the
+ratio of calls per second.
 
     python bench/overhead.py [--pairs 400]
 """
@@ -120,9 +121,9 @@ def paired(pairs: int) -> Paired:
     times: dict[str, list[float]] = {"bare_wall": [], "sim_wall": [], "bare_cpu": [], "sim_cpu": []}
     for _ in range(pairs):
         for side, run in (("bare", lambda: loop(client)), ("sim", sim_run)):
-            wall, cpu = REAL.perf_counter(), time.thread_time()
+            wall, cpu = REAL.perf_counter(), time.process_time()
             run()
-            times[side + "_cpu"].append(time.thread_time() - cpu)
+            times[side + "_cpu"].append(time.process_time() - cpu)
             times[side + "_wall"].append(REAL.perf_counter() - wall)
     return Paired(**{k: statistics.median(v) for k, v in times.items()}, pairs=pairs)
 
