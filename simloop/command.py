@@ -39,6 +39,7 @@ import _thread
 import json
 import os
 import shlex
+import signal
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -129,6 +130,7 @@ def _run(
     box: dict[str, Any] = {}
     done = _thread.allocate_lock()  # released when the command ended: a lock's timed acquire waits in real
     done.acquire()  # time (an Event's wait in the drive's thread may be virtual, see simloop.clock)
+    proc: subprocess.Popen[str] | None = None
     try:
         child_env = {
             **os.environ,
@@ -143,19 +145,20 @@ def _run(
         if server.mcp_url:
             child_env["SIMLOOP_MCP_URL"] = server.mcp_url
         try:
+            # in a process group of its own, so that what the command starts goes with it (see _kill)
             proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env,
-                cwd=cwd, text=True, encoding="utf-8", errors="replace",
+                cwd=cwd, text=True, encoding="utf-8", errors="replace", start_new_session=os.name == "posix",
             )
         except OSError as e:
             raise UsageError(f"cannot start the command {shlex.join(argv)!r}: {e}") from None
-        server.on_halt = proc.kill  # past the runaway budget: stop the loop now, not at the timeout
+        server.on_halt = lambda: _kill(proc)  # past the runaway budget: stop the loop now, not at the timeout
 
         def wait() -> None:  # on real time: subprocess's waits would otherwise run on the Sim's virtual clock
             try:
                 box["out"] = proc.communicate(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                _kill(proc)
                 box["out"] = proc.communicate()
                 box["timed_out"] = True
             finally:
@@ -165,6 +168,8 @@ def _run(
         while not done.acquire(timeout=0.25):  # a readiness signal; meanwhile the Sim's watchdog is told the run is alive
             sim.watchdog.feed()
     finally:
+        if proc is not None:
+            _kill(proc)  # whatever it left running (or all of it, when the run ends early: a Ctrl-C)
         with simloops_own():
             server.close()
     stdout, stderr = box["out"]
@@ -175,6 +180,21 @@ def _run(
     if box.get("timed_out"):
         raise LoopHalted("watchdog", f"the command ran for {timeout_s:g} real seconds without stopping; killed")
     return outcome_of(stdout, proc.returncode, stderr)
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    """Kill the command and every process it started (its process group, on POSIX).
+
+    Killing only the command would leave its children running, and one that holds the command's stdout
+    open would keep the run waiting for the end of that output for good.
+    """
+    if os.name == "posix":
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the group outlives its leader while a member lives
+        except (ProcessLookupError, PermissionError):
+            pass
+    elif proc.poll() is None:
+        proc.kill()
 
 
 def _no_sleep(seconds: float) -> None:

@@ -56,6 +56,32 @@ def test_a_python_command_that_crashes_is_reported_by_crash(tmp_path: Path) -> N
     assert "no outcome, just a crash" in caught.value.violations[0].message
 
 
+def _running(marker: str) -> list[str]:
+    """The command lines of this machine's processes that mention ``marker`` (Linux /proc)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in text:
+            found.append(text)
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists() or shutil.which("sleep") is None,
+                    reason="needs Linux /proc and sleep")
+def test_what_the_command_leaves_running_is_killed_with_it() -> None:
+    # The loop answers and exits, but a process it started lives on and holds its stdout open: the run
+    # must still end (at the timeout), and nothing the command started may outlive it.
+    marker = "600.0517"
+    leaves = ["bash", "-c", f"sleep {marker} & echo '{{\"reason\": \"final\", \"text\": \"done\"}}'"]
+    with simloop.Sim({"task": "t", "then": "end_turn"}) as sim:
+        outcome = sim.run(command_drive(leaves, timeout_s=1, mcp=False))
+    assert outcome.reason == "error" and "without stopping; killed" in outcome.text
+    assert _running(marker) == []
+
+
 # -- TypeScript on @anthropic-ai/sdk -----------------------------------------------------------------------------------
 
 
