@@ -77,7 +77,7 @@ def test_what_the_command_leaves_running_is_killed_with_it() -> None:
     marker = "600.0517"
     leaves = ["bash", "-c", f"sleep {marker} & echo '{{\"reason\": \"final\", \"text\": \"done\"}}'"]
     with simloop.Sim({"task": "t", "then": "end_turn"}) as sim:
-        outcome = sim.run(command_drive(leaves, timeout_s=1, mcp=False))
+        outcome = sim.run(command_drive(leaves, timeout_s=0.2, mcp=False))
     assert outcome.reason == "error" and "without stopping; killed" in outcome.text
     assert _running(marker) == []
 

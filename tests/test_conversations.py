@@ -293,7 +293,7 @@ def test_anthropic_types_are_accepted_in_the_history() -> None:
 
 
 def test_the_pydantic_ai_drive_keeps_the_conversation_in_message_history() -> None:
-    pytest.importorskip("pydantic_ai")
+    pytest.importorskip("pydantic_ai", reason="pydantic-ai is not installed (pip install simloop[pydantic-ai])")
     from simloop.adapters import pydantic_ai as pai
 
     world = _world([{"end_turn": "Hi there."}, {"end_turn": "Fine, thanks."}], ["How are you?"])

@@ -109,7 +109,7 @@ def test_cli_verify_takes_abort_and_restarts(capsys: pytest.CaptureFixture[str],
 
 def test_a_langgraph_agent_with_its_checkpointer_in_the_store_resends_after_a_crash(tmp_path: Path) -> None:
     # docs/findings.md, F15: resuming the thread re-runs the interrupted tools node (at least once)
-    pytest.importorskip("langgraph")
+    pytest.importorskip("langgraph", reason="langgraph is not installed (pip install simloop[langgraph])")
     import warnings
 
     from langgraph.checkpoint.memory import InMemorySaver

@@ -199,7 +199,7 @@ def test_sdk_beta_tool_functions_run_generated_writes() -> None:
 
 
 def test_pydantic_ai_typed_tools_run_generated_writes() -> None:
-    pytest.importorskip("pydantic_ai")
+    pytest.importorskip("pydantic_ai", reason="pydantic-ai is not installed (pip install simloop[pydantic-ai])")
     from pydantic_ai import Agent
     from pydantic_ai.exceptions import AgentRunError
     from pydantic_ai.usage import UsageLimits
