@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from simloop.clock import REAL, RealTimeThread
 
-__all__ = ["HaltReason", "LoopHalted", "Watchdog", "park", "where_of"]
+__all__ = ["HaltReason", "LoopHalted", "Watchdog", "park", "where_in", "where_of"]
 
 HaltReason = Literal["model_calls", "virtual_time", "watchdog", "deadlock", "network", "restarts", "abandoned"]
 
@@ -207,7 +207,7 @@ class Watchdog:
 
     def _fire(self, thread_id: int) -> bool:
         """Raise the halt in the watched thread (with the monitor's lock held); False if the thread is gone."""
-        where = _where(thread_id)
+        where = where_in(thread_id)
         detail = f"no model call or tool call for {self.seconds:g} s of real time; the drive was at {where}"
         if _raise_in(thread_id, _halt_type("watchdog", detail, where, self)) == 0:
             return False
@@ -263,11 +263,9 @@ _MONITOR = _Monitor()
 os.register_at_fork(after_in_child=_MONITOR.reset)  # (the lock may have been held at the fork, too)
 
 
-def _where(thread_id: int) -> str:
-    frame = sys._current_frames().get(thread_id)
-    if frame is None:
-        return "an unknown place (the thread has no Python frame)"
-    return where_of(frame)
+def where_in(thread_id: int) -> str:
+    """`where_of` the thread's current frame: where the loop's own code is, in that thread, now."""
+    return where_of(sys._current_frames().get(thread_id))
 
 
 _PATHS = sysconfig.get_paths()

@@ -30,7 +30,7 @@ from simloop._abort import AbortSignal, _AbortTrigger, recorder
 from simloop._frames import loop_frame
 from simloop._netguard import NetworkPolicy, check_policy, guarding
 from simloop._stack import on_fresh_stack
-from simloop._watchdog import LoopHalted, Watchdog, park, where_of
+from simloop._watchdog import LoopHalted, Watchdog, park, where_in, where_of
 from simloop._worker import Abandoned, run_on_worker
 from simloop.clock import REAL, VirtualClock
 from simloop.errors import SimloopInternalError, SimulatedCrash, UsageError
@@ -327,7 +327,7 @@ class Sim:
     def _abandoned(self, thread_id: int) -> Outcome:
         """Report a run whose thread would not end (blocked in C, or swallowing every halt)."""
         self.clock.release()  # its patched() block never exits: the rest of the process runs in real time
-        where = _thread_where(thread_id)
+        where = where_in(thread_id)
         halts = self._guard.halts + self.clock.halts + self.watchdog.halts
         now = self.clock.now()
         first = self.clock.first_halt
@@ -392,7 +392,7 @@ class Sim:
             thread.join(max(0.0, deadline - REAL.monotonic()))
             if thread.is_alive() and not _idle_worker(thread):
                 self.transcript.append(ThreadLeft(t=self.clock.now(), name=thread.name,
-                                                  where=_thread_where(thread.ident or 0)))
+                                                  where=where_in(thread.ident or 0)))
 
     async def _arun(self, drive: Drive) -> Outcome:
         plan = self.scenario.abort
@@ -651,10 +651,6 @@ def _base_url() -> httpx2.URL:
     import httpx2
 
     return httpx2.URL(BASE_URL + "/")
-
-
-def _thread_where(thread_id: int) -> str:
-    return where_of(sys._current_frames().get(thread_id))
 
 
 def _idle_worker(thread: threading.Thread) -> bool:
