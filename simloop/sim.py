@@ -309,9 +309,13 @@ class Sim:
         finally:
             random.setstate(state)
 
+    def _halts(self) -> int:
+        """How many times this run was halted: by its budgets, its clock and the watchdog."""
+        return self._guard.halts + self.clock.halts + self.watchdog.halts
+
     def _give_up(self, thread_id: int) -> bool:
         """Whether the run has to be abandoned: halted, and neither unwound within the grace nor done halting."""
-        halts = self._guard.halts + self.clock.halts + self.watchdog.halts
+        halts = self._halts()
         if not halts:
             return False
         now = REAL.monotonic()
@@ -328,7 +332,7 @@ class Sim:
         """Report a run whose thread would not end (blocked in C, or swallowing every halt)."""
         self.clock.release()  # its patched() block never exits: the rest of the process runs in real time
         where = where_in(thread_id)
-        halts = self._guard.halts + self.clock.halts + self.watchdog.halts
+        halts = self._halts()
         now = self.clock.now()
         first = self.clock.first_halt
         if self.transcript.halt is None and isinstance(first, LoopHalted):  # the clock's halt, swallowed
