@@ -494,3 +494,38 @@ def test_a_file_in_no_layout_read_names_the_layouts_that_are(tmp_path: Path) -> 
     path.write_text("entries: []\n", encoding="utf-8")
     with pytest.raises(CassetteError, match=r"other\.yaml: not a cassette simloop reads.*Ruby VCR.*HAR"):
         load_cassette(path)
+
+
+# --------------------------------------------------------------------------- keys and models
+
+
+def test_a_scripted_401_and_404_reach_the_sdk_as_the_real_api_answers_them() -> None:
+    """The simulator takes any key and any model; a scenario asks for the refusals a misconfigured client gets."""
+    scenario = simloop.Scenario(task=TASK, model=[simloop.Reply(error=404), simloop.Reply(error=401)])
+
+    def drive(sim: Sim) -> list[type[BaseException]]:
+        raised: list[type[BaseException]] = []
+        for _ in range(2):
+            try:
+                sim.client.messages.create(model="claude-sonet-4-5", max_tokens=64,
+                                           messages=[{"role": "user", "content": TASK}])
+            except anthropic.APIStatusError as e:
+                raised.append(type(e))
+                assert e.response.headers["x-should-retry"] == "false"
+                assert e.body["error"]["message"] in ("model: claude-sonet-4-5", "invalid x-api-key")  # type: ignore[index]
+        return raised
+
+    with Sim(scenario) as sim:
+        assert sim.run(lambda s: Outcome("error", str(drive(s)))).text == str(
+            [anthropic.NotFoundError, anthropic.AuthenticationError])
+        assert sim.transcript.model_calls == 2  # not retried: the SDK retries neither
+
+
+def test_a_recorded_404_converts_to_a_scripted_404(tmp_path: Path) -> None:
+    missing = {"type": "error", "error": {"type": "not_found_error", "message": "model: claude-sonet-4-5"}}
+    path = write_file_layout(tmp_path / "404.yaml", [
+        (vcr_request(REQUEST), vcr_response(missing, status=404)),
+        (vcr_request(REQUEST), vcr_response(message("Paris."))),
+    ])
+    scenario = to_scenario(path)
+    assert [r.error for r in scenario.model] == [404, None]

@@ -15,7 +15,7 @@ from simloop.cassettes._read import _FIX, CassetteError, Interaction, _describe,
 from simloop.errors import UsageError
 from simloop.models import RecordedError
 from simloop.scenario import (
-    API_ERRORS,
+    ERROR_REPLIES,
     SERVER_TOOLS,
     Fault,
     MaxTokensBody,
@@ -167,7 +167,7 @@ def _call(label: str, item: Interaction, notes: list[str]) -> RecordedCall:
         if reply is None:
             notes.append(
                 f"interaction {item.index}: the recorded {response.status} is not a v1 scenario reply "
-                "(the simulator answers invalid requests itself); left out"
+                "(the simulator answers a malformed request with the real 400 itself); left out"
             )
         headers = tuple((k, v) for k, values in response.headers.items() for v in values)
         recorded = RecordedError(response.status, headers, response.body, latency)
@@ -205,7 +205,7 @@ def _latency(headers: Mapping[str, list[str]]) -> float:
 
 def _error_reply(status: int, headers: Mapping[str, list[str]], latency: float) -> Reply | None:
     """A recorded error status as a v1 scenario reply (None for the 4xx scenarios cannot script)."""
-    scripted = [code for code in API_ERRORS if isinstance(code, int)]
+    scripted = [code for code in ERROR_REPLIES if isinstance(code, int)]
     if status in scripted:
         retry_after: float | None = None
         if status == 429:

@@ -371,7 +371,9 @@ class SimServer:
         if isinstance(err, int):
             rec.status = err
             rec.fault = "http"
-            payload = error_body(err, request_id=request_id)
+            # a scripted 404 is the real API's answer to an unknown model: it names the model asked for
+            message = f"model: {mreq.body.get('model')}" if err == 404 else None
+            payload = error_body(err, request_id=request_id, message=message)
             rec.error = json.loads(payload)
             headers = error_headers(err, request_id=request_id, retry_after=reply.retry_after)
             return Planned(status=err, headers=headers, body=payload, latency=reply.latency, record=rec)
