@@ -529,3 +529,52 @@ def test_a_recorded_404_converts_to_a_scripted_404(tmp_path: Path) -> None:
     ])
     scenario = to_scenario(path)
     assert [r.error for r in scenario.model] == [404, None]
+
+
+# --------------------------------------------------------------------------- conversations
+
+
+def _turn(history: list[Any], text: str) -> list[Any]:
+    return [*history, {"role": "user", "content": text}]
+
+
+def test_a_recorded_conversation_converts_with_its_followups_and_replays_strictly(tmp_path: Path) -> None:
+    """Later user turns become ``followups:``; a conversation drive replays every reply, nothing left unserved."""
+    first = [{"role": "user", "content": TASK}]
+    second = [*first, {"role": "assistant", "content": [{"type": "text", "text": "Paris."}]},
+              {"role": "user", "content": "And of Italy?"}]
+    path = write_file_layout(tmp_path / "chat.yaml", [
+        (vcr_request({**REQUEST, "messages": first}), vcr_response(message("Paris."))),
+        (vcr_request({**REQUEST, "messages": second}), vcr_response(message("Rome.", id="msg_02"))),
+    ])
+    scenario = to_scenario(path)
+    assert scenario.task == TASK and scenario.followups == ["And of Italy?"]
+
+    def chat(sim: Sim) -> list[Outcome]:
+        history: list[Any] = []
+        outcomes = []
+        for text in sim.user_turns:
+            history.append({"role": "user", "content": text})
+            reply = sim.client.messages.create(model=MODEL, max_tokens=64, messages=history)
+            history.append({"role": "assistant", "content": reply.content})
+            outcomes.append(Outcome("final", reply.content[0].text))  # type: ignore[union-attr]
+        return outcomes
+
+    out = tmp_path / "chat.scenario.yaml"
+    convert(path, out)
+    report = simloop.replay(chat, out)
+    assert report.ok, report.violations
+
+
+def test_a_cassette_of_independent_conversations_says_so_and_converts_the_one_asked_for(tmp_path: Path) -> None:
+    path = write_file_layout(tmp_path / "two.yaml", [
+        (vcr_request(REQUEST), vcr_response(message("Paris."))),
+        (vcr_request({**REQUEST, "messages": [{"role": "user", "content": "Capital of Spain?"}]}),
+         vcr_response(message("Madrid.", id="msg_02"))),
+    ])
+    recording = load_recording(path)
+    assert recording.scenario.task == TASK and len(recording.scenario.model) == 1
+    assert any("2 independent conversations" in n and "conversation 0" in n for n in recording.notes)
+    assert to_scenario(path, conversation=1).task == "Capital of Spain?"
+    with pytest.raises(simloop.UsageError, match="holds 2 conversation"):
+        to_scenario(path, conversation=2)
