@@ -886,12 +886,19 @@ def mcp_command(scenario_path: str, trace: str | None) -> int:
     metavar="TOOL=read|write",
     help="A tool's kind (repeatable); tools not named are guessed from their names.",
 )
-def convert(cassette: str, output: str | None, kinds: tuple[str, ...]) -> int:
+@click.option(
+    "--conversation",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Which of the cassette's independent conversations to convert (0-based, in the order they begin).",
+)
+def convert(cassette: str, output: str | None, kinds: tuple[str, ...], conversation: int) -> int:
     """Convert a recorded VCR.py cassette of Anthropic traffic into a scenario file.
 
     The recorded replies become the scenario's model script (with their latencies, usage and thinking),
-    the task is the first user message and the tools come from the first request, so the conversation
-    replays with no network and no API key.
+    the task is the first user message, the user's later turns its follow-ups, and the tools come from the
+    first request, so the conversation replays with no network and no API key.
 
     Example: simloop convert tests/cassettes/refund.yaml -o scenarios/refund.yaml
     """
@@ -903,14 +910,17 @@ def convert(cassette: str, output: str | None, kinds: tuple[str, ...]) -> int:
         if not sep or kind not in ("read", "write") or not name:
             raise click.UsageError(f"--kind takes TOOL=read or TOOL=write, got {item!r}")
         kind_map[name] = kind
-    recording = cassettes.load_recording(cassette, kinds=kind_map or None)
+    recording = cassettes.load_recording(cassette, kinds=kind_map or None, conversation=conversation)
     if output:
-        path = cassettes.convert(cassette, output, kinds=kind_map or None)
+        path = cassettes.convert(cassette, output, kinds=kind_map or None, conversation=conversation)
         click.echo(f"wrote {path}")
     else:
         click.echo(recording.scenario.to_yaml(), nl=False)
     if not recording.calls:  # say why, rather than leave an empty script to puzzle over
         click.echo(f"simloop convert: {cassette}: {recording.notes[-1]}", err=True)
+    for note in recording.notes:
+        if "independent conversations" in note:
+            click.echo(f"simloop convert: {cassette}: {note}", err=True)
     return 0
 
 

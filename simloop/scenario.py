@@ -47,6 +47,7 @@ from simloop.errors import ScenarioError, UsageError
 
 __all__ = [
     "API_ERRORS",
+    "ERROR_REPLIES",
     "REPLY_KINDS",
     "SERVER_TOOLS",
     "Abort",
@@ -66,8 +67,11 @@ __all__ = [
 
 #: The reply kinds, one of which every `Reply` carries (docs/design.md, Scenario format v1).
 REPLY_KINDS = ("end_turn", "tool_use", "max_tokens", "stop_sequence", "refusal", "pause_turn", "error")
-#: What ``error:`` accepts: an HTTP status, or a transport/stream fault.
+#: The API faults of the world: a transient HTTP status, or a transport/stream fault (what `verify` draws).
 API_ERRORS = (429, 500, 503, 529, "connection", "timeout", "stream_error", "stream_cut")
+#: What ``error:`` accepts: the API faults, and the two answers a misconfigured client gets (401: the key was
+#: refused, 404: no such model), which the simulator never gives unasked (it takes any key and any model).
+ERROR_REPLIES = (401, 404, *API_ERRORS)
 INVARIANT_IDS = (
     "stops",
     "pairing",
@@ -86,7 +90,7 @@ INVARIANT_IDS = (
 )
 _TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
 
-ApiError = Literal[429, 500, 503, 529, "connection", "timeout", "stream_error", "stream_cut"]
+ApiError = Literal[401, 404, 429, 500, 503, 529, "connection", "timeout", "stream_error", "stream_cut"]
 FaultKind = Literal["raise", "timeout", "slow", "huge_output", "commit_then_raise", "crash"]
 InvariantId = Literal[
     "stops",
@@ -723,7 +727,7 @@ def _loc_text(loc: tuple[Any, ...]) -> str:
 
 
 _EXPECTED = {
-    "error": f"one of {', '.join(map(str, API_ERRORS))}",
+    "error": f"one of {', '.join(map(str, ERROR_REPLIES))}",
     "kind": "one of " + ", ".join(FaultKinds),
     "tools.kind": "one of read, write",  # a tool's kind, not a fault's
     "then": "one of end_turn, repeat_last, fail",

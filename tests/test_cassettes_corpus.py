@@ -153,10 +153,18 @@ def test_every_anthropic_cassette_loads_replays_and_converts(capsys: pytest.Capt
                 failures.append(f"{name} call {bad + 1} replayed as {form} parses differently")
         # The scenario is replayed in the form the recording used (its rendering in both forms is
         # what the Recorded runs above and tests/test_fidelity_responses.py check).
+        # A cassette of several independent conversations makes one scenario per conversation.
         stream = any(i.response.is_sse for i, _ in calls)
         form = "SSE" if stream else "JSON"
-        scripted = [(i, c) for i, c in calls if c.reply is not None]
-        got = _replay(recording, scripted, scenario=True, stream=stream)
+        scripted: list[tuple[Interaction, RecordedCall]] = []
+        got = []
+        counts["conversations"] += recording.conversations
+        for k in range(recording.conversations):
+            one = load_recording(interactions, name=path.stem, conversation=k)
+            mine = [(by_index[c.interaction], c) for c in one.conversation
+                    if by_index[c.interaction].is_anthropic_messages and c.reply is not None]
+            scripted += mine
+            got += _replay(one, mine, scenario=True, stream=stream)
         for n, ((_, call), message) in enumerate(zip(scripted, got, strict=True)):
             assert call.reply is not None
             replayed = reply_of_turn(turn_from_message(message)) if isinstance(message, dict) else message
@@ -173,7 +181,8 @@ def test_every_anthropic_cassette_loads_replays_and_converts(capsys: pytest.Capt
         counts["unscriptable"] += sum(1 for _, c in calls if c.reply is None)
     summary = (
         f"cassettes [{', '.join(map(str, CORPORA))}]: {counts['files']} files with Anthropic traffic, {counts['loaded']} loaded "
-        f"({counts['count_tokens only']} with count_tokens calls only); {counts['model calls']} model calls "
+        f"({counts['count_tokens only']} with count_tokens calls only, {counts['conversations']} conversations); "
+        f"{counts['model calls']} model calls "
         f"({counts['errors']} recorded errors): {counts['recorded JSON']} replay via Recorded as JSON, "
         f"{counts['recorded SSE']} as SSE; {counts['scriptable']} in the scenarios, which reproduce "
         f"{counts['scenario']} ({counts['scenario JSON']} as JSON, {counts['scenario SSE']} as SSE, as recorded)\n"

@@ -335,3 +335,246 @@ def test_verify_fuzzes_a_langchain_yaml_gz_recording(tmp_path: Path) -> None:
     )
     report = simloop.verify(correct_sync.drive, recorded=path, max_examples=5, seed=1, out_dir=tmp_path / "out")
     assert report.ok and report.examples == 5
+
+
+# --------------------------------------------------------------------------- other recorders' layouts
+
+
+def test_a_vcrpy_recording_made_through_aiohttp_loads_replays_and_converts(tmp_path: Path) -> None:
+    """A real recording by VCR.py through aiohttp (vcrpy's own serializer, aiohttp against the loopback server):
+    the request's ``json=`` is stored as a YAML mapping, not a string."""
+    aiohttp = pytest.importorskip("aiohttp", reason="aiohttp (the test extra) records through aiohttp's client")
+    import asyncio
+
+    import vcr  # type: ignore[import-untyped, unused-ignore]
+
+    from simloop.wire import loopback
+
+    scenario = simloop.Scenario(name="aio", task=TASK, model=[simloop.Reply(end_turn="Paris.")])
+    path = tmp_path / "aio.yaml"
+
+    async def call(base_url: str) -> str:
+        async with aiohttp.ClientSession() as session, session.post(
+            f"{base_url}/v1/messages", json=REQUEST,
+            headers={"x-api-key": "sk-ant-test-aiohttp-00000000", "anthropic-version": "2023-06-01"},
+        ) as response:
+            return str((await response.json())["content"][0]["text"])
+
+    with loopback.serve(scenario) as server, vcr.VCR().use_cassette(str(path)):
+        assert asyncio.run(call(server.base_url)) == "Paris."
+    assert yaml.safe_load(path.read_text(encoding="utf-8"))["interactions"][0]["request"]["body"] == REQUEST
+    [interaction] = load_cassette(path)
+    assert interaction.request.json() == REQUEST
+    assert interaction.is_model_call
+    assert interaction.response.headers["content-type"] == ["application/json"]
+    assert interaction.response.json()["content"][0]["text"] == "Paris."
+    assert to_scenario(path).model[0].end_turn == "Paris."
+    with Sim(simloop.Scenario(task=TASK), model=Recorded(path)) as sim:
+        assert sim.run(ask).text == "Paris."
+
+
+AIOHTTP_VCR = """\
+interactions:
+- request:
+    body: '{request}'
+    headers: {{}}
+    method: POST
+    uri: https://api.anthropic.com/v1/messages
+  response:
+    body:
+      string: '{response}'
+    headers:
+      ? !!python/object/apply:multidict._multidict.istr
+      - Content-Type
+      : - application/json
+      ? !!python/object/apply:multidict._multidict.istr
+      - Request-Id
+      : - req_011CIstr
+    status:
+      code: 200
+      message: OK
+version: 1
+"""
+
+
+def test_aiohttp_header_names_tagged_as_multidict_istr_read_as_strings(tmp_path: Path) -> None:
+    """Older VCR.py through aiohttp wrote each header name as ``!!python/object/apply:multidict._multidict.istr``
+    (a case-insensitive str), which a safe YAML loader refuses; simloop reads it as the string it is."""
+    path = tmp_path / "aiohttp.yaml"
+    path.write_text(AIOHTTP_VCR.format(request=body(REQUEST), response=body(message("Paris."))), encoding="utf-8")
+    [interaction] = load_cassette(path)
+    assert interaction.response.headers == {"content-type": ["application/json"], "request-id": ["req_011CIstr"]}
+    assert to_scenario(path).model[0].end_turn == "Paris."
+
+
+def test_a_python_object_tag_other_than_aiohttp_header_names_is_refused_with_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "evil.yaml"
+    path.write_text("interactions:\n- request: !!python/object/apply:os.system ['echo pwned']\n", encoding="utf-8")
+    with pytest.raises(CassetteError, match=r"evil\.yaml:2: not valid YAML .*python/object/apply:os\.system"):
+        load_cassette(path)
+
+
+RUBY_VCR = """\
+---
+http_interactions:
+- request:
+    method: post
+    uri: https://api.anthropic.com/v1/messages
+    body:
+      encoding: UTF-8
+      string: '{"max_tokens":64,"messages":[{"role":"user","content":"What is the capital of France?"}],"model":"claude-sonnet-4-6"}'
+    headers:
+      Content-Type:
+      - application/json
+  response:
+    status:
+      code: 200
+      message: OK
+    headers:
+      Content-Type:
+      - application/json
+      Content-Encoding:
+      - gzip
+    body:
+      encoding: ASCII-8BIT
+      string: !binary |-
+        {gzipped}
+  recorded_at: Tue, 01 Dec 2026 12:00:00 GMT
+recorded_with: VCR 6.3.1
+"""
+
+
+def test_a_ruby_vcr_cassette_with_a_binary_gzipped_body_loads_and_converts(tmp_path: Path) -> None:
+    """Ruby VCR's layout (``http_interactions``, lower-case method, ``!binary`` base64 bodies), as
+    ``VCR.use_cassette`` writes it with ``preserve_exact_body_bytes``."""
+    import base64
+
+    packed = base64.b64encode(gzip.compress(body(message("Paris.")).encode())).decode()
+    path = tmp_path / "ruby.yml"
+    path.write_text(RUBY_VCR.replace("{gzipped}", packed), encoding="utf-8")
+    [interaction] = load_cassette(path)
+    assert interaction.is_anthropic_messages
+    assert interaction.request.json() == REQUEST
+    assert interaction.response.json()["content"][0]["text"] == "Paris."
+    assert to_scenario(path).model[0].end_turn == "Paris."
+
+
+def test_r_vcr_and_betamax_base64_strings_load(tmp_path: Path) -> None:
+    import base64
+
+    path = tmp_path / "r.yml"
+    path.write_text(yaml.safe_dump({"http_interactions": [{
+        "request": {"method": "post", "uri": "https://api.anthropic.com/v1/messages",
+                    "body": {"encoding": "", "string": body(REQUEST)}, "headers": {}},
+        "response": {"status": {"status_code": "200", "code": 200},
+                     "headers": {"content-type": "application/json"},
+                     "body": {"encoding": "", "base64_string": base64.b64encode(body(message("Lyon?")).encode()).decode()}},
+    }], "recorded_with": "vcr/1.2.2"}), encoding="utf-8")
+    assert load_cassette(path)[0].response.json()["content"][0]["text"] == "Lyon?"
+
+
+def test_a_har_file_loads_and_converts(tmp_path: Path) -> None:
+    """HAR (a browser's or a proxy's save): JSON, headers as name/value lists, bodies decoded."""
+    path = tmp_path / "session.har"
+    path.write_text(json.dumps({"log": {"version": "1.2", "entries": [{
+        "request": {"method": "POST", "url": "https://api.anthropic.com/v1/messages",
+                    "headers": [{"name": "content-type", "value": "application/json"}],
+                    "postData": {"mimeType": "application/json", "text": body(REQUEST)}},
+        "response": {"status": 200, "headers": [{"name": "content-type", "value": "application/json"},
+                                                {"name": "content-encoding", "value": "gzip"}],
+                     "content": {"mimeType": "application/json", "text": body(message("Paris."))}},
+    }]}}), encoding="utf-8")
+    [interaction] = load_cassette(path)
+    assert interaction.response.json()["content"][0]["text"] == "Paris."
+    assert to_scenario(path).task == TASK
+
+
+def test_a_file_in_no_layout_read_names_the_layouts_that_are(tmp_path: Path) -> None:
+    path = tmp_path / "other.yaml"
+    path.write_text("entries: []\n", encoding="utf-8")
+    with pytest.raises(CassetteError, match=r"other\.yaml: not a cassette simloop reads.*Ruby VCR.*HAR"):
+        load_cassette(path)
+
+
+# --------------------------------------------------------------------------- keys and models
+
+
+def test_a_scripted_401_and_404_reach_the_sdk_as_the_real_api_answers_them() -> None:
+    """The simulator takes any key and any model; a scenario asks for the refusals a misconfigured client gets."""
+    scenario = simloop.Scenario(task=TASK, model=[simloop.Reply(error=404), simloop.Reply(error=401)])
+
+    def drive(sim: Sim) -> list[type[BaseException]]:
+        raised: list[type[BaseException]] = []
+        for _ in range(2):
+            try:
+                sim.client.messages.create(model="claude-sonet-4-5", max_tokens=64,
+                                           messages=[{"role": "user", "content": TASK}])
+            except anthropic.APIStatusError as e:
+                raised.append(type(e))
+                assert e.response.headers["x-should-retry"] == "false"
+                assert e.body["error"]["message"] in ("model: claude-sonet-4-5", "invalid x-api-key")  # type: ignore[index]
+        return raised
+
+    with Sim(scenario) as sim:
+        assert sim.run(lambda s: Outcome("error", str(drive(s)))).text == str(
+            [anthropic.NotFoundError, anthropic.AuthenticationError])
+        assert sim.transcript.model_calls == 2  # not retried: the SDK retries neither
+
+
+def test_a_recorded_404_converts_to_a_scripted_404(tmp_path: Path) -> None:
+    missing = {"type": "error", "error": {"type": "not_found_error", "message": "model: claude-sonet-4-5"}}
+    path = write_file_layout(tmp_path / "404.yaml", [
+        (vcr_request(REQUEST), vcr_response(missing, status=404)),
+        (vcr_request(REQUEST), vcr_response(message("Paris."))),
+    ])
+    scenario = to_scenario(path)
+    assert [r.error for r in scenario.model] == [404, None]
+
+
+# --------------------------------------------------------------------------- conversations
+
+
+def _turn(history: list[Any], text: str) -> list[Any]:
+    return [*history, {"role": "user", "content": text}]
+
+
+def test_a_recorded_conversation_converts_with_its_followups_and_replays_strictly(tmp_path: Path) -> None:
+    """Later user turns become ``followups:``; a conversation drive replays every reply, nothing left unserved."""
+    first = [{"role": "user", "content": TASK}]
+    second = [*first, {"role": "assistant", "content": [{"type": "text", "text": "Paris."}]},
+              {"role": "user", "content": "And of Italy?"}]
+    path = write_file_layout(tmp_path / "chat.yaml", [
+        (vcr_request({**REQUEST, "messages": first}), vcr_response(message("Paris."))),
+        (vcr_request({**REQUEST, "messages": second}), vcr_response(message("Rome.", id="msg_02"))),
+    ])
+    scenario = to_scenario(path)
+    assert scenario.task == TASK and scenario.followups == ["And of Italy?"]
+
+    def chat(sim: Sim) -> list[Outcome]:
+        history: list[Any] = []
+        outcomes = []
+        for text in sim.user_turns:
+            history.append({"role": "user", "content": text})
+            reply = sim.client.messages.create(model=MODEL, max_tokens=64, messages=history)
+            history.append({"role": "assistant", "content": reply.content})
+            outcomes.append(Outcome("final", reply.content[0].text))  # type: ignore[union-attr]
+        return outcomes
+
+    out = tmp_path / "chat.scenario.yaml"
+    convert(path, out)
+    report = simloop.replay(chat, out)
+    assert report.ok, report.violations
+
+
+def test_a_cassette_of_independent_conversations_says_so_and_converts_the_one_asked_for(tmp_path: Path) -> None:
+    path = write_file_layout(tmp_path / "two.yaml", [
+        (vcr_request(REQUEST), vcr_response(message("Paris."))),
+        (vcr_request({**REQUEST, "messages": [{"role": "user", "content": "Capital of Spain?"}]}),
+         vcr_response(message("Madrid.", id="msg_02"))),
+    ])
+    recording = load_recording(path)
+    assert recording.scenario.task == TASK and len(recording.scenario.model) == 1
+    assert any("2 independent conversations" in n and "conversation 0" in n for n in recording.notes)
+    assert to_scenario(path, conversation=1).task == "Capital of Spain?"
+    with pytest.raises(simloop.UsageError, match="holds 2 conversation"):
+        to_scenario(path, conversation=2)

@@ -12,6 +12,7 @@ The corpus is also turned against the validator: real accepted conversations, mi
 from __future__ import annotations
 
 import copy
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -219,3 +220,57 @@ def test_compressed_bodies_are_decoded() -> None:
             assert "content-encoding" not in interaction.response.headers, describe(path, interaction)
             if interaction.is_anthropic_messages:
                 assert interaction.response.is_sse or interaction.response.json() is not None
+
+
+# --------------------------------------------------------------------------- the context window
+
+
+def test_every_accepted_recorded_request_fits_its_models_context_window(capsys: pytest.CaptureFixture[str]) -> None:
+    """The window rule rejects none of the requests the real API accepted (counted as the simulator counts)."""
+    from simloop.wire.server import request_tokens
+    from simloop.wire.validate import context_window
+
+    over = []
+    counted = []
+    for path, interaction in messages_interactions():
+        body = interaction.request.json()
+        if interaction.response.status >= 400 or interaction.request.path.endswith("/count_tokens"):
+            continue
+        tokens = request_tokens(body, len(interaction.request.body))
+        counted.append(tokens)
+        betas = ",".join(interaction.request.headers.get("anthropic-beta", []))
+        if tokens > context_window(body.get("model"), betas):
+            over.append(f"{describe(path, interaction)}: {tokens} tokens")
+    assert not over, over
+    _say(capsys, f"fidelity: {len(counted) - len(over)}/{len(counted)} recorded requests within their model's context "
+                 f"window (the largest {max(counted):,} tokens as simloop counts them)")
+
+
+def test_the_largest_recorded_request_grown_past_the_window_gets_the_real_400() -> None:
+    """The largest request of the corpus, its history grown by one long tool output, as an unbounded loop grows
+    it: the SDK raises the BadRequestError the real API answers; the same request on a 1M model is served."""
+    import anthropic
+
+    import simloop
+
+    ends_with_user = lambda b: b["messages"][-1]["role"] == "user"
+    name, body = max(_accepted_bodies(ends_with_user), key=lambda item: len(json.dumps(item[1])))
+    grown = copy.deepcopy(body)
+    last = grown["messages"][-1]
+    blocks = [{"type": "text", "text": last["content"]}] if isinstance(last["content"], str) else last["content"]
+    last["content"] = [*blocks, {"type": "text", "text": "x " * 450_000}]  # about 225k tokens more
+    grown.pop("stream", None)
+
+    def send(sim: simloop.Sim, model: str) -> str:
+        try:
+            sim.client.messages.create(model=model, max_tokens=1, messages=[], extra_body={**grown, "model": model})
+        except anthropic.BadRequestError as e:
+            return str(e.body["error"]["message"])  # type: ignore[index]
+        return "served"
+
+    scenario = simloop.Scenario(task="t", model=[simloop.Reply(end_turn="ok")], strict=False)
+    with simloop.Sim(scenario) as sim:
+        said = sim.run(lambda s: simloop.Outcome("final", send(s, "claude-sonnet-4-5"))).text
+    assert re.fullmatch(r"prompt is too long: \d+ tokens > 200000 maximum", said), (name, said)
+    with simloop.Sim(scenario) as sim:
+        assert sim.run(lambda s: simloop.Outcome("final", send(s, "claude-opus-4-6"))).text == "served"

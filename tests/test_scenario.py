@@ -75,7 +75,7 @@ BROKEN = [
     ("empty", "", 1, "got an empty file"),
     ("two kinds", "model:\n  - end_turn: hi\n    refusal: no\n", 2, "exactly one of"),
     ("no kind", "model:\n  - latency: 2\n", 2, "(found: none)"),
-    ("bad error", "model:\n  - end_turn: a\n  - error: 418\n", 3, "model[1].error: expected one of 429, 500"),
+    ("bad error", "model:\n  - end_turn: a\n  - error: 418\n", 3, "model[1].error: expected one of 401, 404, 429, 500"),
     ("unknown key", "tools:\n  - name: a\n    knd: read\n", 3, "tools[0].knd: unknown key 'knd'"),
     ("bad kind", "tools:\n  - name: a\n    kind: delete\n", 3, "tools[0].kind"),
     ("bad tool name", "tools:\n  - name: 'has space'\n", 2, "tools[0].name: a tool name is 1 to 128"),

@@ -598,7 +598,7 @@ def test_a_file_that_is_not_yaml_names_the_file_and_line(tmp_path: Path) -> None
 def test_a_yaml_file_without_interactions(tmp_path: Path) -> None:
     path = tmp_path / "scenario.yaml"
     path.write_text("name: not a cassette\n")
-    with pytest.raises(CassetteError, match="not a VCR.py cassette") as info:
+    with pytest.raises(CassetteError, match="not a cassette simloop reads") as info:
         load_cassette(path)
     assert str(path) in str(info.value) and "'interactions'" in str(info.value)
 
@@ -730,3 +730,42 @@ def test_a_block_type_that_is_not_a_string_is_a_400(tag: Any, where: str) -> Non
         body["tools"] = TOOLS
     rejection = validate_messages_request(body)
     assert rejection is not None and rejection.status == 400
+
+
+# --------------------------------------------------------------------------- the context window
+
+
+def test_each_models_context_window() -> None:
+    from simloop.wire.validate import CONTEXT_1M_BETA, context_window
+
+    assert context_window("claude-sonnet-4-5") == 200_000
+    assert context_window("claude-sonnet-4-5", f"interleaved-thinking-2025-05-14, {CONTEXT_1M_BETA}") == 1_000_000
+    assert context_window("claude-sonnet-4-20250514", CONTEXT_1M_BETA) == 1_000_000
+    assert context_window("claude-opus-4-1", CONTEXT_1M_BETA) == 200_000  # the beta opens no window it lacks
+    assert context_window("claude-opus-4-6") == context_window("claude-sonnet-4-6") == 1_000_000
+    assert context_window("claude-haiku-4-5") == context_window("my-fine-tune") == context_window(None) == 200_000
+
+
+def _huge_history_request(sim: Any, content: list[Any]) -> str:
+    import anthropic
+
+    try:
+        sim.client.messages.create(model="claude-haiku-4-5", max_tokens=64,
+                                   messages=[{"role": "user", "content": content}])
+    except anthropic.BadRequestError as e:
+        return str(e.body["error"]["message"])
+    return "served"
+
+
+def test_a_prompt_over_the_window_gets_the_real_400_and_an_image_is_not_counted_by_its_bytes() -> None:
+    import simloop
+
+    scenario = simloop.Scenario(task="t", model=[simloop.Reply(end_turn="ok")], strict=False)
+    text = [{"type": "text", "text": "word " * 170_000}]  # 850k bytes: about 212k tokens
+    photo = [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "A" * 900_000}},
+             {"type": "text", "text": "What is in this photo?"}]
+    with simloop.Sim(scenario) as sim:
+        said = sim.run(lambda s: simloop.Outcome("final", _huge_history_request(s, text))).text
+    assert said.startswith("prompt is too long: ") and said.endswith(" tokens > 200000 maximum")
+    with simloop.Sim(scenario) as sim:
+        assert sim.run(lambda s: simloop.Outcome("final", _huge_history_request(s, photo))).text == "served"

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Union
 from urllib.parse import urlsplit
@@ -15,7 +17,7 @@ from simloop.cassettes._read import _FIX, CassetteError, Interaction, _describe,
 from simloop.errors import UsageError
 from simloop.models import RecordedError
 from simloop.scenario import (
-    API_ERRORS,
+    ERROR_REPLIES,
     SERVER_TOOLS,
     Fault,
     MaxTokensBody,
@@ -71,12 +73,16 @@ class Recording:
     scenario: Scenario
     notes: list[str] = field(default_factory=list)
     other: int = 0  # interactions that are not model calls (count_tokens, other hosts)
+    #: The calls of the conversation the scenario was made from (all of ``calls`` when there is one).
+    conversation: list[RecordedCall] = field(default_factory=list)
+    conversations: int = 1  # how many independent conversations the cassette holds
 
     def with_kinds(self, kinds: Mapping[str, str]) -> Recording:
         """The same recording, its tools' kinds set from ``kinds`` (name -> ``read``/``write``)."""
         tools = [t.model_copy(update={"kind": kinds.get(t.name, t.kind)}) for t in self.scenario.tools]
         scenario = Scenario.model_validate({**self.scenario.model_dump(), "tools": tools})
-        return Recording(self.source, self.calls, scenario, list(self.notes), self.other)
+        return Recording(self.source, self.calls, scenario, list(self.notes), self.other, self.conversation,
+                         self.conversations)
 
     def __repr__(self) -> str:
         return f"Recording({self.source!r}, {len(self.calls)} model calls)"
@@ -99,13 +105,18 @@ def guess_kind(name: str) -> str:
 
 
 def load_recording(
-    source: Source, *, kinds: Mapping[str, str] | None = None, name: str | None = None
+    source: Source, *, kinds: Mapping[str, str] | None = None, name: str | None = None, conversation: int = 0
 ) -> Recording:
     """Read a cassette's model calls and derive its scenario.
 
     ``source`` is a cassette path, a list of `Interaction`, or a `Recording` (returned as is).
     ``kinds`` maps tool names to ``read``/``write`` (the oracle treats writes specially); tools not
     named are guessed from their names (``send_email``, ``issue_refund`` are writes).
+
+    A cassette may hold several independent conversations (calls whose histories start with different first
+    messages, as a test file that runs several agents records them): ``conversation`` picks one (0-based, in
+    the order they begin), and the notes say how many there are.  Within it, the user's messages after a
+    finished turn become the scenario's ``followups``.
 
     Raises:
         CassetteError: the file cannot be read, or a 200 answer is not a Message.
@@ -129,8 +140,22 @@ def load_recording(
     other = len(interactions) - len(calls)
     if not calls:
         notes.append(_why_empty(interactions))
-    scenario = _scenario(label, calls, notes, kinds=kinds or {}, name=name)
-    return Recording(source=label, calls=calls, scenario=scenario, notes=notes, other=other)
+    groups = _conversations(calls)
+    if not 0 <= conversation < max(len(groups), 1):
+        raise UsageError(
+            f"{label}: conversation={conversation}, but the cassette holds {len(groups)} conversation(s); pick one "
+            f"from 0 to {len(groups) - 1}"
+        )
+    taken = groups[conversation] if groups else calls
+    if len(groups) > 1:
+        notes.append(
+            f"the cassette holds {len(groups)} independent conversations (their first messages differ); this "
+            f"scenario is conversation {conversation} (interactions {', '.join(str(c.interaction) for c in taken)}); "
+            "convert the others with --conversation N (a replay with Recorded serves them all, in order)"
+        )
+    scenario = _scenario(label, taken, notes, kinds=kinds or {}, name=name)
+    return Recording(source=label, calls=calls, scenario=scenario, notes=notes, other=other, conversation=taken,
+                     conversations=max(len(groups), 1))
 
 
 def _why_empty(interactions: Sequence[Interaction]) -> str:
@@ -167,7 +192,7 @@ def _call(label: str, item: Interaction, notes: list[str]) -> RecordedCall:
         if reply is None:
             notes.append(
                 f"interaction {item.index}: the recorded {response.status} is not a v1 scenario reply "
-                "(the simulator answers invalid requests itself); left out"
+                "(the simulator answers a malformed request with the real 400 itself); left out"
             )
         headers = tuple((k, v) for k, values in response.headers.items() for v in values)
         recorded = RecordedError(response.status, headers, response.body, latency)
@@ -205,7 +230,7 @@ def _latency(headers: Mapping[str, list[str]]) -> float:
 
 def _error_reply(status: int, headers: Mapping[str, list[str]], latency: float) -> Reply | None:
     """A recorded error status as a v1 scenario reply (None for the 4xx scenarios cannot script)."""
-    scripted = [code for code in API_ERRORS if isinstance(code, int)]
+    scripted = [code for code in ERROR_REPLIES if isinstance(code, int)]
     if status in scripted:
         retry_after: float | None = None
         if status == 429:
@@ -335,6 +360,7 @@ def _scenario(
 ) -> Scenario:
     first = calls[0].request if calls else {}
     task = _task(first, notes)
+    followups = _followups(calls)
     system = _system(first.get("system"))
     tools = _tools(first.get("tools"), calls, notes, kinds)
     names = {t.name for t in tools}
@@ -342,8 +368,40 @@ def _scenario(
     replies = [c.reply for c in calls if c.reply is not None]
     stem = _stem(label)
     return Scenario(
-        name=name or stem, task=task, system=system, tools=tools, model=replies, then="fail", faults=faults,
+        name=name or stem, task=task, followups=followups, system=system, tools=tools, model=replies, then="fail",
+        faults=faults,
     )
+
+
+def _first_message(call: RecordedCall) -> str:
+    messages = call.request.get("messages")
+    head = messages[0] if isinstance(messages, list) and messages else None
+    return json.dumps(head, sort_keys=True, default=str)
+
+
+def _conversations(calls: list[RecordedCall]) -> list[list[RecordedCall]]:
+    """The calls grouped by conversation, in the order the conversations begin: a conversation's every request
+    starts with the same first message (its history grows behind it)."""
+    groups: dict[str, list[RecordedCall]] = {}
+    for call in calls:
+        groups.setdefault(_first_message(call), []).append(call)
+    return list(groups.values())
+
+
+def _followups(calls: list[RecordedCall]) -> list[str]:
+    """The user's messages after each finished turn: the text a request adds after the answer of a call that
+    ended its turn (not ``tool_use`` or ``pause_turn``, whose next request carries results or a continuation)."""
+    out: list[str] = []
+    for before, call in pairwise(calls):
+        finished = isinstance(before.answer, Turn) and before.answer.stop_reason not in ("tool_use", "pause_turn")
+        messages = call.request.get("messages")
+        last = messages[-1] if isinstance(messages, list) and messages else None
+        if not finished or not isinstance(last, dict) or last.get("role") != "user":
+            continue
+        text = _text_of(last.get("content"))
+        if text:
+            out.append(text)
+    return out
 
 
 def _stem(path: str | os.PathLike[str]) -> str:
@@ -441,29 +499,35 @@ def _tool_faults(calls: list[RecordedCall]) -> list[Fault]:
     return faults
 
 
-def to_scenario(source: Source, *, kinds: Mapping[str, str] | None = None, name: str | None = None) -> Scenario:
+def to_scenario(
+    source: Source, *, kinds: Mapping[str, str] | None = None, name: str | None = None, conversation: int = 0
+) -> Scenario:
     """A recording as a v1 scenario that reproduces its replies (see `load_recording`).
 
-    The task is the first user message, the tools come from the first request (with the outputs the
-    recording shows, and a ``raise`` fault where a result was an error), the replies are the recorded
-    answers in order with their latencies, usage and thinking, ``then: fail``.
+    The task is the first user message, the follow-ups the user's later turns, the tools come from the first
+    request (with the outputs the recording shows, and a ``raise`` fault where a result was an error), the
+    replies are the recorded answers in order with their latencies, usage and thinking, ``then: fail``.
 
     Example::
 
         scenario = simloop.cassettes.to_scenario("tests/cassettes/test_agent/test_refund.yaml")
         with simloop.Sim(scenario) as sim: ...
     """
-    return load_recording(source, kinds=kinds, name=name).scenario
+    return load_recording(source, kinds=kinds, name=name, conversation=conversation).scenario
 
 
 def convert(
-    source: str | os.PathLike[str], out: str | os.PathLike[str] | None = None, *, kinds: Mapping[str, str] | None = None
+    source: str | os.PathLike[str],
+    out: str | os.PathLike[str] | None = None,
+    *,
+    kinds: Mapping[str, str] | None = None,
+    conversation: int = 0,
 ) -> Path:
     """Write a cassette's scenario as a YAML file (default: next to it, ``.scenario.yaml``); returns the path.
 
     The file starts with a comment naming the cassette and what the scenario approximates.
     """
-    recording = load_recording(source, kinds=kinds)
+    recording = load_recording(source, kinds=kinds, conversation=conversation)
     src = Path(source)
     target = Path(out) if out is not None else src.with_name(_stem(src) + ".scenario.yaml")
     header = [f"# Converted by simloop from the cassette {src.name} ({len(recording.calls)} model calls)."]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import gzip
 import json
 import os
@@ -18,7 +20,38 @@ _ANTHROPIC_HOST = "api.anthropic.com"
 _MESSAGES = "/v1/messages"
 _MESSAGES_PATHS = frozenset({_MESSAGES, "/v1/messages/count_tokens"})
 _FIX = " The file was probably edited by hand: fix that entry or re-record the cassette."
-_Loader: Any = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
+_SafeLoader: Any = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
+#: What other recorders write (for the message when a file is none of the layouts read).
+_OTHER_LAYOUTS = (
+    "VCR.py's (interactions:), its in-memory one (requests:/responses:), Ruby VCR's, R vcr's and betamax's "
+    "(http_interactions:) and HAR (log: entries:)"
+)
+
+
+class _Loader(_SafeLoader):  # type: ignore[misc]
+    """YAML's safe loader plus the two tags recorders put in cassettes, each read as plain data, never as code:
+    VCR.py through aiohttp writes header names as ``!!python/object/apply:multidict._multidict.istr [Name]``
+    (a case-insensitive string), and Ruby's YAML writes binary bodies as ``!binary`` (base64)."""
+
+
+def _istr(loader: Any, suffix: str, node: Any) -> str:
+    if not suffix.endswith(".istr") or not isinstance(node, yaml.SequenceNode) or len(node.value) != 1:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"a Python object (python/object/apply:{suffix}) is not data a cassette holds", node.start_mark
+        )
+    return str(loader.construct_scalar(node.value[0]))
+
+
+def _ruby_binary(loader: Any, node: Any) -> bytes:
+    try:
+        return base64.b64decode("".join(str(loader.construct_scalar(node)).split()), validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise yaml.constructor.ConstructorError(None, None, f"a !binary value that is not base64 ({exc})",
+                                                node.start_mark) from exc
+
+
+_Loader.add_multi_constructor("tag:yaml.org,2002:python/object/apply:multidict.", _istr)
+_Loader.add_constructor("!binary", _ruby_binary)
 
 
 class CassetteError(UsageError):
@@ -148,8 +181,10 @@ def load_cassette(path: str | os.PathLike[str]) -> list[Interaction]:
     """Read every interaction of a VCR.py cassette, whatever its layout; a gzip-compressed file too.
 
     Layouts read: vcrpy's file layout (``interactions:``, each a ``request`` and a ``response``),
-    with vcrpy's bodies or pydantic-ai's ``parsed_body``; and the layout vcrpy holds in memory
-    (parallel ``requests:`` and ``responses:`` lists), which langchain writes as ``*.yaml.gz``.
+    with vcrpy's bodies or pydantic-ai's ``parsed_body``, aiohttp's header names included; the layout vcrpy
+    holds in memory (parallel ``requests:`` and ``responses:`` lists), which langchain writes as
+    ``*.yaml.gz``; the ``http_interactions:`` layout of Ruby VCR, R vcr and betamax (bodies as ``string``,
+    ``!binary`` or ``base64_string``); and HAR files (``log: entries:``, JSON), as browsers and proxies save them.
 
     Raises `CassetteError` when the file is missing, is not YAML, or has neither shape.
     """
@@ -174,11 +209,15 @@ def load_cassette(path: str | os.PathLike[str]) -> list[Interaction]:
         ) from exc
     if type(data) is dict and "interactions" not in data and {"requests", "responses"} <= set(data):
         data = {"interactions": _paired(name, data["requests"], data["responses"])}
+    elif type(data) is dict and "interactions" not in data and "http_interactions" in data:
+        data = {"interactions": _from_http_interactions(name, data["http_interactions"])}
+    elif type(data) is dict and type(data.get("log")) is dict and "entries" in data["log"]:
+        data = {"interactions": _from_har(name, data["log"]["entries"])}
     if type(data) is not dict or "interactions" not in data:
         raise CassetteError(
-            f"{name}: not a VCR.py cassette: expected a mapping with an 'interactions' list (or parallel "
-            f"'requests' and 'responses' lists) at the top, found {_describe(data)}. Pass a file recorded by "
-            "VCR.py (or pytest-recording)."
+            f"{name}: not a cassette simloop reads: expected a mapping with an 'interactions' list at the top, "
+            f"found {_describe(data)}. The layouts read are {_OTHER_LAYOUTS}; re-record with VCR.py (or "
+            "pytest-recording), or save the traffic as HAR."
         )
     items = data["interactions"]
     if type(items) is not list:
@@ -201,6 +240,78 @@ def _paired(name: str, requests: Any, responses: Any) -> list[dict[str, Any]]:
             f"response answers the n-th request.{_FIX}"
         )
     return [{"request": q, "response": r} for q, r in zip(requests, responses, strict=True)]
+
+
+def _from_http_interactions(name: str, items: Any) -> list[Any]:
+    """Ruby VCR's, R vcr's and betamax's layout as vcrpy's: the same request/response pairs, with the method in
+    lower case and a body as ``{encoding, string}`` (``string`` may be ``!binary``) or ``{base64_string}``."""
+    if type(items) is not list:
+        raise CassetteError(f"{name}: 'http_interactions' must be a list, found {_describe(items)}.{_FIX}")
+    out: list[Any] = []
+    for index, item in enumerate(items):
+        if type(item) is not dict or type(item.get("request")) is not dict or type(item.get("response")) is not dict:
+            out.append(item)  # _interaction names what is missing
+            continue
+        where = f"{name}: interaction {index}"
+        request, response = dict(item["request"]), dict(item["response"])
+        if type(request.get("method")) is str:
+            request["method"] = request["method"].upper()
+        request["body"] = _body_of(f"{where}: request", request.get("body"))
+        response["body"] = {"string": _body_of(f"{where}: response", response.get("body"))}
+        out.append({"request": request, "response": response})
+    return out
+
+
+def _body_of(where: str, body: Any) -> Any:
+    if type(body) is not dict:
+        return body
+    if "base64_string" in body:
+        try:
+            return base64.b64decode("".join(str(body["base64_string"]).split()), validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise CassetteError(f"{where}: 'base64_string' is not base64 ({exc}).{_FIX}") from exc
+    return body.get("string")
+
+
+def _from_har(name: str, entries: Any) -> list[Any]:
+    """A HAR file's entries as vcrpy's interactions.  HAR keeps bodies decoded (``content.text``, base64 when
+    ``content.encoding`` says so), so a ``content-encoding`` header it kept no longer applies."""
+    if type(entries) is not list:
+        raise CassetteError(f"{name}: HAR 'log.entries' must be a list, found {_describe(entries)}.{_FIX}")
+    out: list[Any] = []
+    for index, entry in enumerate(entries):
+        request = entry.get("request") if type(entry) is dict else None
+        response = entry.get("response") if type(entry) is dict else None
+        if type(request) is not dict or type(response) is not dict:
+            out.append(entry)
+            continue
+        where = f"{name}: entry {index}"
+        post = request.get("postData")
+        content = response.get("content")
+        text = content.get("text") if type(content) is dict else None
+        if type(content) is dict and content.get("encoding") == "base64" and isinstance(text, str):
+            text = _body_of(f"{where}: response", {"base64_string": text})
+        headers = _har_headers(f"{where}: response", response.get("headers"))
+        headers.pop("content-encoding", None)
+        headers.pop("Content-Encoding", None)
+        out.append({
+            "request": {"method": request.get("method"), "uri": request.get("url"),
+                        "headers": _har_headers(f"{where}: request", request.get("headers")),
+                        "body": post.get("text") if type(post) is dict else None},
+            "response": {"status": {"code": response.get("status")}, "headers": headers, "body": {"string": text}},
+        })
+    return out
+
+
+def _har_headers(where: str, raw: Any) -> dict[str, list[str]]:
+    if raw is None:
+        return {}
+    if type(raw) is not list or not all(type(h) is dict and "name" in h for h in raw):
+        raise CassetteError(f"{where}: HAR headers must be a list of {{name, value}}, found {_describe(raw)}.{_FIX}")
+    headers: dict[str, list[str]] = {}
+    for h in raw:
+        headers.setdefault(str(h["name"]), []).append(str(h.get("value", "")))
+    return headers
 
 
 def _describe(value: Any) -> str:
@@ -257,6 +368,8 @@ def _request(where: str, raw: dict[str, Any]) -> RecordedRequest:
     if "parsed_body" in raw:
         body = _compact_json(raw["parsed_body"])
         headers.pop("content-length", None)
+    elif type(raw.get("body")) in (dict, list):  # VCR.py through aiohttp keeps a request's json= as it was given
+        body = _compact_json(raw["body"])
     else:
         body = _to_bytes(where, raw.get("body"))
     return RecordedRequest(method, uri, headers, body)

@@ -15,6 +15,7 @@ __all__ = ["STATUS_ERRORS", "error_body", "error_headers"]
 #: status -> (error.type, message) of the real API for the statuses a scenario can script.
 STATUS_ERRORS: dict[int, tuple[str, str]] = {
     400: ("invalid_request_error", "Invalid request"),
+    401: ("authentication_error", "invalid x-api-key"),
     404: ("not_found_error", "Not found"),
     408: ("timeout_error", "Request timed out"),
     413: ("request_too_large", "Request exceeds the maximum size"),

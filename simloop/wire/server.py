@@ -35,7 +35,15 @@ from simloop.scenario import Reply
 from simloop.transcript import Request, Response, Transcript
 from simloop.wire.errors import error_body, error_headers
 from simloop.wire.render import Turn, render_error_event, render_message, render_sse
-from simloop.wire.validate import ConversationValidator, Rejection, validate_count_tokens_request
+from simloop.wire.validate import (
+    IMAGE_TOKENS,
+    ConversationValidator,
+    Rejection,
+    context_window,
+    opaque_bytes,
+    prompt_too_long,
+    validate_count_tokens_request,
+)
 
 __all__ = ["READ_HEADERS", "Budget", "InternalFailure", "Planned", "SimServer", "estimate_tokens", "request_tokens"]
 
@@ -260,7 +268,7 @@ class SimServer:
             return self._error(req, 400, request_id, message="There was an error parsing the body of your request.")
         if path == COUNT_TOKENS:
             return self._count_tokens(req, parsed, body, request_id)
-        return self._messages(req, parsed, body, request_id, expanded)
+        return self._messages(req, parsed, body, request_id, expanded, betas=headers.get("anthropic-beta", ""))
 
     def _call_number(self, path: str, attempt: int, body: bytes) -> int:
         """SDK retries (retry count > 0) belong to the call whose body they repeat."""
@@ -301,7 +309,7 @@ class SimServer:
 
     def _messages(
         self, req: Request, body: dict[str, Any], raw: bytes, request_id: str,
-        expanded: tuple[dict[str, Any], int, Rejection | None] | None,
+        expanded: tuple[dict[str, Any], int, Rejection | None] | None, *, betas: str = "",
     ) -> Planned:
         threaded = expanded is not None
         if expanded is not None:  # a thread: see _handle
@@ -314,6 +322,14 @@ class SimServer:
         if validator.signed_by_sim != self.sign_thinking:
             validator = self._validator = ConversationValidator(signed_by_sim=self.sign_thinking)
         rejection = validator.validate(effective)
+        if rejection is None:  # valid: then the size, as the real API checks it last
+            req.input_tokens = request_tokens(body, len(raw) + history_bytes)
+            window = context_window(effective.get("model"), betas)
+            if req.input_tokens > window:  # by its bytes; then without what the model does not read as text
+                nbytes, sources = opaque_bytes(effective)
+                read = req.input_tokens - nbytes // 4 + sources * IMAGE_TOKENS
+                if read > window:
+                    rejection = prompt_too_long(read, window)
         if rejection is not None:
             rejected = getattr(self.policy, "rejected", None)
             if rejected is not None:  # a recording consumes the call it answered with this error
@@ -321,7 +337,6 @@ class SimServer:
                 conversation = sent if type(sent) is list else []
                 rejected(ModelRequest(req.call, req.attempt, effective, conversation, req.stream), rejection)
             return self._reject(req, rejection, request_id)
-        req.input_tokens = request_tokens(body, len(raw) + history_bytes)
         mreq = ModelRequest(
             call=req.call, attempt=req.attempt, body=effective, conversation=effective["messages"], stream=req.stream
         )
@@ -371,7 +386,9 @@ class SimServer:
         if isinstance(err, int):
             rec.status = err
             rec.fault = "http"
-            payload = error_body(err, request_id=request_id)
+            # a scripted 404 is the real API's answer to an unknown model: it names the model asked for
+            message = f"model: {mreq.body.get('model')}" if err == 404 else None
+            payload = error_body(err, request_id=request_id, message=message)
             rec.error = json.loads(payload)
             headers = error_headers(err, request_id=request_id, retry_after=reply.retry_after)
             return Planned(status=err, headers=headers, body=payload, latency=reply.latency, record=rec)

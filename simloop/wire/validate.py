@@ -15,9 +15,10 @@ as ``messages.1.content.0.tool_use.id``) are raised at once, later rules remembe
 the first offence and are decided after the walk, in the order the real API
 reports them (schema -> tool definitions -> block rules -> pairing -> thinking).
 
-Deliberately *not* modelled: per-model capabilities (prefill refused by newer
-models, effort levels, ``temperature`` deprecation, unknown model names), size
-and context-window limits, and the legacy rules the API has dropped (first
+The context window is `context_window` (the server checks it once it has counted
+a request's tokens).  Deliberately *not* modelled: per-model capabilities (prefill
+refused by newer models, effort levels, ``temperature`` deprecation, unknown model
+names), and the legacy rules the API has dropped (first
 message must be ``user``, roles must alternate: consecutive same-role turns are
 now merged).  Unknown top-level fields and unknown server tool types pass.
 """
@@ -33,15 +34,73 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "CONTEXT_1M_BETA",
     "ConversationValidator",
     "Rejection",
     "check_signatures",
+    "context_window",
+    "opaque_bytes",
+    "prompt_too_long",
     "thinking_signature",
     "validate_count_tokens_request",
     "validate_messages_request",
 ]
 
 _INVALID = "invalid_request_error"
+
+#: The beta that opens the 1M-token window to a model that has it behind the opt-in (Sonnet 4 and 4.5).
+CONTEXT_1M_BETA = "context-1m-2025-08-07"
+DEFAULT_WINDOW = 200_000
+LARGE_WINDOW = 1_000_000
+# Models whose window is 1M tokens without the beta (the 4.6 generation on, and the fives), and those that open
+# it with the beta.  Unknown names get the default: every model the API has served takes at least 200k.
+_LARGE = re.compile(r"^claude-(?:opus-4-[6-9]|sonnet-4-[6-9]|(?:opus|sonnet|haiku|fable|mythos)-5)(?![0-9])")
+_LARGE_WITH_BETA = re.compile(r"^claude-sonnet-4(?:-5)?(?![0-9])")
+
+
+def context_window(model: Any, betas: str = "") -> int:
+    """The model's input window in tokens: 1M for the models that have it (natively, or with `CONTEXT_1M_BETA`
+    among the request's ``anthropic-beta`` values), 200k otherwise."""
+    name = model if isinstance(model, str) else ""
+    if _LARGE.match(name):
+        return LARGE_WINDOW
+    if _LARGE_WITH_BETA.match(name) and CONTEXT_1M_BETA in (b.strip() for b in betas.split(",")):
+        return LARGE_WINDOW
+    return DEFAULT_WINDOW
+
+
+#: What an image costs at most (its pixels / 750, capped by the API's resizing): base64 sources are counted so,
+#: never by their bytes, which would take a photo for a book.
+IMAGE_TOKENS = 1_600
+
+
+def opaque_bytes(value: Any) -> tuple[int, int]:
+    """(bytes, sources): the JSON bytes of what the model does not read as text (base64 image and document data,
+    thinking signatures, encrypted and redacted content), and how many base64 sources there are.  The window
+    check takes them out of the byte estimate (counting each source as `IMAGE_TOKENS`): only a request already
+    over the window by its bytes is walked."""
+    size = sources = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if item.get("type") == "base64" and isinstance(item.get("data"), str):
+                size += len(item["data"])
+                sources += 1
+            for key in ("signature", "encrypted_content"):
+                if isinstance(item.get(key), str):
+                    size += len(item[key])
+            if item.get("type") == "redacted_thinking" and isinstance(item.get("data"), str):
+                size += len(item["data"])
+            stack.extend(v for v in item.values() if isinstance(v, (dict, list)))
+        elif isinstance(item, list):
+            stack.extend(v for v in item if isinstance(v, (dict, list)))
+    return size, sources
+
+
+def prompt_too_long(tokens: int, window: int) -> Rejection:
+    """The real API's 400 for a prompt over the model's window (research/wire.md: context overflow)."""
+    return Rejection(400, _INVALID, f"prompt is too long: {tokens} tokens > {window} maximum", None)
 _ID_PATTERN = "^[a-zA-Z0-9_-]+$"
 _ID_RE = re.compile(r"[a-zA-Z0-9_-]+")
 _TOOL_NAME_PATTERN = "^[a-zA-Z0-9_-]{1,128}$"
