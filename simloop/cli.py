@@ -886,7 +886,14 @@ def mcp_command(scenario_path: str, trace: str | None) -> int:
     metavar="TOOL=read|write",
     help="A tool's kind (repeatable); tools not named are guessed from their names.",
 )
-def convert(cassette: str, output: str | None, kinds: tuple[str, ...]) -> int:
+@click.option(
+    "--secret",
+    "secrets",
+    multiple=True,
+    metavar="TEXT",
+    help="A value to scrub from the scenario besides key-shaped strings (repeatable; 8 characters or more).",
+)
+def convert(cassette: str, output: str | None, kinds: tuple[str, ...], secrets: tuple[str, ...]) -> int:
     """Convert a recorded VCR.py cassette of Anthropic traffic into a scenario file.
 
     The recorded replies become the scenario's model script (with their latencies, usage and thinking),
@@ -903,12 +910,15 @@ def convert(cassette: str, output: str | None, kinds: tuple[str, ...]) -> int:
         if not sep or kind not in ("read", "write") or not name:
             raise click.UsageError(f"--kind takes TOOL=read or TOOL=write, got {item!r}")
         kind_map[name] = kind
+    scrubber = cassettes.Scrubber(secrets)
     recording = cassettes.load_recording(cassette, kinds=kind_map or None)
     if output:
-        path = cassettes.convert(cassette, output, kinds=kind_map or None)
+        path = cassettes.convert(cassette, output, kinds=kind_map or None, secrets=secrets)
         click.echo(f"wrote {path}")
     else:
-        click.echo(recording.scenario.to_yaml(), nl=False)
+        from simloop.cassettes._convert import scrubbed_scenario
+
+        click.echo(scrubbed_scenario(recording.scenario, scrubber).to_yaml(), nl=False)
     if not recording.calls:  # say why, rather than leave an empty script to puzzle over
         click.echo(f"simloop convert: {cassette}: {recording.notes[-1]}", err=True)
     return 0
