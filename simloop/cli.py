@@ -27,6 +27,7 @@ import signal
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -549,6 +550,7 @@ def run(
     if not files:
         raise click.UsageError(f"no scenario files (*.yaml, *.yml, *.json) under {', '.join(paths)}")
     trace_dir = Path(trace) if trace and (len(files) > 1 or Path(trace).is_dir()) else None
+    names = _trace_names(files)
     wide = max(len(str(p)) for p in files)
     failed = errors = 0
     for path in files:
@@ -563,7 +565,7 @@ def run(
             click.echo(f"ERROR {path!s:<{wide}}  simloop internal error (please report it): {e}")
             continue
         if trace:
-            transcript.write(trace_dir / f"{path.stem}.jsonl" if trace_dir else Path(trace))
+            transcript.write(trace_dir / names[path] if trace_dir else Path(trace))
         if not problems:
             click.echo(f"ok    {path!s:<{wide}}  {line}")
             continue
@@ -580,6 +582,21 @@ def run(
     passed = len(files) - failed - errors
     click.echo(f"{passed} passed, {failed} failed" + (f", {errors} error(s)" if errors else ""))
     return 2 if errors else 1 if failed else 0
+
+
+def _trace_names(files: Sequence[Path]) -> dict[Path, Path]:
+    """A distinct trace file per scenario file, under the ``--trace`` folder.
+
+    ``NAME.jsonl`` for a file whose name is the only one with its stem; files whose stems collide
+    (``a/x.yaml`` and ``b/x.yaml``) keep their path below the folder the files share
+    (``a/x.jsonl``), and their suffix too when that is not enough (``x.yaml.jsonl``, ``x.json.jsonl``).
+    """
+    stems = Counter(p.stem for p in files)
+    top = Path(os.path.commonpath([str(p.resolve().parent) for p in files]))
+    names = {p: Path(f"{p.stem}.jsonl") if stems[p.stem] == 1 else p.resolve().relative_to(top).with_suffix(".jsonl")
+             for p in files}
+    taken = Counter(names.values())
+    return {p: name if taken[name] == 1 else name.with_name(p.name + ".jsonl") for p, name in names.items()}
 
 
 def _run_one(

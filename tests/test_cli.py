@@ -272,7 +272,7 @@ def test_show_and_report_reject_a_bad_transcript(tmp_path: Path, capsys: pytest.
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"type": "header", "scenario": "x", "seed": 0, "version": 1}\n{"oops": 1}\n', encoding="utf-8")
     assert main(["show", str(bad)]) == 2
-    assert f"{bad}:2: not a simloop transcript event" in capsys.readouterr().err
+    assert f"{bad}:2: expected an event whose type is one of " in capsys.readouterr().err
     assert main(["report", str(bad)]) == 2
     assert main(["show", str(tmp_path / "missing.jsonl")]) == 2
     assert "does not exist" in capsys.readouterr().err
