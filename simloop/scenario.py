@@ -31,6 +31,7 @@ from pydantic import (
     model_validator,
 )
 
+from simloop import _fastyaml
 from simloop._fileguard import (
     MAX_COUNT,
     MAX_DEADLINE_S,
@@ -524,15 +525,18 @@ class Scenario(_Model):
         """
         from ruamel.yaml import YAML
         from ruamel.yaml.error import MarkedYAMLError, YAMLError
+        from ruamel.yaml.reader import ReaderError
 
         size = len(text.encode("utf-8", "surrogatepass"))
         if size > MAX_FILE_BYTES:
             raise ScenarioError(_too_big(size), path=path, line=None)
-        yaml = YAML(typ="rt")
-        yaml.Parser = GuardedParser  # refuses deep nesting, alias bombs and non-JSON tags as it parses
         try:
             check_text(text)
-            data = yaml.load(text)
+            data = _fastyaml.load(text)  # libyaml, with the same checks; DEFER for what only ruamel reads right
+            if data is _fastyaml.DEFER:
+                yaml = YAML(typ="rt")
+                yaml.Parser = GuardedParser  # refuses deep nesting, alias bombs and non-JSON tags as it parses
+                data = yaml.load(text)
         except FileRefused as e:
             raise ScenarioError(e.message, path=path, line=e.line) from None
         except RecursionError:  # GuardedParser bounds nesting first; this is a last line of defence
@@ -541,6 +545,15 @@ class Scenario(_Model):
             mark = e.problem_mark or e.context_mark
             line = mark.line + 1 if mark is not None else None
             raise ScenarioError(f"not valid YAML: {e.problem or e.context}", path=path, line=line) from None
+        except ReaderError as e:  # a character YAML does not allow (NUL, most other control characters)
+            line, column = _line_col(text, e.position)
+            raise ScenarioError(
+                f"not valid YAML: the character U+{_code(e.character):04X} at column {column} is not allowed in a "
+                "YAML file (control characters are not); remove it, or write it as an escape inside a double-quoted "
+                'string ("\\u0000")',
+                path=path,
+                line=line,
+            ) from None
         except YAMLError as e:
             raise ScenarioError(f"not valid YAML: {e}", path=path) from None
         except (ValueError, TypeError, OverflowError) as e:  # a scalar ruamel could not convert
@@ -641,12 +654,34 @@ def load_scenario(path: str | Path, *, allow_functions: bool = False) -> Scenari
         size = p.stat().st_size
         if size > MAX_FILE_BYTES:  # refused before reading it
             raise ScenarioError(_too_big(size), path=p)
-        text = p.read_text(encoding="utf-8")
+        raw = p.read_bytes()
     except FileNotFoundError:
         raise ScenarioError("no such file", path=p) from None
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
         raise ScenarioError(f"cannot read the file: {e}", path=p) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        column = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
+        raise ScenarioError(
+            f"not UTF-8: the byte {raw[e.start]:#04x} at column {column} (byte offset {e.start}) {e.reason}; "
+            "save the file as UTF-8",
+            path=p,
+            line=line,
+        ) from None
+    text = text.replace("\r\n", "\n").replace("\r", "\n")  # as read_text's universal newlines did
     return Scenario.from_yaml(text, path=p, allow_functions=allow_functions)
+
+
+def _code(character: int | str) -> int:
+    """A character's code point (ruamel's reader errors give the code, or the character)."""
+    return ord(character) if isinstance(character, str) else int(character)
+
+
+def _line_col(text: str, position: int) -> tuple[int, int]:
+    """The 1-based line and column of a character offset in ``text``."""
+    return text.count("\n", 0, position) + 1, position - (text.rfind("\n", 0, position) + 1) + 1
 
 
 def _too_big(size: int) -> str:
