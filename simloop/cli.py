@@ -761,7 +761,13 @@ def _sigterm_stops() -> Iterator[None]:
     type=click.Path(exists=True, dir_okay=False),
     help="The scenario file whose simulated API to serve.",
 )
-@click.option("--host", default="127.0.0.1", show_default=True, help="The loopback address to bind.")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="The address to bind (both ports). Anything but loopback makes the API and the tools reachable from "
+    "other machines: simloop warns on stderr and in every response's x-simloop-warning header.",
+)
 @click.option(
     "--port",
     type=click.IntRange(min=0, max=65535),
@@ -798,6 +804,7 @@ def serve(scenario_path: str, host: str, port: int, seed: int, trace: str | None
     Example: simloop serve --scenario scenarios/happy-path.yaml --mcp
     """
     from simloop.scenario import load_scenario
+    from simloop.wire.loopback import KEPT_TEXT
     from simloop.wire.loopback import serve as serve_loopback
 
     scenario = load_scenario(scenario_path)
@@ -810,11 +817,11 @@ def serve(scenario_path: str, host: str, port: int, seed: int, trace: str | None
     server = None
     with _sigterm_stops():
         try:
-            server = (
-                serve_loopback(scenario, host=host, port=port, seed=seed, mcp=True)
-                if mcp else serve_loopback(scenario, host=host, port=port, seed=seed)
-            )
+            server = serve_loopback(scenario, host=host, port=port, seed=seed, mcp=mcp, max_kept_text=KEPT_TEXT)
             with server:
+                warning = getattr(server, "warning", None)
+                if warning is not None:
+                    click.echo(f"simloop: WARNING: {warning}", err=True)
                 click.echo(server.base_url)
                 mcp_url = getattr(server, "mcp_url", None)
                 if mcp_url:

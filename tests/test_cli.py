@@ -340,6 +340,7 @@ def test_serve_with_a_stand_in_server(monkeypatch: pytest.MonkeyPatch, capsys: p
         base_url = "http://127.0.0.1:9"
         transcript = Transcript.from_jsonl('{"type": "header", "scenario": "s", "seed": 0, "version": 1}\n')
         errors = ()
+        warning = None
 
         def __enter__(self) -> Self:
             return self
@@ -347,7 +348,8 @@ def test_serve_with_a_stand_in_server(monkeypatch: pytest.MonkeyPatch, capsys: p
         def __exit__(self, *exc: object) -> None:
             calls.append(("closed", "", 0, 0))
 
-    def serve(scenario: object, host: str, port: int, *, seed: int) -> StandIn:
+    def serve(scenario: object, host: str, port: int, *, seed: int, mcp: bool, max_kept_text: int) -> StandIn:
+        assert not mcp and max_kept_text == loopback.KEPT_TEXT  # a long session's memory is bounded
         calls.append((getattr(scenario, "name", ""), host, port, seed))
         return StandIn()
 
