@@ -31,6 +31,8 @@ from pydantic import (
     model_validator,
 )
 
+from ruamel.yaml.representer import RoundTripRepresenter
+
 from simloop import _fastyaml
 from simloop._fileguard import (
     MAX_COUNT,
@@ -601,15 +603,26 @@ class Scenario(_Model):
             ) from None
 
     def to_yaml(self) -> str:
-        """This scenario as a v1 YAML document (what `load_scenario` reads back)."""
+        """This scenario as a v1 YAML document (what `load_scenario` reads back).
+
+        ruamel's emitter writes a few texts plainly that no parser reads back the same (``?0`` in a
+        flow mapping, say): the document is read back once, and written with every string
+        double-quoted when it differs.
+        """
         from ruamel.yaml import YAML
 
-        yaml = YAML(typ="rt")
-        yaml.default_flow_style = None
-        yaml.width = 100
-        buf = io.StringIO()
-        yaml.dump(self.to_data(), buf)
-        return buf.getvalue()
+        data = self.to_data()
+        for representer in (_Representer, _QuotedRepresenter):
+            yaml = YAML(typ="rt")
+            yaml.Representer = representer
+            yaml.default_flow_style = None
+            yaml.width = 100
+            buf = io.StringIO()
+            yaml.dump(data, buf)
+            text = buf.getvalue()
+            if _reads_back(text, data):
+                break
+        return text
 
     def to_data(self) -> dict[str, Any]:
         """This scenario as plain data (defaults left out, kind keys first)."""
@@ -672,6 +685,46 @@ def load_scenario(path: str | Path, *, allow_functions: bool = False) -> Scenari
         ) from None
     text = text.replace("\r\n", "\n").replace("\r", "\n")  # as read_text's universal newlines did
     return Scenario.from_yaml(text, path=p, allow_functions=allow_functions)
+
+
+# Characters YAML counts as line breaks beyond \n and \r: ruamel writes them raw in plain and single-quoted
+# text, where reading folds them into spaces; a double-quoted string escapes them (\N, \L, \P).
+_BREAKS = re.compile("[\x85\u2028\u2029]")
+
+
+def _represent_str(representer: Any, value: str) -> Any:
+    if _BREAKS.search(value):
+        return representer.represent_scalar("tag:yaml.org,2002:str", value, style='"')
+    return RoundTripRepresenter.represent_str(representer, value)
+
+
+class _Representer(RoundTripRepresenter):  # type: ignore[misc]
+    """ruamel's round-trip representer, writing text it would not read back the same double-quoted."""
+
+
+_Representer.add_representer(str, _represent_str)
+
+
+class _QuotedRepresenter(RoundTripRepresenter):  # type: ignore[misc]
+    """Every string double-quoted: YAML's one style that can hold any text."""
+
+
+_QuotedRepresenter.add_representer(
+    str, lambda representer, value: representer.represent_scalar("tag:yaml.org,2002:str", value, style='"')
+)
+
+
+def _reads_back(text: str, data: Any) -> bool:
+    """Whether YAML text reads back as ``data``."""
+    from ruamel.yaml import YAML
+
+    try:
+        loaded = _fastyaml.load(text)
+        if loaded is _fastyaml.DEFER:
+            loaded = YAML(typ="rt").load(text)
+        return bool(to_plain(loaded) == data)
+    except Exception:  # noqa: BLE001 - whatever the reason, this text is not the one to write
+        return False
 
 
 def _code(character: int | str) -> int:

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simloop import Scenario
+from simloop import Scenario, load_scenario
 from simloop.cassettes import Scrubber, convert, load_cassette, record
 from simloop.cassettes._record import CassetteSerializer
 from simloop.wire import loopback, render
@@ -201,6 +201,7 @@ def test_convert_scrubs_what_it_copies_into_the_scenario(tmp_path: Path) -> None
     text = out.read_text(encoding="utf-8")
     assert KEY[7:] not in text and LISTED not in text
     assert "use [REDACTED] and [REDACTED]" in text and "I will use [REDACTED]" in text
+    assert load_scenario(out).task == "use [REDACTED] and [REDACTED]"  # and it reads back
 
 
 def test_simloop_convert_scrubs_keys_and_the_secrets_given(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

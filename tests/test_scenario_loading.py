@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
 from simloop import Scenario, ScenarioError, load_scenario
@@ -162,3 +164,24 @@ def test_the_fast_path_reads_every_curated_scenario_as_ruamel_does() -> None:
     assert len(files) > 10
     for path in files:
         _same(path.read_text(encoding="utf-8"))
+
+
+# -- a scenario simloop writes (convert, dump), it reads back --------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["\x85", "a\u2028b", "\u2029", "?0", "- x", "#", "key: value", " lead", "trail "])
+def test_a_scenario_written_as_yaml_reads_back_odd_texts(text: str) -> None:
+    scenario = Scenario.model_validate({"name": "s", "task": text, "model": [{"end_turn": text}]})
+    back = Scenario.from_yaml(scenario.to_yaml())
+    assert back.task == text and back.model[0].end_turn == text
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1))
+def test_a_scenario_written_as_yaml_reads_back_any_text(text: str) -> None:
+    scenario = Scenario.model_validate({
+        "name": "s", "task": text,
+        "tools": [{"name": "t", "results": [text]}],
+        "model": [{"tool_use": [{"name": "t", "input": {text: text}}]}, {"end_turn": text}],
+    })
+    assert Scenario.from_yaml(scenario.to_yaml()) == scenario
