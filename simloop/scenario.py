@@ -30,7 +30,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-
 from ruamel.yaml.representer import RoundTripRepresenter
 
 from simloop import _fastyaml
@@ -698,14 +697,14 @@ def _represent_str(representer: Any, value: str) -> Any:
     return RoundTripRepresenter.represent_str(representer, value)
 
 
-class _Representer(RoundTripRepresenter):  # type: ignore[misc]
+class _Representer(RoundTripRepresenter):
     """ruamel's round-trip representer, writing text it would not read back the same double-quoted."""
 
 
 _Representer.add_representer(str, _represent_str)
 
 
-class _QuotedRepresenter(RoundTripRepresenter):  # type: ignore[misc]
+class _QuotedRepresenter(RoundTripRepresenter):
     """Every string double-quoted: YAML's one style that can hold any text."""
 
 
