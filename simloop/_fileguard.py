@@ -41,6 +41,7 @@ __all__ = [
     "MAX_SECONDS",
     "MAX_TOKENS",
     "FileRefused",
+    "Guard",
     "GuardedParser",
     "check_text",
     "to_plain",
@@ -71,7 +72,9 @@ MAX_TOKENS = 100_000_000
 _ALLOWED_TAGS = frozenset({"!", "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"})
 #: A plain scalar that YAML would read as a number with this many digits or more (Python refuses past 4,300).
 _MAX_DIGITS = 1000
-_NUMBER_LIKE = re.compile(r"[-+]?(?:0[xo])?[0-9a-fA-F_.]+(?:[eE][-+]?[0-9]+)?")
+# What YAML 1.2 reads as a number: decimal digits, or hex/octal/binary behind their prefix.  (Not a bare
+# run of hex digits: ``deadbeef…`` is text, however long.)
+_NUMBER_LIKE = re.compile(r"[-+]?(?:0x[0-9a-fA-F_]+|0o[0-7_]+|0b[01_]+|[0-9_]*\.?[0-9_]+(?:[eE][-+]?[0-9]+)?|[0-9_]+\.)")
 
 
 class FileRefused(Exception):
@@ -97,75 +100,79 @@ class _Frame:
         self.depth = 0  # how deep the collection nests below itself
 
 
-class GuardedParser(RoundTripParser):
-    """ruamel's round-trip parser, refusing a document past the caps as its events go by.
+class Guard:
+    """The caps, checked on a YAML parser's events as they go by (ruamel's, or libyaml's in `simloop._fastyaml`).
 
     Each event is seen once, so the check costs one pass and never expands an alias: an alias adds
-    the recorded size of its anchor's value.
+    the recorded size of its anchor's value.  The running totals make each event O(1), whatever
+    the nesting.  Each method raises `FileRefused` at ``line`` (1-based) past a cap.
     """
 
-    def __init__(self, loader: Any) -> None:
-        super().__init__(loader)
+    def __init__(self) -> None:
         self._stack: list[_Frame] = [_Frame(None)]
         self._sizes: dict[str, tuple[int, int, int]] = {}  # anchor -> (nodes, chars, depth)
         self._aliases = 0
+        self._nodes = 1  # the sums of the open frames' counts
+        self._chars = 0
 
-    def get_event(self) -> Any:
-        event = super().get_event()
-        if isinstance(event, NodeEvent):
-            self._see(event)
-        elif isinstance(event, CollectionEndEvent) and len(self._stack) > 1:
-            frame = self._stack.pop()
-            if frame.anchor is not None:
-                self._sizes[frame.anchor] = (frame.nodes, frame.chars, frame.depth + 1)
-            self._add(frame.nodes, frame.chars, frame.depth + 1, event)
-        return event
-
-    def _see(self, event: Any) -> None:
-        line = event.start_mark.line + 1 if event.start_mark is not None else None
-        tag = getattr(event, "tag", None)
+    def tag(self, tag: str | None, line: int | None) -> None:
         if tag is not None and tag not in _ALLOWED_TAGS:
             raise FileRefused(
                 f"the YAML tag {_short_tag(tag)} is not part of the scenario format: a scenario holds only strings, "
                 "numbers, booleans, null, lists and mappings, written plainly (use a list for a set, quote a date)",
                 line=line,
             )
-        if isinstance(event, AliasEvent):
-            if any(f.anchor == event.anchor for f in self._stack):
-                raise FileRefused(f"the alias *{event.anchor} refers to a value that contains it", line=line)
-            self._aliases += 1
-            nodes, chars, depth = self._sizes.get(event.anchor, (1, 0, 0))
-            self._add(nodes, chars, depth, event)
-        elif isinstance(event, CollectionStartEvent):
-            if len(self._stack) > MAX_DEPTH:
-                raise FileRefused(
-                    f"lists and mappings nest deeper than {MAX_DEPTH} levels; a scenario never needs that much",
-                    line=line,
-                )
-            self._stack.append(_Frame(event.anchor))
-        elif isinstance(event, ScalarEvent):
-            chars = len(event.value)
-            if chars > _MAX_DIGITS and event.style is None and _NUMBER_LIKE.fullmatch(event.value):
-                raise FileRefused(f"a number of {chars:,} digits; numbers in a scenario are far shorter", line=line)
-            if event.anchor is not None:
-                self._sizes[event.anchor] = (1, chars, 0)
-            self._add(1, chars, 0, event)
 
-    def _add(self, nodes: int, chars: int, depth: int, event: Any) -> None:
+    def alias(self, anchor: str, line: int | None) -> None:
+        if any(f.anchor == anchor for f in self._stack):
+            raise FileRefused(f"the alias *{anchor} refers to a value that contains it", line=line)
+        self._aliases += 1
+        nodes, chars, depth = self._sizes.get(anchor, (1, 0, 0))
+        self._add(nodes, chars, depth, line)
+
+    def start(self, *, anchor: str | None, tag: str | None, line: int | None) -> None:
+        self.tag(tag, line)
+        if len(self._stack) > MAX_DEPTH:
+            raise FileRefused(
+                f"lists and mappings nest deeper than {MAX_DEPTH} levels; a scenario never needs that much",
+                line=line,
+            )
+        self._stack.append(_Frame(anchor))
+        self._nodes += 1
+
+    def end(self, line: int | None) -> None:
+        if len(self._stack) <= 1:
+            return
+        frame = self._stack.pop()
+        self._nodes -= frame.nodes
+        self._chars -= frame.chars
+        if frame.anchor is not None:
+            self._sizes[frame.anchor] = (frame.nodes, frame.chars, frame.depth + 1)
+        self._add(frame.nodes, frame.chars, frame.depth + 1, line)
+
+    def scalar(self, value: str, *, anchor: str | None, tag: str | None, plain: bool, line: int | None) -> None:
+        self.tag(tag, line)
+        chars = len(value)
+        if chars > _MAX_DIGITS and plain and _NUMBER_LIKE.fullmatch(value):
+            raise FileRefused(f"a number of {chars:,} digits; numbers in a scenario are far shorter", line=line)
+        if anchor is not None:
+            self._sizes[anchor] = (1, chars, 0)
+        self._add(1, chars, 0, line)
+
+    def _add(self, nodes: int, chars: int, depth: int, line: int | None) -> None:
         """Count a finished value into every open collection, refusing the document past a cap."""
-        line = event.start_mark.line + 1 if event.start_mark is not None else None
         top = self._stack[-1]
         top.nodes += nodes
         top.chars += chars
         top.depth = max(top.depth, depth)
+        self._nodes += nodes
+        self._chars += chars
         if len(self._stack) - 1 + depth > MAX_DEPTH:
             raise FileRefused(
                 f"with its aliases expanded, the document nests deeper than {MAX_DEPTH} levels", line=line
             )
-        total_nodes = sum(f.nodes for f in self._stack)
-        total_chars = sum(f.chars for f in self._stack)
-        if total_nodes > MAX_NODES or total_chars > MAX_EXPANDED_CHARS:
-            what = f"{MAX_NODES:,} values" if total_nodes > MAX_NODES else f"{MAX_EXPANDED_CHARS:,} characters"
+        if self._nodes > MAX_NODES or self._chars > MAX_EXPANDED_CHARS:
+            what = f"{MAX_NODES:,} values" if self._nodes > MAX_NODES else f"{MAX_EXPANDED_CHARS:,} characters"
             if self._aliases:
                 raise FileRefused(
                     f"with its aliases expanded, the document holds more than {what} (an alias bomb?); "
@@ -173,6 +180,29 @@ class GuardedParser(RoundTripParser):
                     line=line,
                 )
             raise FileRefused(f"the document holds more than {what}; split the scenario", line=line)
+
+
+class GuardedParser(RoundTripParser):
+    """ruamel's round-trip parser, refusing a document past the caps as its events go by (`Guard`)."""
+
+    def __init__(self, loader: Any) -> None:
+        super().__init__(loader)
+        self._guard = Guard()
+
+    def get_event(self) -> Any:
+        event = super().get_event()
+        line = event.start_mark.line + 1 if event.start_mark is not None else None
+        if isinstance(event, AliasEvent):
+            self._guard.alias(event.anchor, line)
+        elif isinstance(event, CollectionStartEvent):
+            self._guard.start(anchor=event.anchor, tag=event.tag, line=line)
+        elif isinstance(event, ScalarEvent):
+            self._guard.scalar(event.value, anchor=event.anchor, tag=event.tag, plain=event.style is None, line=line)
+        elif isinstance(event, NodeEvent):
+            self._guard.tag(getattr(event, "tag", None), line)
+        elif isinstance(event, CollectionEndEvent):
+            self._guard.end(line)
+        return event
 
 
 _BRACKETS = re.compile(r"[\[\]{}]")

@@ -27,6 +27,7 @@ import signal
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -549,6 +550,7 @@ def run(
     if not files:
         raise click.UsageError(f"no scenario files (*.yaml, *.yml, *.json) under {', '.join(paths)}")
     trace_dir = Path(trace) if trace and (len(files) > 1 or Path(trace).is_dir()) else None
+    names = _trace_names(files)
     wide = max(len(str(p)) for p in files)
     failed = errors = 0
     for path in files:
@@ -563,7 +565,7 @@ def run(
             click.echo(f"ERROR {path!s:<{wide}}  simloop internal error (please report it): {e}")
             continue
         if trace:
-            transcript.write(trace_dir / f"{path.stem}.jsonl" if trace_dir else Path(trace))
+            transcript.write(trace_dir / names[path] if trace_dir else Path(trace))
         if not problems:
             click.echo(f"ok    {path!s:<{wide}}  {line}")
             continue
@@ -580,6 +582,21 @@ def run(
     passed = len(files) - failed - errors
     click.echo(f"{passed} passed, {failed} failed" + (f", {errors} error(s)" if errors else ""))
     return 2 if errors else 1 if failed else 0
+
+
+def _trace_names(files: Sequence[Path]) -> dict[Path, Path]:
+    """A distinct trace file per scenario file, under the ``--trace`` folder.
+
+    ``NAME.jsonl`` for a file whose name is the only one with its stem; files whose stems collide
+    (``a/x.yaml`` and ``b/x.yaml``) keep their path below the folder the files share
+    (``a/x.jsonl``), and their suffix too when that is not enough (``x.yaml.jsonl``, ``x.json.jsonl``).
+    """
+    stems = Counter(p.stem for p in files)
+    top = Path(os.path.commonpath([str(p.resolve().parent) for p in files]))
+    names = {p: Path(f"{p.stem}.jsonl") if stems[p.stem] == 1 else p.resolve().relative_to(top).with_suffix(".jsonl")
+             for p in files}
+    taken = Counter(names.values())
+    return {p: name if taken[name] == 1 else name.with_name(p.name + ".jsonl") for p, name in names.items()}
 
 
 def _run_one(
@@ -744,7 +761,13 @@ def _sigterm_stops() -> Iterator[None]:
     type=click.Path(exists=True, dir_okay=False),
     help="The scenario file whose simulated API to serve.",
 )
-@click.option("--host", default="127.0.0.1", show_default=True, help="The loopback address to bind.")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="The address to bind (both ports). Anything but loopback makes the API and the tools reachable from "
+    "other machines: simloop warns on stderr and in every response's x-simloop-warning header.",
+)
 @click.option(
     "--port",
     type=click.IntRange(min=0, max=65535),
@@ -781,6 +804,7 @@ def serve(scenario_path: str, host: str, port: int, seed: int, trace: str | None
     Example: simloop serve --scenario scenarios/happy-path.yaml --mcp
     """
     from simloop.scenario import load_scenario
+    from simloop.wire.loopback import KEPT_TEXT
     from simloop.wire.loopback import serve as serve_loopback
 
     scenario = load_scenario(scenario_path)
@@ -793,11 +817,11 @@ def serve(scenario_path: str, host: str, port: int, seed: int, trace: str | None
     server = None
     with _sigterm_stops():
         try:
-            server = (
-                serve_loopback(scenario, host=host, port=port, seed=seed, mcp=True)
-                if mcp else serve_loopback(scenario, host=host, port=port, seed=seed)
-            )
+            server = serve_loopback(scenario, host=host, port=port, seed=seed, mcp=mcp, max_kept_text=KEPT_TEXT)
             with server:
+                warning = getattr(server, "warning", None)
+                if warning is not None:
+                    click.echo(f"simloop: WARNING: {warning}", err=True)
                 click.echo(server.base_url)
                 mcp_url = getattr(server, "mcp_url", None)
                 if mcp_url:
@@ -887,13 +911,22 @@ def mcp_command(scenario_path: str, trace: str | None) -> int:
     help="A tool's kind (repeatable); tools not named are guessed from their names.",
 )
 @click.option(
+    "--secret",
+    "secrets",
+    multiple=True,
+    metavar="TEXT",
+    help="A value to scrub from the scenario besides key-shaped strings (repeatable; 8 characters or more).",
+)
+@click.option(
     "--conversation",
     type=click.IntRange(min=0),
     default=0,
     show_default=True,
     help="Which of the cassette's independent conversations to convert (0-based, in the order they begin).",
 )
-def convert(cassette: str, output: str | None, kinds: tuple[str, ...], conversation: int) -> int:
+def convert(
+    cassette: str, output: str | None, kinds: tuple[str, ...], secrets: tuple[str, ...], conversation: int
+) -> int:
     """Convert a recorded VCR.py cassette of Anthropic traffic into a scenario file.
 
     The recorded replies become the scenario's model script (with their latencies, usage and thinking),
@@ -910,12 +943,15 @@ def convert(cassette: str, output: str | None, kinds: tuple[str, ...], conversat
         if not sep or kind not in ("read", "write") or not name:
             raise click.UsageError(f"--kind takes TOOL=read or TOOL=write, got {item!r}")
         kind_map[name] = kind
+    scrubber = cassettes.Scrubber(secrets)
     recording = cassettes.load_recording(cassette, kinds=kind_map or None, conversation=conversation)
     if output:
-        path = cassettes.convert(cassette, output, kinds=kind_map or None, conversation=conversation)
+        path = cassettes.convert(cassette, output, kinds=kind_map or None, secrets=secrets, conversation=conversation)
         click.echo(f"wrote {path}")
     else:
-        click.echo(recording.scenario.to_yaml(), nl=False)
+        from simloop.cassettes._convert import scrubbed_scenario
+
+        click.echo(scrubbed_scenario(recording.scenario, scrubber).to_yaml(), nl=False)
     if not recording.calls:  # say why, rather than leave an empty script to puzzle over
         click.echo(f"simloop convert: {cassette}: {recording.notes[-1]}", err=True)
     for note in recording.notes:

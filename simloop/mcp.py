@@ -102,12 +102,16 @@ def serve_stdio(server: Server[Any]) -> None:
 class HTTPServer:
     """``server`` over MCP streamable HTTP on a loopback port of its own: ``url`` (``.../mcp``), ``close()``.
 
-    It runs uvicorn on a `RealTimeThread` with its own event loop.  The socket is bound and listening
+    It runs uvicorn on a `RealTimeThread` with its own event loop.  A request whose headers or body stop
+    arriving for ``read_timeout`` seconds is dropped (uvicorn alone would wait for it for good), as an
+    idle connection is.  The socket is bound and listening
     before the thread starts, so a client may connect as soon as ``url`` is known (the kernel queues the
     connection until the server accepts it): there is nothing to wait for.
     """
 
-    def __init__(self, server: Server[Any], *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, server: Server[Any], *, host: str = "127.0.0.1", port: int = 0, read_timeout: float = 30.0
+    ) -> None:
         import uvicorn
 
         app = server.streamable_http_app(stateless_http=True, json_response=True, host=host)
@@ -119,7 +123,10 @@ class HTTPServer:
         bound = self._socket.getsockname()
         shown = f"[{bound[0]}]" if ":" in str(bound[0]) else str(bound[0])
         self.url = f"http://{shown}:{bound[1]}/mcp"
-        config = uvicorn.Config(app, log_level="error", access_log=False, lifespan="on", timeout_graceful_shutdown=1)
+        config = uvicorn.Config(
+            app, log_level="error", access_log=False, lifespan="on", timeout_graceful_shutdown=1,
+            http=_timed_protocol(read_timeout),
+        )
         self._uvicorn = uvicorn.Server(config)
         self._thread = RealTimeThread(target=self._serve, name="simloop-mcp-http", daemon=True)
         self._thread.start()
@@ -135,3 +142,46 @@ class HTTPServer:
 
     def __repr__(self) -> str:
         return f"<simloop.mcp.HTTPServer {self.url}>"
+
+
+def _timed_protocol(read_timeout: float) -> type[Any]:
+    """uvicorn's h11 protocol, closing a connection whose request stops arriving for ``read_timeout`` seconds.
+
+    uvicorn times out only the idle time between requests; a client that sends half a request line,
+    half the headers or half the body would hold its connection (and a file descriptor) for good.
+    The timer is re-armed by every read, as the API port's per-read timeout is.
+    """
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class TimedH11Protocol(H11Protocol):
+        _read_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _disarm(self) -> None:
+            if self._read_timer is not None:
+                self._read_timer.cancel()
+                self._read_timer = None
+
+        def _arm(self) -> None:
+            self._disarm()
+            if self.conn.their_state in (h11.IDLE, h11.SEND_BODY) and not self.transport.is_closing():
+                self._read_timer = self.loop.call_later(read_timeout, self._expire)
+
+        def _expire(self) -> None:
+            self._read_timer = None
+            if self.conn.their_state in (h11.IDLE, h11.SEND_BODY) and not self.transport.is_closing():
+                self.transport.close()  # the app, if it was reading the body, sees a disconnect
+
+    return TimedH11Protocol

@@ -30,7 +30,9 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from ruamel.yaml.representer import RoundTripRepresenter
 
+from simloop import _fastyaml
 from simloop._fileguard import (
     MAX_COUNT,
     MAX_DEADLINE_S,
@@ -528,15 +530,18 @@ class Scenario(_Model):
         """
         from ruamel.yaml import YAML
         from ruamel.yaml.error import MarkedYAMLError, YAMLError
+        from ruamel.yaml.reader import ReaderError
 
         size = len(text.encode("utf-8", "surrogatepass"))
         if size > MAX_FILE_BYTES:
             raise ScenarioError(_too_big(size), path=path, line=None)
-        yaml = YAML(typ="rt")
-        yaml.Parser = GuardedParser  # refuses deep nesting, alias bombs and non-JSON tags as it parses
         try:
             check_text(text)
-            data = yaml.load(text)
+            data = _fastyaml.load(text)  # libyaml, with the same checks; DEFER for what only ruamel reads right
+            if data is _fastyaml.DEFER:
+                yaml = YAML(typ="rt")
+                yaml.Parser = GuardedParser  # refuses deep nesting, alias bombs and non-JSON tags as it parses
+                data = yaml.load(text)
         except FileRefused as e:
             raise ScenarioError(e.message, path=path, line=e.line) from None
         except RecursionError:  # GuardedParser bounds nesting first; this is a last line of defence
@@ -545,6 +550,15 @@ class Scenario(_Model):
             mark = e.problem_mark or e.context_mark
             line = mark.line + 1 if mark is not None else None
             raise ScenarioError(f"not valid YAML: {e.problem or e.context}", path=path, line=line) from None
+        except ReaderError as e:  # a character YAML does not allow (NUL, most other control characters)
+            line, column = _line_col(text, e.position)
+            raise ScenarioError(
+                f"not valid YAML: the character U+{_code(e.character):04X} at column {column} is not allowed in a "
+                "YAML file (control characters are not); remove it, or write it as an escape inside a double-quoted "
+                'string ("\\u0000")',
+                path=path,
+                line=line,
+            ) from None
         except YAMLError as e:
             raise ScenarioError(f"not valid YAML: {e}", path=path) from None
         except (ValueError, TypeError, OverflowError) as e:  # a scalar ruamel could not convert
@@ -592,15 +606,26 @@ class Scenario(_Model):
             ) from None
 
     def to_yaml(self) -> str:
-        """This scenario as a v1 YAML document (what `load_scenario` reads back)."""
+        """This scenario as a v1 YAML document (what `load_scenario` reads back).
+
+        ruamel's emitter writes a few texts plainly that no parser reads back the same (``?0`` in a
+        flow mapping, say): the document is read back once, and written with every string
+        double-quoted when it differs.
+        """
         from ruamel.yaml import YAML
 
-        yaml = YAML(typ="rt")
-        yaml.default_flow_style = None
-        yaml.width = 100
-        buf = io.StringIO()
-        yaml.dump(self.to_data(), buf)
-        return buf.getvalue()
+        data = self.to_data()
+        for representer in (_Representer, _QuotedRepresenter):
+            yaml = YAML(typ="rt")
+            yaml.Representer = representer
+            yaml.default_flow_style = None
+            yaml.width = 100
+            buf = io.StringIO()
+            yaml.dump(data, buf)
+            text = buf.getvalue()
+            if _reads_back(text, data):
+                break
+        return text
 
     def to_data(self) -> dict[str, Any]:
         """This scenario as plain data (defaults left out, kind keys first)."""
@@ -645,12 +670,74 @@ def load_scenario(path: str | Path, *, allow_functions: bool = False) -> Scenari
         size = p.stat().st_size
         if size > MAX_FILE_BYTES:  # refused before reading it
             raise ScenarioError(_too_big(size), path=p)
-        text = p.read_text(encoding="utf-8")
+        raw = p.read_bytes()
     except FileNotFoundError:
         raise ScenarioError("no such file", path=p) from None
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
         raise ScenarioError(f"cannot read the file: {e}", path=p) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        column = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
+        raise ScenarioError(
+            f"not UTF-8: the byte {raw[e.start]:#04x} at column {column} (byte offset {e.start}) {e.reason}; "
+            "save the file as UTF-8",
+            path=p,
+            line=line,
+        ) from None
+    text = text.replace("\r\n", "\n").replace("\r", "\n")  # as read_text's universal newlines did
     return Scenario.from_yaml(text, path=p, allow_functions=allow_functions)
+
+
+# Characters YAML counts as line breaks beyond \n and \r: ruamel writes them raw in plain and single-quoted
+# text, where reading folds them into spaces; a double-quoted string escapes them (\N, \L, \P).
+_BREAKS = re.compile("[\x85\u2028\u2029]")
+
+
+def _represent_str(representer: Any, value: str) -> Any:
+    if _BREAKS.search(value):
+        return representer.represent_scalar("tag:yaml.org,2002:str", value, style='"')
+    return RoundTripRepresenter.represent_str(representer, value)
+
+
+class _Representer(RoundTripRepresenter):
+    """ruamel's round-trip representer, writing text it would not read back the same double-quoted."""
+
+
+_Representer.add_representer(str, _represent_str)
+
+
+class _QuotedRepresenter(RoundTripRepresenter):
+    """Every string double-quoted: YAML's one style that can hold any text."""
+
+
+_QuotedRepresenter.add_representer(
+    str, lambda representer, value: representer.represent_scalar("tag:yaml.org,2002:str", value, style='"')
+)
+
+
+def _reads_back(text: str, data: Any) -> bool:
+    """Whether YAML text reads back as ``data``."""
+    from ruamel.yaml import YAML
+
+    try:
+        loaded = _fastyaml.load(text)
+        if loaded is _fastyaml.DEFER:
+            loaded = YAML(typ="rt").load(text)
+        return bool(to_plain(loaded) == data)
+    except Exception:  # noqa: BLE001 - whatever the reason, this text is not the one to write
+        return False
+
+
+def _code(character: int | str) -> int:
+    """A character's code point (ruamel's reader errors give the code, or the character)."""
+    return ord(character) if isinstance(character, str) else int(character)
+
+
+def _line_col(text: str, position: int) -> tuple[int, int]:
+    """The 1-based line and column of a character offset in ``text``."""
+    return text.count("\n", 0, position) + 1, position - (text.rfind("\n", 0, position) + 1) + 1
 
 
 def _too_big(size: int) -> str:

@@ -22,8 +22,9 @@ the same on every run.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -333,20 +334,16 @@ class Transcript:
     @classmethod
     def from_jsonl(cls, text: str | Iterable[str], *, path: str | Path | None = None) -> Transcript:
         """Read a transcript written by `to_jsonl`; errors name the file and line."""
-        lines: Iterator[str] = iter(text.splitlines() if isinstance(text, str) else text)
+        # JSONL lines end at "\n" only: str.splitlines would also split at U+2028, U+0085 and the other
+        # line boundaries Unicode knows, which a reply's text may hold.
+        lines: Iterator[str] = iter(text.split("\n") if isinstance(text, str) else text)
         where = str(path) if path is not None else "<transcript>"
         header: Header | None = None
         events: list[Event] = []
         for n, raw in enumerate(lines, start=1):
             if not raw.strip():
                 continue
-            try:
-                obj = json.loads(raw)
-                cls_ = _TYPES[obj["type"]]
-                names = {f.name for f in fields(cls_)}
-                item = cls_(**{k: v for k, v in obj.items() if k in names})
-            except (ValueError, KeyError, TypeError) as e:
-                raise TranscriptError(f"{where}:{n}: not a simloop transcript event ({e!r})") from None
+            item = _event(raw, f"{where}:{n}")
             if isinstance(item, Header):
                 if item.version != VERSION:
                     raise TranscriptError(
@@ -370,4 +367,58 @@ class Transcript:
 
 
 def _line(obj: Any) -> str:
-    return json.dumps(asdict(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n"
+    text = json.dumps(asdict(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    # Escaped, though JSON allows them raw: readers that split lines the Unicode way would cut the line there.
+    return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").replace("\x85", "\\u0085") + "\n"
+
+
+_NOT_OURS = "; the file is not a transcript this simloop wrote, or it was edited. Write it again with --trace"
+
+
+def _event(raw: str, where: str) -> Any:
+    """One line of a transcript as its event; `TranscriptError` naming ``where`` and what was expected."""
+    try:
+        obj = json.loads(raw)
+    except ValueError as e:
+        raise TranscriptError(f"{where}: not a JSON object ({e}){_NOT_OURS}") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("type"), str) or obj["type"] not in _TYPES:
+        kinds = ", ".join(sorted(_TYPES))
+        got = repr(obj.get("type")) if isinstance(obj, dict) else f"a JSON {type(obj).__name__}"
+        raise TranscriptError(f"{where}: expected an event whose type is one of {kinds}; got {got}{_NOT_OURS}")
+    cls_ = _TYPES[obj["type"]]
+    kept = {}
+    for f in fields(cls_):
+        if f.name not in obj:
+            if f.default is MISSING and f.default_factory is MISSING:
+                raise TranscriptError(f"{where}: the {obj['type']} event has no {f.name!r}{_NOT_OURS}")
+            continue
+        value = obj[f.name]
+        if not _fits(value, str(f.type)):
+            raise TranscriptError(
+                f"{where}: {obj['type']}.{f.name} is {json.dumps(value)[:60]}, expected {_EXPECTED.get(str(f.type), f.type)}"
+                f"{_NOT_OURS}"
+            )
+        kept[f.name] = value
+    return cls_(**kept)
+
+
+_EXPECTED = {"float": "a number", "int": "an integer", "str": "a string", "bool": "true or false"}
+
+
+def _fits(value: Any, annotation: str) -> bool:
+    """Whether a JSON value fits a field's annotation (``float``, ``str | None``, ``dict[str, Any]``, ...)."""
+    for option in annotation.split(" | "):
+        base = option.split("[", 1)[0].strip()
+        if (
+            base == "Any"
+            or (base == "None" and value is None)
+            or (base == "float" and isinstance(value, (int, float)) and not isinstance(value, bool)
+                and math.isfinite(value))
+            or (base == "int" and isinstance(value, int) and not isinstance(value, bool))
+            or (base == "str" and isinstance(value, str))
+            or (base == "bool" and isinstance(value, bool))
+            or (base == "dict" and isinstance(value, dict))
+            or (base == "list" and isinstance(value, list))
+        ):
+            return True
+    return False

@@ -50,7 +50,7 @@ def test_key_shaped_values_listed_secrets_and_user_info_in_a_uri_are_scrubbed() 
     key = "sk-ant-api03-" + "Q" * 30
     uri = f"https://me:hunter22@proxy.test/t/{quote(LISTED, safe='')}/v1/messages?q={key}&who={quote_plus(LISTED)}"
     assert scrubbed_uri(uri, secrets=[LISTED]) == (
-        "https://[REDACTED]@proxy.test/t/[REDACTED]/v1/messages?q=[REDACTED]&who=[REDACTED]"
+        "https://REDACTED@proxy.test/t/[REDACTED]/v1/messages?q=[REDACTED]&who=[REDACTED]"
     )
 
 

@@ -272,7 +272,7 @@ def test_show_and_report_reject_a_bad_transcript(tmp_path: Path, capsys: pytest.
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"type": "header", "scenario": "x", "seed": 0, "version": 1}\n{"oops": 1}\n', encoding="utf-8")
     assert main(["show", str(bad)]) == 2
-    assert f"{bad}:2: not a simloop transcript event" in capsys.readouterr().err
+    assert f"{bad}:2: expected an event whose type is one of " in capsys.readouterr().err
     assert main(["report", str(bad)]) == 2
     assert main(["show", str(tmp_path / "missing.jsonl")]) == 2
     assert "does not exist" in capsys.readouterr().err
@@ -340,6 +340,7 @@ def test_serve_with_a_stand_in_server(monkeypatch: pytest.MonkeyPatch, capsys: p
         base_url = "http://127.0.0.1:9"
         transcript = Transcript.from_jsonl('{"type": "header", "scenario": "s", "seed": 0, "version": 1}\n')
         errors = ()
+        warning = None
 
         def __enter__(self) -> Self:
             return self
@@ -347,7 +348,8 @@ def test_serve_with_a_stand_in_server(monkeypatch: pytest.MonkeyPatch, capsys: p
         def __exit__(self, *exc: object) -> None:
             calls.append(("closed", "", 0, 0))
 
-    def serve(scenario: object, host: str, port: int, *, seed: int) -> StandIn:
+    def serve(scenario: object, host: str, port: int, *, seed: int, mcp: bool, max_kept_text: int) -> StandIn:
+        assert not mcp and max_kept_text == loopback.KEPT_TEXT  # a long session's memory is bounded
         calls.append((getattr(scenario, "name", ""), host, port, seed))
         return StandIn()
 

@@ -6,7 +6,7 @@ import contextlib
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -14,6 +14,7 @@ from typing import Any, Union
 from urllib.parse import urlsplit
 
 from simloop.cassettes._read import _FIX, CassetteError, Interaction, _describe, endpoint_by_content, load_cassette
+from simloop.cassettes._scrub import Scrubber
 from simloop.errors import UsageError
 from simloop.models import RecordedError
 from simloop.scenario import (
@@ -521,18 +522,42 @@ def convert(
     out: str | os.PathLike[str] | None = None,
     *,
     kinds: Mapping[str, str] | None = None,
+    secrets: Iterable[str] = (),
     conversation: int = 0,
 ) -> Path:
     """Write a cassette's scenario as a YAML file (default: next to it, ``.scenario.yaml``); returns the path.
 
-    The file starts with a comment naming the cassette and what the scenario approximates.
+    The file starts with a comment naming the cassette and what the scenario approximates.  What it
+    copies from the cassette is scrubbed as a recording is (`scrubbed_scenario`): a cassette recorded
+    by another tool may hold keys, and the scenario is a file you commit.
     """
     recording = load_recording(source, kinds=kinds, conversation=conversation)
+    scrubber = Scrubber(secrets)
     src = Path(source)
     target = Path(out) if out is not None else src.with_name(_stem(src) + ".scenario.yaml")
     header = [f"# Converted by simloop from the cassette {src.name} ({len(recording.calls)} model calls)."]
-    header += [f"#   note: {line}" for line in recording.notes]
+    header += [f"#   note: {scrubber.text(line)}" for line in recording.notes]
     header.append("# Replay it with simloop.replay(drive, this_file), or edit it into the test you want.")
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text("\n".join(header) + "\n" + recording.scenario.to_yaml(), encoding="utf-8")
+    text = scrubbed_scenario(recording.scenario, scrubber).to_yaml()
+    target.write_text("\n".join(header) + "\n" + text, encoding="utf-8")
     return target
+
+
+def scrubbed_scenario(scenario: Scenario, scrubber: Scrubber | None = None) -> Scenario:
+    """``scenario`` with every string in it (texts, tool inputs and outputs, keys) scrubbed of secrets.
+
+    ``scrubber`` defaults to ``Scrubber()``: key-shaped strings and the values of the API key variables.
+    """
+    scrub = scrubber if scrubber is not None else Scrubber()
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, str):
+            return scrub.text(value)
+        if isinstance(value, dict):
+            return {clean(k): clean(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [clean(v) for v in value]
+        return value
+
+    return Scenario.model_validate(clean(scenario.model_dump()))

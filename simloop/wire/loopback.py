@@ -44,6 +44,7 @@ Example::
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 import random
@@ -63,7 +64,7 @@ from simloop.errors import UsageError
 from simloop.models import Ids, ModelPolicy, Script, ScriptExhausted
 from simloop.scenario import Scenario, load_scenario
 from simloop.tools import ToolBox
-from simloop.transcript import Header, Transcript
+from simloop.transcript import Header, Request, ToolEnd, ToolStart, Transcript
 from simloop.wire.errors import STATUS_ERRORS, error_body
 from simloop.wire.server import InternalFailure, Planned, SimServer
 
@@ -77,6 +78,8 @@ MAX_BODY_BYTES = 32 * 1000 * 1000
 READ_TIMEOUT_S = 30.0
 #: How many connections are served at once, by default; more are answered with a 529 and closed.
 MAX_CONNECTIONS = 64
+#: What ``simloop serve`` keeps of each text a client sends (characters): a long session's memory stays bounded.
+KEPT_TEXT = 65_536
 _MAX_LINE = 65536
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
 _TOOLS_PATH = "/simloop/tools/"
@@ -104,6 +107,7 @@ class LoopbackServer:
         tools: ToolBox | None = None,
         mcp: bool = False,
         fast_retries: bool = False,
+        max_kept_text: int | None = None,
     ) -> None:
         if mcp and tools is None:
             raise UsageError("LoopbackServer(mcp=True) serves the scenario's tools: pass tools=ToolBox(...)")
@@ -118,6 +122,9 @@ class LoopbackServer:
         self.stopped: BaseException | None = None  # what else stopped the run from inside the model (Hypothesis)
         self.tools = tools
         self.fast_retries = fast_retries
+        if max_kept_text is not None and not (isinstance(max_kept_text, int) and max_kept_text >= 0):
+            raise UsageError(f"max_kept_text is a number of characters (0 or more) or None, got {max_kept_text!r}")
+        self.max_kept_text = max_kept_text
         self._lock = threading.Lock()
         self._mcp: Any = None
         self.mcp_url: str | None = None
@@ -125,7 +132,7 @@ class LoopbackServer:
             from simloop.mcp import HTTPServer, tool_server
 
             schemas = [t.schema_dict() for t in self.tools.scenario.tools] if self.tools else []
-            self._mcp = HTTPServer(tool_server(schemas, self._acall_tool), host=host)
+            self._mcp = HTTPServer(tool_server(schemas, self._acall_tool), host=host, read_timeout=float(read_timeout))
             self.mcp_url = self._mcp.url
         self._http = _HTTPServer(self, host, port, read_timeout=float(read_timeout), max_connections=max_connections)
         bound_host, bound_port = self._http.server_address[:2]
@@ -133,6 +140,12 @@ class LoopbackServer:
         self.port = int(bound_port)
         shown = f"[{self.host}]" if ":" in self.host else self.host
         self.base_url = f"http://{shown}:{self.port}"
+        #: Set when the server is reachable from other machines (bound beyond loopback): say so everywhere.
+        self.warning: str | None = None if _is_loopback(self.host) else (
+            f"simloop serve is bound to {self.host}, not to loopback: any machine that can reach this one can use "
+            "the simulated API" + (" and run the scenario's tools over MCP" if mcp else "")
+            + ". Bind 127.0.0.1 (the default) unless that is what you want."
+        )
         self._thread = RealTimeThread(
             target=self._http.serve_forever, kwargs={"poll_interval": 0.05}, name="simloop-loopback", daemon=True
         )
@@ -172,8 +185,9 @@ class LoopbackServer:
         if self.tools is not None and path.startswith(_TOOLS_PATH) and method == "POST":
             return self._tool_request(path[len(_TOOLS_PATH):], body)
         with self._lock:  # SimServer keeps per-run state (call numbers, threads, the script position)
+            seen = len(self.server.transcript.events)
             try:
-                planned = self.server.handle(method, path, headers, body)
+                planned = self._handle(method, path, headers, body, seen)
             except (ScriptExhausted, InternalFailure) as exc:
                 self.errors.append(exc)
                 return _simloop_error(exc)
@@ -191,16 +205,40 @@ class LoopbackServer:
             planned.headers = [*planned.headers, ("retry-after-ms", "1")]
         return planned
 
+    def _handle(self, method: str, path: str, headers: dict[str, str], body: bytes, seen: int) -> Planned:
+        """`SimServer.handle`, then the texts of what it recorded cut to `max_kept_text` (memory stays bounded)."""
+        try:
+            return self.server.handle(method, path, headers, body)
+        finally:
+            self._shrink(seen)
+
+    def _shrink(self, seen: int) -> None:
+        """Cut the long texts of the events recorded since ``seen`` (client data: request bodies, tool inputs)."""
+        if self.max_kept_text is None:
+            return
+        for event in self.server.transcript.events[seen:]:
+            if isinstance(event, Request):
+                event.body = _cut(event.body, self.max_kept_text)
+                event.messages = _cut(event.messages, self.max_kept_text)
+            elif isinstance(event, ToolStart):
+                event.input = _cut(event.input, self.max_kept_text)
+            elif isinstance(event, ToolEnd):
+                event.result = _cut(event.result, self.max_kept_text)
+                event.error = _cut(event.error, self.max_kept_text)
+
     def call_tool(self, name: str, input: Any) -> str:
         """Run a scenario tool for a client of this server (MCP or plain JSON); raises what the tool raises."""
         if self.tools is None:
             raise UsageError("this loopback server serves no tools (serve(..., mcp=True) or tools=ToolBox(...))")
         with self._lock:  # one ledger with the API's transcript: a call is matched to the replies served so far
+            seen = len(self.tools.transcript.events)
             try:
                 return self.tools.run(name, input)
             except LoopHalted as halted:
                 self._halt(halted)
                 raise RuntimeError(f"simloop stopped the run: {halted}") from None
+            finally:
+                self._shrink(seen)
 
     def _halt(self, halted: LoopHalted) -> None:
         first = self.halted is None
@@ -238,6 +276,7 @@ def serve(
     read_timeout: float = READ_TIMEOUT_S,
     max_connections: int = MAX_CONNECTIONS,
     mcp: bool = False,
+    max_kept_text: int | None = None,
 ) -> LoopbackServer:
     """Serve the simulated API for ``target`` on a real socket; returns the running `LoopbackServer`.
 
@@ -247,7 +286,9 @@ def serve(
     ``read_timeout`` (seconds a connection may stay silent) and ``max_connections`` (served at once;
     more get a 529) bound what a slow or flooding client can hold.  ``mcp=True`` also serves the
     scenario's tools (faults and ledger included) over MCP at ``server.mcp_url`` and at ``POST
-    /simloop/tools/NAME`` (needs ``simloop[mcp]`` for MCP).
+    /simloop/tools/NAME`` (needs ``simloop[mcp]`` for MCP).  ``max_kept_text`` bounds the memory a
+    long session holds: each text the transcript keeps from a client (request bodies, tool inputs and
+    results) is cut to that many characters (`KEPT_TEXT` for ``simloop serve``; None keeps all).
 
     Raises:
         UsageError: ``target`` is none of those; ScenarioError: a scenario file is malformed.
@@ -256,7 +297,8 @@ def serve(
         if model is not None:
             raise UsageError("serve(server, model=...): a SimServer already has its model; pass a Scenario instead")
         return LoopbackServer(
-            target, host=host, port=port, read_timeout=read_timeout, max_connections=max_connections
+            target, host=host, port=port, read_timeout=read_timeout, max_connections=max_connections,
+            max_kept_text=max_kept_text,
         )
     scenario = _scenario(target)
     start = REAL.monotonic()
@@ -274,8 +316,31 @@ def serve(
     if mcp:
         tools = ToolBox(scenario, transcript, now=server.now, sleep=_no_sleep)
     return LoopbackServer(
-        server, host=host, port=port, read_timeout=read_timeout, max_connections=max_connections, tools=tools, mcp=mcp
+        server, host=host, port=port, read_timeout=read_timeout, max_connections=max_connections, tools=tools, mcp=mcp,
+        max_kept_text=max_kept_text,
     )
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether a bound address is loopback-only (127.0.0.0/8, ::1)."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _cut(value: Any, keep: int) -> Any:
+    """``value`` with every string longer than ``keep`` characters cut, and said so (new containers; shared
+    ones, such as the server's own parse of the previous body, are never changed)."""
+    if isinstance(value, str):
+        if len(value) <= keep:
+            return value
+        return value[:keep] + f"...[simloop serve kept {keep:,} of {len(value):,} characters]"
+    if isinstance(value, dict):
+        return {k: _cut(v, keep) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cut(v, keep) for v in value]
+    return value
 
 
 def _no_sleep(seconds: float) -> None:
@@ -463,6 +528,8 @@ class _Handler(BaseHTTPRequestHandler):
             if name.lower() not in _HOP_BY_HOP:
                 self.send_header(name, value)
         self.send_header("x-envoy-upstream-service-time", str(round(planned.latency * 1000)))
+        if owner.warning is not None:
+            self.send_header("x-simloop-warning", owner.warning)
         if planned.events is None:
             self.send_header("content-length", str(len(planned.body)))
             self.end_headers()
@@ -557,8 +624,10 @@ def run(target: Target, host: str = "127.0.0.1", port: int = 8765, *, seed: int 
     recording).  Prints the base URL and the ``ANTHROPIC_BASE_URL`` line to export; returns the
     closed server (its ``transcript`` holds the session).
     """
-    server = serve(target, host, port, seed=seed, model=model)
+    server = serve(target, host, port, seed=seed, model=model, max_kept_text=KEPT_TEXT)
     name = getattr(server.server.transcript.header, "scenario", "scenario")
+    if server.warning is not None:
+        echo(f"simloop: WARNING: {server.warning}")
     echo(f"simloop: serving {name} at {server.base_url}")
     echo(f"  export ANTHROPIC_BASE_URL={server.base_url}")
     waiter = stop or threading.Event()
