@@ -101,7 +101,7 @@ class GeneratedModel:
     def reply(self, request: ModelRequest) -> Reply:
         offer = offer_of(request.body)
         try:
-            reply = self._fit(self._next(request, offer), offer)
+            reply = self._fit(self._next(offer), offer)
         except Frozen:  # Hypothesis stopped the example in a tool task the loop left running: wind down
             reply = Reply(end_turn="Done.")
         self.served.append(reply)
@@ -124,7 +124,7 @@ class GeneratedModel:
             return _EMPTY_END
         return _DONE
 
-    def _next(self, request: ModelRequest, offer: Offer) -> Reply:
+    def _next(self, offer: Offer) -> Reply:
         if self.lives is not None and self.lives() > self._life:
             self._life = self.lives()
             if self._last_calls is not None and _offered(self._last_calls, offer):
