@@ -12,10 +12,19 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Awaitable, Callable, Collection, Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from anthropic.types import ContentBlock, Message, MessageParam, ThinkingConfigParam, ToolResultBlockParam, ToolUseBlock
+from anthropic.types import (
+    ContentBlock,
+    Message,
+    MessageParam,
+    ThinkingConfigParam,
+    ToolParam,
+    ToolResultBlockParam,
+    ToolUseBlock,
+    WebSearchTool20250305Param,
+)
 
 from simloop.outcome import Outcome
 
@@ -30,6 +39,7 @@ __all__ = [
     "DEFAULT_TOKEN_BUDGET",
     "MAX_TOKENS",
     "THINKING",
+    "WEB_SEARCH",
     "RunTool",
     "StopPolicies",
     "aconverse",
@@ -44,6 +54,7 @@ __all__ = [
     "tokens_used",
     "tool_calls",
     "tool_result",
+    "with_web_search",
     "writes_of",
 ]
 
@@ -54,6 +65,10 @@ MAX_TOKENS = 4096
 #: appending ``reply.content`` as received does that.
 THINKING: ThinkingConfigParam = {"type": "enabled", "budget_tokens": 2048}
 DEFAULT_MODEL = "claude-sonnet-4-5"
+#: The server tool the reference loops declare besides the scenario's tools: the API runs the search itself, and
+#: a long search turn may pause (``pause_turn``), which a loop sends back to continue.  The real API pauses only
+#: for a request that declares a server tool, and so does simloop's generated model.
+WEB_SEARCH: WebSearchTool20250305Param = {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}
 # The loops' own limits when the caller declares none (a cap is a safety net, not a budget).
 DEFAULT_MAX_STEPS = 10
 DEFAULT_DEADLINE_S = 300.0
@@ -104,6 +119,11 @@ def tool_result(call: ToolUseBlock, output: str | Exception) -> ToolResultBlockP
     if isinstance(output, Exception):
         return {"type": "tool_result", "tool_use_id": call.id, "content": error_text(output), "is_error": True}
     return {"type": "tool_result", "tool_use_id": call.id, "content": output}
+
+
+def with_web_search(tools: Sequence[Mapping[str, Any]]) -> list[ToolParam]:
+    """``tools`` (the API's ``tools`` parameter) with `WEB_SEARCH` after them (typed as the loops' tool lists)."""
+    return [*(cast("ToolParam", dict(t)) for t in tools), cast("ToolParam", WEB_SEARCH)]
 
 
 def writes_of(sim: Sim) -> frozenset[str]:

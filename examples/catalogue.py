@@ -19,6 +19,7 @@ DEFECTS: dict[str, tuple[str, str]] = {
     "no_step_cap": ("stuck-search.yaml", "stops"),
     "cap_reported_final": ("cap-before-done.yaml", "honest_outcome"),
     "refusal_retried": ("refusal.yaml", "refusal"),
+    "refusal_carried_on": ("refusal.yaml", "refusal"),
     "tool_exception_escapes": ("tool-raises.yaml", "tool_errors"),
     "tool_retry_on_error": ("commit-then-lost.yaml", "no_rerun"),
     "rerun_after_api_error": ("overload-after-write.yaml", "no_rerun"),

@@ -34,6 +34,7 @@ from ._common import (
     tokens_used,
     tool_calls,
     tool_result,
+    with_web_search,
     writes_of,
 )
 
@@ -158,7 +159,7 @@ async def drive(sim: Sim) -> list[Outcome]:
     Stop (``sim.abort``) cancels the turn in flight: the model call or the tools it awaits."""
     arun_tool = durable_arun_tool(sim)  # a write runs once, also across a crash and restart
     return await aconverse(sim.user_turns, lambda text, history: stoppable(sim.abort, run_agent(
-        sim.async_client, sim.tool_schemas, arun_tool, text, sim.limits, model=sim.model, system=sim.system,
+        sim.async_client, with_web_search(sim.tool_schemas), arun_tool, text, sim.limits, model=sim.model, system=sim.system,
         writes=writes_of(sim), history=history, stop=sim.abort.is_set,
     )))
 

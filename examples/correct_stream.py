@@ -35,6 +35,7 @@ from ._common import (
     text_of,
     tokens_used,
     tool_calls,
+    with_web_search,
     writes_of,
 )
 from .correct_sync import run_tools_within
@@ -116,6 +117,6 @@ def drive(sim: Sim) -> list[Outcome]:
     (``sim.user_turns``: the task, then any follow-ups) through one history."""
     run_tool = durable_run_tool(sim)  # a write runs once, also across a crash and restart
     return converse(sim.user_turns, lambda text, history: run_agent(
-        sim.client, sim.tool_schemas, run_tool, text, sim.limits, model=sim.model, system=sim.system,
+        sim.client, with_web_search(sim.tool_schemas), run_tool, text, sim.limits, model=sim.model, system=sim.system,
         writes=writes_of(sim), history=history, stop=sim.abort.is_set,
     ))

@@ -43,6 +43,7 @@ from ._common import (
     tokens_used,
     tool_calls,
     tool_result,
+    with_web_search,
     writes_of,
 )
 
@@ -164,6 +165,6 @@ def drive(sim: Sim) -> list[Outcome]:
     (``sim.user_turns``: the task, then any follow-ups) through one history."""
     run_tool = durable_run_tool(sim)  # a write runs once, also across a crash and restart
     return converse(sim.user_turns, lambda text, history: run_agent(
-        sim.client, sim.tool_schemas, run_tool, text, sim.limits, model=sim.model, system=sim.system,
+        sim.client, with_web_search(sim.tool_schemas), run_tool, text, sim.limits, model=sim.model, system=sim.system,
         writes=writes_of(sim), history=history, stop=sim.abort.is_set,
     ))

@@ -39,6 +39,7 @@ from ._common import (
     text_of,
     tokens_used,
     tool_calls,
+    with_web_search,
     writes_of,
 )
 from ._typed import typed, typed_tool_params
@@ -136,6 +137,6 @@ def drive(sim: Sim) -> list[Outcome]:
     conversation through one history; Stop wired to ``sim.abort``, a write run once across a crash."""
     run_tool = typed(durable_run_tool(sim))
     return converse(sim.user_turns, lambda text, history: run_agent(
-        sim.client, typed_tool_params(sim.tool_schemas), run_tool, text, sim.limits, model=sim.model,
+        sim.client, with_web_search(typed_tool_params(sim.tool_schemas)), run_tool, text, sim.limits, model=sim.model,
         system=sim.system, writes=writes_of(sim), history=history, stop=sim.abort.is_set,
     ))

@@ -52,6 +52,8 @@ def run_agent(
         messages.append({"role": "assistant", "content": [b.model_dump() for b in reply.content]})
         if reply.stop_reason in ("end_turn", "stop_sequence"):
             return Outcome(reason="final", text=text_of(reply.content))
+        if reply.stop_reason == "refusal":
+            return Outcome(reason="refusal", text=text_of(reply.content))
         if reply.stop_reason != "tool_use":
             return Outcome(reason="error", text=f"unexpected stop_reason {reply.stop_reason!r}")
         results = []

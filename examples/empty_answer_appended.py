@@ -23,7 +23,7 @@ from anthropic.types import MessageParam, ToolParam
 
 from simloop import Outcome
 
-from ._common import DEFAULT_MODEL, RunTool, settle, writes_of
+from ._common import DEFAULT_MODEL, RunTool, settle, with_web_search, writes_of
 from .correct_sync import run_agent as run_turn
 
 if TYPE_CHECKING:
@@ -61,6 +61,6 @@ def run_agent(
 def drive(sim: Sim) -> list[Outcome]:
     """simloop adapter: run the conversation against the simulated API and tools."""
     return run_agent(
-        sim.client, sim.tool_schemas, sim.run_tool, sim.user_turns, sim.limits, model=sim.model, system=sim.system,  # type: ignore[arg-type]
+        sim.client, with_web_search(sim.tool_schemas), sim.run_tool, sim.user_turns, sim.limits, model=sim.model, system=sim.system,  # type: ignore[arg-type]
         writes=writes_of(sim),
     )

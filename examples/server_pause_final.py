@@ -13,14 +13,24 @@ Caught by: ``honest_outcome`` (``pause_turn`` reported as final) on
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import anthropic
 from anthropic.types import MessageParam, ToolParam
 
 from simloop import Outcome
 
-from ._common import DEFAULT_MODEL, MAX_TOKENS, THINKING, RunTool, budgets, text_of, tokens_used, tool_calls
+from ._common import (
+    DEFAULT_MODEL,
+    MAX_TOKENS,
+    THINKING,
+    RunTool,
+    budgets,
+    text_of,
+    tokens_used,
+    tool_calls,
+    with_web_search,
+)
 from .correct_sync import run_tools
 
 if TYPE_CHECKING:
@@ -82,5 +92,5 @@ def run_agent(
 
 def drive(sim: Sim) -> Outcome:
     """simloop adapter: run this loop against the simulated API and tools."""
-    tools = cast("list[ToolParam]", sim.tool_schemas)
+    tools = with_web_search(sim.tool_schemas)
     return run_agent(sim.client, tools, sim.run_tool, sim.task, sim.limits, model=sim.model, system=sim.system)

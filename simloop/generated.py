@@ -1,8 +1,10 @@
 """A model and tool faults drawn by Hypothesis as the loop runs, and the scenario that replays them.
 
 `GeneratedModel` answers each request with a reply decoded *then*, from the
-run's `Plan` and what the request shows (the tools it defines), out of bytes
-Hypothesis draws a few replies at a time; `GeneratedFaults` draws the faults
+run's `Plan` and what the request shows, out of bytes Hypothesis draws a few
+replies at a time; every reply stays within what the real API can send for that
+request (see `simloop._offer`: the tools it defines and ``tool_choice``, its
+server tools, its ``stop_sequences``); `GeneratedFaults` draws the faults
 of a reply's tool calls when the first of them starts.  Both record what they
 served, so `to_scenario` can write the exact run down as a v1 scenario file:
 the replies in the order served (identical neighbours folded into ``repeat``;
@@ -19,9 +21,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 from hypothesis.errors import Frozen, StopTest
-from pydantic_core import to_json
 
 from simloop._inputs import POOL, pool_for
+from simloop._offer import Offer, fit_pause, offer_of, server_block, stopped_at
 from simloop.models import ModelRequest
 from simloop.scenario import Abort, Expect, Fault, Limits, MaxTokensBody, Reply, Scenario, ToolCall, ToolSpec
 from simloop.strategies import (
@@ -36,7 +38,6 @@ from simloop.strategies import (
     latency_codec,
     slow_latency_codec,
     tool_fault_codec,
-    tool_key,
     usage_codec,
 )
 from simloop.transcript import Response, Transcript
@@ -55,6 +56,8 @@ _SHORT = latency_codec(max_s=3.0)
 _HEAVY = usage_codec(chance=5)
 _TOOL_REPLY = Reply(tool_use=[ToolCall(name="search")])
 _DONE = Reply(end_turn="Done.")
+_ANSWER = Reply(end_turn="The refund was processed and the customer was told.")  # the plan's plain final answer
+_CUT_TEXT = "Sending it now."
 ToolKey = tuple[tuple[str, str], ...]
 _EMPTY_END = Reply(end_turn="")  # a final answer with no text: what a model may end a turn with after tools
 
@@ -89,14 +92,16 @@ class GeneratedModel:
         self._stuck: Reply | None = None
         self._ended = False
         self._endings = 0  # how many times the ending was served (see Plan.ending_repeats)
-        self._ending: Reply | None = None  # the plan's ending, its cut calls drawn for the request's tools
+        # the plan's ending as each kind of request lets the model send it (its cut calls drawn for the request's tools)
+        self._endings_for: dict[Offer, Reply] = {}
         self._asked: list[dict[str, Any]] = []  # a wandering model's inputs so far
         self._tape = b""  # the bytes of the next replies' draws (see _draw_reply)
         self._at = 0
 
     def reply(self, request: ModelRequest) -> Reply:
+        offer = offer_of(request.body)
         try:
-            reply = self._next(request)
+            reply = self._fit(self._next(offer), offer)
         except Frozen:  # Hypothesis stopped the example in a tool task the loop left running: wind down
             reply = Reply(end_turn="Done.")
         self.served.append(reply)
@@ -111,7 +116,7 @@ class GeneratedModel:
         self._turn = self.turn()
         self.plan = self.draw(self.next_plan)
         self._burst, self._tool_steps, self._stuck = [], 0, None
-        self._ended, self._endings, self._ending = False, 0, None
+        self._ended, self._endings, self._endings_for = False, 0, {}
 
     def _done(self) -> Reply:
         """The plain final answer; in a conversation, in three turns of ten an empty one."""
@@ -119,10 +124,10 @@ class GeneratedModel:
             return _EMPTY_END
         return _DONE
 
-    def _next(self, request: ModelRequest) -> Reply:
+    def _next(self, offer: Offer) -> Reply:
         if self.lives is not None and self.lives() > self._life:
             self._life = self.lives()
-            if self._last_calls is not None:
+            if self._last_calls is not None and _offered(self._last_calls, offer):
                 # the process died before the model saw those calls' results: it asks for them again, as a real
                 # model does when its conversation resumes from before them
                 return self._last_calls
@@ -139,17 +144,32 @@ class GeneratedModel:
                 self._burst = [one] * (int(fault.repeat) - 1)
                 return one
         if self._ended or (self.plan.persona == "finishes" and self._tool_steps >= self.plan.steps):
-            return self._end(request)
+            return self._end(offer)
+        if not offer.tools:  # the request lets the model call no tool: it answers (the plan's ending)
+            return self._end(offer)
         self._tool_steps += 1
-        if self.plan.persona == "stuck" and self._stuck is not None:
+        if self.plan.persona == "stuck" and self._stuck is not None and _offered(self._stuck, offer):
             return self._stuck  # the same reply forever: nothing new to draw (and to shrink)
-        key = _request_tools(request)
-        reply = self._draw_reply(_tool_reply(key, self.plan.slow, self.plan.deadline_s, self.plan.heavy))
+        reply = self._calls(offer)
         if self.plan.persona == "wanders":
-            reply = reply.model_copy(update={"tool_use": self._wander(reply.tool_use or [], key)})
+            reply = reply.model_copy(update={"tool_use": self._wander(reply.tool_use or [], offer.tools)})
         if self.plan.persona == "stuck":
             self._stuck = reply
         self._last_calls = reply
+        return reply
+
+    def _calls(self, offer: Offer) -> Reply:
+        """A tool-calling reply drawn for the request's tools (see `_fit` for ``disable_parallel_tool_use``)."""
+        return self._draw_reply(_tool_reply(offer.tools, self.plan.slow, self.plan.deadline_s, self.plan.heavy))
+
+    def _fit(self, reply: Reply, offer: Offer) -> Reply:
+        """``reply`` as the request lets the model send it: one call at most with ``disable_parallel_tool_use``;
+        a tool call (drawn for the request's tools) in place of a text answer when ``tool_choice`` forces one."""
+        kind = reply.kind
+        if kind == "tool_use" and offer.one_call and len(reply.tool_use or ()) > 1:
+            return reply.model_copy(update={"tool_use": (reply.tool_use or [])[:1]})
+        if offer.forced and kind in ("end_turn", "stop_sequence", "pause_turn"):
+            return self._fit(self._calls(offer), offer)
         return reply
 
     def _draw_reply(self, codec: Codec[Reply]) -> Reply:
@@ -181,30 +201,68 @@ class GeneratedModel:
             out.append(call.model_copy(update={"input": value}))
         return out
 
-    def _end(self, request: ModelRequest) -> Reply:
+    def _end(self, offer: Offer) -> Reply:
         """The plan's ending, ``ending_repeats`` times in a row (a pause continued, a cut-off retried with more
         room, a refusal asked again all meet it again), then plain answers (in a conversation, sometimes empty)."""
         if self._ended:
             return self._done()
-        if self._ending is None:
-            self._ending = self._materialise(self.plan.ending, request)
+        ending = self._endings_for.get(offer)
+        if ending is None:
+            ending = self._endings_for[offer] = self._materialise(self.plan.ending, offer)
         self._endings += 1
         if self._endings >= self.plan.ending_repeats:
             self._ended = True
-        if self._ending.kind == "end_turn" and self._done() is _EMPTY_END:
+        if ending.kind == "end_turn" and self._done() is _EMPTY_END:
             return _EMPTY_END
-        return self._ending
+        return ending
 
-    def _materialise(self, ending: Reply, request: ModelRequest) -> Reply:
-        """A cut tool-call ending with its calls drawn for the request's tools: the complete calls the reply
-        made, then the cut one (its input cut mid-way; see `simloop.models.turn_from_reply`)."""
+    def _materialise(self, ending: Reply, offer: Offer) -> Reply:
+        """The plan's ending as the request lets the model send it (see `simloop._offer`).
+
+        A cut tool-call ending gets its calls drawn for the request's tools (the complete calls the reply made,
+        then the cut one, its input cut mid-way; see `simloop.models.turn_from_reply`), a cut text when the
+        request offers no tool; a stop-sequence ending stops on one of the request's ``stop_sequences`` (a plain
+        answer when it sets none); a paused ending pauses in a server tool the request declares (a plain answer
+        when it declares none).  The plan is drawn as before whatever the request, so shrinking is unchanged.
+        """
+        kind = ending.kind
+        if kind == "stop_sequence":
+            return self._stop_sequence(ending, offer)
+        if kind == "pause_turn":
+            name = server_block(offer)
+            if name is None:
+                return _ANSWER
+            return fit_pause(ending, name)
         body = ending.max_tokens
         if not isinstance(body, MaxTokensBody) or not body.tool_use:
             return ending
-        key = _request_tools(request)
-        drawn = self._draw_reply(_tool_reply(key, self.plan.slow, self.plan.deadline_s, self.plan.heavy, cut=True))
-        cut = MaxTokensBody(text=body.text, tool_use=list(drawn.tool_use or []))
+        if not offer.tools:
+            return ending.model_copy(update={"max_tokens": body.text or _CUT_TEXT})
+        drawn = self._draw_reply(_tool_reply(offer.tools, self.plan.slow, self.plan.deadline_s, self.plan.heavy, cut=True))
+        calls = list(drawn.tool_use or [])
+        cut = MaxTokensBody(text=body.text, tool_use=calls[-1:] if offer.one_call else calls)
         return ending.model_copy(update={"max_tokens": cut, "latency": drawn.latency, "usage": drawn.usage})
+
+    def _stop_sequence(self, ending: Reply, offer: Offer) -> Reply:
+        """Stopped on one of the request's stop sequences (drawn when it sets several), the text ending where
+        the first sequence the model wrote stopped it; without ``stop_sequences``, the text as a plain answer."""
+        text = ending.stop_sequence or ""
+        sequences = offer.stop_sequences
+        if not sequences:
+            return ending.model_copy(update={"stop_sequence": None, "sequence": None, "end_turn": text or _ANSWER.end_turn})
+        chosen = sequences[self.draw(_index(len(sequences)))] if len(sequences) > 1 else sequences[0]
+        text, sequence = stopped_at(text, sequences, chosen)
+        return ending.model_copy(update={"stop_sequence": text, "sequence": sequence})
+
+
+def _offered(reply: Reply, offer: Offer) -> bool:
+    """Whether every call of ``reply`` is of a tool the request offers."""
+    return bool(offer.tools) and all(call.name in offer.names for call in reply.tool_use or ())
+
+
+@functools.cache
+def _index(n: int) -> st.SearchStrategy[int]:
+    return st.integers(0, n - 1)
 
 
 class GeneratedFaults:
@@ -285,21 +343,6 @@ class GeneratedFaults:
 
 
 # What a run decodes its replies and faults from (see `simloop.strategies.Codec`), built once per key.
-
-
-def _request_tools(request: ModelRequest) -> ToolKey:
-    """The tools the request defines, as `simloop.strategies.tool_key` pairs (inputs follow their schemas)."""
-    tools = request.body.get("tools")
-    return _tools_key(to_json(tools)) if tools else _NO_TOOLS
-
-
-@functools.lru_cache(maxsize=64)
-def _tools_key(raw: bytes) -> ToolKey:
-    tools = json.loads(raw)
-    return tool_key([t for t in tools if isinstance(t, dict)]) if isinstance(tools, list) else _NO_TOOLS
-
-
-_NO_TOOLS: ToolKey = tool_key(["search"])
 
 
 @functools.lru_cache(maxsize=256)

@@ -566,6 +566,9 @@ def plans(
     ending: refusal, cut-off, pause, ...), one is stuck on one call, one wanders forever.
     ``ending_kinds`` narrows the endings (``end_turn``, ``stop_sequence``, ``refusal``,
     ``max_tokens``, ``max_tokens_tool``, ``pause_turn``, ``pause_turn_server``), e.g. to leave out a known finding.
+    The generated model renders each ending as the request it answers allows (`simloop._offer`): a pause only
+    when the request declares a server tool, a stop sequence only when it sets ``stop_sequences``, a cut tool
+    call only of its own tools; otherwise the same text as a plain answer (or a cut text).
     The other keywords weigh the run-level hazards as ``(value, weight)`` pairs: an API outage,
     slow replies, budget-breaking usage, the chance in ten of API and tool faults, and how many times
     in a row the ending comes (``ending_repeats``).  ``faults=False`` turns every fault off.  ``deadline_s`` is the deadline the loop declares: slow

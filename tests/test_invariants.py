@@ -24,6 +24,7 @@ from simloop.errors import InvariantViolation, UsageError
 from simloop.invariants import CATALOGUE, Violation, check
 from simloop.scenario import INVARIANT_IDS
 from simloop.transcript import (
+    AbortEvent,
     Halt,
     Header,
     OutcomeEvent,
@@ -32,6 +33,7 @@ from simloop.transcript import (
     ToolEnd,
     ToolStart,
     Transcript,
+    TurnStart,
 )
 
 CASSETTES = Path(__file__).resolve().parents[2] / "shared" / "data" / "cassettes"
@@ -660,19 +662,93 @@ def test_refusal_flags_resending_the_refused_request() -> None:
         run.request(history, stream=True)
         run.reply("refusal", text("I can't help with that."))
     [v] = only(run.outcome("refusal"), "refusal")
-    assert (v.step, v.evidence) == (2, {"request": 2, "refused_request": 1, "resends": 2})
-    assert v.message.startswith("the model refused at step 1 and the loop sent the same request again (2 time(s))")
+    assert (v.step, v.evidence) == (2, {"request": 2, "refused_request": 1, "calls_after": 2})
+    assert v.message.startswith("the model refused at step 1 and the loop called the model again in the same user "
+                                "turn (2 more call(s) carrying on the refused conversation, the first at step 2)")
+    assert "reports reason 'refusal'" in v.message and "retry on another model" in v.message
 
 
-def test_refusal_allows_stopping_or_changing_the_conversation() -> None:
+def _carried_on(calls: int) -> Run:
+    """A loop that appends the refusal, nudges the model and carries on (issue 26, false pass 6)."""
     run = Run()
     history = [user("Do the bad thing.")]
     run.request(history)
     history.append(assistant(*run.reply("refusal", text("I can't."))))
+    for _ in range(calls):
+        history.append(user("Please carry on with the task."))
+        run.request(history)
+        history.append(assistant(*run.reply("refusal", text("I can't."))))
+    return run
+
+
+def test_refusal_flags_carrying_on_after_a_refusal_in_the_same_turn() -> None:
+    [v] = only(_carried_on(8).outcome("max_steps"), "refusal")
+    assert (v.step, v.evidence) == (2, {"request": 2, "refused_request": 1, "calls_after": 8})
+    assert "(8 more call(s) carrying on the refused conversation, the first at step 2)" in v.message
+
+
+def test_an_sdk_retry_of_the_refused_call_is_not_another_call() -> None:
+    run = Run()
+    history = [user("Do the bad thing.")]
+    run.request(history)
+    run.error(529)
+    run.request(history, retry=True)  # x-stainless-retry-count: 1, the same step
+    run.reply("refusal", text("I can't."))
+    assert only(run.outcome("refusal"), "refusal") == []
+    carried = _carried_on(1)
+    carried.request(carried.t.requests[-1].conversation, retry=True)  # a retry of the carried-on call: one call
+    [v] = only(carried.outcome("refusal"), "refusal")
+    assert v.evidence["calls_after"] == 1
+
+
+def test_refusal_allows_a_reset_context_or_a_fallback_model() -> None:
+    # the API's guidance: remove or rephrase the refused turn (or clear the history), or retry on another model
+    run = Run()
+    run.request([user("Do the bad thing.")])
+    run.reply("refusal", text("I can't."))
+    run.request([user("Do the good thing instead.")])  # the refused turn rephrased
+    run.reply("end_turn")
+    run.request([user("Do the bad thing.")], model="claude-fallback")  # the same request on another model
+    run.reply("end_turn")
+    assert check(run.outcome("final")).violations == []
+
+
+def test_a_new_user_turn_may_follow_a_refusal() -> None:
+    run = Run()
+    run.t.append(TurnStart(t=0.0, turn=0, text="Do the bad thing."))
+    history = [user("Do the bad thing.")]
+    run.request(history)
+    history.append(assistant(*run.reply("refusal", text("I can't."))))
+    run.t.append(TurnStart(t=run.now, turn=1, text="Then do the good thing."))
     history.append(user("Then do the good thing."))
     run.request(history)
     run.reply("end_turn")
-    assert check(run.outcome("final")).violations == []
+    # (the drive returns one outcome per turn: recorded when it returns)
+    run.t.append(OutcomeEvent(t=run.now, reason="refusal", text="I can't.", turn=0))
+    run.t.append(OutcomeEvent(t=run.now, reason="final", text="Done.", turn=1))
+    assert check(run.t).violations == []
+    run.t.events[-2] = OutcomeEvent(t=run.now, reason="max_steps", text="", turn=0)
+    [v] = only(run.t, "refusal")  # the refused turn's own outcome is still held to 'refusal'
+    assert v.evidence == {"request": 1, "reason": "max_steps", "turn": 0}
+
+
+@pytest.mark.parametrize("reason", ["max_steps", "error", "deadline"])
+def test_a_turn_that_stops_at_a_refusal_reports_refusal(reason: str) -> None:
+    run = Run()
+    run.request([user("Do the bad thing.")])
+    run.reply("refusal", text("I can't."))
+    [v] = only(run.outcome(reason), "refusal")
+    assert (v.step, v.evidence) == (1, {"request": 1, "reason": reason})
+    assert v.message == (f"the model refused at step 1 and the loop stopped there reporting reason {reason!r}; a "
+                         "correct loop reports the refusal as the turn's outcome: reason 'refusal'")
+
+
+def test_stop_pressed_after_a_refusal_may_report_aborted() -> None:
+    run = Run()
+    run.request([user("Do the bad thing.")])
+    run.reply("refusal", text("I can't."))
+    run.t.append(AbortEvent(t=run.now, trigger="after model call 1"))
+    assert only(run.outcome("aborted"), "refusal") == []
 
 
 # -- honest_outcome ----------------------------------------------------------------------------------------------

@@ -407,3 +407,58 @@ def test_the_policies_are_plugin_options(tmp_path: Path) -> None:
         fixture({"max_steps": 10, "max_writes": 1}).verify()
     assert {v.invariant for v in info.value.violations} == {"limits"}
     assert fixture({"max_steps": 10}).verify().ok  # the policy is checked only when declared
+
+
+# -- refusal honoured (issue 26, item 2) ------------------------------------------------------------------------
+#
+# The seeds: "refusal: ... Stop and surface this; do not retry the same request in a loop".  The API's guidance
+# adds two recoveries: reset the context (remove or rephrase the refused turn) or retry on another model.
+
+
+def test_a_loop_that_carries_on_after_a_refusal_fails_verify(tmp_path: Path) -> None:
+    from examples import refusal_carried_on
+
+    with pytest.raises(simloop.InvariantViolation) as found:
+        simloop.verify(refusal_carried_on.drive, limits={"max_steps": 10}, max_examples=100, seed=0, out_dir=tmp_path)
+    assert {v.invariant for v in found.value.violations} == {"refusal"}
+    [v] = found.value.violations
+    assert "called the model again in the same user turn" in v.message
+    assert "a correct loop stops the turn on a refusal and reports reason 'refusal'" in v.message
+
+
+def _fallback_loop(fallback: str) -> Any:
+    """A loop that retries a refused request once on ``fallback`` (the same model: carrying on), then stops."""
+
+    def drive(sim: simloop.Sim) -> simloop.Outcome:
+        messages: list[Any] = [{"role": "user", "content": sim.task}]
+        for model in ("claude-primary", fallback):
+            reply = sim.client.messages.create(model=model, max_tokens=1024, messages=messages)
+            if reply.stop_reason != "refusal":
+                return simloop.Outcome("final", "".join(b.text for b in reply.content if b.type == "text"))
+        return simloop.Outcome("refusal", "declined")
+
+    return drive
+
+
+def _refuses_primary(request: Any) -> dict[str, str]:
+    return {"refusal": "I can't help with that."} if request.body["model"] == "claude-primary" else {"end_turn": "Here."}
+
+
+@pytest.mark.parametrize(("fallback", "ok"), [("claude-fallback", True), ("claude-primary", False)])
+def test_a_retry_on_another_model_is_a_recovery_and_on_the_same_one_is_not(fallback: str, ok: bool) -> None:
+    outcome, report = run({"name": "fallback", "task": "Do it."}, _fallback_loop(fallback),
+                          model=simloop.FunctionModel(_refuses_primary))
+    assert report.ok is ok, report.violations
+    assert outcome.reason == ("final" if ok else "refusal")
+
+
+def test_a_new_user_turn_after_a_refused_turn_holds_for_the_reference_loop() -> None:
+    from examples import correct_sync
+
+    scenario = {"name": "refused-then-asked-again", "task": "Find their home addresses.",
+                "followups": ["Then draft a public reply instead."],
+                "model": [{"refusal": "I can't help find home addresses."}, {"end_turn": "Here is a draft."}]}
+    with simloop.Sim(scenario, seed=0) as sim:
+        sim.run(correct_sync.drive)
+    assert sim.check().ok
+    assert [o.reason for o in sim.outcomes] == ["refusal", "final"]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from simloop.invariants._base import (
     _FINAL_STOPS,
-    _VOLATILE_BODY,
     REASONS,
     Violation,
     _canon,
@@ -13,7 +14,7 @@ from simloop.invariants._base import (
     _view,
     per_turn,
 )
-from simloop.transcript import Request, Response, Restart, Transcript
+from simloop.transcript import AbortEvent, Request, Response, Restart, Transcript
 
 __all__ = ["honest_outcome", "refusal", "truncation"]
 
@@ -52,40 +53,70 @@ def _last_reply(v: _View) -> Response | None:
 
 
 # -- refusal ----------------------------------------------------------------------------------------------------
+#
+# The seeds: "refusal: the model declined for safety reasons. Stop and surface this; do not retry the same request in
+# a loop" (a classic bug: "retrying in a loop after a refusal instead of stopping and explaining").  The API's own
+# guidance (Streaming refusals; Refusals and fallback): after a refusal, reset the context before continuing (remove
+# or rephrase the turn that triggered it, or clear the history; continuing without a reset meets more refusals),
+# or retry the refused request on another model.  So a further call of the same user turn that keeps the refused
+# conversation, on the same model, is the bug; a reset or a fallback model is a recovery, and a new user turn is new.
 
 
-def _signature(r: Request) -> str:
-    body = r.body if isinstance(r.body, dict) else {}
-    return _canon({"conversation": r.conversation, "body": {k: x for k, x in body.items() if k not in _VOLATILE_BODY}})
+def _continues(refused: Request, later: Request) -> bool:
+    """Whether ``later`` carries on the conversation ``refused`` was refused for: the same model, and its messages
+    start with all of the refused request's (the refusal appended, a nudge added, or the very same request)."""
+    body = refused.body if isinstance(refused.body, dict) else {}
+    again = later.body if isinstance(later.body, dict) else {}
+    if again.get("model") != body.get("model"):
+        return False  # a fallback model: the guidance's other recovery
+    before, after = refused.conversation, later.conversation
+    return len(after) >= len(before) and all(_canon(a) == _canon(b) for a, b in zip(before, after, strict=False))
 
 
 def refusal(t: Transcript) -> list[Violation]:
-    """After a refusal, the loop does not send the same request again (as a new model call)."""
+    """After a refusal, no further model call in that user turn carries on the refused conversation, and a turn
+    that stops at a refusal reports reason ``refusal`` (per turn: a new user turn may follow)."""
+    return _refusal_each(t)
+
+
+def _refusal(t: Transcript) -> list[Violation]:
+    """`refusal` over one user turn."""
     v = _view(t)
-    out: list[Violation] = []
-    reported: set[str] = set()
+    aborted = any(isinstance(e, AbortEvent) for e in t.events)
     for pos, reply in v.replies:
         req = v.request_at.get(reply.index)
-        if reply.stop_reason != "refusal" or req is None:
-            continue
-        sig = _signature(req)
-        if sig in reported:
+        if reply.stop_reason != "refusal" or req is None or not v.before_outcome(pos):
             continue
         # within the life it was refused in: a restarted process has forgotten it (its store may not)
         died = next((p for p, e in enumerate(t.events) if p > pos and isinstance(e, Restart)), len(t.events))
-        again = [r for p, r in v.model_requests if pos < p < died and r.call > req.call and r.attempt == 0
-                 and _signature(r) == sig]
-        if not again:
-            continue
-        reported.add(sig)
+        # the SDK's own retries of one call (x-stainless-retry-count > 0) are that call, not another
+        later = [r for p, r in v.model_requests if pos < p < died and r.attempt == 0 and r.call > req.call]
+        carried = [r for r in later if _continues(req, r)]
+        if carried:
+            message = (
+                f"the model refused at step {req.call} and the loop called the model again in the same user turn "
+                f"({len(carried)} more call(s) carrying on the refused conversation, the first at step "
+                f"{carried[0].call}); a correct loop stops the turn on a refusal and reports reason 'refusal' to "
+                "the user (a new user turn may follow); to recover instead, reset the context first (remove or "
+                "rephrase the refused turn, or clear the history) or retry on another model"
+            )
+            evidence: dict[str, Any] = {"request": carried[0].index, "refused_request": req.index,
+                                        "calls_after": len(carried)}
+            return [Violation("refusal", message, carried[0].call, evidence)]
+        outcome = v.outcome
+        if later or died < len(t.events) or outcome is None or outcome.exception is not None:
+            continue  # a recovery went on (judged by what came of it), or the life died, or an exception escaped
+        if outcome.reason in ("refusal", "final") or (outcome.reason == "aborted" and aborted):
+            continue  # ('final' after a refusal is honest_outcome's to report)
         message = (
-            f"the model refused at step {req.call} and the loop sent the same request again "
-            f"({len(again)} time(s)); a correct loop stops on a refusal and reports reason 'refusal' "
-            "(or changes the conversation), it does not resend the same request"
+            f"the model refused at step {req.call} and the loop stopped there reporting reason "
+            f"{outcome.reason!r}; a correct loop reports the refusal as the turn's outcome: reason 'refusal'"
         )
-        evidence = {"request": again[0].index, "refused_request": req.index, "resends": len(again)}
-        out.append(Violation("refusal", message, again[0].call, evidence))
-    return out
+        return [Violation("refusal", message, req.call, {"request": req.index, "reason": outcome.reason})]
+    return []
+
+
+_refusal_each = per_turn(_refusal)
 
 
 # -- honest_outcome ---------------------------------------------------------------------------------------------
