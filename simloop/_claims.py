@@ -19,7 +19,7 @@ from simloop.scenario import CAPABILITIES, LIMIT_NAMES, Limits
 if TYPE_CHECKING:
     from simloop.scenario import Scenario
 
-__all__ = ["Claims", "Surface", "claim_flags", "limit_names", "skip_reason"]
+__all__ = ["Claims", "Surface", "claim_flags", "claimed_names", "limit_names", "skip_reason"]
 
 #: Where the claims were stated, so that a skip says what to pass there.
 Surface = Literal["cli", "plugin", "python"]
@@ -91,6 +91,21 @@ def limit_names(limits: Limits | Mapping[str, Any] | Iterable[str] | None, *, wh
             f"{where}: {unknown[0]!r} is not a limit; the limits a loop may claim are {', '.join(LIMIT_NAMES)}"
         )
     return frozenset(names)
+
+
+def claimed_names(values: str | Iterable[str] | None, *, where: str) -> tuple[str, ...]:
+    """Capability names, each of `CAPABILITIES` (``"max_steps,deadline_s"`` or a list); a `UsageError` otherwise."""
+    if values is None:
+        return ()
+    items = [values] if isinstance(values, str) else list(values)
+    names = [n.strip() for text in items for n in str(text).split(",") if n.strip()]
+    unknown = [n for n in names if n not in CAPABILITIES]
+    if unknown:
+        raise UsageError(
+            f"{where}: {unknown[0]!r} is not something a loop can claim; give any of {', '.join(CAPABILITIES)} "
+            "(e.g. max_steps,deadline_s)"
+        )
+    return tuple(names)
 
 
 def skip_reason(scenario: Scenario, missing: Iterable[str], *, surface: Surface) -> str:

@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from simloop._claims import Claims, limit_names, skip_reason
+from simloop._claims import Claims, claimed_names, limit_names, skip_reason
 from simloop.errors import InvariantViolation, UsageError
 from simloop.invariants import CATALOGUE
-from simloop.scenario import Scenario, load_scenario
+from simloop.scenario import LIMIT_NAMES, Scenario, load_scenario
 from simloop.sim import Drive, ScenarioLike, Sim, off_loop
 from simloop.verify import replay as _replay
 from simloop.verify import verify as _verify
@@ -182,7 +182,7 @@ def resolve_options(
         turns=pick("turns"),
         abort=pick("abort"),
         restarts=pick("restarts"),
-        claims=tuple(pick("claims") or ()),
+        claims=claimed_names(pick("claims"), where="claims (--simloop-claims, simloop_claims, simloop_config)"),
         profile=pick("profile"),
         drive=pick("drive"),
         strict=True if strict is None else bool(strict),
@@ -213,8 +213,7 @@ def _checked(values: Mapping[str, Any], where: str) -> dict[str, Any]:
         if key == "restarts" and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise UsageError(f"{where}: restarts must be an int >= 0, got {value!r}")
         if key == "claims":
-            value = out[key] = (value,) if isinstance(value, str) else tuple(value)
-            limit_names(value, where=f"{where}: claims")
+            out[key] = claimed_names(value, where=f"{where}: claims")
         if key == "profile" and value not in PROFILES:
             raise UsageError(f"{where}: profile must be one of {', '.join(PROFILES)}, got {value!r}")
         if key == "drive" and not (callable(value) or isinstance(value, str)):
@@ -287,13 +286,16 @@ def looks_like_scenario(text: str) -> bool:
 def unclaimed(path: Path, options: TestOptions) -> str | None:
     """Why the scenario file at ``path`` is skipped (it needs what the test's options do not claim), or None.
 
-    The claims: ``abort``, ``restarts`` (>= 1), ``turns`` (>= 2), and the stop policies named by ``claims``
-    or declared in ``limits`` (a loop that declares a limit to `simloop.verify` honours it from sim.limits).
+    The claims: ``abort``, ``restarts`` (>= 1), ``turns`` (>= 2), the names in ``claims`` (any of them, the
+    stop policies included), and the stop policies declared in ``limits`` (a loop that declares a limit to `simloop.verify` honours it from sim.limits).
     """
     scenario = load_scenario(path)
-    limits = set(options.claims) | limit_names(options.verify_defaults.get("limits"), where="simloop_config: limits")
+    named = set(options.claims)
+    limits = named & set(LIMIT_NAMES) | limit_names(options.verify_defaults.get("limits"), where="limits")
     claims = Claims(
-        abort=bool(options.abort), restarts=options.restarts or 0, turns=options.turns or 1,
+        abort=bool(options.abort) or "abort" in named,
+        restarts=max(options.restarts or 0, 1 if "restarts" in named else 0),
+        turns=max(options.turns or 1, 2 if "turns" in named else 1),
         limits=frozenset(limits),
     )
     missing = claims.missing(scenario)

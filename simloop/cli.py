@@ -620,16 +620,12 @@ def run(
 
 def _claims(*, abort: bool, restarts: int, turns: int, claimed: Sequence[str]) -> Claims:
     """What ``simloop run``'s flags claim of the loop: --abort, --restarts N, --turns N and --claims NAMES."""
-    from simloop._claims import Claims
-    from simloop.scenario import CAPABILITIES
+    from simloop._claims import Claims, claimed_names
 
-    names = [n.strip() for text in claimed for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in CAPABILITIES]
-    if unknown:
-        raise click.UsageError(
-            f"--claims: {unknown[0]!r} is not something a loop can claim; give any of {', '.join(CAPABILITIES)}, "
-            "comma-separated (e.g. --claims max_steps,deadline_s)"
-        )
+    try:
+        names = claimed_names(claimed, where="--claims")
+    except UsageError as e:
+        raise click.UsageError(str(e)) from None
     return Claims(
         abort=abort or "abort" in names,
         restarts=max(restarts, 1 if "restarts" in names else 0),
