@@ -396,10 +396,22 @@ class SimloopFixture:
 
     def replay(
         self, drive: Drive | str | None = None, path: str | Path | None = None, *, seed: int | None = None,
-        invariants: Iterable[str] | None = None,
+        invariants: Iterable[str] | None = None, **claims: Any,
     ) -> Report:
-        """`simloop.replay` a scenario file (default: the marker's ``scenario=``) on the test's seed."""
+        """`simloop.replay` a scenario file (default: the marker's ``scenario=``) on the test's seed.
+
+        What the loop claims (``abort``, ``restarts``, ``turns``, ``limits``: `simloop.replay`'s keywords) comes
+        from the test's options where they state it (``abort``, ``restarts``, ``turns``, ``claims``, ``limits``);
+        keywords win.  A file that needs what is not claimed skips the test, with the reason.
+        """
         __tracebackhide__ = True
+        unknown = sorted(set(claims) - {"abort", "restarts", "turns", "limits"})
+        if unknown:
+            raise UsageError(
+                f"simloop.replay() got an unexpected keyword {unknown[0]!r}; it takes seed, invariants, abort, "
+                "restarts, turns and limits"
+            )
+        claims = {**self._claims(), **claims}
         fn = self._drive(drive)
         chosen = path if path is not None else self.options.scenario
         if chosen is None:
@@ -409,14 +421,36 @@ class SimloopFixture:
             raise UsageError(f"simloop.replay() replays a scenario file; got {type(located).__name__}")
         run_seed = self.seed if seed is None else seed
         try:
-            report = off_loop(lambda: _replay(fn, display_path(located), seed=run_seed, invariants=invariants))
+            report = off_loop(
+                lambda: _replay(fn, display_path(located), seed=run_seed, invariants=invariants, **claims)
+            )
         except InvariantViolation as e:
             self.replays += 1
             self.checked.update(invariants or CATALOGUE)
             raise self._short(e, seed=run_seed, shown="replay") from None
+        if report.skipped is not None:
+            import pytest
+
+            pytest.skip(f"{display_path(located)} {report.skipped}")
         self.replays += 1
         self.checked.update(report.checked)
         return report
+
+    def _claims(self) -> dict[str, Any]:
+        """`simloop.replay`'s claim keywords, from the options that state them (unstated: the file's need is met)."""
+        o = self.options
+        out: dict[str, Any] = {}
+        named = set(o.claims)
+        if o.abort is not None or "abort" in named:
+            out["abort"] = bool(o.abort) or "abort" in named
+        if o.restarts is not None or "restarts" in named:
+            out["restarts"] = max(o.restarts or 0, 1 if "restarts" in named else 0)
+        if o.turns is not None or "turns" in named:
+            out["turns"] = max(o.turns or 1, 2 if "turns" in named else 1)
+        declared = limit_names(o.verify_defaults.get("limits"), where="limits")
+        if declared or named & set(LIMIT_NAMES):
+            out["limits"] = sorted(declared | (named & set(LIMIT_NAMES)))
+        return out
 
     def leftovers(self) -> list[str]:
         """What this test's Sims scripted and never used (what strict mode fails on)."""

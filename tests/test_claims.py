@@ -336,3 +336,22 @@ def test_plugin_refuses_an_unknown_claim(pytester: pytest.Pytester) -> None:
     cli = pytester.runpytest("-p", "no:cacheprovider", "--simloop-claims=abort,bogus", "scenarios")
     cli.stdout.fnmatch_lines([("simloop: claims (--simloop-claims, simloop_claims, simloop_config): 'bogus' is not "
                               "something a loop can claim; *")])
+
+
+def test_the_fixtures_replay_skips_what_the_options_do_not_claim(pytester: pytest.Pytester) -> None:
+    _project(pytester, "one-write.yaml")
+    pytester.makeini("[pytest]\n")  # no drive for the session: the files are not items here
+    pytester.makeconftest(
+        "import pytest\n\n@pytest.fixture\ndef simloop_config():\n"
+        "    return {'drive': 'examples.correct_sync:drive', 'limits': {'max_steps': 10}}\n"
+    )
+    pytester.makepyfile(
+        "def test_not_claimed(simloop):\n    simloop.replay(path='scenarios/one-write.yaml')\n\n"
+        "def test_claimed(simloop):\n    assert simloop.replay(path='scenarios/one-write.yaml', limits=['max_writes']).ok\n"
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines([
+        ("SKIPPED * scenarios/one-write.yaml needs a write budget (max_writes: 1): pass replay(..., "
+        "limits=[[]'max_writes'[]]) if your loop has one")
+    ])
