@@ -43,19 +43,16 @@ class Claims:
 
     ``restarts`` and ``turns`` count as `simloop.verify`'s do: ``restarts >= 1`` claims a loop that resumes
     from ``sim.store`` after a crash, ``turns >= 2`` one that takes follow-up turns.  ``limits`` names the
-    stop policies the loop honours as the run declares them (``sim.limits``).  ``everything`` claims all.
+    stop policies the loop honours as the run declares them (``sim.limits``).
     """
 
     abort: bool = False
     restarts: int = 0
     turns: int = 1
     limits: frozenset[str] = field(default_factory=frozenset)
-    everything: bool = False
 
     def has(self, capability: str) -> bool:
         """Whether the loop claims ``capability`` (one of `simloop.scenario.CAPABILITIES`)."""
-        if self.everything:
-            return True
         if capability == "abort":
             return self.abort
         if capability == "restarts":

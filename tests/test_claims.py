@@ -82,7 +82,8 @@ def test_claims_count_restarts_and_turns_as_verify_does() -> None:
         "abort", "restarts", "turns", "max_steps"
     )
     assert not Claims(turns=1).has("turns") and not Claims(restarts=0).has("restarts")
-    assert Claims(everything=True).names() == CAPABILITIES
+    everything = Claims(abort=True, restarts=1, turns=2, limits=frozenset(LIMIT_NAMES))
+    assert everything.names() == CAPABILITIES
 
 
 # -- simloop run: the done-when of the issue ----------------------------------------------------------------------
