@@ -356,3 +356,18 @@ def test_the_fixtures_replay_skips_what_the_options_do_not_claim(pytester: pytes
         ("SKIPPED * scenarios/one-write.yaml needs a write budget (max_writes: 1): pass replay(..., "
         "limits=[[]'max_writes'[]]) if your loop has one")
     ])
+
+
+REPLAY_LINES = {
+    p.name: m[1] for p in LIBRARY if (m := re.search(r"^# Replay: (simloop run .*)$", p.read_text(encoding="utf-8"), re.M))
+}
+
+
+def test_the_findings_say_how_to_replay_them() -> None:
+    assert len(REPLAY_LINES) >= 15
+
+
+@pytest.mark.parametrize(("name", "line"), REPLAY_LINES.items(), ids=list(REPLAY_LINES))
+def test_a_files_replay_line_claims_what_the_file_needs(name: str, line: str) -> None:
+    path = next(p for p in LIBRARY if p.name == name)
+    assert line.endswith(claim_flags(load_scenario(path))), f"{name}: add the claims it needs to its replay line"
