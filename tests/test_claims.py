@@ -358,9 +358,8 @@ def test_the_fixtures_replay_skips_what_the_options_do_not_claim(pytester: pytes
     ])
 
 
-REPLAY_LINES = {
-    p.name: m[1] for p in LIBRARY if (m := re.search(r"^# Replay: (simloop run .*)$", p.read_text(encoding="utf-8"), re.M))
-}
+_REPLAY = re.compile(r"^# Replay: (simloop run .*)$", re.MULTILINE)
+REPLAY_LINES = {p.name: m[1] for p in LIBRARY if (m := _REPLAY.search(p.read_text(encoding="utf-8")))}
 
 
 def test_the_findings_say_how_to_replay_them() -> None:
