@@ -346,7 +346,7 @@ class _Reporter:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         stats = getattr(report, "simloop", None)
-        if report.when == "call" and isinstance(stats, dict):
+        if report.when == "call" and isinstance(stats, dict) and not report.skipped:  # a skipped file ran nothing
             self.session.add(stats, failed=report.failed)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -403,7 +403,6 @@ class ScenarioItem(pytest.Item):
         self.stash[_STATS] = stats
         skipped = unclaimed(self.path, options)
         if skipped is not None:  # the file needs what the loop does not claim: not a failure of the loop
-            stats["replays"] = 0
             # reported at the file (as a skip mark is), not at this line of the plugin
             raise pytest.skip.Exception(skipped, _use_item_location=True)
         drive = load_drive(self.config.stash[_SESSION].drive, search=options.search)
