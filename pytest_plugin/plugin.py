@@ -33,7 +33,15 @@ _OPTIONS = (
     ("seed", "N|last", ("the session seed: tests derive their seeds from it and their node ids (default: random, "
                         "printed in the header); 'last' reuses the previous run's")),
     ("max_examples", "N", "how many runs simloop.verify tries per test"),
-    ("turns", "N", "the most user turns of the conversations simloop.verify generates (default 1: one turn)"),
+    ("turns", "N", ("the most user turns of the conversations simloop.verify generates (default 1: one turn); "
+                    "2 or more also claims follow-ups, so scenario files with followups: run")),
+    ("abort", None, ("your loop has a Stop button wired to sim.abort: simloop.verify presses it, and scenario files "
+                     "with abort: run (without it they are skipped)")),
+    ("restarts", "N", ("your loop resumes from sim.store after a crash: simloop.verify kills it up to N times a run, "
+                       "and scenario files with a crash fault run")),
+    ("claims", "NAMES", ("the stop policies your loop honours as sim.limits declares them, comma-separated "
+                         "(max_steps, deadline_s, max_total_tokens, max_tool_errors, max_writes, max_repeats): "
+                         "scenario files that declare them run (the simloop_config limits count too)")),
     ("profile", "|".join(PROFILE_CHOICES), ("Hypothesis settings for simloop.verify: dev (50 runs a test), ci "
                                             "(200, no example database), nightly (5000, long fuzzing)")),
     ("drive", "pkg.module:drive", "the default adapter; also turns the scenario files into tests"),
@@ -91,7 +99,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     for name, metavar, help_ in _OPTIONS:
         flag = "--simloop-" + name.replace("_", "-")
         choices = PROFILE_CHOICES if name == "profile" else None
-        group.addoption(flag, dest=f"simloop_{name}", default=None, metavar=metavar, choices=choices, help=help_)
+        if metavar is None:  # a flag: "true" when given
+            group.addoption(flag, dest=f"simloop_{name}", default=None, action="store_const", const="true", help=help_)
+        else:
+            group.addoption(flag, dest=f"simloop_{name}", default=None, metavar=metavar, choices=choices, help=help_)
         parser.addini(f"simloop_{name}", f"default for {flag}: {help_}", default="")
 
 
@@ -149,20 +160,27 @@ def _session_seed(config: pytest.Config, cli: str | None, ini: str | None) -> tu
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "simloop(scenario=None, seed=None, max_examples=None, strict=True, drive=None, profile=None, turns=None): "
+        "simloop(scenario=None, seed=None, max_examples=None, strict=True, drive=None, profile=None, turns=None, "
+        "abort=None, restarts=None, claims=None): "
         "options of the simloop fixture for this test",
     )
     seed_cli, seed_ini = _given(config, "seed")
     seed, explicit = _session_seed(config, seed_cli, seed_ini)
     cli: dict[str, Any] = {}
     ini: dict[str, Any] = {}
-    for name in ("max_examples", "turns", "profile", "drive", "workers", "database"):
+    for name in ("max_examples", "turns", "profile", "drive", "workers", "database", "abort", "restarts", "claims"):
         for layer, value, where in zip((cli, ini), _given(config, name), ("--simloop-", "ini simloop_")):
             label = where + (name.replace("_", "-") if where.startswith("--") else name)
             if value is None:
                 continue
-            if name in ("max_examples", "turns", "workers"):
+            if name in ("max_examples", "turns", "workers", "restarts"):
                 layer[name] = _positive(value, label)
+            elif name == "abort":
+                if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                    raise pytest.UsageError(f"{label} is true or false, got {value!r}")
+                layer[name] = value.lower() in ("true", "1", "yes")
+            elif name == "claims":
+                layer[name] = tuple(n.strip() for n in value.split(",") if n.strip())
             elif name == "profile" and value not in PROFILE_CHOICES:
                 raise pytest.UsageError(f"{label} is one of {', '.join(PROFILE_CHOICES)}, got {value!r}")
             else:
@@ -226,7 +244,7 @@ def simloop_config() -> dict[str, Any]:
     """Defaults for this test's ``simloop`` fixture; override it in conftest.py (like pytest-recording's vcr_config).
 
     Keys: drive, max_examples, profile, seed, strict, scenario, limits, tools, invariants, task, out_dir, turns,
-    workers, database.
+    workers, database, abort, restarts, claims.
     The marker, the command line and the ini file win over it.
     """
     return {}
@@ -328,7 +346,7 @@ class _Reporter:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         stats = getattr(report, "simloop", None)
-        if report.when == "call" and isinstance(stats, dict):
+        if report.when == "call" and isinstance(stats, dict) and not report.skipped:  # a skipped file ran nothing
             self.session.add(stats, failed=report.failed)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -376,13 +394,17 @@ class ScenarioItem(pytest.Item):
     """Replays a scenario file with ``simloop.replay`` and checks its ``expect:`` block."""
 
     def runtest(self) -> None:
-        from simloop._pytest_support import display_path, load_drive, replay_file
+        from simloop._pytest_support import display_path, load_drive, replay_file, unclaimed
         from simloop.invariants import CATALOGUE
 
         options = _options(self, config={})
         self.user_properties.append(("simloop_seed", options.seed))
         stats = {"seed": options.seed, "examples": 0, "replays": 1, "invariants": list(CATALOGUE)}
         self.stash[_STATS] = stats
+        skipped = unclaimed(self.path, options)
+        if skipped is not None:  # the file needs what the loop does not claim: not a failure of the loop
+            # reported at the file (as a skip mark is), not at this line of the plugin
+            raise pytest.skip.Exception(skipped, _use_item_location=True)
         drive = load_drive(self.config.stash[_SESSION].drive, search=options.search)
         report = replay_file(drive, display_path(self.path), seed=options.seed)
         stats["invariants"] = list(report.checked)
@@ -405,5 +427,5 @@ class ScenarioItem(pytest.Item):
         return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
-        return self.path, None, f"scenario {self.name}"
+        return self.path, 0, f"scenario {self.name}"  # line 0: the file itself (where a skip is reported)
 

@@ -31,9 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from simloop._claims import Claims, claimed_names, limit_names, skip_reason
 from simloop.errors import InvariantViolation, UsageError
 from simloop.invariants import CATALOGUE
-from simloop.scenario import Scenario
+from simloop.scenario import LIMIT_NAMES, Scenario, load_scenario
 from simloop.sim import Drive, ScenarioLike, Sim, off_loop
 from simloop.verify import replay as _replay
 from simloop.verify import verify as _verify
@@ -59,13 +60,14 @@ __all__ = [
     "rerun_hint",
     "resolve_options",
     "short_violation",
+    "unclaimed",
 ]
 
 
 #: The keys ``@pytest.mark.simloop(...)`` and ``simloop_config`` accept.
 OPTION_KEYS = (
     "scenario", "seed", "max_examples", "profile", "drive", "strict", "limits", "tools", "invariants", "task",
-    "out_dir", "turns", "workers", "database",
+    "out_dir", "turns", "workers", "database", "abort", "restarts", "claims",
 )
 #: The keys passed through to `simloop.verify` as defaults.
 _VERIFY_DEFAULTS = ("limits", "tools", "invariants", "task", "workers", "database")
@@ -124,6 +126,9 @@ class TestOptions:
     session_seed: int
     max_examples: int | None = None
     turns: int | None = None
+    abort: bool | None = None  # the loop has a Stop button (verify presses it; files with abort: run)
+    restarts: int | None = None  # the loop survives crashes (verify kills it; files with a crash fault run)
+    claims: tuple[str, ...] = ()  # the stop policies it honours from sim.limits (files declaring them run)
     profile: str | None = None
     drive: Any = None  # a callable, a "pkg.module:function" spec, or None
     strict: bool = True
@@ -175,6 +180,9 @@ def resolve_options(
         session_seed=session_seed,
         max_examples=pick("max_examples"),
         turns=pick("turns"),
+        abort=pick("abort"),
+        restarts=pick("restarts"),
+        claims=claimed_names(pick("claims"), where="claims (--simloop-claims, simloop_claims, simloop_config)"),
         profile=pick("profile"),
         drive=pick("drive"),
         strict=True if strict is None else bool(strict),
@@ -200,8 +208,12 @@ def _checked(values: Mapping[str, Any], where: str) -> dict[str, Any]:
             raise UsageError(f"{where}: seed must be a non-negative int, got {value!r}")
         if key in ("max_examples", "turns", "workers") and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise UsageError(f"{where}: {key} must be a positive int, got {value!r}")
-        if key == "strict" and not isinstance(value, bool):
-            raise UsageError(f"{where}: strict must be True or False, got {value!r}")
+        if key in ("strict", "abort") and not isinstance(value, bool):
+            raise UsageError(f"{where}: {key} must be True or False, got {value!r}")
+        if key == "restarts" and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise UsageError(f"{where}: restarts must be an int >= 0, got {value!r}")
+        if key == "claims":
+            out[key] = claimed_names(value, where=f"{where}: claims")
         if key == "profile" and value not in PROFILES:
             raise UsageError(f"{where}: profile must be one of {', '.join(PROFILES)}, got {value!r}")
         if key == "drive" and not (callable(value) or isinstance(value, str)):
@@ -269,6 +281,25 @@ def looks_like_scenario(text: str) -> bool:
     """
     keys = {m.group(2) for m in _TOP_KEY.finditer(text)}
     return bool(keys & {"model", "task"}) and not ("interactions" in keys and "model" not in keys)
+
+
+def unclaimed(path: Path, options: TestOptions) -> str | None:
+    """Why the scenario file at ``path`` is skipped (it needs what the test's options do not claim), or None.
+
+    The claims: ``abort``, ``restarts`` (>= 1), ``turns`` (>= 2), the names in ``claims`` (any of them, the
+    stop policies included), and the stop policies declared in ``limits`` (a loop that declares a limit to `simloop.verify` honours it from sim.limits).
+    """
+    scenario = load_scenario(path)
+    named = set(options.claims)
+    limits = named & set(LIMIT_NAMES) | limit_names(options.verify_defaults.get("limits"), where="limits")
+    claims = Claims(
+        abort=bool(options.abort) or "abort" in named,
+        restarts=max(options.restarts or 0, 1 if "restarts" in named else 0),
+        turns=max(options.turns or 1, 2 if "turns" in named else 1),
+        limits=frozenset(limits),
+    )
+    missing = claims.missing(scenario)
+    return skip_reason(scenario, missing, surface="plugin") if missing else None
 
 
 def replay_file(drive: Drive, path: Path, *, seed: int) -> Report:
@@ -344,6 +375,10 @@ class SimloopFixture:
             kw["max_examples"] = self.options.max_examples
         if self.options.turns is not None:
             kw["turns"] = self.options.turns
+        if self.options.abort is not None:
+            kw["abort"] = self.options.abort
+        if self.options.restarts is not None:
+            kw["restarts"] = self.options.restarts
         kw.update(kwargs)
         if kw.get("database") is not None and "seed" not in kwargs:
             # a seeded search leaves the example database out (as any seeded Hypothesis run): a test given a
@@ -361,10 +396,22 @@ class SimloopFixture:
 
     def replay(
         self, drive: Drive | str | None = None, path: str | Path | None = None, *, seed: int | None = None,
-        invariants: Iterable[str] | None = None,
+        invariants: Iterable[str] | None = None, **claims: Any,
     ) -> Report:
-        """`simloop.replay` a scenario file (default: the marker's ``scenario=``) on the test's seed."""
+        """`simloop.replay` a scenario file (default: the marker's ``scenario=``) on the test's seed.
+
+        What the loop claims (``abort``, ``restarts``, ``turns``, ``limits``: `simloop.replay`'s keywords) comes
+        from the test's options where they state it (``abort``, ``restarts``, ``turns``, ``claims``, ``limits``);
+        keywords win.  A file that needs what is not claimed skips the test, with the reason.
+        """
         __tracebackhide__ = True
+        unknown = sorted(set(claims) - {"abort", "restarts", "turns", "limits"})
+        if unknown:
+            raise UsageError(
+                f"simloop.replay() got an unexpected keyword {unknown[0]!r}; it takes seed, invariants, abort, "
+                "restarts, turns and limits"
+            )
+        claims = {**self._claims(), **claims}
         fn = self._drive(drive)
         chosen = path if path is not None else self.options.scenario
         if chosen is None:
@@ -374,14 +421,36 @@ class SimloopFixture:
             raise UsageError(f"simloop.replay() replays a scenario file; got {type(located).__name__}")
         run_seed = self.seed if seed is None else seed
         try:
-            report = off_loop(lambda: _replay(fn, display_path(located), seed=run_seed, invariants=invariants))
+            report = off_loop(
+                lambda: _replay(fn, display_path(located), seed=run_seed, invariants=invariants, **claims)
+            )
         except InvariantViolation as e:
             self.replays += 1
             self.checked.update(invariants or CATALOGUE)
             raise self._short(e, seed=run_seed, shown="replay") from None
+        if report.skipped is not None:
+            import pytest
+
+            pytest.skip(f"{display_path(located)} {report.skipped}")
         self.replays += 1
         self.checked.update(report.checked)
         return report
+
+    def _claims(self) -> dict[str, Any]:
+        """`simloop.replay`'s claim keywords, from the options that state them (unstated: the file's need is met)."""
+        o = self.options
+        out: dict[str, Any] = {}
+        named = set(o.claims)
+        if o.abort is not None or "abort" in named:
+            out["abort"] = bool(o.abort) or "abort" in named
+        if o.restarts is not None or "restarts" in named:
+            out["restarts"] = max(o.restarts or 0, 1 if "restarts" in named else 0)
+        if o.turns is not None or "turns" in named:
+            out["turns"] = max(o.turns or 1, 2 if "turns" in named else 1)
+        declared = limit_names(o.verify_defaults.get("limits"), where="limits")
+        if declared or named & set(LIMIT_NAMES):
+            out["limits"] = sorted(declared | (named & set(LIMIT_NAMES)))
+        return out
 
     def leftovers(self) -> list[str]:
         """What this test's Sims scripted and never used (what strict mode fails on)."""

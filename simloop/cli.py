@@ -40,16 +40,18 @@ from simloop.errors import SimloopInternalError, UsageError
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from simloop._claims import Claims
     from simloop.sim import Sim
     from simloop.transcript import Transcript
 
 __all__ = ["cli", "load_drive", "main"]
 
-# The scenario format's caps (simloop._fileguard, docs/security.md), repeated here so that loading the CLI
+# The scenario format's caps (simloop._fileguard, docs/security.md) and its limit names, repeated here so that loading the CLI
 # does not load the YAML reader; a test checks that they agree.
 _MAX_COUNT = 10_000
 _MAX_DEADLINE_S = 7 * 86_400.0
 _MAX_TOKENS = 100_000_000
+_LIMIT_NAMES = ("max_steps", "deadline_s", "max_total_tokens", "max_tool_errors", "max_writes", "max_repeats")
 
 _DRIVE_HELP = (
     "package.module:function, the adapter that runs your loop in a Sim (importable from the current directory)"
@@ -521,19 +523,43 @@ class _ProgressBar:
     help="Let the files' tool 'function: pkg.module:fn' paths import and run functions of your own modules "
     "(refused by default: a scenario file is data; see docs/security.md).",
 )
+@click.option("--abort", is_flag=True, default=False, help="Your loop has a Stop button (wired to sim.abort).")
+@click.option(
+    "--restarts",
+    type=click.IntRange(min=0, max=_MAX_COUNT),
+    default=0,
+    show_default=True,
+    help="Your loop survives N crashes (1 or more: it resumes from sim.store after one).",
+)
+@click.option(
+    "--turns",
+    type=click.IntRange(min=1, max=_MAX_COUNT),
+    default=1,
+    show_default=True,
+    help="Your loop takes conversations of up to N user turns (2 or more: it takes follow-ups, sim.user_turns).",
+)
+@click.option(
+    "--claims",
+    "claimed",
+    multiple=True,
+    metavar="NAMES",
+    help="The stop policies your loop honours as sim.limits declares them, comma-separated: "
+    + ", ".join(_LIMIT_NAMES) + " (abort, restarts and turns are accepted too).",
+)
 @_NETWORK
 def run(
     paths: Sequence[str], drive_spec: str | None, command: str | None, seed: int, trace: str | None, verbose: bool,
-    allow_functions: bool, network: str,
+    allow_functions: bool, abort: bool, restarts: int, turns: int, claimed: tuple[str, ...], network: str,
 ) -> int:
     """Replay scenario files (or folders of *.yaml) through DRIVE, one line each.
 
     Each run is checked against every invariant and the file's expect: block (expected violations and
-    outcome reason). A file that cannot be run is reported and the others still run. Exits 1 if any file
-    fails, 2 if a file cannot be run (malformed, or the loop asked for more replies than the file
-    scripts), else 0.
+    outcome reason). A file that needs what your loop does not claim (a Stop button, restarts, follow-up
+    turns, a stop policy: see 'simloop scenarios') is skipped with the reason and the flag to pass. A file
+    that cannot be run is reported and the others still run. Exits 1 if any file fails, 2 if a file cannot
+    be run (malformed, or the loop asked for more replies than the file scripts), else 0.
 
-    Example: simloop run scenarios/ --drive examples.correct_sync:drive
+    Example: simloop run scenarios/ --drive examples.correct_sync:drive --claims max_steps,deadline_s
     """
     if drive_spec is None and command is None:
         raise click.UsageError("Missing option '--drive': give --drive package.module:function, or --command CMD")
@@ -546,16 +572,22 @@ def run(
     else:
         assert drive_spec is not None
         fn = load_drive(drive_spec)
+    claims = _claims(abort=abort, restarts=restarts, turns=turns, claimed=claimed)
     files = _scenario_files(paths)
     if not files:
         raise click.UsageError(f"no scenario files (*.yaml, *.yml, *.json) under {', '.join(paths)}")
     trace_dir = Path(trace) if trace and (len(files) > 1 or Path(trace).is_dir()) else None
     names = _trace_names(files)
     wide = max(len(str(p)) for p in files)
-    failed = errors = 0
+    failed = errors = skipped = 0
     for path in files:
         try:
-            transcript, problems, line = _run_one(fn, path, seed, network, allow_functions=allow_functions)
+            result = _run_one(fn, path, seed, network, allow_functions=allow_functions, claims=claims)
+            if isinstance(result, str):
+                skipped += 1
+                click.echo(f"skip  {path!s:<{wide}}  {result}")
+                continue
+            transcript, problems, line = result
         except UsageError as e:
             errors += 1
             click.echo(f"ERROR {path!s:<{wide}}  {e}")
@@ -579,8 +611,12 @@ def run(
             from simloop.report import print_timeline
 
             print_timeline(transcript, check(transcript).violations, console=_console())
-    passed = len(files) - failed - errors
-    click.echo(f"{passed} passed, {failed} failed" + (f", {errors} error(s)" if errors else ""))
+    passed = len(files) - failed - errors - skipped
+    click.echo(
+        f"{passed} passed, {failed} failed"
+        + (f", {skipped} skipped (they need what the loop does not claim)" if skipped else "")
+        + (f", {errors} error(s)" if errors else "")
+    )
     return 2 if errors else 1 if failed else 0
 
 
@@ -599,15 +635,37 @@ def _trace_names(files: Sequence[Path]) -> dict[Path, Path]:
     return {p: name if taken[name] == 1 else name.with_name(p.name + ".jsonl") for p, name in names.items()}
 
 
+def _claims(*, abort: bool, restarts: int, turns: int, claimed: Sequence[str]) -> Claims:
+    """What ``simloop run``'s flags claim of the loop: --abort, --restarts N, --turns N and --claims NAMES."""
+    from simloop._claims import Claims, claimed_names
+
+    try:
+        names = claimed_names(claimed, where="--claims")
+    except UsageError as e:
+        raise click.UsageError(str(e)) from None
+    return Claims(
+        abort=abort or "abort" in names,
+        restarts=max(restarts, 1 if "restarts" in names else 0),
+        turns=max(turns, 2 if "turns" in names else 1),
+        limits=frozenset(n for n in names if n in _LIMIT_NAMES),
+    )
+
+
 def _run_one(
-    drive: Callable[..., Any], path: Path, seed: int, network: str, *, allow_functions: bool = False
-) -> tuple[Transcript, list[str], str]:
-    """Run one scenario file; returns the transcript, the problems (violations, unmet expectations) and a summary."""
+    drive: Callable[..., Any], path: Path, seed: int, network: str, *, allow_functions: bool = False,
+    claims: Claims | None = None,
+) -> tuple[Transcript, list[str], str] | str:
+    """Run one scenario file; returns the transcript, the problems (violations, unmet expectations) and a summary,
+    or, when the file needs what ``claims`` lacks, why it is skipped."""
+    from simloop._claims import skip_reason
     from simloop.scenario import load_scenario
     from simloop.sim import Sim
     from simloop.verify import unreached_model
 
     scenario = load_scenario(path, allow_functions=allow_functions)
+    unclaimed = claims.missing(scenario) if claims is not None else ()
+    if unclaimed:
+        return skip_reason(scenario, unclaimed, surface="cli")
     with Sim(scenario, seed=seed, network=network, allow_functions=allow_functions) as sim:  # type: ignore[arg-type]
         outcome = sim.run(drive)
     report = sim.check()
@@ -992,13 +1050,17 @@ def scenarios(copy_to: str | None) -> int:
     """List the curated scenario library that ships with simloop, or copy it into a folder.
 
     Each file scripts one documented agent-loop failure (a stuck model, a cut-off reply, an outage after a
-    write...) and says in its header what a correct loop does; every correct loop passes all of them.
+    write...) and says in its header what a correct loop does; every correct loop passes all of them. A file
+    that needs something of the loop (a Stop button, restarts, follow-up turns, a stop policy) says so
+    (needs: ...); 'simloop run' skips it unless the loop claims it (--abort, --restarts N, --turns N, --claims).
 
     Example: simloop scenarios --copy scenarios && simloop run scenarios/ --drive examples.correct_sync:drive
     """
     import shutil
 
     from simloop._library import scenarios_dir
+    from simloop.errors import ScenarioError
+    from simloop.scenario import load_scenario
 
     source = scenarios_dir()
     files = sorted(p for p in source.rglob("*.yaml"))
@@ -1007,8 +1069,18 @@ def scenarios(copy_to: str | None) -> int:
         for path in files:
             first = path.read_text(encoding="utf-8").splitlines()[0] if path.stat().st_size else ""
             story = first.split(":", 1)[1].strip() if first.startswith("#") and ":" in first else ""
+            try:
+                needs = load_scenario(path).needs
+            except ScenarioError as e:  # a file edited in place: say so, and list the rest
+                story, needs = f"(cannot be read: {e})", ()
             click.echo(f"  {path.relative_to(source)!s:<52} {story}")
+            if needs:
+                click.echo(f"  {'':<52} needs: {', '.join(needs)}")
         click.echo("copy them with: simloop scenarios --copy DIR")
+        click.echo(
+            "a file that needs what your loop does not claim is skipped by 'simloop run' (pass --abort, "
+            "--restarts 1, --turns N or --claims NAMES when your loop has it)"
+        )
         return 0
     target = Path(copy_to)
     copied = kept = 0
@@ -1032,7 +1104,10 @@ import pytest
 @pytest.fixture
 def simloop_config():
     # The drive is the adapter that runs your loop in a simloop.Sim (simloop_drive.py, next to this file).
-    return {"drive": "simloop_drive:drive", "max_examples": 50, "limits": {"max_steps": 10, "deadline_s": 300}}
+    # Say only what your loop has: "limits": {"max_steps": 10} if it stops after 10 model calls (it reads
+    # sim.limits), "abort": True if it has a Stop button wired to sim.abort, "turns": 3 if it takes follow-ups,
+    # "restarts": 1 if it resumes from sim.store after a crash.  Scenario files that need more are skipped.
+    return {"drive": "simloop_drive:drive", "max_examples": 50}
 '''
 
 _INIT_DRIVE = '''"""The adapter that runs your agent loop against simloop\'s simulated API (written by `simloop init`).

@@ -49,7 +49,9 @@ from simloop.errors import ScenarioError, UsageError
 
 __all__ = [
     "API_ERRORS",
+    "CAPABILITIES",
     "ERROR_REPLIES",
+    "LIMIT_NAMES",
     "REPLY_KINDS",
     "SERVER_TOOLS",
     "Abort",
@@ -90,6 +92,16 @@ INVARIANT_IDS = (
     "results_together",
     "abort",
 )
+#: The stop policies and limits a loop may declare: the fields of `Limits`.
+LIMIT_NAMES = ("max_steps", "deadline_s", "max_total_tokens", "max_tool_errors", "max_writes", "max_repeats")
+#: What a scenario may need of the loop under test (``requires:``), named as `simloop.verify`'s arguments:
+#: ``abort`` (a Stop button), ``restarts`` (a durable store that survives a crash), ``turns`` (follow-up user
+#: turns), and each of `LIMIT_NAMES` (the loop honours that limit as the run declares it, ``sim.limits``).
+CAPABILITIES = ("abort", "restarts", "turns", *LIMIT_NAMES)
+Capability = Literal[
+    "abort", "restarts", "turns",
+    "max_steps", "deadline_s", "max_total_tokens", "max_tool_errors", "max_writes", "max_repeats",
+]
 _TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
 
 ApiError = Literal[401, 404, 429, 500, 503, 529, "connection", "timeout", "stream_error", "stream_cut"]
@@ -491,6 +503,9 @@ class Scenario(_Model):
     limits: Limits = Field(default_factory=Limits)
     abort: Abort | None = None
     expect: Expect | None = None
+    # What the file needs of the loop (a Stop button, a durable store, follow-ups, a stop policy): a run whose
+    # loop does not claim one of them skips the file instead of failing it.  `needs` adds what the rest implies.
+    requires: list[Capability] = Field(default_factory=list)
     # A run of this file fails when a scripted reply is never served or a scripted fault never fires
     # (``simloop run``, `simloop.replay`, the pytest scenario items): the file proves something only if what
     # it declares happened.  ``strict: false`` opts out where leftovers are the point.
@@ -510,6 +525,21 @@ class Scenario(_Model):
             if f.kind == "commit_then_raise" and self.tool(f.tool).kind != "write":
                 raise ValueError(f"faults[{i}].kind: commit_then_raise needs a write tool; {f.tool!r} is kind read")
         return self
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        """What this scenario needs of the loop, in `CAPABILITIES` order: its ``requires:`` and what the rest
+        implies (``followups:`` needs ``turns``, ``abort:`` needs ``abort``, a ``crash`` fault ``restarts``,
+        each declared limit the policy of the same name)."""
+        given: set[str] = set(self.requires)
+        if self.followups:
+            given.add("turns")
+        if self.abort is not None:
+            given.add("abort")
+        if any(f.kind == "crash" for f in self.faults):
+            given.add("restarts")
+        given.update(k for k in LIMIT_NAMES if getattr(self.limits, k) is not None)
+        return tuple(c for c in CAPABILITIES if c in given)
 
     def tool(self, name: str) -> ToolSpec:
         """The tool named ``name``; KeyError if there is none."""
@@ -818,6 +848,7 @@ _EXPECTED = {
     "kind": "one of " + ", ".join(FaultKinds),
     "tools.kind": "one of read, write",  # a tool's kind, not a fault's
     "then": "one of end_turn, repeat_last, fail",
+    "requires": "one of abort, restarts, turns, " + ", ".join(LIMIT_NAMES),
 }
 
 

@@ -76,7 +76,8 @@ class Sim:
         scenario: a `Scenario`, a path to a scenario file, or a dict in the file format.
         seed: all randomness of the run (ids, the SDK's retry jitter) flows from it.
         model: a model policy replacing the scenario's script (`FunctionModel`, a generated or recorded model).
-        limits: the limits the loop declares, replacing the scenario's ``limits``.
+        limits: the limits the loop declares, replacing the scenario's ``limits`` (reports then say the loop
+            declared them; without it, that the scenario did).
         budget: when to unwind a loop that does not stop (model calls); virtual time is capped by ``max_virtual_s``.
         watchdog_s: real seconds a loop may spin without calling the model or a tool before it is unwound.
         fault_source: decides each tool execution's fault instead of the scenario's ``faults`` (generated runs).
@@ -113,8 +114,11 @@ class Sim:
         self.scenario = _as_scenario(scenario, allow_functions=allow_functions)
         if tools is not None:
             self.scenario = _bind_tools(self.scenario, tools)
+        declared_by = "scenario"  # who declared the limits, for the reports: the scenario's limits:, or the loop
         if limits is not None:
+            limits = limits if isinstance(limits, Limits) else Limits.model_validate(limits)
             self.scenario = self.scenario.model_copy(update={"limits": limits})
+            declared_by = "loop"
         if abort is not None:
             self.scenario = self.scenario.model_copy(update={"abort": abort})
         self.seed = int(seed)
@@ -131,6 +135,7 @@ class Sim:
                 scenario=self.scenario.name,
                 seed=self.seed,
                 limits=self.limits.model_dump(exclude_none=True),
+                limits_from=dict.fromkeys(self.limits.model_dump(exclude_none=True), declared_by),
                 tools={t.name: t.kind for t in self.scenario.tools},
             )
         )

@@ -52,11 +52,16 @@ VERSION = 1
 
 @dataclass(slots=True)
 class Header:
-    """What the run was: scenario name, seed, the limits the loop declared, the tools' kinds."""
+    """What the run was: scenario name, seed, the declared limits and who declared each, the tools' kinds.
+
+    ``limits_from`` maps each declared limit to ``"loop"`` (given by the run: `simloop.verify`'s ``limits``,
+    ``Sim(limits=...)``) or ``"scenario"`` (the scenario's own ``limits:``); older transcripts have none.
+    """
 
     scenario: str
     seed: int
     limits: dict[str, Any] = field(default_factory=dict)
+    limits_from: dict[str, str] = field(default_factory=dict)
     tools: dict[str, str] = field(default_factory=dict)  # name -> "read" | "write"
     version: int = VERSION
     type: str = "header"

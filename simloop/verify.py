@@ -24,7 +24,7 @@ import hashlib
 import re
 import threading
 import unittest
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -34,13 +34,14 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
+from simloop._claims import Claims, claim_flags, limit_names, skip_reason
 from simloop._netguard import NetworkPolicy, check_policy
 from simloop._stack import on_fresh_stack
 from simloop._workers import on_failure, on_run
 from simloop.errors import InvariantViolation, UsageError
 from simloop.generated import GeneratedFaults, GeneratedModel, to_scenario
 from simloop.invariants import CATALOGUE, Report, Violation
-from simloop.scenario import Abort, Limits, Scenario, ToolSpec, load_scenario
+from simloop.scenario import LIMIT_NAMES, Abort, Limits, Scenario, ToolSpec, load_scenario
 from simloop.sim import Drive, Sim
 from simloop.strategies import DEFAULT_TOOLS, Plan, stages
 from simloop.timeline import render_timeline
@@ -203,7 +204,9 @@ def verify(
                 faults = GeneratedFaults(draw, chosen, specs)
             if crash_points is not None:
                 faults.crash_at = draw(crash_points)
-            with Sim(scenario, seed=run_seed, model=model, fault_source=faults, network=network) as sim:
+            with Sim(
+                scenario, seed=run_seed, model=model, fault_source=faults, network=network, limits=declared
+            ) as sim:
                 faults.transcript = sim.transcript
                 if crash_points is not None and isinstance(model, GeneratedModel):
                     model.lives = functools.partial(getattr, sim, "lives")
@@ -297,6 +300,10 @@ def replay(
     invariants: Iterable[str] | None = None,
     allow_functions: bool = False,
     network: NetworkPolicy = "block",
+    abort: bool | None = None,
+    restarts: int | None = None,
+    turns: int | None = None,
+    limits: Limits | Mapping[str, Any] | Iterable[str] | None = None,
 ) -> Report:
     """Re-run a saved scenario and re-check it; raises `InvariantViolation` if the loop still breaks it.
 
@@ -308,8 +315,29 @@ def replay(
     replay too (the file would prove nothing).  ``allow_functions=True`` lets the
     file's tool ``function:`` paths name functions of your own modules
     (docs/security.md); ``network`` is `Sim`'s.
+
+    ``abort``, ``restarts``, ``turns`` and ``limits`` say what the loop has, with `verify`'s names: a Stop
+    button (``abort=True``), a store it resumes from after a crash (``restarts >= 1``), follow-up turns
+    (``turns >= 2``), the stop policies it honours as ``sim.limits`` declares them (``limits``: names, or a
+    `Limits` whose declared fields count).  A file that needs one of them (its ``requires:``, see
+    `Scenario.needs`) that the loop does not have is not run: the returned report's ``skipped`` says why and
+    what to pass.  Left out (None), the file's need is taken as met: you chose to replay this file.
+
+    Example::
+
+        simloop.replay(drive, "scenarios/one-write.yaml", abort=False, limits=["max_steps"])  # skipped: a write budget
     """
     scenario = load_scenario(path, allow_functions=allow_functions)
+    claims = Claims(
+        abort=True if abort is None else bool(abort),
+        restarts=1 if restarts is None else restarts,
+        turns=2 if turns is None else turns,
+        limits=frozenset(LIMIT_NAMES) if limits is None else limit_names(limits, where="replay(limits=...)"),
+    )
+    unclaimed = claims.missing(scenario)
+    if unclaimed:
+        reason = skip_reason(scenario, unclaimed, surface="python")
+        return Report(violations=[], checked=tuple(_invariant_ids(invariants)), skipped=reason)
     with Sim(scenario, seed=seed, network=network, allow_functions=allow_functions) as sim:
         outcome = sim.run(drive)
     report: Report = sim.check(invariants=invariants)
@@ -338,7 +366,8 @@ def replay(
         lines += ["", "timeline:", timeline]
         raise InvariantViolation(
             "\n".join(lines), violations=unexpected, scenario=scenario, scenario_path=str(path), timeline=timeline,
-            replay=_replay_line(drive, str(path), seed, allow_functions=allow_functions), transcript=sim.transcript,
+            replay=_replay_line(drive, str(path), seed, allow_functions=allow_functions, scenario=scenario),
+            transcript=sim.transcript,
         )
     return report
 
@@ -484,7 +513,7 @@ def _violation(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(header + scenario.to_yaml(), encoding="utf-8")
     timeline = render_timeline(sim.transcript, report.violations)
-    replay_line = _replay_line(drive, str(path), sim.seed, allow_functions=functions)
+    replay_line = _replay_line(drive, str(path), sim.seed, allow_functions=functions, scenario=scenario)
     n = len(scenario.model)
     shape = f"{n} repl{'y' if n == 1 else 'ies'}"
     if scenario.then == "repeat_last":
@@ -527,11 +556,15 @@ def _file_header(violations: Sequence[Violation], *, functions: bool = False) ->
     return "\n".join(out) + "\n"
 
 
-def _replay_line(drive: Drive, path: str, seed: int = 0, *, allow_functions: bool = False) -> str:
-    """The command that replays ``path``; with the opt-in when its tools name functions (docs/security.md)."""
+def _replay_line(
+    drive: Drive, path: str, seed: int = 0, *, allow_functions: bool = False, scenario: Scenario | None = None
+) -> str:
+    """The command that replays ``path``; with the opt-in when its tools name functions (docs/security.md), and
+    the claims the file needs (``--abort``, ``--claims max_steps``...: `simloop run` skips it without them)."""
+    claims = claim_flags(scenario) if scenario is not None else ""
     hint = getattr(drive, "simloop_replay", None)
     if isinstance(hint, str):  # a drive that is not a Python function (simloop.command): it says how
-        return hint.format(path=path) + (f" --seed {seed}" if seed else "")
+        return hint.format(path=path) + (f" --seed {seed}" if seed else "") + claims
     module = getattr(drive, "__module__", None)
     qual = getattr(drive, "__qualname__", None)
     if module and qual and "<" not in qual and module != "__main__":
@@ -539,6 +572,7 @@ def _replay_line(drive: Drive, path: str, seed: int = 0, *, allow_functions: boo
             f"simloop run {path} --drive {module}:{qual}"
             + (f" --seed {seed}" if seed else "")
             + (" --allow-functions" if allow_functions else "")
+            + claims
         )
     return f"simloop.replay(drive, {path!r}" + (f", seed={seed}" if seed else "") + (
         ", allow_functions=True)" if allow_functions else ")"

@@ -17,6 +17,7 @@ import pytest
 from simloop import cli
 from simloop.cli import main
 from simloop.invariants import CATALOGUE, check
+from simloop.scenario import LIMIT_NAMES
 from simloop.timeline import render_timeline
 from simloop.transcript import Transcript
 
@@ -182,9 +183,13 @@ def test_verify_violation_exits_1_with_report_table_trace_and_progress(
 # -- run -------------------------------------------------------------------------------------------------------------
 
 
+#: Everything a loop can claim: the reference loops have a Stop button, restarts, follow-ups and every policy.
+ALL_CLAIMS = ["--abort", "--restarts", "1", "--turns", "3", "--claims", ",".join(LIMIT_NAMES)]
+
+
 def test_run_correct_loop_passes_every_file_one_line_each(capsys: pytest.CaptureFixture[str]) -> None:
     files = [p for p in SCENARIOS.rglob("*") if p.suffix in (".yaml", ".yml", ".json")]  # folders are searched too
-    assert main(["run", str(SCENARIOS), "--drive", "examples.correct_sync:drive"]) == 0
+    assert main(["run", str(SCENARIOS), "--drive", "examples.correct_sync:drive", *ALL_CLAIMS]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == len(files) + 1
     assert all(line.startswith("ok    ") for line in lines[:-1])

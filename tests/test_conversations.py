@@ -130,7 +130,7 @@ def test_limits_count_from_each_turns_start() -> None:
         sim.run(drive)
     violations = sim.check(invariants=["limits"]).violations
     assert [(v.step, v.evidence["turn"]) for v in violations] == [(7, 2)]  # conversation step 7, turn 3
-    assert "max_steps=2 but made model call 3" in violations[0].message
+    assert "the scenario declares max_steps=2 (its limits:) but the loop made model call 3" in violations[0].message
 
 
 def test_a_single_outcome_is_the_last_turns() -> None:

@@ -17,7 +17,7 @@ import pytest
 
 import simloop
 from examples.catalogue import CORRECT
-from simloop.scenario import Expect, Scenario, load_scenario
+from simloop.scenario import LIMIT_NAMES, Expect, Scenario, load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = sorted(p for p in (ROOT / "scenarios").rglob("*") if p.suffix in (".yaml", ".yml", ".json"))
@@ -48,8 +48,9 @@ def test_every_script_ends_the_way_a_model_would(path: Path) -> None:
 @pytest.mark.parametrize("loop", CORRECT)
 @pytest.mark.parametrize("path", LIBRARY, ids=_id)
 def test_every_correct_loop_passes_the_whole_library(path: Path, loop: str) -> None:
-    report = simloop.replay(_drive(loop), path)  # raises on a violation, a wrong reason or a script run out
-    assert report.ok
+    # the reference loops have everything a file may need: a Stop button, restarts, follow-ups, every policy
+    report = simloop.replay(_drive(loop), path, abort=True, restarts=1, turns=3, limits=LIMIT_NAMES)
+    assert report.ok and report.skipped is None  # (replay raises on a violation, a wrong reason or a script run out)
 
 
 @pytest.mark.parametrize(

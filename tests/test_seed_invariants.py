@@ -307,15 +307,15 @@ def test_results_together_flags_exactly_the_split_turns(turns: list[int], data: 
     ("scenario", "defect", "reason", "message"),
     [
         ("error-budget.yaml", "error_budget_off_by_one", "error_budget",
-         ("the loop declared max_tool_errors=2 and 2 tool execution(s) had failed (the last: check_stock, exec 2), "
-         "but it made model call 3; a correct loop counts failed tool executions and, once the budget is spent, "
+         ("the scenario declares max_tool_errors=2 (its limits:) and 2 tool execution(s) had failed (the last: "
+         "check_stock, exec 2), but the loop made model call 3; a correct loop counts failed tool executions and, once the budget is spent, "
          "stops with reason 'error_budget' instead of calling the model again")),
         ("one-write.yaml", "write_not_terminal", "final",
-         ("the loop declared max_writes=1 and 1 write(s) had succeeded (the last: issue_refund, exec 1), but it made "
-         "model call 2; a correct loop treats its last allowed write as terminal: it stops (reason 'final': the "
+         ("the scenario declares max_writes=1 (its limits:) and 1 write(s) had succeeded (the last: issue_refund, "
+         "exec 1), but the loop made model call 2; a correct loop treats its last allowed write as terminal: it stops (reason 'final': the "
          "write is the result) instead of calling the model again")),
         ("repeated-call.yaml", "repeats_keyed_by_id", "repetition",
-         ("the loop declared max_repeats=2 but ran get_weather with the same input 3 times (exec 1 first, exec 3 "
+         ("the scenario declares max_repeats=2 (its limits:) but the loop ran get_weather with the same input 3 times (exec 1 first, exec 3 "
          "last); a correct loop counts each tool and input it runs and, rather than run one again past the limit, "
          "stops with reason 'repetition'")),
     ],

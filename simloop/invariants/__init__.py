@@ -54,6 +54,8 @@ class Report:
     checked: tuple[str, ...]
     transcript: Transcript | None = field(default=None, repr=False)
     examples: int | None = None  # how many runs `verify` tried (None for a single check)
+    # why `simloop.replay` did not run the file: it needs what the loop does not claim (nothing was checked)
+    skipped: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -69,6 +71,8 @@ class Report:
         run = ""
         if self.transcript is not None:
             run = f" in scenario {self.transcript.header.scenario!r} (seed {self.transcript.header.seed})"
+        if self.skipped is not None:
+            return f"simloop: skipped{run}: {self.skipped}"
         if self.ok:
             return f"simloop: all {len(self.checked)} invariants hold{run}: {', '.join(self.checked)}"
         broken = list(dict.fromkeys(v.invariant for v in self.violations))

@@ -115,7 +115,8 @@ def _limits(t: Transcript) -> list[Violation]:
         if max_steps is not None and e.call > max_steps and "max_steps" not in done:
             done.add("max_steps")
             message = (
-                f"the loop declared max_steps={max_steps} but made model call {e.call} ({t.model_calls} in all); "
+                f"{_lead(t, 'max_steps', max_steps)} but {_pre(t, 'max_steps')}made model call {e.call} "
+                f"({t.model_calls} in all); "
                 "a correct loop checks its step count before each call and stops with reason 'max_steps'"
             )
             evidence = {"request": e.index, "max_steps": max_steps, "model_calls": t.model_calls}
@@ -123,15 +124,15 @@ def _limits(t: Transcript) -> list[Violation]:
         if deadline is not None and e.t >= deadline and "deadline_s" not in done:
             done.add("deadline_s")
             message = (
-                f"model call {e.call} started at t={e.t:g}s, at or after the declared deadline_s={deadline:g}; a "
+                f"model call {e.call} started at t={e.t:g}s, at or after {_the(t, 'deadline_s', f'{deadline:g}')}; a "
                 "correct loop checks the clock before each call and stops with reason 'deadline'"
             )
             out.append(Violation("limits", message, e.call, {"request": e.index, "deadline_s": deadline, "t": e.t}))
         if budget is not None and used >= budget and "max_total_tokens" not in done:
             done.add("max_total_tokens")
             message = (
-                f"model call {e.call} started after {used} tokens were used, reaching the declared "
-                f"max_total_tokens={budget}; a correct loop sums usage.input_tokens + usage.output_tokens after "
+                f"model call {e.call} started after {used} tokens were used, reaching "
+                f"{_the(t, 'max_total_tokens', budget)}; a correct loop sums usage.input_tokens + usage.output_tokens after "
                 "each reply and stops with reason 'token_budget' once the budget is reached"
             )
             evidence = {"request": e.index, "max_total_tokens": budget, "used": used}
@@ -164,8 +165,8 @@ def _policies(t: Transcript, v: _View) -> list[Violation]:
                 done.add("max_writes")
                 last = spent["max_writes"]
                 message = (
-                    f"the loop declared max_writes={max_writes} and {max_writes} write(s) had succeeded (the last: "
-                    f"{last.tool}, exec {last.exec}), but it ran {e.tool} (exec {e.exec}), another write; a correct loop "
+                    f"{_lead(t, 'max_writes', max_writes)} and {max_writes} write(s) had succeeded (the last: "
+                    f"{last.tool}, exec {last.exec}), but {_it(t, 'max_writes')} ran {e.tool} (exec {e.exec}), another write; a correct loop "
                     "treats its last allowed write as terminal: it runs no further write and stops"
                 )
                 evidence = {"limit": "max_writes", "max_writes": max_writes, "exec": e.exec, "tool": e.tool,
@@ -178,8 +179,8 @@ def _policies(t: Transcript, v: _View) -> list[Violation]:
                 if runs[key] > max_repeats:
                     done.add("max_repeats")
                     message = (
-                        f"the loop declared max_repeats={max_repeats} but ran {e.tool} with the same input "
-                        f"{runs[key]} times (exec {first_run[key]} first, exec {e.exec} last); a correct loop counts "
+                        f"{_lead(t, 'max_repeats', max_repeats)} but {_pre(t, 'max_repeats')}ran {e.tool} with the "
+                        f"same input {runs[key]} times (exec {first_run[key]} first, exec {e.exec} last); a correct loop counts "
                         "each tool and input it runs and, rather than run one again past the limit, stops with "
                         "reason 'repetition'"
                     )
@@ -204,8 +205,8 @@ def _policies(t: Transcript, v: _View) -> list[Violation]:
                 done.add("max_tool_errors")
                 last = spent["max_tool_errors"]
                 message = (
-                    f"the loop declared max_tool_errors={max_errors} and {max_errors} tool execution(s) had failed "
-                    f"(the last: {last.tool}, exec {last.exec}), but it made model call {e.call}; a correct loop counts "
+                    f"{_lead(t, 'max_tool_errors', max_errors)} and {max_errors} tool execution(s) had failed "
+                    f"(the last: {last.tool}, exec {last.exec}), but {_it(t, 'max_tool_errors')} made model call {e.call}; a correct loop counts "
                     "failed tool executions and, once the budget is spent, stops with reason 'error_budget' "
                     "instead of calling the model again"
                 )
@@ -216,14 +217,42 @@ def _policies(t: Transcript, v: _View) -> list[Violation]:
                 done.add("max_writes")
                 last = spent["max_writes"]
                 message = (
-                    f"the loop declared max_writes={max_writes} and {max_writes} write(s) had succeeded (the last: "
-                    f"{last.tool}, exec {last.exec}), but it made model call {e.call}; a correct loop treats its last "
+                    f"{_lead(t, 'max_writes', max_writes)} and {max_writes} write(s) had succeeded (the last: "
+                    f"{last.tool}, exec {last.exec}), but {_it(t, 'max_writes')} made model call {e.call}; a correct loop treats its last "
                     "allowed write as terminal: it stops (reason 'final': the write is the result) instead of "
                     "calling the model again"
                 )
                 evidence = {"limit": "max_writes", "max_writes": max_writes, "request": e.index, "spent_by": last.exec}
                 out.append(Violation("limits", message, e.call, evidence))
     return out
+
+
+def _by_scenario(t: Transcript, key: str) -> bool:
+    """Whether the scenario's own ``limits:`` declared ``key`` (not the loop; older transcripts do not say)."""
+    return t.header.limits_from.get(key) == "scenario"
+
+
+def _lead(t: Transcript, key: str, value: object) -> str:
+    """``the loop declared max_writes=1``, or, when the scenario declared it, ``the scenario declares ...``."""
+    if _by_scenario(t, key):
+        return f"the scenario declares {key}={value} (its limits:)"
+    return f"the loop declared {key}={value}"
+
+
+def _the(t: Transcript, key: str, value: object) -> str:
+    """``the declared deadline_s=60``, or ``the deadline_s=60 the scenario declares (its limits:)``."""
+    if _by_scenario(t, key):
+        return f"the {key}={value} the scenario declares (its limits:)"
+    return f"the declared {key}={value}"
+
+
+def _pre(t: Transcript, key: str) -> str:
+    """The subject to repeat after `_lead`: nothing after "the loop declared ...", "the loop " otherwise."""
+    return "the loop " if _by_scenario(t, key) else ""
+
+
+def _it(t: Transcript, key: str) -> str:
+    return "the loop" if _by_scenario(t, key) else "it"
 
 
 def _position(v: _View, s: ToolStart) -> int:
