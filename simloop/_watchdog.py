@@ -32,6 +32,8 @@ from simloop.clock import REAL, RealTimeThread
 
 __all__ = ["HaltReason", "LoopHalted", "Watchdog", "park", "where_in", "where_of"]
 
+#: The least real time an import may take before the watchdog halts it (it then counts as a spin).
+IMPORT_GRACE = 60.0
 HaltReason = Literal["model_calls", "virtual_time", "watchdog", "deadlock", "network", "restarts", "abandoned"]
 
 # Our own prototype: setting argtypes on the shared ctypes.pythonapi function would change it for everyone.
@@ -94,6 +96,15 @@ def _may_park(frame: FrameType | None) -> bool:
     return True
 
 
+def _importing(frame: FrameType | None) -> bool:
+    """Whether the thread whose innermost frame this is is executing an import."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _raise_in(thread_id: int, exc_type: type[BaseException]) -> int:
     """Schedule ``exc_type`` in the thread; returns how many threads matched."""
     n: int = _set_async_exc(thread_id, ctypes.py_object(exc_type))
@@ -140,13 +151,19 @@ class Watchdog:
             drive()          # the simulator calls watchdog.feed() on every model or tool call
     """
 
-    def __init__(self, *, seconds: float = 10.0) -> None:
+    def __init__(self, *, seconds: float = 10.0, import_grace: float | None = None) -> None:
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < float("inf"):
             from simloop.errors import UsageError
 
             raise UsageError(f"the watchdog budget must be a positive number of real seconds, got {seconds!r}")
         self.seconds = float(seconds)
+        #: Real seconds in a row a halt is put off while the watched thread is importing a module.
+        self.import_grace = max(IMPORT_GRACE, 6 * self.seconds) if import_grace is None else float(import_grace)
         self.halts = 0  # how many times it fired
+        self.deferred = 0  # how many times it was due and did not fire (an import, or simloop's own work)
+        self._paused = 0  # simloop's own work in progress (`paused`)
+        self._importing_since: float | None = None  # when the import a halt was put off for began (at the latest)
+        self._deferred_at: float | None = None
         self.abandoned = False  # the run gave up on the watched thread: a halt delivered now parks it
         self._last = REAL.monotonic()
         self._thread_id: int | None = None
@@ -158,6 +175,21 @@ class Watchdog:
     def feed(self) -> None:
         """The drive made progress (a model or tool call): restart the idle budget."""
         self._last = REAL.monotonic()
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """simloop's own work (setting up a client, an MCP server): the real time it takes is not the loop's.
+
+        The budget does not run out inside the block, and starts afresh when it ends.
+        """
+        with _MONITOR.cond:
+            self._paused += 1
+        try:
+            yield
+        finally:
+            with _MONITOR.cond:
+                self._paused -= 1
+                self._last = REAL.monotonic()
 
     @contextmanager
     def watching(self) -> Iterator[None]:
@@ -205,8 +237,32 @@ class Watchdog:
     def _due(self) -> float:
         return self._last + self.seconds
 
+    def _defer(self, thread_id: int) -> bool:
+        """Whether a halt now due is put off (with the monitor's lock held), the budget starting afresh.
+
+        It is while simloop's own work runs (`paused`), and while the thread imports a module (for up to
+        ``import_grace`` real seconds in a row): an import is not a spin, and a first import can take
+        seconds on a loaded machine, whether simloop or the loop asked for it.
+        """
+        now = REAL.monotonic()
+        if self._paused:
+            self._last = now
+            self.deferred += 1
+            return True
+        if not _importing(sys._current_frames().get(thread_id)):
+            return False
+        if self._importing_since is None or self._deferred_at != self._last:  # a new import, or fed since
+            self._importing_since = self._last
+        if now - self._importing_since >= self.import_grace:
+            return False
+        self._last = self._deferred_at = now
+        self.deferred += 1
+        return True
+
     def _fire(self, thread_id: int) -> bool:
         """Raise the halt in the watched thread (with the monitor's lock held); False if the thread is gone."""
+        if self._defer(thread_id):
+            return True
         where = where_in(thread_id)
         detail = f"no model call or tool call for {self.seconds:g} s of real time; the drive was at {where}"
         if _raise_in(thread_id, _halt_type("watchdog", detail, where, self)) == 0:

@@ -84,6 +84,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, TypeVar, TypeVarTuple
 
+from simloop._aliases import find_aliases
 from simloop.errors import UsageError
 
 __all__ = ["EPOCH", "MONOTONIC_ORIGIN", "REAL", "RealTimeThread", "VirtualClock", "VirtualTimeDeadlock",
@@ -273,6 +274,11 @@ _TARGETS = [
 ]
 
 
+# The real clock functions and classes as the alias scan looks for them (id -> the key of their fake).
+_REAL_FUNCTIONS = {id(getattr(REAL, key[5:])): key for key in _fakes if key.startswith("time.")}
+_REAL_CLASSES = {id(REAL.datetime): "datetime.datetime", id(REAL.date): "datetime.date"}
+
+
 def _freezegun() -> Any:
     api = sys.modules.get("freezegun.api")
     return api if api is not None and getattr(api, "freeze_factories", None) is not None else None
@@ -296,6 +302,21 @@ def _install() -> None:
             if api is not None and getattr(api, "real_" + attr, None) is original:
                 _State.applied.append((api, "real_" + attr, original, fake))
                 setattr(api, "real_" + attr, fake)
+    _rebind_aliases()
+
+
+def _rebind_aliases() -> None:
+    """Point the loop's module-level aliases of the clock (``from time import monotonic``) at our functions.
+
+    `simloop._aliases` finds them (scanning each module once per process); each is checked again here,
+    since a module may have rebound it, and put back by `_uninstall` unless someone replaced ours since.
+    """
+    for module, attr, key in find_aliases(_REAL_FUNCTIONS, _REAL_CLASSES):
+        original = module.__dict__.get(attr)
+        if _State.aliases.get(id(original)) == key and original is _saved[key]:
+            fake = _fakes[key]
+            setattr(module, attr, fake)
+            _State.applied.append((module, attr, original, fake))
 
 
 def _uninstall() -> None:
