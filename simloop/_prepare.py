@@ -7,9 +7,10 @@ took 8.7 s on a loaded CI machine, and the 10 s watchdog then reported a correct
 and before the clock is patched, what the run would otherwise do on the loop's time the first time:
 
 * for a drive on the SDK (any drive, unless it says otherwise): import ``anthropic``, ``httpx2`` and the
-  transports, build the SDK client prototypes, and make one sync call, one tool round trip and one
-  stream through a throwaway Sim, so that the SDK's lazily built pydantic schemas (0.4 s quiet) are
-  built now, in real time, outside any run;
+  transports, build the SDK client prototypes, and make a sync call, a tool round trip, a stream and
+  an async call on a virtual-time event loop through a throwaway Sim, so that the SDK's lazily built
+  pydantic schemas (0.4 s quiet) and anyio's asyncio backend are built and imported now, in real
+  time, outside any run;
 * for a drive that names its own preparation (``drive.simloop_prepare``, a callable; `command_drive`
   sets it to import the loopback server and the MCP app), that instead.
 
@@ -60,20 +61,20 @@ _WARM_UP: dict[str, Any] = {
     "name": "simloop-warm-up",
     "task": "Warm up.",
     "tools": [{"name": "search"}],
-    "model": [{"tool_use": [{"name": "search", "input": {"q": "x"}}]}, {"end_turn": "ok"}, {"end_turn": "ok"}],
+    "model": [{"tool_use": [{"name": "search", "input": {"q": "x"}}]}, {"end_turn": "ok"}, {"end_turn": "ok"},
+              {"end_turn": "ok"}],
 }
 
 
 def _sdk() -> None:
-    """Import the SDK and run its first calls (sync, a tool round trip, a stream) through a throwaway Sim."""
+    """Import the SDK and make its first calls (sync, a tool round trip, a stream, async) through a throwaway Sim."""
     import anthropic  # noqa: F401
     import httpx2  # noqa: F401
 
     import simloop.wire.transport  # noqa: F401
-    from simloop.sim import Sim
+    from simloop.sim import Sim, off_loop
 
     with Sim(_WARM_UP) as sim:  # never run(): its clock is never patched, nothing is watched
-        sim.async_client  # noqa: B018 - builds the async prototype and transport
         client = sim.client
         tools: Any = sim.tool_schemas
         messages: list[Any] = [{"role": "user", "content": sim.task}]
@@ -88,3 +89,9 @@ def _sdk() -> None:
         client.messages.create(model=sim.model, max_tokens=64, messages=messages, tools=tools)
         with client.messages.stream(model=sim.model, max_tokens=64, messages=messages, tools=tools) as s:
             s.get_final_message()
+
+        async def async_call() -> None:
+            await sim.async_client.messages.create(model=sim.model, max_tokens=64, messages=messages[:1])
+
+        # on a virtual-time loop, as an async drive runs (its first run imports anyio's asyncio backend)
+        off_loop(lambda: sim.clock.run(async_call()))

@@ -8,6 +8,11 @@ error).  That one is stopped by the `Watchdog`: a `RealTimeThread` that waits on
 
 `LoopHalted` is a `BaseException`: the SDK and user loops catch ``Exception``, and must not swallow it.
 
+What is never a spin: simloop's own work inside a run (`Watchdog.paused`), and an import in progress
+(the first ``import anthropic`` took 8.7 s on a loaded CI machine): a halt due while the watched thread
+is importing is put off, the budget starting afresh, until the import has taken ``import_grace``
+(``max(60 s, 6 budgets)``); only then is it a spin at import time.
+
 Limit: an asynchronous exception is delivered only when the thread next runs Python bytecode.  A spin
 inside one C call that never returns (a catastrophic regex, a C extension's loop, ``lock.acquire()``
 without a timeout) cannot be interrupted.  The watchdog then fires again every ``seconds`` until the
@@ -250,6 +255,7 @@ class Watchdog:
             self.deferred += 1
             return True
         if not _importing(sys._current_frames().get(thread_id)):
+            self._importing_since = None
             return False
         if self._importing_since is None or self._deferred_at != self._last:  # a new import, or fed since
             self._importing_since = self._last
@@ -265,6 +271,9 @@ class Watchdog:
             return True
         where = where_in(thread_id)
         detail = f"no model call or tool call for {self.seconds:g} s of real time; the drive was at {where}"
+        if self._importing_since is not None:  # still in the import it was let off for
+            detail += (f", importing a module for {REAL.monotonic() - self._importing_since:.1f} s (an import may take "
+                       f"{self.import_grace:g} s; one that takes longer spins at import time)")
         if _raise_in(thread_id, _halt_type("watchdog", detail, where, self)) == 0:
             return False
         self.halts += 1

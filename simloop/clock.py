@@ -32,9 +32,14 @@ Wall clock: our own ``datetime`` subclasses, not time-machine
     time-machine swaps the C functions.  That catches ``from datetime import datetime`` aliases, but it
     acts on every thread at once and refuses to start under freezegun.  Thread scoping matters more here,
     so while patched ``datetime.datetime``/``date`` are thread-checked subclasses whose ``now``/``utcnow``/
-    ``today`` read the virtual wall clock and which construct real ``datetime`` objects.  Aliases bound
-    before the patch (``from time import monotonic``, ``from datetime import datetime``) are missed; name
-    their modules in ``patched(modules=[...])``, a cheap targeted rebind.
+    ``today`` read the virtual wall clock and which construct real ``datetime`` objects.
+
+Aliases bound before the patch (``from time import monotonic``, ``from datetime import datetime``)
+    At the first ``patched()`` the module globals that hold the real functions (and, in the user's own
+    modules, the real classes) are pointed at ours, and put back at the last exit: `simloop._aliases`
+    finds them, scanning each module once per process (docs/design.md, Virtual time, says which modules
+    and what stays out of reach).  ``patched(modules=[...])`` rebinds the named modules' aliases too,
+    the standard library's included.
 
 asyncio
     `VirtualTimeEventLoop` reads the clock in ``time()``.  When nothing is ready and only a timer is
@@ -549,8 +554,9 @@ class VirtualClock:
 
         Covers ``time.time/time_ns/monotonic(_ns)/perf_counter(_ns)/sleep``,
         ``datetime.datetime.now/utcnow/today``, ``datetime.date.today``, and ``asyncio.run``/
-        ``asyncio.new_event_loop`` (they get a virtual loop).  Other threads keep real time.  ``modules``
-        also rebinds aliases such as ``from time import monotonic`` in those modules.  Re-entering on the
+        ``asyncio.new_event_loop`` (they get a virtual loop), also where a loaded module bound them by name
+        (``from time import monotonic``, see `simloop._aliases`).  Other threads keep real time.  ``modules``
+        rebinds such aliases in those modules too, whatever they are (the standard library's included).  Re-entering on the
         same clock is fine; a different clock in the same thread raises `simloop.UsageError`.  A Sim that runs
         its drive in a worker thread enters ``patched()`` in that thread.
         """

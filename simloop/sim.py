@@ -79,7 +79,8 @@ class Sim:
         model: a model policy replacing the scenario's script (`FunctionModel`, a generated or recorded model).
         limits: the limits the loop declares, replacing the scenario's ``limits``.
         budget: when to unwind a loop that does not stop (model calls); virtual time is capped by ``max_virtual_s``.
-        watchdog_s: real seconds a loop may spin without calling the model or a tool before it is unwound.
+        watchdog_s: real seconds a loop may spin without calling the model or a tool before it is unwound
+            (simloop's own set-up and a module being imported do not count).
         fault_source: decides each tool execution's fault instead of the scenario's ``faults`` (generated runs).
         network: ``"block"`` (default) stops the loop at its first real network connection or host-name
             lookup and reports it (the loop bypassed the simulator); ``"loopback"`` allows connections to
