@@ -80,12 +80,10 @@ def test_a_60_s_backoff_through_from_time_import_sleep_takes_no_real_time() -> N
     scenario = {"task": "Look it up, slowly.", "tools": [{"name": "search"}],
                 "model": [{"tool_use": [{"name": "search", "input": {"q": str(n)}}]} for n in range(3)]
                 + [{"end_turn": "done"}]}
-    started = REAL.monotonic()
-    # a real 60 s sleep would be halted and the run abandoned after 2 x 5 s: the test fails fast
-    with simloop.Sim(scenario, watchdog_s=5.0) as sim:
+    # a real 60 s sleep (blocked in C, no model call for watchdog_s) would have the run abandoned: "stops"
+    with simloop.Sim(scenario) as sim:
         outcome = sim.run(_alias_loops.polite_drive)
     assert (outcome.reason, outcome.text) == ("final", "done"), outcome
-    assert REAL.monotonic() - started < 5.0
     assert sim.clock.now() >= 3 * _alias_loops.BACKOFF_S
     stamps = sim.store["stamps"]
     assert [m - stamps[0][0] for m, _, _ in stamps] == [0.0, 60.0, 120.0, 180.0]  # monotonic, as bound
