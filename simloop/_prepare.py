@@ -11,8 +11,9 @@ and before the clock is patched, what the run would otherwise do on the loop's t
   an async call on a virtual-time event loop through a throwaway Sim, so that the SDK's lazily built
   pydantic schemas (0.4 s quiet) and anyio's asyncio backend are built and imported now, in real
   time, outside any run;
-* for a drive that names its own preparation (``drive.simloop_prepare``, a callable; `command_drive`
-  sets it to import the loopback server and the MCP app), that instead.
+* for a drive that names its own preparation (``drive.simloop_prepare``, a callable), that instead:
+  `command_drive` imports the loopback server and the MCP app (the command brings its own SDK), the
+  LangGraph adapter's drives the SDK's and LangGraph's prebuilt agent.
 
 Each is done once per process (a forked worker inherits it).  A preparation that fails is not retried
 and never fails the run: the run then does the same work itself, as before.
@@ -25,7 +26,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["before_run", "once"]
+__all__ = ["before_run", "once", "sdk"]
 
 _DONE: set[str] = set()
 _LOCK = threading.Lock()
@@ -54,7 +55,12 @@ def before_run(drive: Any) -> None:
     if callable(prepare):
         prepare()
     else:
-        once("sdk", _sdk)
+        sdk()
+
+
+def sdk() -> None:
+    """The SDK's import and first calls (see the module's docstring), once per process."""
+    once("sdk", _sdk)
 
 
 _WARM_UP: dict[str, Any] = {
