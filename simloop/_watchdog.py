@@ -9,9 +9,10 @@ error).  That one is stopped by the `Watchdog`: a `RealTimeThread` that waits on
 `LoopHalted` is a `BaseException`: the SDK and user loops catch ``Exception``, and must not swallow it.
 
 What is never a spin: simloop's own work inside a run (`Watchdog.paused`), and an import in progress
-(the first ``import anthropic`` took 8.7 s on a loaded CI machine): a halt due while the watched thread
-is importing is put off, the budget starting afresh, until the import has taken ``import_grace``
-(``max(60 s, 6 budgets)``); only then is it a spin at import time.
+(the first ``import anthropic`` took 8.7 s on a loaded CI machine): a halt due while the watched
+thread, or one of its ``companions`` (the loop's other threads), is importing is put off, the budget
+starting afresh, until the import has taken ``import_grace`` (``max(60 s, 6 budgets)``); only then is
+it a spin at import time.
 
 Limit: an asynchronous exception is delivered only when the thread next runs Python bytecode.  A spin
 inside one C call that never returns (a catastrophic regex, a C extension's loop, ``lock.acquire()``
@@ -27,7 +28,7 @@ import os
 import sys
 import sysconfig
 import threading
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -169,6 +170,9 @@ class Watchdog:
         self._paused = 0  # simloop's own work in progress (`paused`)
         self._importing_since: float | None = None  # when the import a halt was put off for began (at the latest)
         self._deferred_at: float | None = None
+        #: More threads of the loop whose imports are not spins either (a Sim passes its clock's threads:
+        #: an async drive's executor jobs), as a live collection of thread idents.
+        self.companions: Collection[int] = ()
         self.abandoned = False  # the run gave up on the watched thread: a halt delivered now parks it
         self._last = REAL.monotonic()
         self._thread_id: int | None = None
@@ -254,7 +258,8 @@ class Watchdog:
             self._last = now
             self.deferred += 1
             return True
-        if not _importing(sys._current_frames().get(thread_id)):
+        frames = sys._current_frames()
+        if not any(_importing(frames.get(t)) for t in (thread_id, *tuple(self.companions))):
             self._importing_since = None
             return False
         if self._importing_since is None or self._deferred_at != self._last:  # a new import, or fed since

@@ -127,6 +127,7 @@ class Sim:
         self.clock = VirtualClock(end=max_virtual_s)
         self.clock.halt_on_deadlock = True
         self.watchdog = Watchdog(seconds=watchdog_s)
+        self.watchdog.companions = self.clock._thread_ids  # an import in any of the loop's threads is no spin
         self._guard = _Guard(self.clock, self.watchdog, budget or _default_budget(self.limits), max_virtual_s)
         self.transcript = Transcript(
             header=Header(

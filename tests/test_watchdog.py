@@ -228,3 +228,27 @@ def test_a_slow_import_or_client_set_up_in_a_run_is_not_a_runaway(tmp_path: Path
     assert (outcome.reason, outcome.text) == ("final", "hi"), outcome
     assert sim.watchdog.halts == 0 and sim.watchdog.deferred >= 2 and waits == [1]
     assert sim.check(outcome).ok
+
+
+def test_a_slow_import_in_an_executor_job_of_an_async_drive_is_not_a_runaway(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+    import importlib
+
+    (tmp_path / "slow_import_in_a_job.py").write_text(WAITS_FOR_THE_WATCHDOG)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    async def drive(sim: Sim) -> Outcome:
+        await asyncio.to_thread(importlib.import_module, "slow_import_in_a_job")  # the loop's thread waits
+        sim.watchdog.seconds = 10.0  # what is left of the drive is not under test: the default budget
+        reply = await sim.async_client.messages.create(model=sim.model, max_tokens=10,
+                                                       messages=[{"role": "user", "content": "x"}])
+        return Outcome("final", reply.content[0].text)  # type: ignore[union-attr]
+
+    try:
+        with Sim({"model": [{"end_turn": "hi"}]}, watchdog_s=BUDGET) as sim:
+            outcome = sim.run(drive)
+    finally:
+        sys.modules.pop("slow_import_in_a_job", None)
+    assert (outcome.reason, outcome.text) == ("final", "hi"), outcome
+    assert sim.watchdog.halts == 0 and sim.watchdog.deferred >= 1
