@@ -8,6 +8,12 @@ error).  That one is stopped by the `Watchdog`: a `RealTimeThread` that waits on
 
 `LoopHalted` is a `BaseException`: the SDK and user loops catch ``Exception``, and must not swallow it.
 
+What is never a spin: simloop's own work inside a run (`Watchdog.paused`), and an import in progress
+(the first ``import anthropic`` took 8.7 s on a loaded CI machine): a halt due while the watched
+thread, or one of its ``companions`` (the loop's other threads), is importing is put off, the budget
+starting afresh, until the import has taken ``import_grace`` (``max(60 s, 6 budgets)``); only then is
+it a spin at import time.
+
 Limit: an asynchronous exception is delivered only when the thread next runs Python bytecode.  A spin
 inside one C call that never returns (a catastrophic regex, a C extension's loop, ``lock.acquire()``
 without a timeout) cannot be interrupted.  The watchdog then fires again every ``seconds`` until the
@@ -22,7 +28,7 @@ import os
 import sys
 import sysconfig
 import threading
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -32,6 +38,8 @@ from simloop.clock import REAL, RealTimeThread
 
 __all__ = ["HaltReason", "LoopHalted", "Watchdog", "park", "where_in", "where_of"]
 
+#: The least real time an import may take before the watchdog halts it (it then counts as a spin).
+IMPORT_GRACE = 60.0
 HaltReason = Literal["model_calls", "virtual_time", "watchdog", "deadlock", "network", "restarts", "abandoned"]
 
 # Our own prototype: setting argtypes on the shared ctypes.pythonapi function would change it for everyone.
@@ -94,6 +102,15 @@ def _may_park(frame: FrameType | None) -> bool:
     return True
 
 
+def _importing(frame: FrameType | None) -> bool:
+    """Whether the thread whose innermost frame this is is executing an import."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _raise_in(thread_id: int, exc_type: type[BaseException]) -> int:
     """Schedule ``exc_type`` in the thread; returns how many threads matched."""
     n: int = _set_async_exc(thread_id, ctypes.py_object(exc_type))
@@ -140,13 +157,22 @@ class Watchdog:
             drive()          # the simulator calls watchdog.feed() on every model or tool call
     """
 
-    def __init__(self, *, seconds: float = 10.0) -> None:
+    def __init__(self, *, seconds: float = 10.0, import_grace: float | None = None) -> None:
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < float("inf"):
             from simloop.errors import UsageError
 
             raise UsageError(f"the watchdog budget must be a positive number of real seconds, got {seconds!r}")
         self.seconds = float(seconds)
+        #: Real seconds in a row a halt is put off while the watched thread is importing a module.
+        self.import_grace = max(IMPORT_GRACE, 6 * self.seconds) if import_grace is None else float(import_grace)
         self.halts = 0  # how many times it fired
+        self.deferred = 0  # how many times it was due and did not fire (an import, or simloop's own work)
+        self._paused = 0  # simloop's own work in progress (`paused`)
+        self._importing_since: float | None = None  # when the import a halt was put off for began (at the latest)
+        self._deferred_at: float | None = None
+        #: More threads of the loop whose imports are not spins either (a Sim passes its clock's threads:
+        #: an async drive's executor jobs), as a live collection of thread idents.
+        self.companions: Collection[int] = ()
         self.abandoned = False  # the run gave up on the watched thread: a halt delivered now parks it
         self._last = REAL.monotonic()
         self._thread_id: int | None = None
@@ -158,6 +184,21 @@ class Watchdog:
     def feed(self) -> None:
         """The drive made progress (a model or tool call): restart the idle budget."""
         self._last = REAL.monotonic()
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """simloop's own work (setting up a client, an MCP server): the real time it takes is not the loop's.
+
+        The budget does not run out inside the block, and starts afresh when it ends.
+        """
+        with _MONITOR.cond:
+            self._paused += 1
+        try:
+            yield
+        finally:
+            with _MONITOR.cond:
+                self._paused -= 1
+                self._last = REAL.monotonic()
 
     @contextmanager
     def watching(self) -> Iterator[None]:
@@ -205,10 +246,39 @@ class Watchdog:
     def _due(self) -> float:
         return self._last + self.seconds
 
+    def _defer(self, thread_id: int) -> bool:
+        """Whether a halt now due is put off (with the monitor's lock held), the budget starting afresh.
+
+        It is while simloop's own work runs (`paused`), and while the thread imports a module (for up to
+        ``import_grace`` real seconds in a row): an import is not a spin, and a first import can take
+        seconds on a loaded machine, whether simloop or the loop asked for it.
+        """
+        now = REAL.monotonic()
+        if self._paused:
+            self._last = now
+            self.deferred += 1
+            return True
+        frames = sys._current_frames()
+        if not any(_importing(frames.get(t)) for t in (thread_id, *tuple(self.companions))):
+            self._importing_since = None
+            return False
+        if self._importing_since is None or self._deferred_at != self._last:  # a new import, or fed since
+            self._importing_since = self._last
+        if now - self._importing_since >= self.import_grace:
+            return False
+        self._last = self._deferred_at = now
+        self.deferred += 1
+        return True
+
     def _fire(self, thread_id: int) -> bool:
         """Raise the halt in the watched thread (with the monitor's lock held); False if the thread is gone."""
+        if self._defer(thread_id):
+            return True
         where = where_in(thread_id)
         detail = f"no model call or tool call for {self.seconds:g} s of real time; the drive was at {where}"
+        if self._importing_since is not None:  # still in the import it was let off for
+            detail += (f", importing a module for {REAL.monotonic() - self._importing_since:.1f} s (an import may take "
+                       f"{self.import_grace:g} s; one that takes longer spins at import time)")
         if _raise_in(thread_id, _halt_type("watchdog", detail, where, self)) == 0:
             return False
         self.halts += 1

@@ -57,6 +57,7 @@ def on_failure() -> None:
 
 def run_workers(verify: Any, drive: Any, kwargs: dict[str, Any], *, workers: int) -> Report:
     """Run ``verify(drive, **kwargs)`` as ``workers`` processes sharing the budget; the first failure wins."""
+    from simloop._prepare import before_run
     from simloop.verify import _derived_seed
 
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() and sys.platform != "win32" else "spawn"
@@ -70,6 +71,8 @@ def run_workers(verify: Any, drive: Any, kwargs: dict[str, Any], *, workers: int
     # the gc.freeze() each worker's search would do, writes to every tracked object; frozen here, before the fork,
     # the heap stays shared (CPython's advice for forking servers) and the workers keep it frozen.
     froze = method == "fork" and gc.get_freeze_count() == 0
+    if method == "fork":  # the SDK's import and first calls, once here for every worker (simloop._prepare)
+        before_run(drive)
     if froze:
         gc.freeze()
     try:

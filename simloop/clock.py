@@ -32,9 +32,14 @@ Wall clock: our own ``datetime`` subclasses, not time-machine
     time-machine swaps the C functions.  That catches ``from datetime import datetime`` aliases, but it
     acts on every thread at once and refuses to start under freezegun.  Thread scoping matters more here,
     so while patched ``datetime.datetime``/``date`` are thread-checked subclasses whose ``now``/``utcnow``/
-    ``today`` read the virtual wall clock and which construct real ``datetime`` objects.  Aliases bound
-    before the patch (``from time import monotonic``, ``from datetime import datetime``) are missed; name
-    their modules in ``patched(modules=[...])``, a cheap targeted rebind.
+    ``today`` read the virtual wall clock and which construct real ``datetime`` objects.
+
+Aliases bound before the patch (``from time import monotonic``, ``from datetime import datetime``)
+    At the first ``patched()`` the module globals that hold the real functions (and, in the user's own
+    modules, the real classes) are pointed at ours, and put back at the last exit: `simloop._aliases`
+    finds them, scanning each module once per process (docs/design.md, Virtual time, says which modules
+    and what stays out of reach).  ``patched(modules=[...])`` rebinds the named modules' aliases too,
+    the standard library's included.
 
 asyncio
     `VirtualTimeEventLoop` reads the clock in ``time()``.  When nothing is ready and only a timer is
@@ -84,6 +89,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, TypeVar, TypeVarTuple
 
+from simloop._aliases import find_aliases
 from simloop.errors import UsageError
 
 __all__ = ["EPOCH", "MONOTONIC_ORIGIN", "REAL", "RealTimeThread", "VirtualClock", "VirtualTimeDeadlock",
@@ -273,6 +279,11 @@ _TARGETS = [
 ]
 
 
+# The real clock functions and classes as the alias scan looks for them (id -> the key of their fake).
+_REAL_FUNCTIONS = {id(getattr(REAL, key[5:])): key for key in _fakes if key.startswith("time.")}
+_REAL_CLASSES = {id(REAL.datetime): "datetime.datetime", id(REAL.date): "datetime.date"}
+
+
 def _freezegun() -> Any:
     api = sys.modules.get("freezegun.api")
     return api if api is not None and getattr(api, "freeze_factories", None) is not None else None
@@ -296,6 +307,21 @@ def _install() -> None:
             if api is not None and getattr(api, "real_" + attr, None) is original:
                 _State.applied.append((api, "real_" + attr, original, fake))
                 setattr(api, "real_" + attr, fake)
+    _rebind_aliases()
+
+
+def _rebind_aliases() -> None:
+    """Point the loop's module-level aliases of the clock (``from time import monotonic``) at our functions.
+
+    `simloop._aliases` finds them (scanning each module once per process); each is checked again here,
+    since a module may have rebound it, and put back by `_uninstall` unless someone replaced ours since.
+    """
+    for module, attr, key in find_aliases(_REAL_FUNCTIONS, _REAL_CLASSES):
+        original = module.__dict__.get(attr)
+        if _State.aliases.get(id(original)) == key and original is _saved[key]:
+            fake = _fakes[key]
+            setattr(module, attr, fake)
+            _State.applied.append((module, attr, original, fake))
 
 
 def _uninstall() -> None:
@@ -528,8 +554,9 @@ class VirtualClock:
 
         Covers ``time.time/time_ns/monotonic(_ns)/perf_counter(_ns)/sleep``,
         ``datetime.datetime.now/utcnow/today``, ``datetime.date.today``, and ``asyncio.run``/
-        ``asyncio.new_event_loop`` (they get a virtual loop).  Other threads keep real time.  ``modules``
-        also rebinds aliases such as ``from time import monotonic`` in those modules.  Re-entering on the
+        ``asyncio.new_event_loop`` (they get a virtual loop), also where a loaded module bound them by name
+        (``from time import monotonic``, see `simloop._aliases`).  Other threads keep real time.  ``modules``
+        rebinds such aliases in those modules too, whatever they are (the standard library's included).  Re-entering on the
         same clock is fine; a different clock in the same thread raises `simloop.UsageError`.  A Sim that runs
         its drive in a worker thread enters ``patched()`` in that thread.
         """

@@ -36,6 +36,7 @@ Example::
 from __future__ import annotations
 
 import _thread
+import functools
 import json
 import os
 import shlex
@@ -45,6 +46,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from simloop._netguard import simloops_own
+from simloop._prepare import once
 from simloop._watchdog import LoopHalted
 from simloop.clock import RealTimeThread
 from simloop.errors import UsageError
@@ -91,6 +93,9 @@ def command_drive(
     drive.__name__ = drive.__qualname__ = "command"
     drive.__module__ = "simloop.command"
     drive.simloop_replay = f"simloop run {{path}} --command {shlex.quote(shown)}"  # type: ignore[attr-defined]
+    # what simloop imports for this drive, before the run (not the SDK: the command brings its own)
+    drive.simloop_prepare = functools.partial(once, f"command-mcp={with_mcp}", functools.partial(  # type: ignore[attr-defined]
+        _prepare, mcp=with_mcp))
     return drive
 
 
@@ -195,6 +200,20 @@ def _kill(proc: subprocess.Popen[str]) -> None:
             pass
     elif proc.poll() is None:
         proc.kill()
+
+
+def _prepare(*, mcp: bool) -> None:
+    """Import the loopback server and, with ``mcp``, build one MCP app (starlette and the MCP SDK's own)."""
+    import simloop.wire.loopback  # noqa: F401
+
+    if mcp:
+        from simloop.mcp import tool_server
+
+        tool_server([], _no_call).streamable_http_app(stateless_http=True, json_response=True, host="127.0.0.1")
+
+
+async def _no_call(name: str, arguments: dict[str, Any]) -> str:
+    return ""
 
 
 def _no_sleep(seconds: float) -> None:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 from simloop._abort import AbortSignal, _AbortTrigger, recorder
 from simloop._frames import loop_frame
 from simloop._netguard import NetworkPolicy, check_policy, guarding
+from simloop._prepare import before_run
 from simloop._stack import on_fresh_stack
 from simloop._watchdog import LoopHalted, Watchdog, park, where_in, where_of
 from simloop._worker import Abandoned, run_on_worker
@@ -79,7 +80,8 @@ class Sim:
         limits: the limits the loop declares, replacing the scenario's ``limits`` (reports then say the loop
             declared them; without it, that the scenario did).
         budget: when to unwind a loop that does not stop (model calls); virtual time is capped by ``max_virtual_s``.
-        watchdog_s: real seconds a loop may spin without calling the model or a tool before it is unwound.
+        watchdog_s: real seconds a loop may spin without calling the model or a tool before it is unwound
+            (simloop's own set-up and a module being imported do not count).
         fault_source: decides each tool execution's fault instead of the scenario's ``faults`` (generated runs).
         network: ``"block"`` (default) stops the loop at its first real network connection or host-name
             lookup and reports it (the loop bypassed the simulator); ``"loopback"`` allows connections to
@@ -129,6 +131,7 @@ class Sim:
         self.clock = VirtualClock(end=max_virtual_s)
         self.clock.halt_on_deadlock = True
         self.watchdog = Watchdog(seconds=watchdog_s)
+        self.watchdog.companions = self.clock._thread_ids  # an import in any of the loop's threads is no spin
         self._guard = _Guard(self.clock, self.watchdog, budget or _default_budget(self.limits), max_virtual_s)
         self.transcript = Transcript(
             header=Header(
@@ -228,51 +231,56 @@ class Sim:
         client to it: ``mcp.client.Client(sim.mcp_server())``, or pydantic-ai's
         ``simloop.adapters.pydantic_ai.mcp_toolset(sim)``.  Needs ``pip install 'simloop[mcp]'``.
         """
-        from simloop.mcp import tool_server
+        with self.watchdog.paused():  # simloop's own set-up (a first import of the MCP SDK), not the loop's time
+            from simloop.mcp import tool_server
 
-        return tool_server(self.tool_schemas, self.tools.arun)
+            return tool_server(self.tool_schemas, self.tools.arun)
 
     @property
     def http_client(self) -> httpx2.Client:
         """An httpx2 client whose requests reach the simulated API (for frameworks that take one)."""
         if "http" not in self._clients:
-            import httpx2
+            with self.watchdog.paused():  # (imported before the run already: see simloop._prepare)
+                import httpx2
 
-            from simloop.wire.transport import SimTransport
+                from simloop.wire.transport import SimTransport
 
-            self._clients["http"] = httpx2.Client(
-                transport=SimTransport(self.server, sleep=self._guard.sleep), base_url=_base_url()
-            )
+                self._clients["http"] = httpx2.Client(
+                    transport=SimTransport(self.server, sleep=self._guard.sleep), base_url=_base_url()
+                )
         return self._clients["http"]  # type: ignore[no-any-return]
 
     @property
     def async_http_client(self) -> httpx2.AsyncClient:
         if "ahttp" not in self._clients:
-            import httpx2
+            with self.watchdog.paused():
+                import httpx2
 
-            from simloop.wire.transport import AsyncSimTransport
+                from simloop.wire.transport import AsyncSimTransport
 
-            self._clients["ahttp"] = httpx2.AsyncClient(
-                transport=AsyncSimTransport(self.server, sleep=self._guard.sleep), base_url=_base_url()
-            )
+                self._clients["ahttp"] = httpx2.AsyncClient(
+                    transport=AsyncSimTransport(self.server, sleep=self._guard.sleep), base_url=_base_url()
+                )
         return self._clients["ahttp"]  # type: ignore[no-any-return]
 
     @property
     def client(self) -> anthropic.Anthropic:
         """An `anthropic.Anthropic` client talking to the simulated API (SDK defaults, retries included)."""
         if "sync" not in self._clients:
-            import anthropic
+            with self.watchdog.paused():
+                import anthropic
 
-            self._clients["sync"] = _sdk_client(anthropic.Anthropic, self.http_client)
+                self._clients["sync"] = _sdk_client(anthropic.Anthropic, self.http_client)
         return self._clients["sync"]  # type: ignore[no-any-return]
 
     @property
     def async_client(self) -> anthropic.AsyncAnthropic:
         """An `anthropic.AsyncAnthropic` client talking to the simulated API."""
         if "async" not in self._clients:
-            import anthropic
+            with self.watchdog.paused():
+                import anthropic
 
-            self._clients["async"] = _sdk_client(anthropic.AsyncAnthropic, self.async_http_client)
+                self._clients["async"] = _sdk_client(anthropic.AsyncAnthropic, self.async_http_client)
         return self._clients["async"]  # type: ignore[no-any-return]
 
     # -- running and checking ------------------------------------------------------------
@@ -297,6 +305,7 @@ class Sim:
         if self._ran:
             raise UsageError("a Sim runs one loop; make a new Sim (same scenario and seed) to run it again")
         self._ran = True
+        before_run(drive)  # simloop's own imports and first SDK calls, once per process, on nobody's time
         # The loop runs on a worker thread (also the way out of a running event loop, for an async drive
         # called from an async test): a run that cannot end is abandoned there (see `_give_up`).
         state = random.getstate()
@@ -359,35 +368,39 @@ class Sim:
 
     def _run(self, drive: Drive) -> Outcome:
         tid = threading.get_ident()
-        with self.clock.patched(), self.watchdog.watching(), \
-                guarding(self.clock, self.network, self._guard.blocked):
+        with self.clock.patched(), guarding(self.clock, self.network, self._guard.blocked):
             try:
-                try:
-                    if inspect.iscoroutinefunction(drive):
-                        result = on_fresh_stack(self.clock.run, self._arun(drive))
-                    else:
-                        result = self._record(on_fresh_stack(self._sync_lives, drive))
-                except LoopHalted as halted:
-                    if self.transcript.halt is None:
-                        self.transcript.append(Halt(t=self.clock.now(), budget=halted.reason, detail=halted.detail,
-                                                    where=halted.where, target=halted.target))
-                    result = self._record_error(halted)
-                except ScriptExhausted as e:
-                    self._record_error(e)
-                    raise ScriptExhaustedError(e.message) from None
-                except InternalFailure as e:
-                    raise SimloopInternalError(f"simloop failed while simulating the API: {e.error!r}") from e.error
-                except UsageError:
-                    raise
-                except (Exception, SystemExit, KeyboardInterrupt) as e:  # noqa: BLE001
-                    # the loop raised (even SystemExit, or a KeyboardInterrupt of its own): an outcome the `crash`
-                    # invariant reports, not simloop's exit (a real Ctrl-C reaches the caller's thread: see run)
-                    result = self._record_error(e)
-                if self.transcript.halt is None:
-                    self._threads_left(tid)
+                with self.watchdog.watching():
+                    result = self._drive(drive)
             except LoopHalted:  # a halt delivered while the run was being recorded: the run is over anyway
                 result = self._record_error(LoopHalted("watchdog", "halted while the run was being recorded"))
+            # simloop's own teardown, on no budget of the loop's: the threads it left running
+            if self.transcript.halt is None:
+                self._threads_left(tid)
         return result
+
+    def _drive(self, drive: Drive) -> Outcome:
+        """The drive, its lives, and what it returned or raised, as the run's outcome."""
+        try:
+            if inspect.iscoroutinefunction(drive):
+                return on_fresh_stack(self.clock.run, self._arun(drive))
+            return self._record(on_fresh_stack(self._sync_lives, drive))
+        except LoopHalted as halted:
+            if self.transcript.halt is None:
+                self.transcript.append(Halt(t=self.clock.now(), budget=halted.reason, detail=halted.detail,
+                                            where=halted.where, target=halted.target))
+            return self._record_error(halted)
+        except ScriptExhausted as e:
+            self._record_error(e)
+            raise ScriptExhaustedError(e.message) from None
+        except InternalFailure as e:
+            raise SimloopInternalError(f"simloop failed while simulating the API: {e.error!r}") from e.error
+        except UsageError:
+            raise
+        except (Exception, SystemExit, KeyboardInterrupt) as e:  # noqa: BLE001
+            # the loop raised (even SystemExit, or a KeyboardInterrupt of its own): an outcome the `crash`
+            # invariant reports, not simloop's exit (a real Ctrl-C reaches the caller's thread: see run)
+            return self._record_error(e)
 
     def _threads_left(self, tid: int) -> None:
         """Record the threads the loop started that are still running now it returned (not idle pool workers)."""

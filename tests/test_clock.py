@@ -276,6 +276,86 @@ def test_patched_modules_rebinds_aliases_bound_before_the_patch(tmp_path: Path) 
     assert module.datetime is ORIGINALS[(datetime, "datetime")]
 
 
+ALIASES = ("from time import monotonic, monotonic_ns, perf_counter, perf_counter_ns, sleep, time, time_ns\n"
+           "from datetime import date, datetime\n")
+
+
+def _load(path: Path, name: str) -> Any:
+    """Import the file as a module the way ``import`` leaves it: in sys.modules (the test removes it)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def loaded(tmp_path: Path) -> Iterator[Callable[[str, str], Any]]:
+    names: list[str] = []
+
+    def load(folder: str, name: str) -> Any:
+        (tmp_path / folder).mkdir(parents=True, exist_ok=True)
+        (tmp_path / folder / f"{name}.py").write_text(ALIASES)
+        names.append(name)
+        return _load(tmp_path / folder / f"{name}.py", name)
+
+    yield load
+    for name in names:
+        sys.modules.pop(name, None)
+
+
+def test_aliases_in_the_loops_modules_follow_the_clock_unnamed(loaded: Callable[[str, str], Any]) -> None:
+    import subprocess
+
+    import _pytest.timing
+
+    own = loaded("project", "user_loop_aliases")
+    installed = loaded("venv/lib/site-packages", "installed_framework_aliases")
+    clock = VirtualClock()
+    with clock.patched():
+        own.sleep(60)
+        installed.sleep(30)
+        for module in (own, installed):
+            assert (module.monotonic(), module.perf_counter(), module.time()) == (
+                MONOTONIC_ORIGIN + 90, MONOTONIC_ORIGIN + 90, EPOCH + 90)
+            assert (module.monotonic_ns(), module.perf_counter_ns(), module.time_ns()) == (
+                (MONOTONIC_ORIGIN + 90) * 10**9, (MONOTONIC_ORIGIN + 90) * 10**9, (EPOCH + 90) * 10**9)
+        assert own.datetime.now(UTC) == datetime.datetime(2026, 1, 1, 0, 1, 30, tzinfo=UTC)
+        assert own.date.today() == datetime.date(2026, 1, 1)
+        # an installed package keeps the real classes (its isinstance checks and types), ...
+        assert installed.datetime is REAL.datetime and installed.date is REAL.date
+        # ... and the standard library and the test harness keep every real clock
+        assert subprocess._time is REAL.monotonic  # type: ignore[attr-defined]
+        assert _pytest.timing.perf_counter is REAL.perf_counter
+        assert in_thread(own.monotonic, RealTimeThread) != MONOTONIC_ORIGIN + 90  # a thread off the clock: real
+    for module in (own, installed):
+        assert (module.monotonic, module.sleep, module.time_ns) == (REAL.monotonic, REAL.sleep, REAL.time_ns)
+    assert (own.datetime, own.date) == (REAL.datetime, REAL.date)
+
+
+def test_an_alias_rebound_by_someone_else_during_the_run_is_left_to_them(loaded: Callable[[str, str], Any]) -> None:
+    module = loaded("project", "user_loop_rebinds")
+
+    def theirs() -> float:
+        return 1.0
+
+    with VirtualClock().patched():
+        assert module.monotonic is not REAL.monotonic
+        module.monotonic = theirs
+    assert module.monotonic is theirs  # (our exit restores only what still holds ours)
+
+
+def test_a_module_imported_between_runs_is_found_by_the_next(loaded: Callable[[str, str], Any]) -> None:
+    clock = VirtualClock()
+    with clock.patched():
+        pass
+    module = loaded("project", "user_loop_late")
+    with clock.patched():
+        time.sleep(5)
+        assert module.monotonic() == MONOTONIC_ORIGIN + 5
+
+
 # -- the virtual-time event loop ----------------------------------------------------------------------------
 
 

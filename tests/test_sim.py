@@ -285,22 +285,52 @@ def test_a_sim_runs_once() -> None:
             sim.run(lambda sim: sync_loop(sim, sim.client))
 
 
-def test_the_first_sdk_call_of_a_process_works_inside_a_sim() -> None:
-    """pydantic builds the SDK's schemas lazily; building them while the clock is patched must work.
+FIRST_CALL = """
+import sys, threading
 
-    Run in a fresh interpreter: in this one, earlier tests have already built them.
+imported = {}
+
+
+class Spy:  # where each module was first imported: inside a run (watched, on the clock) or outside
+    def find_spec(self, name, path=None, target=None):
+        if name not in imported:
+            me = threading.get_ident()
+            watched = me in sys.modules["simloop._watchdog"]._MONITOR.watched.values()
+            imported[name] = "watched" if watched else "on the clock" if me in simloop.clock._threads else "outside"
+        return None
+
+
+import simloop
+import simloop.clock
+
+sys.meta_path.insert(0, Spy())
+s = simloop.Scenario.model_validate({'model': [{'end_turn': 'hi'}]})
+def drive(sim):
+    r = sim.client.messages.create(model=sim.model, max_tokens=10, messages=[{'role': 'user', 'content': 'x'}])
+    return ('final', r.content[0].text)
+async def adrive(sim):
+    r = await sim.async_client.messages.create(model=sim.model, max_tokens=10, messages=[{'role': 'user', 'content': 'x'}])
+    return ('final', r.content[0].text)
+for d in (drive, adrive):
+    with simloop.Sim(s) as sim:
+        print(sim.run(d), sim.watchdog.halts)
+print([imported[name] for name in ("anthropic", "httpx2", "simloop.wire.transport", "anyio._backends._asyncio")])
+print(sorted(name for name, where in imported.items() if where != "outside"))
+"""
+
+
+def test_the_first_sdk_call_of_a_process_works_inside_a_sim() -> None:
+    """simloop imports the SDK (8.7 s on a loaded machine) and makes its first calls before the run: neither
+    the watchdog nor the clock counts them (they halted a correct loop).  pydantic's lazily built schemas
+    are built then too.  In a fresh interpreter: in this one, earlier tests have already done it all.
     """
     import subprocess
     import sys
 
-    script = (
-        "import simloop\n"
-        "s = simloop.Scenario.model_validate({'model': [{'end_turn': 'hi'}]})\n"
-        "def drive(sim):\n"
-        "    r = sim.client.messages.create(model=sim.model, max_tokens=10, messages=[{'role': 'user', 'content': 'x'}])\n"
-        "    return ('final', r.content[0].text)\n"
-        "with simloop.Sim(s) as sim:\n"
-        "    print(sim.run(drive))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120)
-    assert out.stdout.strip() == "Outcome(reason='final', text='hi', exception=None)", out.stdout + out.stderr
+    out = subprocess.run([sys.executable, "-c", FIRST_CALL], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip().splitlines() == [
+        "Outcome(reason='final', text='hi', exception=None) 0",
+        "Outcome(reason='final', text='hi', exception=None) 0",
+        "['outside', 'outside', 'outside', 'outside']",
+        "[]",  # nothing at all imported inside a run, sync or async
+    ], out.stdout + out.stderr

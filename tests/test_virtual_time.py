@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
+import _alias_loops
 import pytest
 
 import simloop
@@ -39,3 +43,59 @@ def test_same_scenario_and_seed_give_the_same_transcript_and_violations_20_times
     [(jsonl, violations)] = runs
     assert any(v.startswith("[no_rerun]") for v in violations)
     assert jsonl.count("\n") > 5
+
+
+# -- names bound at import: ``from time import monotonic, sleep`` in the loop's own modules ------------------
+
+SLOW_TOOL_DEADLINE = LONG_DAY.parent / "slow-tool-deadline.yaml"
+
+
+@pytest.fixture
+def aliased_reference_loop() -> Iterator[ModuleType]:
+    """examples/correct_sync.py with its deadline read through ``from time import monotonic``, imported as
+    a user's module is: before any run, into ``sys.modules``."""
+    source = Path(correct_sync.__file__).read_text(encoding="utf-8")
+    assert source.count("time.monotonic()") >= 2 and "\nimport time\n" in source  # (what the test rewrites)
+    source = source.replace("\nimport time\n", "\nfrom time import monotonic\n").replace("time.monotonic()", "monotonic()")
+    name = "examples.correct_sync_aliased"
+    module = ModuleType(name)
+    module.__package__ = "examples"
+    module.__file__ = correct_sync.__file__
+    sys.modules[name] = module
+    try:
+        exec(compile(source, correct_sync.__file__, "exec"), module.__dict__)  # noqa: S102 - our own example
+        assert module.monotonic is REAL.monotonic
+        yield module
+    finally:
+        del sys.modules[name]
+
+
+def test_the_reference_loop_with_its_deadline_read_through_an_alias_keeps_it(aliased_reference_loop: ModuleType) -> None:
+    report = simloop.replay(aliased_reference_loop.drive, SLOW_TOOL_DEADLINE)
+    assert report.ok, report.violations  # was: [limits] model call 3 started at t=92s, at or after deadline_s=60
+    assert aliased_reference_loop.monotonic is REAL.monotonic  # put back after the run
+
+
+def test_a_60_s_backoff_through_from_time_import_sleep_takes_no_real_time() -> None:
+    scenario = {"task": "Look it up, slowly.", "tools": [{"name": "search"}],
+                "model": [{"tool_use": [{"name": "search", "input": {"q": str(n)}}]} for n in range(3)]
+                + [{"end_turn": "done"}]}
+    # a real 60 s sleep (blocked in C, no model call for watchdog_s) would have the run abandoned: "stops"
+    with simloop.Sim(scenario) as sim:
+        outcome = sim.run(_alias_loops.polite_drive)
+    assert (outcome.reason, outcome.text) == ("final", "done"), outcome
+    assert sim.clock.now() >= 3 * _alias_loops.BACKOFF_S
+    stamps = sim.store["stamps"]
+    assert [m - stamps[0][0] for m, _, _ in stamps] == [0.0, 60.0, 120.0, 180.0]  # monotonic, as bound
+    assert [p - stamps[0][1] for _, p, _ in stamps] == [0.0, 60.0, 120.0, 180.0]  # perf_counter, as bound
+    assert [(w - stamps[0][2]).total_seconds() for _, _, w in stamps] == [0.0, 60.0, 120.0, 180.0]  # datetime
+    assert sim.check(outcome).ok
+    assert _alias_loops.sleep is REAL.sleep and _alias_loops.datetime is REAL.datetime
+
+
+def test_a_loop_ignoring_its_deadline_through_the_alias_is_still_caught() -> None:
+    with pytest.raises(simloop.InvariantViolation) as caught:
+        simloop.replay(_alias_loops.checks_after_the_call_drive, SLOW_TOOL_DEADLINE)
+    violations = caught.value.violations
+    assert [v.invariant for v in violations] == ["limits"], violations
+    assert "model call 3 started at t=92" in violations[0].message

@@ -7,15 +7,19 @@ This is the one test file that waits in real time (a budget of 0.1-0.2 s; the fi
 from __future__ import annotations
 
 import pickle
+import re
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 import simloop.clock as clock_module
-from simloop._watchdog import LoopHalted, Watchdog
+from simloop import Outcome, Sim
+from simloop._watchdog import _MONITOR, LoopHalted, Watchdog
 from simloop.clock import REAL, RealTimeThread, VirtualClock
 from simloop.errors import UsageError
 
@@ -138,3 +142,113 @@ def test_loop_halted_is_not_an_exception_and_round_trips() -> None:
     assert str(halted) == "model_calls: 50 model calls without stopping"
     copy = pickle.loads(pickle.dumps(halted))
     assert type(copy) is LoopHalted and (copy.reason, copy.detail) == (halted.reason, halted.detail)
+
+
+# -- what is never a spin: an import, and simloop's own work ------------------------------------------------
+
+WAITS_FOR_THE_WATCHDOG = """
+from simloop._watchdog import _MONITOR
+
+[dog] = list(_MONITOR.watched)
+while dog.deferred == 0:  # a slow first import: spins until the watchdog's budget ran out meanwhile
+    pass
+"""
+
+
+def test_an_import_is_never_taken_for_a_spin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "slow_first_import.py").write_text(WAITS_FOR_THE_WATCHDOG)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    watchdog = Watchdog(seconds=BUDGET)
+    try:
+        with watchdog.watching():
+            import slow_first_import  # noqa: F401
+    finally:
+        sys.modules.pop("slow_first_import", None)
+    assert watchdog.halts == 0 and watchdog.deferred >= 1
+    assert watched() == []
+
+
+def test_a_spin_inside_an_import_is_halted_after_the_import_grace(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "spinning_import.py").write_text("while True:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    watchdog = Watchdog(seconds=BUDGET, import_grace=3 * BUDGET)
+    started = REAL.monotonic()
+    with pytest.raises(LoopHalted) as info, watchdog.watching():
+        import spinning_import  # noqa: F401
+    assert REAL.monotonic() - started >= 3 * BUDGET
+    assert watchdog.halts == 1 and watchdog.deferred >= 2
+    assert re.search(r"the drive was at .*spinning_import\.py:\d+ in <module>, importing a module for \d+\.\d s "
+                     r"\(an import may take 0\.3 s; one that takes longer spins at import time\)$", info.value.detail)
+    assert "spinning_import" not in sys.modules
+
+
+def test_simloops_own_work_in_the_watched_thread_is_not_charged() -> None:
+    watchdog = Watchdog(seconds=BUDGET)
+    with watchdog.watching():
+        with watchdog.paused():
+            while watchdog.deferred == 0:  # simloop's own set-up, slower than the whole budget
+                pass
+        assert watchdog._due() > REAL.monotonic()  # the loop's budget starts afresh after it
+    assert watchdog.halts == 0 and watched() == []
+
+
+def test_a_slow_import_or_client_set_up_in_a_run_is_not_a_runaway(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import simloop.sim
+
+    (tmp_path / "slow_import_in_a_drive.py").write_text(WAITS_FOR_THE_WATCHDOG)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    build = simloop.sim._sdk_client
+    waits: list[int] = []
+
+    def slow_build(cls: Any, http_client: Any) -> Any:  # simloop's client set-up, made slower than the budget
+        [dog] = list(_MONITOR.watched)
+        deferred = dog.deferred
+        while dog.deferred == deferred:
+            pass
+        waits.append(dog.deferred - deferred)
+        return build(cls, http_client)
+
+    monkeypatch.setattr(simloop.sim, "_sdk_client", slow_build)
+
+    def drive(sim: Sim) -> Outcome:
+        import slow_import_in_a_drive  # noqa: F401
+
+        client = sim.client
+        sim.watchdog.seconds = 10.0  # what is left of the drive is not under test: the default budget
+        reply = client.messages.create(model=sim.model, max_tokens=10, messages=[{"role": "user", "content": "x"}])
+        return Outcome("final", reply.content[0].text)  # type: ignore[union-attr]
+
+    try:
+        with Sim({"model": [{"end_turn": "hi"}]}, watchdog_s=BUDGET) as sim:
+            outcome = sim.run(drive)
+    finally:
+        sys.modules.pop("slow_import_in_a_drive", None)
+    assert (outcome.reason, outcome.text) == ("final", "hi"), outcome
+    assert sim.watchdog.halts == 0 and sim.watchdog.deferred >= 2 and waits == [1]
+    assert sim.check(outcome).ok
+
+
+def test_a_slow_import_in_an_executor_job_of_an_async_drive_is_not_a_runaway(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+    import importlib
+
+    (tmp_path / "slow_import_in_a_job.py").write_text(WAITS_FOR_THE_WATCHDOG)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    async def drive(sim: Sim) -> Outcome:
+        await asyncio.to_thread(importlib.import_module, "slow_import_in_a_job")  # the loop's thread waits
+        sim.watchdog.seconds = 10.0  # what is left of the drive is not under test: the default budget
+        reply = await sim.async_client.messages.create(model=sim.model, max_tokens=10,
+                                                       messages=[{"role": "user", "content": "x"}])
+        return Outcome("final", reply.content[0].text)  # type: ignore[union-attr]
+
+    try:
+        with Sim({"model": [{"end_turn": "hi"}]}, watchdog_s=BUDGET) as sim:
+            outcome = sim.run(drive)
+    finally:
+        sys.modules.pop("slow_import_in_a_job", None)
+    assert (outcome.reason, outcome.text) == ("final", "hi"), outcome
+    assert sim.watchdog.halts == 0 and sim.watchdog.deferred >= 1

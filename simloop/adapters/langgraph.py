@@ -37,7 +37,7 @@ import warnings
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing, closing
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anthropic
 import httpx2
@@ -210,6 +210,7 @@ def make_drive(
         return guard.spent()
 
     if is_async:
+        @_prepared
         async def adrive(sim: Sim) -> Outcome:
             agent, inputs, config, guard = setup(sim)
             messages: list[BaseMessage] = []
@@ -227,6 +228,7 @@ def make_drive(
 
         return adrive
 
+    @_prepared
     def sdrive(sim: Sim) -> Outcome:
         agent, inputs, config, guard = setup(sim)
         messages: list[BaseMessage] = []
@@ -243,6 +245,26 @@ def make_drive(
         return outcome_of(messages[-1] if messages else None, check_stop_reason=check_stop_reason)
 
     return sdrive
+
+
+def _prepare() -> None:
+    """What the drives import on the loop's behalf, imported before the run (simloop._prepare)."""
+    from simloop._prepare import once, sdk
+
+    sdk()
+    once("langgraph", _import_prebuilt)
+
+
+def _import_prebuilt() -> None:
+    import langgraph.prebuilt  # noqa: F401
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _prepared(fn: F) -> F:
+    fn.simloop_prepare = _prepare  # type: ignore[attr-defined]
+    return fn
 
 
 def _named(fn: Callable[[Sim], Any], name: str) -> Callable[[Sim], Any]:

@@ -1,0 +1,119 @@
+"""Find the loop's module-level aliases of the clock (``from time import monotonic``), for `simloop.clock`.
+
+``from time import monotonic, sleep`` binds the real functions in the importing module at import time;
+patching ``time.monotonic`` later does not reach them, so a deadline read through the alias would
+read real time and a backoff through ``sleep`` would sleep for real.  freezegun answers this by
+scanning every loaded module at each ``freeze_time`` (20-30 ms with the SDK loaded, libs.md E3); we
+scan each module once per process and keep what we found, so a run costs a look at ``sys.modules``'
+size and last entry, plus one identity check per alias found.
+
+Which modules, and what in them (docs/design.md, Virtual time):
+
+* the clock functions (``time.time/time_ns/monotonic/monotonic_ns/perf_counter/perf_counter_ns/sleep``)
+  in every module but the standard library's, simloop's own (its bundled examples are the user's) and
+  the test harness's (pytest, Hypothesis, freezegun, time-machine, coverage, xdist): the loop may be an
+  installed framework, and the replacements give other threads the real clock anyway;
+* the ``datetime.datetime``/``datetime.date`` classes (``from datetime import datetime``, then
+  ``datetime.now()``) only in the user's own modules (those not installed in site-packages): libraries
+  bind the class for types and isinstance checks in hundreds of modules (the SDK alone in some 240),
+  where swapping it would cost time at every run and break ``type(x) is datetime``.
+
+A module is scanned when it first appears in ``sys.modules`` (a module replaced in place under the
+same name, without a new entry, is not seen again).  Aliases outside module globals are out of reach:
+in a closure, a default argument, a class attribute, an instance, or a C extension's own clock.
+"""
+
+from __future__ import annotations
+
+import sys
+import sysconfig
+from collections.abc import Mapping
+from types import ModuleType
+from typing import ClassVar
+
+__all__ = ["Alias", "find_aliases"]
+
+#: (module, attribute, key): the module global ``attribute`` held the real function or class ``key``
+#: ("time.monotonic", "datetime.datetime", ...) when the module was scanned.
+Alias = tuple[ModuleType, str, str]
+
+#: Top-level packages that run the tests around a loop, never the loop: their clocks stay real.
+HARNESS = frozenset({
+    "_pytest", "pytest", "pluggy", "py", "pytest_simloop", "xdist", "execnet", "coverage", "pytest_cov",
+    "hypothesis", "_hypothesis_pytestplugin", "_hypothesis_ftz_detector", "_hypothesis_globals",
+    "freezegun", "time_machine", "_time_machine",
+})
+_STDLIB = frozenset(sys.stdlib_module_names)
+_INSTALLED = tuple({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+
+
+class _Index:
+    """What each module of ``sys.modules`` aliases, by module name; refreshed when ``sys.modules`` grew."""
+
+    seen: ClassVar[dict[str, ModuleType]] = {}
+    found: ClassVar[dict[str, list[Alias]]] = {}
+    flat: ClassVar[list[Alias]] = []
+    signature: ClassVar[tuple[int, str | None, object]] = (-1, None, None)
+
+
+def _signature() -> tuple[int, str | None, object]:
+    # Modules are added at the end of sys.modules (a dict keeps insertion order): its size and last entry
+    # change whenever one is imported, re-imported or removed.
+    modules = sys.modules
+    try:
+        last = next(reversed(modules))
+    except (StopIteration, RuntimeError):  # empty, or changed by another thread meanwhile
+        return (-1, None, None)
+    return (len(modules), last, modules.get(last))
+
+
+def find_aliases(functions: Mapping[int, str], classes: Mapping[int, str]) -> list[Alias]:
+    """Every module global that held one of ``functions`` (``id(obj) -> key``) or, in the user's own
+    modules, one of ``classes``; a cached list, rescanning only modules new since the last call.
+
+    The caller checks each alias's value again before replacing it (a module may rebind its globals).
+    """
+    signature = _signature()
+    if signature == _Index.signature and signature[0] != -1:
+        return _Index.flat
+    seen, found = _Index.seen, _Index.found
+    wanted = {**functions, **classes}
+    current: dict[str, ModuleType] = {}
+    for name, module in list(sys.modules.items()):
+        if not isinstance(module, ModuleType):
+            continue
+        current[name] = module
+        if seen.get(name) is not module:
+            found[name] = _scan(name, module, wanted, classes)
+    for name in [n for n in found if n not in current]:
+        del found[name]
+    _Index.seen = current
+    _Index.flat = [alias for aliases in found.values() for alias in aliases]
+    _Index.signature = signature
+    return _Index.flat
+
+
+def _scan(name: str, module: ModuleType, wanted: Mapping[int, str], classes: Mapping[int, str]) -> list[Alias]:
+    top = name.partition(".")[0]
+    if top in _STDLIB or top in HARNESS or (top == "simloop" and not name.startswith("simloop.examples")):
+        return []
+    namespace = getattr(module, "__dict__", None)
+    if type(namespace) is not dict:
+        return []
+    try:
+        hits = [(attr, id(value)) for attr, value in namespace.items() if id(value) in wanted]
+    except RuntimeError:  # the module is still being filled by another thread's import: look next time
+        return []
+    if any(ident in classes for _, ident in hits) and not _own(name, module):
+        hits = [(attr, ident) for attr, ident in hits if ident not in classes]
+    return [(module, attr, wanted[ident]) for attr, ident in hits]
+
+
+def _own(name: str, module: ModuleType) -> bool:
+    """Whether the module is the user's own code (not an installed package); simloop's examples count."""
+    if name.startswith("simloop.examples"):
+        return True
+    path = getattr(module, "__file__", None)
+    if not isinstance(path, str):
+        return True  # __main__ of ``python -c``, a module built in memory
+    return not path.startswith(_INSTALLED) and "site-packages" not in path and "dist-packages" not in path
