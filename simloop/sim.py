@@ -374,9 +374,10 @@ class Sim:
                     raise SimloopInternalError(f"simloop failed while simulating the API: {e.error!r}") from e.error
                 except UsageError:
                     raise
-                except (Exception, SystemExit, KeyboardInterrupt) as e:  # noqa: BLE001
-                    # the loop raised (even SystemExit, or a KeyboardInterrupt of its own): an outcome the `crash`
-                    # invariant reports, not simloop's exit (a real Ctrl-C reaches the caller's thread: see run)
+                except (Exception, SystemExit, KeyboardInterrupt, asyncio.CancelledError) as e:  # noqa: BLE001
+                    # the loop raised (even SystemExit, a KeyboardInterrupt of its own or a CancelledError its Stop
+                    # wiring caused): an outcome the `crash` invariant reports, not simloop's exit (a real Ctrl-C
+                    # reaches the caller's thread: see run)
                     result = self._record_error(e)
                 if self.transcript.halt is None:
                     self._threads_left(tid)
@@ -404,16 +405,38 @@ class Sim:
         if plan is not None and plan.at is not None and self._guard.on_time is not None:
             # on the virtual-time event loop the Stop lands on time, in the middle of an awaited call
             timer = asyncio.get_running_loop().call_later(max(plan.at - self.clock.now(), 0.0), self._guard.on_time)
-        try:
+        kept: list[Any] = []  # what the drive returned, and the CancelledError that escaped it
+
+        async def lives() -> None:
             while True:
                 try:
-                    returned = await drive(self)  # type: ignore[misc]
-                    break
+                    kept.append(await drive(self))  # type: ignore[misc]
+                    return
                 except SimulatedCrash as crash:
                     self._restart(crash)
+                except asyncio.CancelledError as e:
+                    kept.append(_Escaped(e))
+                    raise
+
+        # The drive runs as a task of its own: the README's Stop recipe cancels ``asyncio.current_task()``, and a
+        # Stop that fires after the loop's last ``await`` cancels that task once its coroutine has returned.  The
+        # cancellation is then the drive task's, and the returned value is still in ``kept``: never a
+        # CancelledError out of simloop's own event loop.
+        task = asyncio.get_running_loop().create_task(lives())
+        try:
+            await task
+        except asyncio.CancelledError:
+            own = asyncio.current_task()
+            if own is not None and own.cancelling():  # the drive cancelled simloop's task too: not a Stop of ours
+                own.uncancel()
+            if not kept:  # cancelled before the drive's coroutine ever ran
+                kept.append(_Escaped(asyncio.CancelledError()))
         finally:
             if timer is not None:
                 timer.cancel()  # the loop returned: no Stop after that
+        returned = kept[0]
+        if isinstance(returned, _Escaped):
+            raise returned.error
         return self._record(returned)
 
     def _sync_lives(self, drive: Drive) -> Any:
@@ -498,6 +521,15 @@ class Sim:
 
     def __repr__(self) -> str:
         return f"Sim({self.scenario.name!r}, seed={self.seed})"
+
+
+class _Escaped:
+    """An exception that escaped an async drive (kept apart from what a drive may return)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
 
 
 class UserTurns(Sequence[str]):

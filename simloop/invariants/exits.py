@@ -33,6 +33,11 @@ def crash(t: Transcript) -> list[Violation]:
         "instead of raising (a library loop that raises API errors by design is adapted by catching them in the "
         "drive and returning Outcome(reason='error', text=...))"
     )
+    if raised.startswith("CancelledError"):
+        message += (
+            "; an async loop that cancels its task on Stop (sim.abort.add_callback(asyncio.current_task().cancel)) "
+            "catches the CancelledError around every await of its turn and returns Outcome(reason='aborted')"
+        )
     evidence = {"exception": outcome.exception, "where": outcome.where, "t": outcome.t}
     return [Violation("crash", message, step, evidence)]
 
