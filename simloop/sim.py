@@ -26,9 +26,11 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 
+from simloop import _process
 from simloop._abort import AbortSignal, _AbortTrigger, recorder
 from simloop._frames import loop_frame
 from simloop._netguard import NetworkPolicy, check_policy, guarding
+from simloop._process import ProcessExit, Run, forked_call, running
 from simloop._stack import on_fresh_stack
 from simloop._watchdog import LoopHalted, Watchdog, park, where_in, where_of
 from simloop._worker import Abandoned, run_on_worker
@@ -162,6 +164,7 @@ class Sim:
         self._ran = False
         self._halted_at: float | None = None  # REAL.monotonic() when the run was first seen halted
         self._turns = UserTurns(self)
+        self._proc: Run | None = None  # the run's share of the process (simloop._process), while it runs
 
     @property
     def budget(self) -> Budget:
@@ -297,7 +300,8 @@ class Sim:
         state = random.getstate()
         random.seed(self.seed)  # the SDK's retry jitter reads the global PRNG
         try:
-            return run_on_worker(lambda: self._run(drive), give_up=self._give_up, on_abandon=self._let_go)
+            with _process.bounded():  # the command's last resort: a run holding the GIL past it ends the process
+                return run_on_worker(lambda: self._run(drive), give_up=self._give_up, on_abandon=self._let_go)
         except Abandoned as e:
             return self._abandoned(e.thread_id)
         except KeyboardInterrupt:  # a real Ctrl-C reached the caller: the loop's thread is left as it is
@@ -355,7 +359,8 @@ class Sim:
     def _run(self, drive: Drive) -> Outcome:
         tid = threading.get_ident()
         with self.clock.patched(), self.watchdog.watching(), \
-                guarding(self.clock, self.network, self._guard.blocked):
+                guarding(self.clock, self.network, self._guard.blocked), running(self.clock) as proc:
+            self._proc = proc
             try:
                 try:
                     if inspect.iscoroutinefunction(drive):
@@ -374,23 +379,37 @@ class Sim:
                     raise SimloopInternalError(f"simloop failed while simulating the API: {e.error!r}") from e.error
                 except UsageError:
                     raise
-                except (Exception, SystemExit, KeyboardInterrupt, asyncio.CancelledError) as e:  # noqa: BLE001
+                except (Exception, SystemExit, KeyboardInterrupt, asyncio.CancelledError,  # noqa: BLE001
+                        ProcessExit) as e:
                     # the loop raised (even SystemExit, a KeyboardInterrupt of its own or a CancelledError its Stop
                     # wiring caused): an outcome the `crash` invariant reports, not simloop's exit (a real Ctrl-C
                     # reaches the caller's thread: see run)
                     result = self._record_error(e)
                 if self.transcript.halt is None:
                     self._threads_left(tid)
+                self._forks_seen()
             except LoopHalted:  # a halt delivered while the run was being recorded: the run is over anyway
                 result = self._record_error(LoopHalted("watchdog", "halted while the run was being recorded"))
         return result
 
+    def _forks_seen(self) -> None:
+        """A child forked during the run made a model call or ran a tool in its own copy of the simulator: the
+        run cannot be checked, so it fails (`stops`, budget ``fork``) with how to expose such tools."""
+        reports = self._proc.fork_reports() if self._proc is not None else []
+        if reports:
+            detail = "; ".join(reports[:5]) + (f"; and {len(reports) - 5} more" if len(reports) > 5 else "")
+            self.transcript.append(Halt(t=self.clock.now(), budget="fork", detail=detail))
+
     def _threads_left(self, tid: int) -> None:
-        """Record the threads the loop started that are still running now it returned (not idle pool workers)."""
+        """Record the threads the loop started that are still running now it returned (not idle pool workers),
+        and the pool jobs, threads started by hand and child processes it left (`simloop._process`)."""
+        deadline = REAL.monotonic() + _THREAD_GRACE
+        assert self._proc is not None
+        for name, where, pid in self._proc.left(_THREAD_GRACE):
+            self.transcript.append(ThreadLeft(t=self.clock.now(), name=name, where=where, pid=pid))
         others = self.clock._thread_ids - {tid}
         if not others:
             return
-        deadline = REAL.monotonic() + _THREAD_GRACE
         for thread in threading.enumerate():
             if thread.ident not in others or _idle_worker(thread):
                 continue
@@ -457,6 +476,8 @@ class Sim:
         self.abort.clear()
 
     def _record(self, returned: Any) -> Outcome:
+        if self._proc is not None and self._proc.exited is not None:  # it ended the process, then swallowed that
+            return self._record_error(self._proc.exited)
         if isinstance(returned, list):
             return self._record_turns(returned)
         outcome = Outcome.coerce(returned)
@@ -622,6 +643,8 @@ class _Guard:
         self.clock.end_at(self.t_before + self.max_virtual_s)
 
     def on_request(self, server: SimServer) -> None:
+        if _process._FORKED:  # in a child forked during the run: its copy of the simulator is not the run's
+            raise forked_call("a model call")
         budget = self.budget
         calls, requests = server.calls - self.calls_before, server.requests - self.requests_before
         if self.halts or calls > budget.model_calls or requests > budget.requests:
@@ -636,6 +659,8 @@ class _Guard:
         self.check_time()
 
     def on_tool(self) -> None:
+        if _process._FORKED:
+            raise forked_call("a tool execution")
         if self.halts:
             raise self._halt("model_calls", "the loop called a tool after simloop halted it")
         self.watchdog.feed()

@@ -217,12 +217,14 @@ class ThreadLeft:
     """A thread the loop started was still running when the loop returned.
 
     ``where`` is ``FILE:LINE in function`` of the thread at that moment.  The thread never holds the
-    process: simloop's threads are daemons and the ``simloop`` command exits after its report.
+    process: simloop's threads are daemons and the ``simloop`` command exits after its report.  With
+    ``pid``, a child process the loop started and left running (simloop killed it).
     """
 
     t: float
     name: str
     where: str
+    pid: int | None = None
     type: str = "thread_left"
 
 

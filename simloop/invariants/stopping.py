@@ -10,7 +10,15 @@ from typing import Any
 from simloop.invariants._base import MESSAGES_PATH, Violation, _canon, _is_reply, _is_write, _View, _view, per_turn
 from simloop.transcript import Halt, Request, Response, ToolEnd, ToolStart, Transcript
 
-__all__ = ["limits", "stops"]
+__all__ = ["FORK_FIX", "limits", "stops"]
+
+#: How a loop runs tools in another process and keeps them in the run (the message of a fork failure).
+FORK_FIX = (
+    "a run records only what reaches its own simulator; to run tools in another process, expose them there: "
+    "run the loop as a command (simloop verify --command CMD), whose tools are served at SIMLOOP_TOOLS_URL "
+    "(POST $SIMLOOP_TOOLS_URL/NAME) and SIMLOOP_MCP_URL (MCP), or call sim.run_tool in the loop's own process "
+    "and hand the child only the work"
+)
 
 # -- stops ------------------------------------------------------------------------------------------------------
 
@@ -47,6 +55,10 @@ def stops(t: Transcript) -> list[Violation]:
                 f"{halt.target or 'a host'}{where}, which simloop blocked")
         fix = ("a loop under test reaches the model only through sim.client, sim.async_client or sim.http_client; "
                "for a loop that must reach a local service, run with network='loopback' (--network loopback)")
+    elif halt.budget == "fork":
+        what = (f"after {made} the loop made calls in a child process forked during the run, which simloop refused "
+                f"there (the child's copy of the simulator records nothing the run sees): {halt.detail}")
+        fix = FORK_FIX
     else:
         what = f"simloop halted the loop after {made} (budget {halt.budget!r}): {halt.detail}"
         fix = "a correct loop returns on its own"
