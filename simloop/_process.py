@@ -37,6 +37,8 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from simloop import _netguard
+from simloop._netguard import _OWN
 from simloop._watchdog import LoopHalted, where_of
 from simloop.clock import _LOCK as _CLOCK_LOCK
 from simloop.clock import REAL, VirtualClock, _threads
@@ -66,7 +68,8 @@ class ProcessExit(BaseException):
 class Run:
     """One run's share of the process: its clock, the exit it took, what it started."""
 
-    __slots__ = ("children_before", "clock", "exited", "fork_reads", "futures", "on_exit", "pid", "threads")
+    __slots__ = ("children_before", "clock", "closers", "env", "exited", "fork_reads", "futures", "on_spawn", "pid",
+                 "threads")
 
     def __init__(self, clock: VirtualClock) -> None:
         self.clock = clock
@@ -76,6 +79,16 @@ class Run:
         self.fork_reads: list[int] = []  # read ends of the pipes children forked in the run report on
         self.futures: list[tuple[concurrent.futures.Future[Any], str]] = []  # pool jobs submitted by the run
         self.threads: list[tuple[int, Any, str]] = []  # (ident, done lock, name): _thread.start_new_thread's
+        #: Called once, just before the run first starts a child process (the Sim serves itself to children).
+        self.on_spawn: Callable[[], None] | None = None
+        self.env: dict[str, str | None] = {}  # variables this run set in the environment -> their values before
+        self.closers: list[Callable[[], None]] = []  # what to close when the run ends
+
+    def set_env(self, values: dict[str, str]) -> None:
+        """Put ``values`` in the process's environment until the run ends (children started from now inherit them)."""
+        for name, value in values.items():
+            self.env.setdefault(name, os.environ.get(name))
+            os.environ[name] = value
 
     def exit(self, what: str) -> ProcessExit:
         """The exception a ``what`` (``os._exit(0)``) of the loop raises; the first one is kept."""
@@ -164,6 +177,14 @@ def running(clock: VirtualClock) -> Iterator[Run]:
         for fd in run.fork_reads:
             with contextlib.suppress(OSError):
                 os.close(fd)
+        for close in run.closers:
+            with contextlib.suppress(Exception):
+                close()
+        for name, old in run.env.items():
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
 
 
 #: Real seconds one run may last before the process ends itself, needing nothing of the loop (set by the
@@ -340,8 +361,14 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     if event not in _SPAWNS or not _RUNS:
         return
     run = _run_of_caller()
-    if run is not None and run.children_before is None:
+    if run is None or _get_ident() in _OWN:  # (a command drive's own command: simloop's, not the loop's)
+        return
+    if run.children_before is None:
         run.children_before = {pid for pid, _ in _children(run.pid)}
+    serve, run.on_spawn = run.on_spawn, None
+    if serve is not None:
+        with contextlib.suppress(Exception):  # (the child then has the fake key, and no simulator to reach)
+            serve()
 
 
 def _before_fork() -> None:
@@ -367,9 +394,24 @@ def _after_fork_child() -> None:
     pipe = _PENDING.pop(_get_ident(), None)
     _PENDING.clear()
     _RUNS.clear()  # the child's exits, kills and threads are its own
-    if pipe is not None:
-        os.close(pipe[0])
-        _FORKED[:] = [pipe[1]]
+    if pipe is None:
+        return
+    os.close(pipe[0])
+    _FORKED[:] = [pipe[1]]
+    # The child may reach the run's loopback server (its environment names it); any other connection is blocked
+    # there, and reported to the parent like a forbidden call
+    for clock, (policy, on_blocked) in list(_netguard._GUARDS.items()):
+        _netguard._GUARDS[clock] = ("loopback" if policy == "block" else policy, _reporting(on_blocked))
+
+
+def _reporting(on_blocked: _netguard.OnBlocked) -> _netguard.OnBlocked:
+    def blocked(target: str, where: str) -> BaseException:
+        with contextlib.suppress(OSError):
+            os.write(_FORKED[0], f"a real network connection to {target} in child process {os.getpid()} at {where}, "
+                                 "which simloop blocked\n".encode("utf-8", "replace"))
+        return on_blocked(target, where)
+
+    return blocked
 
 
 # -- child processes (Linux: /proc) ---------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 from simloop import _process
 from simloop._abort import AbortSignal, _AbortTrigger, recorder
 from simloop._frames import loop_frame
-from simloop._netguard import NetworkPolicy, check_policy, guarding
+from simloop._netguard import NetworkPolicy, check_policy, guarding, simloops_own
 from simloop._process import ProcessExit, Run, forked_call, running
 from simloop._stack import on_fresh_stack
 from simloop._watchdog import LoopHalted, Watchdog, park, where_in, where_of
@@ -361,6 +361,7 @@ class Sim:
         with self.clock.patched(), self.watchdog.watching(), \
                 guarding(self.clock, self.network, self._guard.blocked), running(self.clock) as proc:
             self._proc = proc
+            proc.on_spawn = self._serve_children
             try:
                 try:
                     if inspect.iscoroutinefunction(drive):
@@ -391,6 +392,18 @@ class Sim:
             except LoopHalted:  # a halt delivered while the run was being recorded: the run is over anyway
                 result = self._record_error(LoopHalted("watchdog", "halted while the run was being recorded"))
         return result
+
+    def _serve_children(self) -> None:
+        """The run is about to start a child process: serve this world on loopback, and put its base URL and
+        tools endpoint in the environment the child inherits (its model calls and tools reach this transcript)."""
+        from simloop.wire.loopback import LoopbackServer
+
+        assert self._proc is not None
+        with simloops_own():  # the server is simloop's, not the loop's (see simloop._netguard)
+            server = LoopbackServer(self.server, tools=self.tools, mcp=False, fast_retries=True)
+        self._proc.closers.append(server.close)
+        self._proc.set_env({"ANTHROPIC_BASE_URL": server.base_url,
+                            "SIMLOOP_TOOLS_URL": server.base_url + "/simloop/tools"})
 
     def _forks_seen(self) -> None:
         """A child forked during the run made a model call or ran a tool in its own copy of the simulator: the

@@ -26,7 +26,7 @@ import pytest
 
 from simloop import Outcome, Sim
 from simloop._watchdog import LoopHalted
-from simloop.transcript import Halt, ThreadLeft
+from simloop.transcript import Halt, ThreadLeft, ToolStart
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = [{"name": "search", "kind": "read", "input_schema": {"type": "object"}, "results": ["found"]}]
@@ -257,10 +257,34 @@ def test_a_tool_run_in_a_forked_child_fails_the_run_with_how_to_expose_it() -> N
     [message] = _messages(sim, "stops")
     assert message.startswith("after 2 model calls the loop made calls in a child process forked during the run, "
                               "which simloop refused there")
-    assert message.endswith("to run tools in another process, expose them there: run the loop as a command (simloop "
-                            "verify --command CMD), whose tools are served at SIMLOOP_TOOLS_URL (POST "
-                            "$SIMLOOP_TOOLS_URL/NAME) and SIMLOOP_MCP_URL (MCP), or call sim.run_tool in the loop's "
-                            "own process and hand the child only the work")
+    assert message.endswith(
+        "a child process of a run finds the run's tools at $SIMLOOP_TOOLS_URL (POST $SIMLOOP_TOOLS_URL/NAME, the input "
+        "as the JSON body) and its simulated API at $ANTHROPIC_BASE_URL in its environment: call those from the "
+        "child, not the copy of the Sim it inherited (or call sim.run_tool in the loop's own process and hand the "
+        "child only the work; a loop in another language runs as simloop verify --command CMD, with the same "
+        "variables and MCP at $SIMLOOP_MCP_URL)"), message
+
+
+def _post_tool(name: str, input: Any) -> None:
+    import json
+    import urllib.request
+
+    request = urllib.request.Request(f"{os.environ['SIMLOOP_TOOLS_URL']}/{name}", data=json.dumps(input).encode(),
+                                     headers={"content-type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as answer:  # the run's loopback tools endpoint
+        assert json.load(answer)["content"] == "found"
+
+
+def test_a_forked_child_that_runs_its_tool_through_the_tools_endpoint_is_in_the_run() -> None:
+    def in_child(sim: Sim, call: Any) -> str:
+        child = multiprocessing.get_context("fork").Process(target=_post_tool, args=(call.name, call.input))
+        child.start()
+        child.join()
+        assert child.exitcode == 0
+        return "found"
+
+    sim = _run(in_child)
+    assert [s.tool for s in sim.transcript.of(ToolStart)] == ["search"] and sim.check().ok, sim.check().violations
 
 
 def test_a_fork_that_runs_no_tool_is_fine() -> None:
@@ -358,3 +382,40 @@ def test_the_hard_timeout_takes_a_finite_number_of_seconds(tmp_path: Path) -> No
 
     assert main(["run", str(ROOT / "scenarios"), "--drive", "examples.correct_sync:drive",
                  "--hard-timeout", "inf"]) == 2
+
+
+CHILD_AGENT = """\
+import anthropic, os
+reply = anthropic.Anthropic().messages.create(model="m", max_tokens=8, messages=[{"role": "user", "content": "x"}])
+print(os.environ["ANTHROPIC_API_KEY"][:15], os.environ["ANTHROPIC_BASE_URL"][:17], reply.content[0].text)
+"""
+
+
+def test_a_child_process_reaches_the_simulator_through_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    # before: the child inherited the user's real key and the real API's address
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-the-users-real-key")
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+    printed: list[str] = []
+
+    def sub_agent(sim: Sim, call: Any) -> str:  # a sub-agent run as a process of its own
+        printed.append(subprocess.run([sys.executable, "-c", CHILD_AGENT], capture_output=True, text=True,
+                                      check=True, timeout=60).stdout.strip())
+        return sim.run_tool(call.name, call.input, tool_use_id=call.id)
+
+    world = {**WORLD, "model": [*WORLD["model"][:1], {"end_turn": "from the child"}, {"end_turn": "done"}]}
+    with Sim(world) as sim:
+        sim.run(_loop(sub_agent))
+    assert printed == ["sk-ant-simloop- http://127.0.0.1: from the child"]
+    assert len(sim.transcript.requests) == 3  # the child's model call is in the run's transcript
+    assert "ANTHROPIC_BASE_URL" not in os.environ and os.environ["ANTHROPIC_API_KEY"] == "sk-ant-the-users-real-key"
+
+
+def test_a_forked_child_that_reaches_the_network_is_blocked_and_reported() -> None:
+    def in_child(sim: Sim, call: Any) -> str:
+        child = multiprocessing.get_context("fork").Process(target=socket.getaddrinfo, args=("example.com", 443))
+        child.start()
+        child.join()
+        return sim.run_tool(call.name, call.input, tool_use_id=call.id)
+
+    [halt] = _run(in_child).transcript.of(Halt)
+    assert halt.budget == "fork" and halt.detail.startswith("a real network connection to example.com:443 in child ")

@@ -14,10 +14,11 @@ __all__ = ["FORK_FIX", "limits", "stops"]
 
 #: How a loop runs tools in another process and keeps them in the run (the message of a fork failure).
 FORK_FIX = (
-    "a run records only what reaches its own simulator; to run tools in another process, expose them there: "
-    "run the loop as a command (simloop verify --command CMD), whose tools are served at SIMLOOP_TOOLS_URL "
-    "(POST $SIMLOOP_TOOLS_URL/NAME) and SIMLOOP_MCP_URL (MCP), or call sim.run_tool in the loop's own process "
-    "and hand the child only the work"
+    "a child process of a run finds the run's tools at $SIMLOOP_TOOLS_URL (POST $SIMLOOP_TOOLS_URL/NAME, the input "
+    "as the JSON body) and its simulated API at $ANTHROPIC_BASE_URL in its environment: call those from the child, "
+    "not the copy of the Sim it inherited (or call sim.run_tool in the loop's own process and hand the child only "
+    "the work; a loop in another language runs as simloop verify --command CMD, with the same variables and MCP "
+    "at $SIMLOOP_MCP_URL)"
 )
 
 # -- stops ------------------------------------------------------------------------------------------------------
