@@ -26,7 +26,7 @@ import pytest
 
 from simloop import Outcome, Sim
 from simloop._watchdog import LoopHalted
-from simloop.transcript import Halt, ThreadLeft, ToolStart
+from simloop.transcript import Halt, OutcomeEvent, ThreadLeft, ToolStart, Transcript
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = [{"name": "search", "kind": "read", "input_schema": {"type": "object"}, "results": ["found"]}]
@@ -156,57 +156,66 @@ def test_the_command_exits_after_its_report_whatever_the_exit_hooks_do(tmp_path:
 POOL = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="made-before-the-run")
 
 
-def test_a_tool_queued_on_a_pool_made_before_the_run_is_seen_after_return() -> None:
+@pytest.fixture
+def returned(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Set once a run records its outcome: the loop has returned."""
+    event = threading.Event()
+    append = Transcript.append
+
+    def watched(self: Transcript, e: Any) -> None:
+        append(self, e)
+        if isinstance(e, OutcomeEvent):
+            event.set()
+
+    monkeypatch.setattr(Transcript, "append", watched)
+    return event
+
+
+@pytest.mark.parametrize("how", ["a pool made before the run", "_thread.start_new_thread"])
+def test_a_tool_queued_elsewhere_that_runs_after_the_loop_returned_is_seen(how: str, returned: threading.Event) -> None:
     POOL.submit(int).result()  # the pool's thread exists before the run, as a module-level pool's does
-    gate = threading.Event()
 
     def queued(sim: Sim, call: Any) -> str:
-        POOL.submit(lambda: (gate.wait(5), sim.run_tool(call.name, call.input, tool_use_id=call.id)))
+        def write() -> None:
+            returned.wait(5)  # the write runs only once the loop has said it is done
+            sim.run_tool(call.name, call.input, tool_use_id=call.id)
+
+        if how == "_thread.start_new_thread":
+            _thread.start_new_thread(write, ())
+        else:
+            POOL.submit(write)
         return "queued"
 
-    def drive(sim: Sim) -> Outcome:
-        try:
-            return _loop(queued)(sim)
-        finally:
-            gate.set()  # the write runs only once the loop has said it is done
-
-    with Sim(WORLD) as sim:
-        sim.run(drive)
+    sim = _run(queued)
     assert _messages(sim, "no_work_after_return") == [(
         "search (exec 1) started after the loop returned; a correct loop waits for (or cancels and awaits) every tool "
         "and model call it started before it returns")]
 
 
-def test_a_tool_on_a_thread_started_with_the_thread_module_is_seen_after_return() -> None:
-    gate = threading.Event()
-
-    def queued(sim: Sim, call: Any) -> str:
-        _thread.start_new_thread(lambda: (gate.wait(5), sim.run_tool(call.name, call.input, tool_use_id=call.id)), ())
-        return "queued"
-
-    def drive(sim: Sim) -> Outcome:
-        try:
-            return _loop(queued)(sim)
-        finally:
-            gate.set()
-
-    with Sim(WORLD) as sim:
-        sim.run(drive)
-    assert [m.split(";")[0] for m in _messages(sim, "no_work_after_return")] == [
-        "search (exec 1) started after the loop returned"]
-
-
-def test_a_pool_job_still_running_when_the_loop_returned_is_reported() -> None:
+@pytest.mark.parametrize("how", ["a pool made before the run", "_thread.start_new_thread"])
+def test_work_queued_elsewhere_and_still_running_when_the_loop_returned_is_reported(how: str) -> None:
+    # before: not seen at all (the pool's thread and a _thread thread are not threads the run knew it started)
     POOL.submit(int).result()
     release = threading.Event()
+
+    def write_later(sim: Sim, call: Any) -> str:
+        if how == "_thread.start_new_thread":
+            _thread.start_new_thread(release.wait, ())
+        else:
+            POOL.submit(release.wait)
+        return sim.run_tool(call.name, call.input, tool_use_id=call.id)
+
     try:
-        sim = _run(lambda sim, call: (POOL.submit(release.wait), sim.run_tool(call.name, call.input))[1])
+        sim = _run(write_later)
     finally:
         release.set()
     [left] = sim.transcript.of(ThreadLeft)
-    assert left.name == "a thread-pool job (Event.wait)"
-    assert _messages(sim, "no_work_after_return")[0].startswith(
-        "thread 'a thread-pool job (Event.wait)' was still running at (queued or running in a pool made outside")
+    [message] = _messages(sim, "no_work_after_return")
+    if how == "_thread.start_new_thread":
+        assert left.name == "_thread Event.wait" and message.startswith("thread '_thread Event.wait' was still running")
+    else:
+        assert message.startswith("thread 'a thread-pool job (Event.wait)' was still running at (queued or running "
+                                  "in a pool made outside the run) when the loop returned"), message
 
 
 @pytest.mark.parametrize("how", ["subprocess", "multiprocessing"])
