@@ -199,9 +199,10 @@ class Halt:
 
     ``budget`` is what ran out or went wrong: ``model_calls``, ``virtual_time``, ``watchdog`` (no model
     or tool call for too long in real time), ``deadlock`` (an event loop that can never wake up),
-    ``network`` (a real network connection, blocked) or ``abandoned`` (a second Halt: the loop did not
-    unwind, and simloop left its thread parked).  ``where`` is ``FILE:LINE in function`` of the loop
-    when it was halted, ``target`` the ``host:port`` of a blocked connection.
+    ``network`` (a real network connection, blocked), ``fork`` (a child forked during the run called the
+    model or a tool through its copy of the Sim, or the network; refused there) or ``abandoned`` (a second
+    Halt: the loop did not unwind, and simloop left its thread parked).  ``where`` is ``FILE:LINE in
+    function`` of the loop when it was halted, ``target`` the ``host:port`` of a blocked connection.
     """
 
     t: float
