@@ -365,6 +365,9 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         return
     if run.children_before is None:
         run.children_before = {pid for pid, _ in _children(run.pid)}
+    env = args[3] if event == "subprocess.Popen" and len(args) > 3 else None
+    if isinstance(env, dict) and "SIMLOOP_TOOLS_URL" in env:  # pointed at a simulator already (a command drive's)
+        return
     serve, run.on_spawn = run.on_spawn, None
     if serve is not None:
         with contextlib.suppress(Exception):  # (the child then has the fake key, and no simulator to reach)
