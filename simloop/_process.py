@@ -45,7 +45,7 @@ from simloop.clock import REAL, VirtualClock, _threads
 from simloop.invariants.stopping import FORK_FIX
 
 __all__ = ["FINAL_CODE", "LAST_RESORT_S", "REAL_EXIT", "ProcessExit", "Run", "bounded", "forked_call", "install",
-           "running"]
+           "release", "running"]
 
 REAL_EXIT = os._exit
 _REAL_ABORT = os.abort
@@ -166,25 +166,34 @@ def running(clock: VirtualClock) -> Iterator[Run]:
     try:
         yield run
     finally:
-        _RUNS.pop(clock, None)
-        if not _RUNS:
-            for name, old in _ENV.items():
-                if old is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = old
-            _ENV.clear()
-        for fd in run.fork_reads:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        for close in run.closers:
-            with contextlib.suppress(Exception):
-                close()
-        for name, old in run.env.items():
+        release(clock)
+
+
+def release(clock: VirtualClock) -> None:
+    """End the run on ``clock`` now (idempotent): close what it opened, restore the environment.  The Sim calls it
+    for a run it abandons, whose thread never leaves `running`."""
+    run = _RUNS.pop(clock, None)
+    if run is None:
+        return
+    if not _RUNS:
+        for name, old in _ENV.items():
             if old is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = old
+        _ENV.clear()
+    for fd in run.fork_reads:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    run.fork_reads = []
+    for close in run.closers:
+        with contextlib.suppress(Exception):
+            close()
+    for name, old in run.env.items():
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
 
 
 #: Real seconds one run may last before the process ends itself, needing nothing of the loop (set by the
@@ -281,24 +290,31 @@ def _fatal(sig: int) -> bool:
     return handler == signal.SIG_DFL and sig not in harmless and sig != 0
 
 
+def _name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return str(sig)
+
+
 def _kill_checked(pid: int, sig: int) -> None:
     run = _run_of_caller()
     if run is not None and _fatal(sig) and (pid in (os.getpid(), 0) or (pid < 0 and -pid == os.getpgrp())):
-        raise run.exit(f"os.kill({pid}, {signal.Signals(sig).name})")
+        raise run.exit(f"os.kill({pid}, {_name(sig)})")
     _REAL_KILL(pid, sig)
 
 
 def _killpg_checked(pgid: int, sig: int) -> None:
     run = _run_of_caller()
     if run is not None and _fatal(sig) and pgid in (0, os.getpgrp()):
-        raise run.exit(f"os.killpg({pgid}, {signal.Signals(sig).name})")
+        raise run.exit(f"os.killpg({pgid}, {_name(sig)})")
     _REAL_KILLPG(pgid, sig)
 
 
 def _raise_signal(sig: int) -> None:
     run = _run_of_caller()
     if run is not None and _fatal(sig):
-        raise run.exit(f"signal.raise_signal({signal.Signals(sig).name})")
+        raise run.exit(f"signal.raise_signal({_name(sig)})")
     _REAL_RAISE_SIGNAL(sig)
 
 

@@ -309,6 +309,7 @@ class Sim:
             if self.watchdog._thread_id is not None:
                 self.watchdog.abandon(self.watchdog._thread_id, interrupt=False)
             self.clock.release()  # the rest of the process runs in real time
+            _process.release(self.clock)
             raise
         finally:
             random.setstate(state)
@@ -335,6 +336,7 @@ class Sim:
     def _abandoned(self, thread_id: int) -> Outcome:
         """Report a run whose thread would not end (blocked in C, or swallowing every halt)."""
         self.clock.release()  # its patched() block never exits: the rest of the process runs in real time
+        _process.release(self.clock)  # nor does its share of the process: the environment is restored
         where = where_in(thread_id)
         halts = self._halts()
         now = self.clock.now()

@@ -23,6 +23,7 @@ from typing import Any
 
 import anthropic
 import pytest
+from _isolated import in_fresh_process
 
 from simloop import Outcome, Sim
 from simloop._watchdog import LoopHalted
@@ -428,3 +429,17 @@ def test_a_forked_child_that_reaches_the_network_is_blocked_and_reported() -> No
 
     [halt] = _run(in_child).transcript.of(Halt)
     assert halt.budget == "fork" and halt.detail.startswith("a real network connection to example.com:443 in child ")
+
+
+@in_fresh_process
+def test_an_abandoned_run_gives_the_environment_back() -> None:
+    os.environ["ANTHROPIC_API_KEY"] = "sk-ant-the-users-real-key"
+
+    def blocked(sim: Sim) -> Outcome:
+        threading.Event().wait()  # blocked in C for good: the run is abandoned
+        return Outcome("final")
+
+    with Sim(WORLD, watchdog_s=0.2) as sim:
+        sim.run(blocked)
+    assert sim.transcript.of(Halt)[-1].budget == "abandoned"
+    assert os.environ["ANTHROPIC_API_KEY"] == "sk-ant-the-users-real-key"
