@@ -443,3 +443,17 @@ def test_an_abandoned_run_gives_the_environment_back() -> None:
         sim.run(blocked)
     assert sim.transcript.of(Halt)[-1].budget == "abandoned"
     assert os.environ["ANTHROPIC_API_KEY"] == "sk-ant-the-users-real-key"
+
+
+def test_simloop_reports_a_process_left_running_and_ends(tmp_path: Path) -> None:
+    # before: reported ok, and then `simloop` never exited (multiprocessing joins its children at exit)
+    project = _project(tmp_path, """
+        import multiprocessing
+        def drive(sim):
+            multiprocessing.get_context("fork").Process(target=threading.Event().wait).start()
+            return reference(sim)
+        """)
+    done = _simloop(project, "verify", "agent:drive", "--max-examples", "3", "--seed", "0", "--no-progress")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "[no_work_after_return]" in done.stdout and "was still running when the loop returned (simloop killed it)" in (
+        done.stdout)
