@@ -8,7 +8,8 @@ a socket connection from the loop's threads is the loop reaching past the Sim.
 An audit hook (`sys.addaudithook`, PEP 578) sees every ``socket.getaddrinfo``, ``socket.connect``, ...
 of the process.  Audit hooks cannot be removed, so the hook is installed once, on the first guarded
 run, and acts only in threads that run on a guarded Sim's clock: the drive's thread and the threads
-it starts (the scoping of virtual time, `simloop.clock`).  simloop's own threads, the loopback server
+it starts (the scoping of virtual time, `simloop.clock`; threads started with ``_thread.start_new_thread`` and a
+pool's thread while it runs a job the run submitted are the run's too: `simloop._process`).  simloop's own threads, the loopback server
 (``simloop serve``), the test runner and every thread outside a run are never affected.  The hook's
 cost outside a socket event is one set lookup per audit event.
 
@@ -46,7 +47,7 @@ POLICIES: tuple[str, ...] = ("block", "loopback", "allow")
 # What the guard looks at: name lookups, connections, and datagrams sent to an address.
 _EVENTS = frozenset({
     "socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyname_ex", "socket.gethostbyaddr",
-    "socket.connect", "socket.sendto", "socket.sendmsg",
+    "socket.getnameinfo", "socket.connect", "socket.sendto", "socket.sendmsg",
 })
 _LOOKUPS = frozenset({"socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyname_ex",
                       "socket.gethostbyaddr"})
@@ -123,6 +124,13 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
 
 def _target(event: str, args: tuple[Any, ...]) -> tuple[str, Any] | None:
     """(host, port) an event reaches for, or None when it is not network (a Unix socket, a bind lookup)."""
+    if event == "socket.getnameinfo":  # reverse DNS: args (sockaddr,)
+        address = args[0] if args else None
+        if not isinstance(address, tuple) or not address:
+            return None
+        host = address[0]
+        return (host.decode("ascii", "replace") if isinstance(host, bytes) else str(host),
+                address[1] if len(address) > 1 else None)
     if event in _LOOKUPS:
         host = args[0] if args else None
         if host is None:

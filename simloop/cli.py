@@ -102,6 +102,30 @@ def cli() -> None:
 
 # -- verify ----------------------------------------------------------------------------------------------------------
 
+def _hard_timeout(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """``--hard-timeout``: finite and above 0; arms the last-resort bound of every run (`simloop._process.bounded`)."""
+    import math
+
+    from simloop import _process
+
+    if not math.isfinite(value) or not 0 < value <= 7 * 86400:
+        raise click.BadParameter(f"{value!r} is not a number of seconds between 0 (excluded) and 604800 (7 days)")
+    _process.LAST_RESORT_S[:] = [value]
+    return value
+
+
+_HARD_TIMEOUT = click.option(
+    "--hard-timeout",
+    type=float,
+    default=300.0,
+    show_default=True,
+    callback=_hard_timeout,
+    expose_value=False,
+    help="Real seconds one run may last, whatever the loop does: past them simloop prints where every thread is "
+    "and exits with status 1 (a last resort for a loop stuck in C, e.g. a catastrophic regex, that the watchdog "
+    "cannot unwind).",
+)
+
 _NETWORK = click.option(
     "--network",
     type=click.Choice(["block", "loopback", "allow"]),
@@ -287,6 +311,7 @@ class _Counter:
     "--progress/--no-progress", default=None, help="Show a progress bar on stderr [default: when stderr is a terminal]."
 )
 @_NETWORK
+@_HARD_TIMEOUT
 def verify(
     drive: str | None,
     command: str | None,
@@ -547,6 +572,7 @@ class _ProgressBar:
     + ", ".join(_LIMIT_NAMES) + " (abort, restarts and turns are accepted too).",
 )
 @_NETWORK
+@_HARD_TIMEOUT
 def run(
     paths: Sequence[str], drive_spec: str | None, command: str | None, seed: int, trace: str | None, verbose: bool,
     allow_functions: bool, abort: bool, restarts: int, turns: int, claimed: tuple[str, ...], network: str,
@@ -1176,36 +1202,60 @@ def init(folder: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code (0 clean, 1 violations, 2 usage errors).
 
-    As the console script (``argv`` None), the process ends after the report even when a loop under
-    test left threads running (see `_exit_now_if_held`).
+    As the console script (``argv`` None), the process ends with that code right after the report, whatever
+    a loop under test left behind (see `_exit_after_report`).
     """
     code = _main(argv)
     if argv is None:
-        _exit_now_if_held(code)
+        _exit_after_report(code)
     return code
 
 
-def _exit_now_if_held(code: int) -> None:
-    """End the process with ``code`` now if a thread a loop left behind would keep it alive.
+#: Real seconds the exit hooks (``atexit``) get after the report before the command ends regardless.
+EXIT_HOOKS_S = 2.0
 
-    Python waits at exit for every non-daemon thread, and for every thread-pool worker (even a daemon
-    one); a loop under test that left one blocked would hold ``simloop`` after its report, so
-    the command flushes its output and ends without waiting.
+
+def _exit_after_report(code: int, *, hooks_s: float = EXIT_HOOKS_S) -> None:
+    """End the process with ``code`` now: the verdict is given, nothing a loop left may change or delay it.
+
+    Python waits at exit for every non-daemon thread and thread-pool worker, and runs the exit hooks (a loop's
+    ``atexit`` hook may never return, or call ``os._exit(0)``).  So the command flushes its output, gives the
+    hooks ``hooks_s`` seconds on a daemon thread (a hook's own exit is turned into this one), and ends with
+    ``os._exit(code)``.
     """
-    import concurrent.futures.thread as pool
+    import atexit
 
-    main_thread = threading.main_thread()
-    held = any(t is not main_thread and t.is_alive() and not t.daemon for t in threading.enumerate())
-    if held or getattr(pool, "_threads_queues", None):
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(code)
+    from simloop import _process
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    _process.install()
+    _process.FINAL_CODE[:] = [code]  # an os._exit in a hook ends the process with the verdict's code
+    hooks = threading.Thread(target=atexit._run_exitfuncs, name="simloop-exit-hooks", daemon=True)
+    hooks.start()
+    hooks.join(hooks_s)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    _process.REAL_EXIT(code)
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    from simloop import _process
+
+    _process.install()  # before the loop's modules are imported: an `os._exit` they bind is simloop's
+    try:
+        return _command(argv)
+    finally:
+        _process.LAST_RESORT_S.clear()  # (main() called from Python: the next runs are not the command's)
+
+
+def _command(argv: Sequence[str] | None) -> int:
     try:
         rv = cli.main(args=list(argv) if argv is not None else None, prog_name="simloop", standalone_mode=False)
     except click.UsageError as e:

@@ -78,6 +78,7 @@ import contextlib
 import datetime as _dt
 import functools
 import math
+import os
 import queue
 import selectors
 import sys
@@ -894,10 +895,12 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
         return ssock is None or ssock.fileno() not in registered
 
     def _stuck_at(self) -> str | None:
-        """Where the first pending task (by name: the main one is ``Task-1`` or the like) waits."""
+        """Where the first pending task (by name: the main one is ``Task-1`` or the like) waits; not simloop's own
+        task that awaits a Sim's drive task."""
+        own = os.path.dirname(os.path.abspath(__file__))
         for task in sorted(asyncio.all_tasks(self), key=lambda t: t.get_name()):
             where = _innermost(task)
-            if where is not None:
+            if where is not None and not where.startswith(own + os.sep):
                 return where
         return None
 

@@ -26,10 +26,12 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 
+from simloop import _process
 from simloop._abort import AbortSignal, _AbortTrigger, recorder
 from simloop._frames import loop_frame
-from simloop._netguard import NetworkPolicy, check_policy, guarding
+from simloop._netguard import NetworkPolicy, check_policy, guarding, simloops_own
 from simloop._prepare import before_run
+from simloop._process import ProcessExit, Run, forked_call, running
 from simloop._stack import on_fresh_stack
 from simloop._watchdog import LoopHalted, Watchdog, park, where_in, where_of
 from simloop._worker import Abandoned, run_on_worker
@@ -170,6 +172,7 @@ class Sim:
         self._ran = False
         self._halted_at: float | None = None  # REAL.monotonic() when the run was first seen halted
         self._turns = UserTurns(self)
+        self._proc: Run | None = None  # the run's share of the process (simloop._process), while it runs
 
     @property
     def budget(self) -> Budget:
@@ -311,7 +314,8 @@ class Sim:
         state = random.getstate()
         random.seed(self.seed)  # the SDK's retry jitter reads the global PRNG
         try:
-            return run_on_worker(lambda: self._run(drive), give_up=self._give_up, on_abandon=self._let_go)
+            with _process.bounded():  # the command's last resort: a run holding the GIL past it ends the process
+                return run_on_worker(lambda: self._run(drive), give_up=self._give_up, on_abandon=self._let_go)
         except Abandoned as e:
             return self._abandoned(e.thread_id)
         except KeyboardInterrupt:  # a real Ctrl-C reached the caller: the loop's thread is left as it is
@@ -319,6 +323,7 @@ class Sim:
             if self.watchdog._thread_id is not None:
                 self.watchdog.abandon(self.watchdog._thread_id, interrupt=False)
             self.clock.release()  # the rest of the process runs in real time
+            _process.release(self.clock)
             raise
         finally:
             random.setstate(state)
@@ -345,6 +350,7 @@ class Sim:
     def _abandoned(self, thread_id: int) -> Outcome:
         """Report a run whose thread would not end (blocked in C, or swallowing every halt)."""
         self.clock.release()  # its patched() block never exits: the rest of the process runs in real time
+        _process.release(self.clock)  # nor does its share of the process: the environment is restored
         where = where_in(thread_id)
         halts = self._halts()
         now = self.clock.now()
@@ -368,15 +374,19 @@ class Sim:
 
     def _run(self, drive: Drive) -> Outcome:
         tid = threading.get_ident()
-        with self.clock.patched(), guarding(self.clock, self.network, self._guard.blocked):
+        with self.clock.patched(), guarding(self.clock, self.network, self._guard.blocked), \
+                running(self.clock) as proc:
+            self._proc = proc
+            proc.on_spawn = self._serve_children
             try:
                 with self.watchdog.watching():
                     result = self._drive(drive)
             except LoopHalted:  # a halt delivered while the run was being recorded: the run is over anyway
                 result = self._record_error(LoopHalted("watchdog", "halted while the run was being recorded"))
-            # simloop's own teardown, on no budget of the loop's: the threads it left running
+            # simloop's own teardown, on no budget of the loop's: the threads and processes it left running
             if self.transcript.halt is None:
                 self._threads_left(tid)
+            self._forks_seen()
         return result
 
     def _drive(self, drive: Drive) -> Outcome:
@@ -397,17 +407,42 @@ class Sim:
             raise SimloopInternalError(f"simloop failed while simulating the API: {e.error!r}") from e.error
         except UsageError:
             raise
-        except (Exception, SystemExit, KeyboardInterrupt) as e:  # noqa: BLE001
-            # the loop raised (even SystemExit, or a KeyboardInterrupt of its own): an outcome the `crash`
-            # invariant reports, not simloop's exit (a real Ctrl-C reaches the caller's thread: see run)
+        except (Exception, SystemExit, KeyboardInterrupt, asyncio.CancelledError, ProcessExit) as e:  # noqa: BLE001
+            # the loop raised (even SystemExit, a KeyboardInterrupt of its own or a CancelledError its Stop wiring
+            # caused): an outcome the `crash` invariant reports, not simloop's exit (a real Ctrl-C reaches the
+            # caller's thread: see run)
             return self._record_error(e)
 
+    def _serve_children(self) -> None:
+        """The run is about to start a child process: serve this world on loopback, and put its base URL and
+        tools endpoint in the environment the child inherits (its model calls and tools reach this transcript)."""
+        from simloop.wire.loopback import LoopbackServer
+
+        assert self._proc is not None
+        with simloops_own():  # the server is simloop's, not the loop's (see simloop._netguard)
+            server = LoopbackServer(self.server, tools=self.tools, mcp=False, fast_retries=True)
+        self._proc.closers.append(server.close)
+        self._proc.set_env({"ANTHROPIC_BASE_URL": server.base_url,
+                            "SIMLOOP_TOOLS_URL": server.base_url + "/simloop/tools"})
+
+    def _forks_seen(self) -> None:
+        """A child forked during the run made a model call or ran a tool in its own copy of the simulator: the
+        run cannot be checked, so it fails (`stops`, budget ``fork``) with how to expose such tools."""
+        reports = self._proc.fork_reports() if self._proc is not None else []
+        if reports:
+            detail = "; ".join(reports[:5]) + (f"; and {len(reports) - 5} more" if len(reports) > 5 else "")
+            self.transcript.append(Halt(t=self.clock.now(), budget="fork", detail=detail))
+
     def _threads_left(self, tid: int) -> None:
-        """Record the threads the loop started that are still running now it returned (not idle pool workers)."""
+        """Record the threads the loop started that are still running now it returned (not idle pool workers),
+        and the pool jobs, threads started by hand and child processes it left (`simloop._process`)."""
+        deadline = REAL.monotonic() + _THREAD_GRACE
+        assert self._proc is not None
+        for name, where, pid in self._proc.left(_THREAD_GRACE):
+            self.transcript.append(ThreadLeft(t=self.clock.now(), name=name, where=where, pid=pid))
         others = self.clock._thread_ids - {tid}
         if not others:
             return
-        deadline = REAL.monotonic() + _THREAD_GRACE
         for thread in threading.enumerate():
             if thread.ident not in others or _idle_worker(thread):
                 continue
@@ -422,16 +457,38 @@ class Sim:
         if plan is not None and plan.at is not None and self._guard.on_time is not None:
             # on the virtual-time event loop the Stop lands on time, in the middle of an awaited call
             timer = asyncio.get_running_loop().call_later(max(plan.at - self.clock.now(), 0.0), self._guard.on_time)
-        try:
+        kept: list[Any] = []  # what the drive returned, and the CancelledError that escaped it
+
+        async def lives() -> None:
             while True:
                 try:
-                    returned = await drive(self)  # type: ignore[misc]
-                    break
+                    kept.append(await drive(self))  # type: ignore[misc]
+                    return
                 except SimulatedCrash as crash:
                     self._restart(crash)
+                except asyncio.CancelledError as e:
+                    kept.append(_Escaped(e))
+                    raise
+
+        # The drive runs as a task of its own: the README's Stop recipe cancels ``asyncio.current_task()``, and a
+        # Stop that fires after the loop's last ``await`` cancels that task once its coroutine has returned.  The
+        # cancellation is then the drive task's, and the returned value is still in ``kept``: never a
+        # CancelledError out of simloop's own event loop.
+        task = asyncio.get_running_loop().create_task(lives())
+        try:
+            await task
+        except asyncio.CancelledError:
+            own = asyncio.current_task()
+            if own is not None and own.cancelling():  # the drive cancelled simloop's task too: not a Stop of ours
+                own.uncancel()
+            if not kept:  # cancelled before the drive's coroutine ever ran
+                kept.append(_Escaped(asyncio.CancelledError()))
         finally:
             if timer is not None:
                 timer.cancel()  # the loop returned: no Stop after that
+        returned = kept[0]
+        if isinstance(returned, _Escaped):
+            raise returned.error
         return self._record(returned)
 
     def _sync_lives(self, drive: Drive) -> Any:
@@ -452,6 +509,8 @@ class Sim:
         self.abort.clear()
 
     def _record(self, returned: Any) -> Outcome:
+        if self._proc is not None and self._proc.exited is not None:  # it ended the process, then swallowed that
+            return self._record_error(self._proc.exited)
         if isinstance(returned, list):
             return self._record_turns(returned)
         outcome = Outcome.coerce(returned)
@@ -516,6 +575,15 @@ class Sim:
 
     def __repr__(self) -> str:
         return f"Sim({self.scenario.name!r}, seed={self.seed})"
+
+
+class _Escaped:
+    """An exception that escaped an async drive (kept apart from what a drive may return)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
 
 
 class UserTurns(Sequence[str]):
@@ -608,6 +676,8 @@ class _Guard:
         self.clock.end_at(self.t_before + self.max_virtual_s)
 
     def on_request(self, server: SimServer) -> None:
+        if _process._FORKED:  # in a child forked during the run: its copy of the simulator is not the run's
+            raise forked_call("a model call")
         budget = self.budget
         calls, requests = server.calls - self.calls_before, server.requests - self.requests_before
         if self.halts or calls > budget.model_calls or requests > budget.requests:
@@ -622,6 +692,8 @@ class _Guard:
         self.check_time()
 
     def on_tool(self) -> None:
+        if _process._FORKED:
+            raise forked_call("a tool execution")
         if self.halts:
             raise self._halt("model_calls", "the loop called a tool after simloop halted it")
         self.watchdog.feed()

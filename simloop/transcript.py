@@ -205,9 +205,10 @@ class Halt:
 
     ``budget`` is what ran out or went wrong: ``model_calls``, ``virtual_time``, ``watchdog`` (no model
     or tool call for too long in real time), ``deadlock`` (an event loop that can never wake up),
-    ``network`` (a real network connection, blocked) or ``abandoned`` (a second Halt: the loop did not
-    unwind, and simloop left its thread parked).  ``where`` is ``FILE:LINE in function`` of the loop
-    when it was halted, ``target`` the ``host:port`` of a blocked connection.
+    ``network`` (a real network connection, blocked), ``fork`` (a child forked during the run called the
+    model or a tool through its copy of the Sim, or the network; refused there) or ``abandoned`` (a second
+    Halt: the loop did not unwind, and simloop left its thread parked).  ``where`` is ``FILE:LINE in
+    function`` of the loop when it was halted, ``target`` the ``host:port`` of a blocked connection.
     """
 
     t: float
@@ -223,12 +224,14 @@ class ThreadLeft:
     """A thread the loop started was still running when the loop returned.
 
     ``where`` is ``FILE:LINE in function`` of the thread at that moment.  The thread never holds the
-    process: simloop's threads are daemons and the ``simloop`` command exits after its report.
+    process: simloop's threads are daemons and the ``simloop`` command exits after its report.  With
+    ``pid``, a child process the loop started and left running (simloop killed it).
     """
 
     t: float
     name: str
     where: str
+    pid: int | None = None
     type: str = "thread_left"
 
 

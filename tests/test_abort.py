@@ -155,3 +155,52 @@ def test_the_timeline_shows_the_stop_where_it_happened() -> None:
     stop = lines.index("STOP pressed (while tool execution 1 runs) at 2.000s")
     assert lines[stop + 1].startswith("-> search(") and lines[stop + 2].startswith("-> send_email(")
     assert "<-- abort" in text and "outcome of turn 1: aborted" in text
+
+
+async def _recipe(sim: Sim) -> Outcome:
+    """The README's async Stop recipe, as a user writes it: cancel the loop's own task, catch CancelledError."""
+    from examples.correct_async import run_agent
+
+    sim.abort.add_callback(asyncio.current_task().cancel)  # type: ignore[union-attr]
+    try:
+        return await run_agent(sim.async_client, sim.tool_schemas, sim.arun_tool, sim.task, sim.limits,
+                               model=sim.model, stop=sim.abort.is_set)
+    except asyncio.CancelledError:
+        return Outcome("aborted", "stopped by the user")
+
+
+_EVERY_POINT = [
+    *({"after_call": n} for n in (1, 2, 3, 4)), *({"tool_call": n} for n in (1, 2, 3)),
+    *({"at": s} for s in (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 10.0, 60.0)),
+]
+
+
+@pytest.mark.parametrize("point", _EVERY_POINT, ids=lambda p: "-".join(f"{k}={v}" for k, v in p.items()))
+def test_the_async_stop_recipe_ends_in_a_verdict_wherever_stop_lands(point: dict[str, Any]) -> None:
+    # Stop after the loop's last await (after_call: 3 is the final reply) used to end in a raw CancelledError out of
+    # simloop's own event loop: no outcome, no report
+    model = [{"tool_use": [{"name": "search", "input": {"q": "a"}}], "latency": 1},
+             {"tool_use": [{"name": "search", "input": {"q": "b"}}], "latency": 1},
+             {"end_turn": "done", "latency": 1}]
+    with Sim(_world(model, point)) as sim:
+        outcome = sim.run(_recipe)
+    report = sim.check()
+    assert report.ok, [v.message for v in report.violations]
+    assert outcome.reason == ("aborted" if sim.transcript.of(AbortEvent) else "final")
+
+
+def test_a_cancellation_the_loop_lets_escape_is_a_crash_that_says_how_to_catch_it() -> None:
+    async def drive(sim: Sim) -> Outcome:
+        sim.abort.add_callback(asyncio.current_task().cancel)  # type: ignore[union-attr]
+        await sim.async_client.messages.create(model=sim.model, max_tokens=10,
+                                               messages=[{"role": "user", "content": sim.task}])
+        await asyncio.sleep(1)
+        return Outcome("final")
+
+    with Sim(_world([{"end_turn": "a"}], {"after_call": 1})) as sim:
+        outcome = sim.run(drive)
+    assert isinstance(outcome.exception, asyncio.CancelledError)
+    [crash] = sim.check(invariants=["crash"]).violations
+    assert "catches the CancelledError around every await of its turn and returns Outcome(reason='aborted')" in (
+        crash.message)
+    assert "test_abort.py" in (crash.evidence["where"] or "")

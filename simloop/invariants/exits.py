@@ -33,6 +33,17 @@ def crash(t: Transcript) -> list[Violation]:
         "instead of raising (a library loop that raises API errors by design is adapted by catching them in the "
         "drive and returning Outcome(reason='error', text=...))"
     )
+    if raised.startswith("ProcessExit"):
+        message = (
+            f"the loop ended its process {when}: {raised.removeprefix('ProcessExit: ')}; a correct loop never ends "
+            "the process it runs in: it returns an Outcome saying why it stopped (reason 'error' with the error's "
+            "text), and leaves exiting to its caller"
+        )
+    elif raised.startswith("CancelledError"):
+        message += (
+            "; an async loop that cancels its task on Stop (sim.abort.add_callback(asyncio.current_task().cancel)) "
+            "catches the CancelledError around every await of its turn and returns Outcome(reason='aborted')"
+        )
     evidence = {"exception": outcome.exception, "where": outcome.where, "t": outcome.t}
     return [Violation("crash", message, step, evidence)]
 
@@ -62,7 +73,12 @@ def no_work_after_return(t: Transcript) -> list[Violation]:
         out.append(Violation("no_work_after_return", message, v.step_at(pos), {"exec": s.exec, "tool": s.tool}))
     reported: set[int] = set()
     for e in t.events[at + 1:]:
-        if isinstance(e, ThreadLeft):
+        if isinstance(e, ThreadLeft) and e.pid is not None:
+            message = (f"{e.name} was still running when the loop returned (simloop killed it); a correct loop "
+                       "waits for (or terminates and waits for) every process it starts: Popen.wait(), "
+                       "Process.join()")
+            out.append(Violation("no_work_after_return", message, v.step_at(at), {"process": e.pid, "name": e.name}))
+        elif isinstance(e, ThreadLeft):
             message = (f"thread {e.name!r} was still running at {e.where} when the loop returned; a correct loop "
                        "joins (or stops and joins) every thread it starts, and shuts down its executors")
             out.append(Violation("no_work_after_return", message, v.step_at(at), {"thread": e.name, "where": e.where}))

@@ -10,7 +10,16 @@ from typing import Any
 from simloop.invariants._base import MESSAGES_PATH, Violation, _canon, _is_reply, _is_write, _View, _view, per_turn
 from simloop.transcript import Halt, Request, Response, ToolEnd, ToolStart, Transcript
 
-__all__ = ["limits", "stops"]
+__all__ = ["FORK_FIX", "limits", "stops"]
+
+#: How a loop runs tools in another process and keeps them in the run (the message of a fork failure).
+FORK_FIX = (
+    "a child process of a run finds the run's tools at $SIMLOOP_TOOLS_URL (POST $SIMLOOP_TOOLS_URL/NAME, the input "
+    "as the JSON body) and its simulated API at $ANTHROPIC_BASE_URL in its environment: call those from the child, "
+    "not the copy of the Sim it inherited (or call sim.run_tool in the loop's own process and hand the child only "
+    "the work; a loop in another language runs as simloop verify --command CMD, with the same variables and MCP "
+    "at $SIMLOOP_MCP_URL)"
+)
 
 # -- stops ------------------------------------------------------------------------------------------------------
 
@@ -47,6 +56,10 @@ def stops(t: Transcript) -> list[Violation]:
                 f"{halt.target or 'a host'}{where}, which simloop blocked")
         fix = ("a loop under test reaches the model only through sim.client, sim.async_client or sim.http_client; "
                "for a loop that must reach a local service, run with network='loopback' (--network loopback)")
+    elif halt.budget == "fork":
+        what = (f"after {made} the loop made calls in a child process forked during the run, which simloop refused "
+                f"there (the child's copy of the simulator records nothing the run sees): {halt.detail}")
+        fix = FORK_FIX
     else:
         what = f"simloop halted the loop after {made} (budget {halt.budget!r}): {halt.detail}"
         fix = "a correct loop returns on its own"
