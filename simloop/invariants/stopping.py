@@ -8,7 +8,7 @@ from collections import Counter
 from typing import Any
 
 from simloop.invariants._base import MESSAGES_PATH, Violation, _canon, _is_reply, _is_write, _View, _view, per_turn
-from simloop.transcript import Halt, Request, Response, ToolEnd, ToolStart, Transcript
+from simloop.transcript import Halt, Request, Response, Restart, ToolEnd, ToolStart, Transcript
 
 __all__ = ["FORK_FIX", "limits", "stops"]
 
@@ -127,10 +127,13 @@ def _limits(t: Transcript) -> list[Violation]:
         calls_seen.add(e.call)  # the first attempt of a logical call; SDK retries are the same call
         if max_steps is not None and e.call > max_steps and "max_steps" not in done:
             done.add("max_steps")
+            restarted = any(isinstance(x, Restart) for x in t.events[:pos])
             message = (
                 f"{_lead(t, 'max_steps', max_steps)} but {_pre(t, 'max_steps')}made model call {e.call} "
-                f"({t.model_calls} in all); "
+                f"({t.model_calls} in all{', across a simulated crash and restart' if restarted else ''}); "
                 "a correct loop checks its step count before each call and stops with reason 'max_steps'"
+                + ("; a durable loop keeps the count in its store with its history (a count that starts over in "
+                   "each life lets a crash loop run for ever)" if restarted else "")
             )
             evidence = {"request": e.index, "max_steps": max_steps, "model_calls": t.model_calls}
             out.append(Violation("limits", message, e.call, evidence))
