@@ -49,6 +49,7 @@ __all__ = ["cli", "load_drive", "main"]
 _MAX_COUNT = 10_000
 _MAX_DEADLINE_S = 7 * 86_400.0
 _MAX_TOKENS = 100_000_000
+_MAX_TIMEOUT_S = 604_800.0  # simloop.command.MAX_TIMEOUT_S (a test checks that they agree)
 
 _DRIVE_HELP = (
     "package.module:function, the adapter that runs your loop in a Sim (importable from the current directory)"
@@ -98,6 +99,26 @@ def cli() -> None:
 
 
 # -- verify ----------------------------------------------------------------------------------------------------------
+
+class _Seconds(click.FloatRange):
+    """Seconds above 0 and at most ``most``; unlike a plain FloatRange, ``nan`` is refused too."""
+
+    def __init__(self, most: float) -> None:
+        super().__init__(min=0, min_open=True, max=most)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        import math
+
+        try:
+            float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds (e.g. 30 or 2.5)", param, ctx)
+        seconds = super().convert(value, param, ctx)
+        if math.isnan(seconds):  # every comparison with nan is false, so the range let it through
+            self.fail(f"{value!r} is not a number of seconds: give a finite number in the range 0<x<={self.max:g}",
+                      param, ctx)
+        return seconds
+
 
 _NETWORK = click.option(
     "--network",
@@ -176,7 +197,7 @@ class _Counter:
 @click.option(
     "--timeout",
     "timeout_s",
-    type=click.FloatRange(min=0, min_open=True),
+    type=_Seconds(_MAX_TIMEOUT_S),
     default=60.0,
     show_default=True,
     help="With --command: real seconds a run may take before the command is killed (a runaway).",
@@ -231,7 +252,7 @@ class _Counter:
 @click.option(
     "--deadline",
     "deadline_s",
-    type=click.FloatRange(min=0, min_open=True, max=_MAX_DEADLINE_S),
+    type=_Seconds(_MAX_DEADLINE_S),
     default=None,
     help="The deadline your loop declares, in (virtual) seconds.",
 )
@@ -1084,9 +1105,48 @@ def _exit_now_if_held(code: int) -> None:
         os._exit(code)
 
 
+class _Stopping:
+    """SIGTERM arrived (set by `_sigterm_ends_commands`)."""
+
+    terminated = False
+
+
+@contextmanager
+def _sigterm_ends_commands() -> Iterator[None]:
+    """SIGTERM (what ``kill``, CI runners and container runtimes send) ends the commands simloop runs, then simloop.
+
+    The handler ends every live ``--command`` process tree at once (nothing it started outlives simloop), then
+    stops simloop as a Ctrl-C does; `_main` exits 143 (128 + SIGTERM).  `simloop serve` sets its own handler
+    while it serves.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        _end_commands()
+        _Stopping.terminated = True
+        raise KeyboardInterrupt  # (an Exception would be read by Hypothesis as the example failing)
+
+    _Stopping.terminated = False
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        _end_commands()  # whatever a run left (a Ctrl-C leaves the command's thread behind)
+
+
+def _end_commands() -> None:
+    tree = sys.modules.get("simloop._proctree")  # loaded only when a command ran
+    if tree is not None:
+        tree.end_all()
+
+
 def _main(argv: Sequence[str] | None) -> int:
     try:
-        rv = cli.main(args=list(argv) if argv is not None else None, prog_name="simloop", standalone_mode=False)
+        with _sigterm_ends_commands():
+            rv = cli.main(args=list(argv) if argv is not None else None, prog_name="simloop", standalone_mode=False)
     except click.UsageError as e:
         e.show()
         return 2
@@ -1096,6 +1156,9 @@ def _main(argv: Sequence[str] | None) -> int:
     except click.exceptions.Exit as e:
         return int(e.exit_code)
     except click.Abort:
+        if _Stopping.terminated:
+            click.echo("simloop: stopped by SIGTERM; the processes of the command that was running were ended", err=True)
+            return 128 + signal.SIGTERM
         click.echo("simloop: aborted", err=True)
         return 1
     except UsageError as e:  # a simloop misuse raised outside a command's own handling: a fix-it message

@@ -1,0 +1,252 @@
+"""The processes of a command simloop runs (`simloop.command`): found wherever they went, and ended.
+
+A command's process group is not enough: a daemon that calls ``setsid`` (or double-forks) leaves the
+group, and one that holds the command's stdout would keep a run waiting for as long as it lives.  So a
+`Tree` counts as the command's every process that
+
+1. is the command, or is in its process group or its session (the command starts a session of its own);
+2. carries the run's marker in its environment (``SIMLOOP_RUN_ID``, inherited by whatever it starts, in any
+   session, unless a process clears its environment);
+3. descends from one of those (its parent is one);
+4. on Linux, was orphaned into simloop's own process: while a command runs, simloop is a child subreaper
+   (``prctl(PR_SET_CHILD_SUBREAPER)``), so a descendant whose parent died is re-parented to simloop instead
+   of to init, and one that started after the command, in a session of its own, is the command's.
+
+`Tree.end` kills them all (SIGKILL, in rounds until none is left, so that a child forked meanwhile goes
+too) and reaps the orphans it killed.  `end_all` ends every live tree: simloop's SIGTERM handler and its
+exit call it.  Rules 2 to 4 read ``/proc`` (Linux); elsewhere the process group alone is killed.  Nothing
+here survives a SIGKILL of simloop itself: what the command started then lives on (its process group
+and session, named by the command's pid, can be killed by hand).
+"""
+
+from __future__ import annotations
+
+import _thread
+import ctypes
+import ctypes.util
+import itertools
+import os
+import secrets
+import signal
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["MARKER", "Tree", "end_all"]
+
+#: the environment variable that marks a run's processes
+MARKER = "SIMLOOP_RUN_ID"
+_PROC = Path("/proc")
+_PR_SET_CHILD_SUBREAPER = 36
+_ROUNDS = 20  # kill rounds at most: a process forked between a scan and its kill is found by the next scan
+_LIVE: dict[int, Tree] = {}  # id -> tree, while its command may run
+_LOCK = threading.Lock()
+_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class _Stat:
+    pid: int
+    state: str
+    ppid: int
+    pgrp: int
+    session: int
+    start: int  # clock ticks after boot: a pid reused later has a later start
+
+
+class Tree:
+    """The processes of one command run: `start` it with the command's pid, `end` it when the run ends."""
+
+    def __init__(self) -> None:
+        self.token = f"{os.getpid()}-{next(_ids)}-{secrets.token_hex(4)}"
+        self.root: int | None = None
+        self._root_start = 0
+        self._children_before: set[int] = set()
+        self._killed: dict[int, int] = {}  # pid -> its start time (a pid may be reused later)
+        self._lock = threading.Lock()
+        self._ended = False
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The variable to put in the command's environment."""
+        return {MARKER: self.token}
+
+    def prepare(self) -> None:
+        """Before the command starts: become a subreaper (Linux) and note simloop's own children."""
+        with _LOCK:
+            if not _LIVE:
+                _subreaper(True)
+            _LIVE[id(self)] = self
+        mine = os.getpid()
+        self._children_before = {s.pid for s in _scan() if s.ppid == mine}
+
+    def start(self, pid: int) -> None:
+        """The command started as ``pid`` (a session leader); ended at once if `end` came first (a SIGTERM)."""
+        with self._lock:
+            self.root = pid
+            stat = _stat(pid)
+            self._root_start = stat.start if stat is not None else 0
+            ended = self._ended
+        if ended:
+            self.end()
+
+    def end(self) -> int:
+        """Kill every process of the command (see the module's rules); returns how many were killed."""
+        with self._lock:
+            self._ended = True
+            try:
+                return self._end()
+            finally:
+                with _LOCK:
+                    _LIVE.pop(id(self), None)
+                    if not _LIVE:
+                        _subreaper(False)
+
+    def _end(self) -> int:
+        if not hasattr(os, "killpg"):
+            return 0  # (Windows: the caller kills the command itself)
+        if self.root is not None:
+            _kill_group(self.root)
+        if not _PROC.is_dir():
+            return 0
+        killed = 0
+        for _ in range(_ROUNDS):
+            alive = [s for s in self.members() if s.state not in "ZX" and self._killed.get(s.pid) != s.start]
+            if not alive:
+                break
+            for s in alive:
+                try:
+                    os.kill(s.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    continue
+                self._killed[s.pid] = s.start
+                killed += 1
+        self._reap()
+        return killed
+
+    def members(self) -> list[_Stat]:
+        """The command's processes now (Linux ``/proc``; dead ones not yet reaped included).
+
+        Before `start` (the command is being started), those that carry the marker.
+        """
+        me, mine_session = os.getpid(), os.getsid(0)
+        stats = [s for s in _scan() if s.pid != me]
+        found: dict[int, _Stat] = {}
+        needle = f"\0{MARKER}={self.token}\0".encode()
+        for s in stats:
+            if self._owns(s, me, mine_session, needle):
+                found[s.pid] = s
+        grew = True
+        while grew:  # and everything they started
+            grew = False
+            for s in stats:
+                if s.pid not in found and s.ppid in found:
+                    found[s.pid] = s
+                    grew = True
+        return list(found.values())
+
+    def _owns(self, s: _Stat, me: int, mine_session: int, needle: bytes) -> bool:
+        """Rules 1, 2 and 4 of the module's (rule 3, descent, is the caller's), and the processes killed already."""
+        if self.root in (s.pid, s.pgrp, s.session) or self._killed.get(s.pid) == s.start:
+            return True
+        if self.root is not None and s.ppid == me and s.pid not in self._children_before and s.session != mine_session \
+                and s.start >= self._root_start and not _claimed(s, self):
+            return True  # an orphan of the command's, re-parented to simloop (see _subreaper)
+        return _environ_has(s.pid, needle)
+
+    def _reap(self) -> None:
+        """Collect the exit of each killed orphan re-parented to simloop (it is simloop's child now).
+
+        Waits up to a second of real time for the killed to die (SIGKILL lands at once, unless a process is
+        in an uninterruptible wait).
+        """
+        pause = _thread.allocate_lock()
+        pause.acquire()
+        for _ in range(100):
+            for pid in list(self._killed):
+                if pid == self.root:
+                    continue  # the command itself: its Popen waits for it
+                try:
+                    done, _ = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:  # not simloop's child (or reaped): its own parent reaps it
+                    done = pid
+                if done:
+                    del self._killed[pid]
+            if not any(pid != self.root and _alive(pid, start) for pid, start in self._killed.items()):
+                return
+            pause.acquire(timeout=0.01)  # a real pause: this thread's time.sleep may be a run's virtual one
+
+
+def end_all() -> int:
+    """End every live command's tree (simloop is stopping); returns how many processes were killed."""
+    with _LOCK:
+        trees = list(_LIVE.values())
+    return sum(tree.end() for tree in trees)
+
+
+def _claimed(stat: _Stat, tree: Tree) -> bool:
+    """Whether another live tree of this process counts ``stat`` as its own."""
+    with _LOCK:
+        others = [t for t in _LIVE.values() if t is not tree]
+    return any(stat.session == t.root or stat.pgrp == t.root or stat.pid == t.root for t in others)
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)  # the group outlives its leader while a member lives
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _scan() -> list[_Stat]:
+    if not _PROC.is_dir():
+        return []
+    out = []
+    for entry in os.listdir(_PROC):
+        if entry.isdigit():
+            stat = _stat(int(entry))
+            if stat is not None:
+                out.append(stat)
+    return out
+
+
+def _stat(pid: int) -> _Stat | None:
+    try:
+        text = (_PROC / str(pid) / "stat").read_bytes().decode(errors="replace")
+    except OSError:
+        return None
+    # "pid (comm) state ppid pgrp session ...": comm may hold spaces and parentheses, so split after the last ")"
+    fields = text[text.rfind(")") + 2:].split()
+    try:
+        return _Stat(pid, fields[0], int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19]))
+    except (IndexError, ValueError):
+        return None
+
+
+def _alive(pid: int, start: int) -> bool:
+    stat = _stat(pid)
+    return stat is not None and stat.start == start and stat.state not in "ZX"
+
+
+def _environ_has(pid: int, needle: bytes) -> bool:
+    try:
+        data = (_PROC / str(pid) / "environ").read_bytes()
+    except OSError:  # another user's process, or gone
+        return False
+    return needle in b"\0" + data + b"\0"
+
+
+_libc: ctypes.CDLL | None = None
+
+
+def _subreaper(on: bool) -> bool:
+    """Make simloop's process a child subreaper (Linux 3.4+), or stop being one; False where unavailable."""
+    global _libc
+    if not hasattr(os, "uname") or os.uname().sysname != "Linux":
+        return False
+    try:
+        if _libc is None:
+            _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        return int(_libc.prctl(_PR_SET_CHILD_SUBREAPER, 1 if on else 0, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
