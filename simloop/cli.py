@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import click
 
-from simloop.errors import SimloopInternalError, UsageError
+from simloop.errors import SimloopInternalError, UsageError, WorkerDied
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -396,6 +396,10 @@ def verify(
         failure = e
     except UsageError as e:
         raise click.UsageError(str(e)) from None
+    except WorkerDied as e:  # a verdict on the campaign, not a simloop bug: no traceback
+        click.echo(str(e))
+        _console().print(f"[bold red]FAILED[/]: a worker died; {e.examples} runs ({time.monotonic() - started:.1f}s)")
+        return 1
     elapsed = time.monotonic() - started
     ids = checked or list(simloop.invariants.CATALOGUE)
     out = _console()
