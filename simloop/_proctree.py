@@ -91,7 +91,10 @@ class Tree:
             self.end()
 
     def end(self) -> int:
-        """Kill every process of the command (see the module's rules); returns how many were killed."""
+        """Kill every process of the command (see the module's rules); returns how many were killed one by one.
+
+        (Those the process group's kill took are not counted.)
+        """
         with self._lock:
             self._ended = True
             try:
@@ -110,8 +113,13 @@ class Tree:
         if not _PROC.is_dir():
             return 0
         killed = 0
+        me = os.getpid()
         for _ in range(_ROUNDS):
-            alive = [s for s in self.members() if s.state not in "ZX" and self._killed.get(s.pid) != s.start]
+            members = self.members()
+            for s in members:  # an orphan that ended on its own is simloop's to reap (else a zombie per run)
+                if s.state == "Z" and s.ppid == me and s.pid != self.root:
+                    _reap_one(s.pid)
+            alive = [s for s in members if s.state not in "ZX" and self._killed.get(s.pid) != s.start]
             if not alive:
                 break
             for s in alive:
@@ -155,33 +163,37 @@ class Tree:
         return _environ_has(s.pid, needle)
 
     def _reap(self) -> None:
-        """Collect the exit of each killed orphan re-parented to simloop (it is simloop's child now).
+        """Collect the exit of each killed process that is (or becomes) simloop's child: an orphan it adopted.
 
-        Waits up to a second of real time for the killed to die (SIGKILL lands at once, unless a process is
-        in an uninterruptible wait).
+        Waits up to a second of real time: SIGKILL lands at once (unless a process is in an uninterruptible
+        wait), and a killed grandchild becomes simloop's only when its killed parent is gone.
         """
         pause = _thread.allocate_lock()
         pause.acquire()
         for _ in range(100):
-            for pid in list(self._killed):
+            for pid, start in list(self._killed.items()):
                 if pid == self.root:
                     continue  # the command itself: its Popen waits for it
                 try:
                     done, _ = os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:  # not simloop's child (or reaped): its own parent reaps it
-                    done = pid
+                except ChildProcessError:  # not simloop's child (yet): gone, or its parent's to reap
+                    stat = _stat(pid)
+                    waits = stat is not None and stat.start == start and stat.ppid in self._killed
+                    done = 0 if waits else pid
                 if done:
                     del self._killed[pid]
-            if not any(pid != self.root and _alive(pid, start) for pid, start in self._killed.items()):
+            if not any(pid != self.root for pid in self._killed):
                 return
             pause.acquire(timeout=0.01)  # a real pause: this thread's time.sleep may be a run's virtual one
 
 
 def end_all() -> int:
-    """End every live command's tree (simloop is stopping); returns how many processes were killed."""
+    """End every live command's tree (simloop is stopping); returns how many trees there were."""
     with _LOCK:
         trees = list(_LIVE.values())
-    return sum(tree.end() for tree in trees)
+    for tree in trees:
+        tree.end()
+    return len(trees)
 
 
 def _claimed(stat: _Stat, tree: Tree) -> bool:
@@ -223,9 +235,11 @@ def _stat(pid: int) -> _Stat | None:
         return None
 
 
-def _alive(pid: int, start: int) -> bool:
-    stat = _stat(pid)
-    return stat is not None and stat.start == start and stat.state not in "ZX"
+def _reap_one(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
 
 
 def _environ_has(pid: int, needle: bytes) -> bool:

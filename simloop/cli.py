@@ -21,6 +21,7 @@ imports rich or this module).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import signal
@@ -128,6 +129,56 @@ _NETWORK = click.option(
     help="Real network connections from the loop: block them (a loop that bypasses the simulator fails the run), "
     "allow loopback ones (a loop that uses a local service), or allow all.",
 )
+
+
+class _Stopping:
+    """SIGTERM arrived (set by `_sigterm_ends_commands`), and how many running commands it ended."""
+
+    terminated = False
+    ended = 0
+
+
+@contextmanager
+def _sigterm_ends_commands() -> Iterator[None]:
+    """SIGTERM (what ``kill``, CI runners and container runtimes send) ends the commands simloop runs, then simloop.
+
+    While ``simloop verify`` or ``simloop run`` works, the handler ends every live ``--command`` process tree at
+    once (nothing it started outlives simloop), then stops simloop as a Ctrl-C does; `_main` exits 143
+    (128 + SIGTERM).  On the way out, whatever a run left (a Ctrl-C leaves the command's thread behind) is ended.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        _end_commands()
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        _Stopping.ended = _end_commands()
+        _Stopping.terminated = True
+        raise KeyboardInterrupt  # (an Exception would be read by Hypothesis as the example failing)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        _end_commands()
+
+
+def _ends_commands(command: Callable[..., int]) -> Callable[..., int]:
+    """Run a command's callback under `_sigterm_ends_commands` (innermost decorator: click's see the wrapper)."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> int:
+        with _sigterm_ends_commands():
+            return command(*args, **kwargs)
+
+    return wrapper
+
+
+def _end_commands() -> int:
+    """End every live command's processes; how many commands were running."""
+    tree = sys.modules.get("simloop._proctree")  # loaded only when a command ran
+    return int(tree.end_all()) if tree is not None else 0
 
 
 class _Counter:
@@ -305,6 +356,7 @@ class _Counter:
     "--progress/--no-progress", default=None, help="Show a progress bar on stderr [default: when stderr is a terminal]."
 )
 @_NETWORK
+@_ends_commands
 def verify(
     drive: str | None,
     command: str | None,
@@ -546,6 +598,7 @@ class _ProgressBar:
     "(refused by default: a scenario file is data; see docs/security.md).",
 )
 @_NETWORK
+@_ends_commands
 def run(
     paths: Sequence[str], drive_spec: str | None, command: str | None, seed: int, trace: str | None, verbose: bool,
     allow_functions: bool, network: str,
@@ -1109,48 +1162,10 @@ def _exit_now_if_held(code: int) -> None:
         os._exit(code)
 
 
-class _Stopping:
-    """SIGTERM arrived (set by `_sigterm_ends_commands`)."""
-
-    terminated = False
-
-
-@contextmanager
-def _sigterm_ends_commands() -> Iterator[None]:
-    """SIGTERM (what ``kill``, CI runners and container runtimes send) ends the commands simloop runs, then simloop.
-
-    The handler ends every live ``--command`` process tree at once (nothing it started outlives simloop), then
-    stops simloop as a Ctrl-C does; `_main` exits 143 (128 + SIGTERM).  `simloop serve` sets its own handler
-    while it serves.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signal handlers can only be set from the main thread
-        return
-
-    def stop(signum: int, frame: object) -> None:
-        _end_commands()
-        _Stopping.terminated = True
-        raise KeyboardInterrupt  # (an Exception would be read by Hypothesis as the example failing)
-
-    _Stopping.terminated = False
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        _end_commands()  # whatever a run left (a Ctrl-C leaves the command's thread behind)
-
-
-def _end_commands() -> None:
-    tree = sys.modules.get("simloop._proctree")  # loaded only when a command ran
-    if tree is not None:
-        tree.end_all()
-
-
 def _main(argv: Sequence[str] | None) -> int:
+    _Stopping.terminated, _Stopping.ended = False, 0
     try:
-        with _sigterm_ends_commands():
-            rv = cli.main(args=list(argv) if argv is not None else None, prog_name="simloop", standalone_mode=False)
+        rv = cli.main(args=list(argv) if argv is not None else None, prog_name="simloop", standalone_mode=False)
     except click.UsageError as e:
         e.show()
         return 2
@@ -1161,7 +1176,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return int(e.exit_code)
     except click.Abort:
         if _Stopping.terminated:
-            click.echo("simloop: stopped by SIGTERM; the processes of the command that was running were ended", err=True)
+            ended = "; the processes of the command that was running were ended" if _Stopping.ended else ""
+            click.echo(f"simloop: stopped by SIGTERM{ended}", err=True)
             return 128 + signal.SIGTERM
         click.echo("simloop: aborted", err=True)
         return 1

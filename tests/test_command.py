@@ -135,6 +135,33 @@ def test_detached_daemons_do_not_outlive_the_run() -> None:
     assert [m for m in markers if _running(m)] == []
 
 
+def _zombie_children() -> set[int]:
+    """The pids of this process's children that have ended and are not reaped (Linux /proc)."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 2:].split()
+        if fields[0] == "Z" and int(fields[1]) == os.getpid():
+            found.add(int(stat.parent.name))
+    return found
+
+
+@LINUX
+def test_orphans_adopted_by_simloop_are_reaped_not_left_as_zombies() -> None:
+    # The double fork's first child exits at once: its own child, orphaned, is adopted by simloop (a subreaper
+    # while the command runs), ends on its own or is killed, and must be reaped either way.
+    before = _zombie_children()
+    script = f"sh -c 'true & exit 0'; sh -c 'sleep {_mark(41)} >/dev/null 2>&1 & exit 0'; {DONE}"
+    for _ in range(3):
+        outcome, _ = _timed_run(["sh", "-c", script], timeout_s=60)
+        assert outcome == simloop.Outcome("final", "done")
+    assert _zombie_children() - before == set()
+    assert _running(_mark(41)) == []
+
+
 @LINUX
 def test_sigterm_to_simloop_ends_the_command_and_what_it_started(tmp_path: Path) -> None:
     fifo = tmp_path / "started"
@@ -158,7 +185,7 @@ def test_sigterm_to_simloop_ends_the_command_and_what_it_started(tmp_path: Path)
         if simloop_proc.poll() is None:
             simloop_proc.kill()
     assert simloop_proc.returncode == 143, err
-    assert "stopped by SIGTERM; the processes of the command that was running were ended" in err
+    assert "simloop: stopped by SIGTERM; the processes of the command that was running were ended" in err
     assert took < 20
     assert _running(_mark(31)) == [] and _running(_mark(32)) == []
 
