@@ -12,6 +12,9 @@ group, and one that holds the command's stdout would keep a run waiting for as l
    (``prctl(PR_SET_CHILD_SUBREAPER)``), so a descendant whose parent died is re-parented to simloop instead
    of to init, and one that started after the command, in a session of its own, is the command's.
 
+Rules 2 and 4 look only at processes that started after the command (``/proc/PID/stat``'s start time), so
+a scan reads the environment of a handful of processes, not of the whole machine.
+
 `Tree.end` kills them all (SIGKILL, in rounds until none is left, so that a child forked meanwhile goes
 too) and reaps the orphans it killed.  `end_all` ends every live tree: simloop's SIGTERM handler and its
 exit call it.  Rules 2 to 4 read ``/proc`` (Linux); elsewhere the process group alone is killed.  Nothing
@@ -60,7 +63,7 @@ class Tree:
     def __init__(self) -> None:
         self.token = f"{os.getpid()}-{next(_ids)}-{secrets.token_hex(4)}"
         self.root: int | None = None
-        self._root_start = 0
+        self._since = 0  # clock ticks after boot, a little before the command started: its processes start later
         self._children_before: set[int] = set()
         self._killed: dict[int, int] = {}  # pid -> its start time (a pid may be reused later)
         self._lock = threading.Lock()
@@ -77,15 +80,13 @@ class Tree:
             if not _LIVE:
                 _subreaper(True)
             _LIVE[id(self)] = self
-        mine = os.getpid()
-        self._children_before = {s.pid for s in _scan() if s.ppid == mine}
+        self._since = _ticks_now() - 2  # (uptime and start times have a tick's resolution)
+        self._children_before = _children()
 
     def start(self, pid: int) -> None:
         """The command started as ``pid`` (a session leader); ended at once if `end` came first (a SIGTERM)."""
         with self._lock:
             self.root = pid
-            stat = _stat(pid)
-            self._root_start = stat.start if stat is not None else 0
             ended = self._ended
         if ended:
             self.end()
@@ -157,8 +158,10 @@ class Tree:
         """Rules 1, 2 and 4 of the module's (rule 3, descent, is the caller's), and the processes killed already."""
         if self.root in (s.pid, s.pgrp, s.session) or self._killed.get(s.pid) == s.start:
             return True
-        if self.root is not None and s.ppid == me and s.pid not in self._children_before and s.session != mine_session \
-                and s.start >= self._root_start and not _claimed(s, self):
+        if s.start < self._since:
+            return False  # older than the command: none of its own (and its environment need not be read)
+        if self.root is not None and s.ppid == me and s.pid not in self._children_before \
+                and s.session != mine_session and not _claimed(s, self):
             return True  # an orphan of the command's, re-parented to simloop (see _subreaper)
         return _environ_has(s.pid, needle)
 
@@ -222,9 +225,40 @@ def _scan() -> list[_Stat]:
     return out
 
 
+def _children() -> set[int]:
+    """simloop's own children now: from ``/proc/self/task/*/children`` where the kernel has it, else a scan."""
+    found: set[int] = set()
+    try:
+        for task in os.listdir("/proc/self/task"):
+            found.update(int(pid) for pid in _read(f"/proc/self/task/{task}/children").split())
+    except (OSError, ValueError):
+        me = os.getpid()
+        return {s.pid for s in _scan() if s.ppid == me}
+    return found
+
+
+def _ticks_now() -> int:
+    """Now, in the clock ticks after boot that ``/proc/PID/stat`` gives start times in (0 where unknown)."""
+    try:
+        return int(float(_read("/proc/uptime").split()[0]) * os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _read(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def _stat(pid: int) -> _Stat | None:
     try:
-        text = (_PROC / str(pid) / "stat").read_bytes().decode(errors="replace")
+        text = _read(f"/proc/{pid}/stat").decode(errors="replace")
     except OSError:
         return None
     # "pid (comm) state ppid pgrp session ...": comm may hold spaces and parentheses, so split after the last ")"
@@ -244,7 +278,7 @@ def _reap_one(pid: int) -> None:
 
 def _environ_has(pid: int, needle: bytes) -> bool:
     try:
-        data = (_PROC / str(pid) / "environ").read_bytes()
+        data = _read(f"/proc/{pid}/environ")
     except OSError:  # another user's process, or gone
         return False
     return needle in b"\0" + data + b"\0"
