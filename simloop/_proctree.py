@@ -25,6 +25,7 @@ and session, named by the command's pid, can be killed by hand).
 from __future__ import annotations
 
 import _thread
+import atexit
 import ctypes
 import ctypes.util
 import itertools
@@ -43,6 +44,8 @@ _PROC = Path("/proc")
 _PR_SET_CHILD_SUBREAPER = 36
 _ROUNDS = 20  # kill rounds at most: a process forked between a scan and its kill is found by the next scan
 _LIVE: dict[int, Tree] = {}  # id -> tree, while its command may run
+_STARTING: dict[int, Tree] = {}  # id -> tree, from `prepare` to the end of `start`
+_START_WAIT_S = 2.0  # real seconds a final `end_all` waits for a command being started to be started (and ended)
 _LOCK = threading.Lock()
 _ids = itertools.count(1)
 
@@ -68,6 +71,7 @@ class Tree:
         self._killed: dict[int, int] = {}  # pid -> its start time (a pid may be reused later)
         self._lock = threading.Lock()
         self._ended = False
+        self._starting = _thread.allocate_lock()  # held from `prepare` to the end of `start`
 
     @property
     def env(self) -> dict[str, str]:
@@ -76,20 +80,36 @@ class Tree:
 
     def prepare(self) -> None:
         """Before the command starts: become a subreaper (Linux) and note simloop's own children."""
+        self._starting.acquire()
         with _LOCK:
             if not _LIVE:
                 _subreaper(True)
             _LIVE[id(self)] = self
+            _STARTING[id(self)] = self
         self._since = _ticks_now() - 2  # (uptime and start times have a tick's resolution)
         self._children_before = _children()
 
-    def start(self, pid: int) -> None:
-        """The command started as ``pid`` (a session leader); ended at once if `end` came first (a SIGTERM)."""
-        with self._lock:
-            self.root = pid
-            ended = self._ended
-        if ended:
-            self.end()
+    def start(self, pid: int | None) -> None:
+        """The command started as ``pid`` (a session leader).
+
+        Ended at once if `end` came first, or if simloop is stopping (`end_all` with ``final``): the thread that
+        starts a command is not the one a SIGTERM or a Ctrl-C interrupts.
+        """
+        try:
+            with self._lock:
+                self.root = pid
+                ended = self._ended or _Closing.closed
+            if ended:
+                self.end()
+        finally:
+            with _LOCK:
+                _STARTING.pop(id(self), None)
+            if self._starting.locked():
+                self._starting.release()
+
+    def not_started(self) -> None:
+        """The command could not be started (`prepare` was called): nothing to wait for."""
+        self.start(None)
 
     def end(self) -> int:
         """Kill every process of the command (see the module's rules); returns how many were killed one by one.
@@ -160,7 +180,7 @@ class Tree:
             return True
         if s.start < self._since:
             return False  # older than the command: none of its own (and its environment need not be read)
-        if self.root is not None and s.ppid == me and s.pid not in self._children_before \
+        if s.ppid == me and s.pid not in self._children_before \
                 and s.session != mine_session and not _claimed(s, self):
             return True  # an orphan of the command's, re-parented to simloop (see _subreaper)
         return _environ_has(s.pid, needle)
@@ -190,13 +210,31 @@ class Tree:
             pause.acquire(timeout=0.01)  # a real pause: this thread's time.sleep may be a run's virtual one
 
 
-def end_all() -> int:
-    """End every live command's tree (simloop is stopping); returns how many trees there were."""
+class _Closing:
+    closed = False  # simloop is stopping: a command started from now on is ended at once
+
+
+def end_all(*, final: bool = False) -> int:
+    """End every live command's tree; returns how many trees there were.
+
+    ``final``: simloop is stopping (a SIGTERM, the end of a campaign's worker, the interpreter's exit), so a
+    command that another thread starts from now on is ended as soon as it starts.
+    """
     with _LOCK:
+        if final:
+            _Closing.closed = True
         trees = list(_LIVE.values())
+        starting = list(_STARTING.values())
     for tree in trees:
         tree.end()
+    if final:  # a command another thread is starting now is ended by its `start`: wait for that, briefly
+        for tree in starting:
+            if tree._starting.acquire(timeout=_START_WAIT_S):
+                tree._starting.release()
     return len(trees)
+
+
+atexit.register(end_all, final=True)  # (a daemon thread may start a command while the interpreter exits)
 
 
 def _claimed(stat: _Stat, tree: Tree) -> bool:

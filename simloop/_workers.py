@@ -77,28 +77,6 @@ def run_workers(verify: Any, drive: Any, kwargs: dict[str, Any], *, workers: int
     progress = ctx.Array("l", workers, lock=False)  # each worker's current run (see on_run)
     seeds: dict[int, int] = {}
     shares: dict[int, int] = {}
-    # Forked workers share the parent's heap page by page until one of them writes to a page.  A collection, or
-    # the gc.freeze() each worker's search would do, writes to every tracked object; frozen here, before the fork,
-    # the heap stays shared (CPython's advice for forking servers) and the workers keep it frozen.
-    froze = method == "fork" and gc.get_freeze_count() == 0
-    if froze:
-        gc.freeze()
-    try:
-        for i in range(workers):
-            share = budget // workers + (1 if i < budget % workers else 0)
-            if share < 1:
-                continue
-            mine = {**kwargs, "max_examples": share}
-            shares[i] = share
-            if seed is not None:
-                mine["seed"] = seeds[i] = _derived_seed(seed, "worker", i)
-            proc = ctx.Process(target=_worker, args=(i, verify, drive, mine, stop, results, progress),
-                               name=f"simloop-worker-{i}")
-            proc.start()
-            procs.append((i, proc))
-    finally:
-        if froze:
-            gc.unfreeze()
     failure: InvariantViolation | None = None
     error: str | None = None
     died: list[tuple[int, int | None]] = []  # (worker, exit code) of those that died without a result
@@ -122,6 +100,28 @@ def run_workers(verify: Any, drive: Any, kwargs: dict[str, Any], *, workers: int
             stop.set()
 
     try:
+        # Forked workers share the parent's heap page by page until one of them writes to a page.  A collection, or
+        # the gc.freeze() each worker's search would do, writes to every tracked object; frozen here, before the fork,
+        # the heap stays shared (CPython's advice for forking servers) and the workers keep it frozen.
+        froze = method == "fork" and gc.get_freeze_count() == 0
+        if froze:
+            gc.freeze()
+        try:
+            for i in range(workers):
+                share = budget // workers + (1 if i < budget % workers else 0)
+                if share < 1:
+                    continue
+                mine = {**kwargs, "max_examples": share}
+                shares[i] = share
+                if seed is not None:
+                    mine["seed"] = seeds[i] = _derived_seed(seed, "worker", i)
+                proc = ctx.Process(target=_worker, args=(i, verify, drive, mine, stop, results, progress),
+                                   name=f"simloop-worker-{i}")
+                proc.start()
+                procs.append((i, proc))
+        finally:
+            if froze:
+                gc.unfreeze()
         while len(reported) + len(died) < len(procs):
             try:
                 take(*results.get(timeout=0.5))
@@ -206,6 +206,10 @@ def _worker(
         results.put((i, "usage", f"UsageError: {e}"))
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which raises it
         results.put((i, "error", f"worker {i}: {type(e).__name__}: {e}\n{traceback.format_exc()}"))
+    finally:  # multiprocessing ends a worker with os._exit (no atexit): what its runs started goes now
+        tree = sys.modules.get("simloop._proctree")
+        if tree is not None:
+            tree.end_all(final=True)
 
 
 def _pack(e: InvariantViolation) -> dict[str, Any]:

@@ -152,7 +152,7 @@ def _sigterm_ends_commands() -> Iterator[None]:
         return
 
     def stop(signum: int, frame: object) -> None:
-        _Stopping.ended = _end_commands()
+        _Stopping.ended = _end_commands(final=True)
         _Stopping.terminated = True
         raise KeyboardInterrupt  # (an Exception would be read by Hypothesis as the example failing)
 
@@ -175,10 +175,10 @@ def _ends_commands(command: Callable[..., int]) -> Callable[..., int]:
     return wrapper
 
 
-def _end_commands() -> int:
-    """End every live command's processes; how many commands were running."""
+def _end_commands(*, final: bool = False) -> int:
+    """End every live command's processes (``final``: and those started from now on); how many were running."""
     tree = sys.modules.get("simloop._proctree")  # loaded only when a command ran
-    return int(tree.end_all()) if tree is not None else 0
+    return int(tree.end_all(final=final)) if tree is not None else 0
 
 
 class _Counter:
@@ -1138,6 +1138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     code = _main(argv)
     if argv is None:
+        _end_commands(final=True)  # (a run's thread may have started one after the command's own cleanup)
         _exit_now_if_held(code)
     return code
 

@@ -234,7 +234,11 @@ def _run(
                 cwd=cwd, start_new_session=os.name == "posix",
             )
         except (OSError, ValueError) as e:
+            tree.not_started()
             raise UsageError(f"cannot start the command {shlex.join(argv)!r}: {e}") from None
+        except BaseException:
+            tree.not_started()
+            raise
         tree.start(proc.pid)
         server.on_halt = lambda: _end(proc, tree)  # past the runaway budget: stop the loop now, not at the timeout
         outputs = (_Capped(), _Capped())
