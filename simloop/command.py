@@ -302,6 +302,8 @@ def _reader(pipe: IO[bytes] | None, out: _Capped) -> Any:
         except (OSError, ValueError):
             pass
         finally:
+            if pipe is not None:
+                pipe.close()  # (this thread is its only reader)
             released.release()
 
     RealTimeThread(target=read, name="simloop-command-output", daemon=True).start()

@@ -244,6 +244,8 @@ def test_a_task_with_a_nul_is_a_usage_error_not_the_loops_crash(tmp_path: Path,
     assert not started.exists()  # refused before the command ran
     with pytest.raises(simloop.UsageError, match="the task holds a NUL character"):
         simloop.verify(command_drive(["touch", str(started)]), task="a\0b", max_examples=1, out_dir=tmp_path)
+    with pytest.raises(simloop.UsageError, match="cannot start the command .*: embedded null byte"):
+        simloop.verify(command_drive(["touch", f"{started}\0x"]), max_examples=1, out_dir=tmp_path)
     assert not started.exists()
 
 
