@@ -16,10 +16,12 @@ Rules 2 and 4 look only at processes that started after the command (``/proc/PID
 a scan reads the environment of a handful of processes, not of the whole machine.
 
 `Tree.end` kills them all (SIGKILL, in rounds until none is left, so that a child forked meanwhile goes
-too) and reaps the orphans it killed.  `end_all` ends every live tree: simloop's SIGTERM handler and its
-exit call it.  Rules 2 to 4 read ``/proc`` (Linux); elsewhere the process group alone is killed.  Nothing
-here survives a SIGKILL of simloop itself: what the command started then lives on (its process group
-and session, named by the command's pid, can be killed by hand).
+too) and reaps the adopted orphans, killed or ended on their own (else a zombie per run).  `end_all` ends
+every live tree: simloop's SIGTERM handler, a campaign worker's exit and the interpreter's call it with
+``final``, after which a command another thread is starting is ended as soon as it starts.  Rules 2 to 4
+read ``/proc`` (Linux); elsewhere the process group alone is killed.  None of this outlives a SIGKILL of
+simloop itself: what the command started then lives on (its process group and session, named by the
+command's pid, can be killed by hand).
 """
 
 from __future__ import annotations
