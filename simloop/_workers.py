@@ -6,6 +6,9 @@ the campaign's seed, or Hypothesis's own randomness when there is none) and the 
 the one ``database=`` names), so what one worker finds, every later run replays first.  The first worker
 whose run breaks an invariant sets a shared stop flag: the others end at their next run, and that worker
 alone shrinks its failure.  The parent raises its `InvariantViolation` (or returns the summed `Report`).
+A worker that dies without a result (a signal, an exit of its own) stops the others the same way, and the
+parent raises `simloop.errors.WorkerDied`: which worker, how, in which of its runs (each worker tells a
+shared array, at the start of every run, which run it is in), and its seed.
 
 Workers are forked where the platform forks (Linux, macOS with fork): they inherit the imported drive and
 its arguments, so any drive works, closures and ``command_drive`` included.  Elsewhere they are spawned,
@@ -17,11 +20,12 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import queue
+import signal
 import sys
 import traceback
 from typing import Any
 
-from simloop.errors import InvariantViolation, SimloopInternalError, UsageError
+from simloop.errors import InvariantViolation, SimloopInternalError, UsageError, WorkerDied
 from simloop.invariants import Report
 
 __all__ = ["Stopped", "on_failure", "on_run", "run_workers"]
@@ -37,6 +41,8 @@ class _Campaign:
     stop: Any = None  # the shared multiprocessing.Event
     mine = False  # this worker found the failure it is shrinking: it never stops for the flag
     runs = 0
+    index = 0
+    progress: Any = None  # the shared array of each worker's runs started (negative once it found a failure)
 
 
 def on_run() -> None:
@@ -44,6 +50,8 @@ def on_run() -> None:
     if _Campaign.stop is None:
         return
     _Campaign.runs += 1
+    if _Campaign.progress is not None:  # for the parent, should this process die: which run it was in
+        _Campaign.progress[_Campaign.index] = -_Campaign.runs if _Campaign.mine else _Campaign.runs
     if not _Campaign.mine and _Campaign.stop.is_set():
         raise Stopped()
 
@@ -66,58 +74,84 @@ def run_workers(verify: Any, drive: Any, kwargs: dict[str, Any], *, workers: int
     results = ctx.Queue()
     budget = int(kwargs.get("max_examples", 200))
     seed = kwargs.get("seed")
-    procs = []
-    # Forked workers share the parent's heap page by page until one of them writes to a page.  A collection, or
-    # the gc.freeze() each worker's search would do, writes to every tracked object; frozen here, before the fork,
-    # the heap stays shared (CPython's advice for forking servers) and the workers keep it frozen.
-    froze = method == "fork" and gc.get_freeze_count() == 0
-    if method == "fork":  # the SDK's import and first calls, once here for every worker (simloop._prepare)
-        before_run(drive)
-    if froze:
-        gc.freeze()
-    try:
-        for i in range(workers):
-            share = budget // workers + (1 if i < budget % workers else 0)
-            if share < 1:
-                continue
-            mine = {**kwargs, "max_examples": share}
-            if seed is not None:
-                mine["seed"] = _derived_seed(seed, "worker", i)
-            proc = ctx.Process(target=_worker, args=(i, verify, drive, mine, stop, results), name=f"simloop-worker-{i}")
-            proc.start()
-            procs.append(proc)
-    finally:
-        if froze:
-            gc.unfreeze()
+    procs: list[tuple[int, Any]] = []  # (worker number, process)
+    progress = ctx.Array("l", workers, lock=False)  # each worker's current run (see on_run)
+    seeds: dict[int, int] = {}
+    shares: dict[int, int] = {}
     failure: InvariantViolation | None = None
     error: str | None = None
+    died: list[tuple[int, int | None]] = []  # (worker, exit code) of those that died without a result
     examples = 0
     checked: tuple[str, ...] = ()
+    reported: set[int] = set()
+
+    def take(i: int, kind: str, payload: Any) -> None:
+        nonlocal failure, error, examples, checked
+        reported.add(i)
+        if kind == "ok":
+            examples += payload["examples"]
+            checked = payload["checked"]
+        elif kind == "stopped":
+            examples += payload["examples"]
+        elif kind == "fail" and failure is None:
+            failure = _unpack(payload)
+            stop.set()
+        elif kind == "usage" or kind == "error":
+            error = error or payload
+            stop.set()
+
     try:
-        pending = len(procs)
-        while pending:
-            try:
-                kind, payload = results.get(timeout=1.0)
-            except queue.Empty:  # no result yet: go on waiting while a worker still runs
-                if any(proc.is_alive() for proc in procs):
+        # Forked workers share the parent's heap page by page until one of them writes to a page.  A collection, or
+        # the gc.freeze() each worker's search would do, writes to every tracked object; frozen here, before the fork,
+        # the heap stays shared (CPython's advice for forking servers) and the workers keep it frozen.
+        froze = method == "fork" and gc.get_freeze_count() == 0
+        if method == "fork":  # the SDK's import and first calls, once here for every worker (simloop._prepare)
+            before_run(drive)
+        if froze:
+            gc.freeze()
+        try:
+            for i in range(workers):
+                share = budget // workers + (1 if i < budget % workers else 0)
+                if share < 1:
                     continue
-                codes = ", ".join(str(proc.exitcode) for proc in procs)
-                error = error or f"a worker exited without a result (exit codes {codes}); re-run with workers=1 to see why"
-                break
-            pending -= 1
-            if kind == "ok":
-                examples += payload["examples"]
-                checked = payload["checked"]
-            elif kind == "stopped":
-                examples += payload["examples"]
-            elif kind == "fail" and failure is None:
-                failure = _unpack(payload)
-                stop.set()
-            elif kind == "usage" or kind == "error":
-                error = error or payload
-                stop.set()
+                mine = {**kwargs, "max_examples": share}
+                shares[i] = share
+                if seed is not None:
+                    mine["seed"] = seeds[i] = _derived_seed(seed, "worker", i)
+                proc = ctx.Process(target=_worker, args=(i, verify, drive, mine, stop, results, progress),
+                                   name=f"simloop-worker-{i}")
+                proc.start()
+                procs.append((i, proc))
+        finally:
+            if froze:
+                gc.unfreeze()
+        while len(reported) + len(died) < len(procs):
+            try:
+                take(*results.get(timeout=0.5))
+                continue
+            except queue.Empty:
+                pass
+            gone = [i for i, (n, proc) in enumerate(procs) if n not in reported and not proc.is_alive()]
+            if not gone:
+                continue
+            # A worker puts its result before it exits, so what a dead one sent is in the queue by now.
+            while True:
+                try:
+                    take(*results.get(timeout=0.2))
+                except queue.Empty:
+                    break
+            for i in gone:
+                n, proc = procs[i]
+                if n not in reported:
+                    died.append((n, proc.exitcode))
+                    stop.set()  # the others end at their next run: the campaign's verdict is this death
+    except BaseException:  # a Ctrl-C or a SIGTERM in the parent: the workers end now, not at their next run
+        stop.set()
+        for _, proc in procs:
+            proc.terminate()
+        raise
     finally:
-        for proc in procs:
+        for _, proc in procs:
             proc.join(timeout=30)
             if proc.is_alive():
                 proc.terminate()
@@ -125,6 +159,9 @@ def run_workers(verify: Any, drive: Any, kwargs: dict[str, Any], *, workers: int
     if failure is not None:
         failure.examples = (failure.examples or 0) + examples
         raise failure
+    if died:
+        n, code = died[0]
+        raise _died(n, code, progress[n], workers=len(procs), seed=seeds.get(n), share=shares[n], examples=examples)
     if error is not None:
         if error.startswith("UsageError: "):
             raise UsageError(error.removeprefix("UsageError: "))
@@ -132,19 +169,50 @@ def run_workers(verify: Any, drive: Any, kwargs: dict[str, Any], *, workers: int
     return Report(violations=[], checked=checked, examples=examples)
 
 
-def _worker(i: int, verify: Any, drive: Any, kwargs: dict[str, Any], stop: Any, results: Any) -> None:
-    _Campaign.stop = stop
+def _died(n: int, code: int | None, progress: int, *, workers: int, seed: int | None, share: int,
+          examples: int) -> WorkerDied:
+    """The verdict on a worker that died: how, in which of its runs, and how to see that run in one process."""
+    name = None
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+    how = f"was killed by {name}" if name else f"exited with code {code} without a result"
+    run = abs(progress) or None
+    when = "before its first run" if run is None else f"during its run {run}"
+    if progress < 0:
+        when += " (it had found a failure and was shrinking it; its report was lost)"
+    again = f"workers=1, seed={seed}, max_examples={share}" if seed is not None else "workers=1"
+    flags = f"--workers 1 --seed {seed} --max-examples {share}" if seed is not None else "--workers 1"
+    return WorkerDied(
+        f"worker {n + 1} of {workers} {how} {when}; the other workers ran {examples} runs, none of which broke an "
+        "invariant. A worker dies like this when its process is killed: by the loop under test (os.kill, os._exit, "
+        "a crash in C code), by the out-of-memory killer, or by hand. To see what that worker's runs do, search in "
+        f"one process: {again} ({flags} on the command line).",
+        worker=n, workers=workers, signal=name, exitcode=code, run=run, seed=seed, examples=examples,
+    )
+
+
+def _worker(
+    i: int, verify: Any, drive: Any, kwargs: dict[str, Any], stop: Any, results: Any, progress: Any,
+) -> None:
+    _Campaign.stop, _Campaign.index, _Campaign.progress = stop, i, progress
     try:
         report = verify(drive, **kwargs)
-        results.put(("ok", {"examples": report.examples, "checked": tuple(report.checked)}))
+        results.put((i, "ok", {"examples": report.examples, "checked": tuple(report.checked)}))
     except Stopped:
-        results.put(("stopped", {"examples": _Campaign.runs}))
+        results.put((i, "stopped", {"examples": _Campaign.runs}))
     except InvariantViolation as e:
-        results.put(("fail", _pack(e)))
+        results.put((i, "fail", _pack(e)))
     except UsageError as e:
-        results.put(("usage", f"UsageError: {e}"))
+        results.put((i, "usage", f"UsageError: {e}"))
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which raises it
-        results.put(("error", f"worker {i}: {type(e).__name__}: {e}\n{traceback.format_exc()}"))
+        results.put((i, "error", f"worker {i}: {type(e).__name__}: {e}\n{traceback.format_exc()}"))
+    finally:  # multiprocessing ends a worker with os._exit (no atexit): what its runs started goes now
+        tree = sys.modules.get("simloop._proctree")
+        if tree is not None:
+            tree.end_all(final=True)
 
 
 def _pack(e: InvariantViolation) -> dict[str, Any]:

@@ -21,6 +21,7 @@ imports rich or this module).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import signal
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import click
 
-from simloop.errors import SimloopInternalError, UsageError
+from simloop.errors import SimloopInternalError, UsageError, WorkerDied
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -52,6 +53,7 @@ _MAX_COUNT = 10_000
 _MAX_DEADLINE_S = 7 * 86_400.0
 _MAX_TOKENS = 100_000_000
 _LIMIT_NAMES = ("max_steps", "deadline_s", "max_total_tokens", "max_tool_errors", "max_writes", "max_repeats")
+_MAX_TIMEOUT_S = 604_800.0  # simloop.command.MAX_TIMEOUT_S (a test checks that they agree)
 
 _DRIVE_HELP = (
     "package.module:function, the adapter that runs your loop in a Sim (importable from the current directory)"
@@ -102,21 +104,38 @@ def cli() -> None:
 
 # -- verify ----------------------------------------------------------------------------------------------------------
 
-def _hard_timeout(ctx: click.Context, param: click.Parameter, value: float) -> float:
-    """``--hard-timeout``: finite and above 0; arms the last-resort bound of every run (`simloop._process.bounded`)."""
-    import math
 
+class _Seconds(click.FloatRange):
+    """Seconds above 0 and at most ``most``; unlike a plain FloatRange, ``nan`` is refused too."""
+
+    def __init__(self, most: float) -> None:
+        super().__init__(min=0, min_open=True, max=most)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        import math
+
+        try:
+            float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds (e.g. 30 or 2.5)", param, ctx)
+        seconds = super().convert(value, param, ctx)
+        if math.isnan(seconds):  # every comparison with nan is false, so the range let it through
+            self.fail(f"{value!r} is not a number of seconds: give a finite number in the range 0<x<={self.max:g}",
+                      param, ctx)
+        return seconds
+
+
+def _hard_timeout(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """``--hard-timeout`` arms the last-resort bound of every run (`simloop._process.bounded`)."""
     from simloop import _process
 
-    if not math.isfinite(value) or not 0 < value <= 7 * 86400:
-        raise click.BadParameter(f"{value!r} is not a number of seconds between 0 (excluded) and 604800 (7 days)")
     _process.LAST_RESORT_S[:] = [value]
     return value
 
 
 _HARD_TIMEOUT = click.option(
     "--hard-timeout",
-    type=float,
+    type=_Seconds(_MAX_TIMEOUT_S),
     default=300.0,
     show_default=True,
     callback=_hard_timeout,
@@ -126,6 +145,7 @@ _HARD_TIMEOUT = click.option(
     "cannot unwind).",
 )
 
+
 _NETWORK = click.option(
     "--network",
     type=click.Choice(["block", "loopback", "allow"]),
@@ -134,6 +154,56 @@ _NETWORK = click.option(
     help="Real network connections from the loop: block them (a loop that bypasses the simulator fails the run), "
     "allow loopback ones (a loop that uses a local service), or allow all.",
 )
+
+
+class _Stopping:
+    """SIGTERM arrived (set by `_sigterm_ends_commands`), and how many running commands it ended."""
+
+    terminated = False
+    ended = 0
+
+
+@contextmanager
+def _sigterm_ends_commands() -> Iterator[None]:
+    """SIGTERM (what ``kill``, CI runners and container runtimes send) ends the commands simloop runs, then simloop.
+
+    While ``simloop verify`` or ``simloop run`` works, the handler ends every live ``--command`` process tree at
+    once (nothing it started outlives simloop), then stops simloop as a Ctrl-C does; `_main` exits 143
+    (128 + SIGTERM).  On the way out, whatever a run left (a Ctrl-C leaves the command's thread behind) is ended.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        _end_commands()
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        _Stopping.ended = _end_commands(final=True)
+        _Stopping.terminated = True
+        raise KeyboardInterrupt  # (an Exception would be read by Hypothesis as the example failing)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        _end_commands()
+
+
+def _ends_commands(command: Callable[..., int]) -> Callable[..., int]:
+    """Run a command's callback under `_sigterm_ends_commands` (innermost decorator: click's see the wrapper)."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> int:
+        with _sigterm_ends_commands():
+            return command(*args, **kwargs)
+
+    return wrapper
+
+
+def _end_commands(*, final: bool = False) -> int:
+    """End every live command's processes (``final``: and those started from now on); how many were running."""
+    tree = sys.modules.get("simloop._proctree")  # loaded only when a command ran
+    return int(tree.end_all(final=final)) if tree is not None else 0
 
 
 class _Counter:
@@ -203,7 +273,7 @@ class _Counter:
 @click.option(
     "--timeout",
     "timeout_s",
-    type=click.FloatRange(min=0, min_open=True),
+    type=_Seconds(_MAX_TIMEOUT_S),
     default=60.0,
     show_default=True,
     help="With --command: real seconds a run may take before the command is killed (a runaway).",
@@ -258,7 +328,7 @@ class _Counter:
 @click.option(
     "--deadline",
     "deadline_s",
-    type=click.FloatRange(min=0, min_open=True, max=_MAX_DEADLINE_S),
+    type=_Seconds(_MAX_DEADLINE_S),
     default=None,
     help="The deadline your loop declares, in (virtual) seconds.",
 )
@@ -312,6 +382,7 @@ class _Counter:
 )
 @_NETWORK
 @_HARD_TIMEOUT
+@_ends_commands
 def verify(
     drive: str | None,
     command: str | None,
@@ -403,6 +474,10 @@ def verify(
         failure = e
     except UsageError as e:
         raise click.UsageError(str(e)) from None
+    except WorkerDied as e:  # a verdict on the campaign, not a simloop bug: no traceback
+        click.echo(str(e))
+        _console().print(f"[bold red]FAILED[/]: a worker died; {e.examples} runs ({time.monotonic() - started:.1f}s)")
+        return 1
     elapsed = time.monotonic() - started
     ids = checked or list(simloop.invariants.CATALOGUE)
     out = _console()
@@ -573,6 +648,7 @@ class _ProgressBar:
 )
 @_NETWORK
 @_HARD_TIMEOUT
+@_ends_commands
 def run(
     paths: Sequence[str], drive_spec: str | None, command: str | None, seed: int, trace: str | None, verbose: bool,
     allow_functions: bool, abort: bool, restarts: int, turns: int, claimed: tuple[str, ...], network: str,
@@ -1207,6 +1283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     code = _main(argv)
     if argv is None:
+        _end_commands(final=True)  # (a run's thread may have started one after the command's own cleanup)
         _exit_after_report(code)
     return code
 
@@ -1256,6 +1333,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 def _command(argv: Sequence[str] | None) -> int:
+    _Stopping.terminated, _Stopping.ended = False, 0
     try:
         rv = cli.main(args=list(argv) if argv is not None else None, prog_name="simloop", standalone_mode=False)
     except click.UsageError as e:
@@ -1267,6 +1345,10 @@ def _command(argv: Sequence[str] | None) -> int:
     except click.exceptions.Exit as e:
         return int(e.exit_code)
     except click.Abort:
+        if _Stopping.terminated:
+            ended = "; the processes of the command that was running were ended" if _Stopping.ended else ""
+            click.echo(f"simloop: stopped by SIGTERM{ended}", err=True)
+            return 128 + signal.SIGTERM
         click.echo("simloop: aborted", err=True)
         return 1
     except UsageError as e:  # a simloop misuse raised outside a command's own handling: a fix-it message

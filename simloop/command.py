@@ -17,6 +17,7 @@ The command's environment (docs/design.md, Loops in any language):
 ``SIMLOOP_TOOLS``           the tool schemas, as the API's ``tools`` parameter (JSON)
 ``SIMLOOP_TASK``            the user's task, the first user message
 ``SIMLOOP_LIMITS``          the limits the loop declares (JSON: ``max_steps``, ``deadline_s``, ...)
+``SIMLOOP_RUN_ID``          marks the run's processes (see below)
 ==========================  ==========================================================================
 
 The loop's outcome: its last line on stdout that is a JSON object with a ``reason`` (one of
@@ -28,6 +29,11 @@ errors carry ``retry-after-ms: 1`` so the SDKs retry at once, and the command is
 ``timeout_s`` real seconds (reported by ``stops`` as a runaway), or as soon as it passes the runaway budget
 of model calls.  Timing invariants see the run's virtual clock, which does not move here.
 
+Nothing the command starts outlives its run: when the run ends, every process of the command is killed,
+daemons that left its session included (`simloop._proctree`).  Once the command exited, what it left
+holding its output gets ``DRAIN_S`` seconds, then is ended too: the verdict is the command's own, at
+once.  Of its stdout and stderr ``OUTPUT_LIMIT`` bytes each are kept, the head and the tail.
+
 Example::
 
     simloop.verify(command_drive("node agent.mjs"), max_examples=20)
@@ -38,15 +44,18 @@ from __future__ import annotations
 import _thread
 import functools
 import json
+import math
 import os
+import re
 import shlex
-import signal
 import subprocess
+import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import IO, Any
 
 from simloop._netguard import simloops_own
 from simloop._prepare import once
+from simloop._proctree import Tree
 from simloop._watchdog import LoopHalted
 from simloop.clock import RealTimeThread
 from simloop.errors import UsageError
@@ -56,6 +65,9 @@ from simloop.sim import API_KEY, Sim
 __all__ = ["CommandFailed", "command_drive", "outcome_of"]
 
 DEFAULT_TIMEOUT_S = 60.0
+MAX_TIMEOUT_S = 604_800.0  # a week: a bound a thread's timed wait can take
+OUTPUT_LIMIT = 1 << 20  # bytes of each of stdout and stderr kept (head and tail); the rest is counted
+DRAIN_S = 1.0  # real seconds the command's output may go on after it exited, before what holds it is ended
 
 
 class CommandFailed(RuntimeError):
@@ -82,8 +94,11 @@ def command_drive(
     argv = shlex.split(command) if isinstance(command, str) else list(command)
     if not argv:
         raise UsageError("command_drive(command): give the command to run, e.g. 'node agent.mjs'")
-    if not (timeout_s > 0):
-        raise UsageError(f"command_drive(timeout_s=...): a positive number of seconds, got {timeout_s!r}")
+    if not _seconds_ok(timeout_s):
+        raise UsageError(
+            f"command_drive(timeout_s=...): a finite number of seconds above 0 and at most {MAX_TIMEOUT_S:g}, "
+            f"got {timeout_s!r}"
+        )
     with_mcp = _mcp_installed() if mcp is None else mcp
     shown = command if isinstance(command, str) else shlex.join(argv)
 
@@ -102,7 +117,8 @@ def command_drive(
 def outcome_of(stdout: str, returncode: int, stderr: str = "") -> Outcome:
     """The loop's outcome from its output: the last JSON line with a ``reason``, else its exit code.
 
-    Raises `CommandFailed` for a non-zero exit without an outcome line.
+    Raises `CommandFailed` for a non-zero exit without an outcome line; its message gives the command's own
+    error line (the first line of stderr that reads like an error) and the end of stderr.
     """
     for line in reversed(stdout.splitlines()):
         line = line.strip()
@@ -117,10 +133,87 @@ def outcome_of(stdout: str, returncode: int, stderr: str = "") -> Outcome:
     if returncode == 0:
         last = stdout.strip().splitlines()[-1] if stdout.strip() else ""
         return Outcome("final", last)
-    tail = " | ".join(stderr.strip().splitlines()[-3:])
-    raise CommandFailed(f"the command exited with code {returncode} and printed no outcome line" + (
-        f"; stderr ends: {tail}" if tail else ""
-    ))
+    raise CommandFailed(f"the command exited with code {returncode} and printed no outcome line{_stderr_said(stderr)}")
+
+
+#: lines that say what failed, strongest first: "TypeError: ...", "error: ...", "panic: ...", then a bare mention
+_ERROR_LINES = (
+    re.compile(r"^\s*(?:Uncaught\s+)?[\w.$]*(?:Error|Exception|Panic)\b.*:"),
+    re.compile(r"^\s*(?:error|fatal|panic|FATAL|ERROR)(?:\[\w+\])?:", re.IGNORECASE),
+    re.compile(r"\b(?:Traceback|Error|Exception|error:|panic:|fatal:)"),
+)
+
+
+def _stderr_said(stderr: str) -> str:
+    """"; its error: LINE; stderr ends: A | B | C" (each part when there is one)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    tail = lines[-3:]
+    error = next((line for pattern in _ERROR_LINES for line in lines if pattern.search(line)), None)
+    said = f"; its error: {_clip(error)}" if error is not None and error not in tail else ""
+    return said + f"; stderr ends: {' | '.join(_clip(line) for line in tail)}"
+
+
+def _clip(line: str, most: int = 300) -> str:
+    return line if len(line) <= most else line[:most] + f"... ({len(line) - most} more characters)"
+
+
+class _Capped:
+    """A command's output as it is read: at most ``limit`` bytes kept, its head and its tail; the rest counted."""
+
+    def __init__(self, limit: int = OUTPUT_LIMIT) -> None:
+        self.half = limit // 2
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if len(chunk) >= self.half:
+            self.dropped += len(self.tail) + len(chunk) - self.half
+            self.tail = bytearray(chunk[-self.half:])
+            return
+        self.tail += chunk
+        over = len(self.tail) - self.half
+        if over > 0:
+            self.dropped += over
+            del self.tail[:over]
+
+    def text(self) -> str:
+        """What was kept, with a line saying what was not."""
+        gap = (f"\n[simloop kept the first and last {self.half:,} bytes of this output; {self.dropped:,} bytes "
+               "between them were not kept]\n") if self.dropped else ""
+        return self.head.decode("utf-8", "replace") + gap + self.tail.decode("utf-8", "replace")
+
+
+def _environment(sim: Sim, server: Any, env: Mapping[str, str] | None, tree: Tree) -> dict[str, str]:
+    """The command's environment; a value an environment cannot carry (a NUL) is a usage error, named."""
+    child_env = {
+        **os.environ,
+        **(env or {}),
+        "ANTHROPIC_BASE_URL": server.base_url,
+        "ANTHROPIC_API_KEY": API_KEY,
+        "SIMLOOP_TOOLS_URL": server.base_url + "/simloop/tools",
+        "SIMLOOP_TOOLS": json.dumps(sim.tool_schemas),
+        "SIMLOOP_TASK": sim.task,
+        "SIMLOOP_LIMITS": json.dumps(sim.limits.model_dump(exclude_none=True)),
+        **tree.env,
+    }
+    if server.mcp_url:
+        child_env["SIMLOOP_MCP_URL"] = server.mcp_url
+    for name, value in child_env.items():
+        if "\0" in name or "\0" in value:
+            what = "the task" if name == "SIMLOOP_TASK" else f"the environment variable {name!r}"
+            raise UsageError(
+                f"{what} holds a NUL character (at offset {value.find(chr(0))}), which no process's environment "
+                "can carry, so a command cannot be given it: remove the NUL (or run this loop through a Python "
+                "drive, which takes any text)"
+            )
+    return child_env
 
 
 def _run(
@@ -132,40 +225,44 @@ def _run(
     sim.tools.sleep = _no_sleep  # real time: the tools never sleep (a slow fault's latency is not waited out)
     with simloops_own():  # the loop is the command; this server is simloop's (see simloop._netguard)
         server = LoopbackServer(sim.server, tools=sim.tools, mcp=mcp, fast_retries=True)
+    tree = Tree()
     box: dict[str, Any] = {}
-    done = _thread.allocate_lock()  # released when the command ended: a lock's timed acquire waits in real
-    done.acquire()  # time (an Event's wait in the drive's thread may be virtual, see simloop.clock)
-    proc: subprocess.Popen[str] | None = None
+    done = _real_lock()  # released when the command ended and its output was read
+    proc: subprocess.Popen[bytes] | None = None
     try:
-        child_env = {
-            **os.environ,
-            **(env or {}),
-            "ANTHROPIC_BASE_URL": server.base_url,
-            "ANTHROPIC_API_KEY": API_KEY,
-            "SIMLOOP_TOOLS_URL": server.base_url + "/simloop/tools",
-            "SIMLOOP_TOOLS": json.dumps(sim.tool_schemas),
-            "SIMLOOP_TASK": sim.task,
-            "SIMLOOP_LIMITS": json.dumps(sim.limits.model_dump(exclude_none=True)),
-        }
-        if server.mcp_url:
-            child_env["SIMLOOP_MCP_URL"] = server.mcp_url
+        child_env = _environment(sim, server, env, tree)
+        tree.prepare()
         try:
-            # in a process group of its own, so that what the command starts goes with it (see _kill)
+            # a session of its own (POSIX): its process group, and what it starts, are found by its pid (see Tree)
             proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env,
-                cwd=cwd, text=True, encoding="utf-8", errors="replace", start_new_session=os.name == "posix",
+                cwd=cwd, start_new_session=os.name == "posix",
             )
-        except OSError as e:
+        except (OSError, ValueError) as e:
+            tree.not_started()
             raise UsageError(f"cannot start the command {shlex.join(argv)!r}: {e}") from None
-        server.on_halt = lambda: _kill(proc)  # past the runaway budget: stop the loop now, not at the timeout
+        except BaseException:
+            tree.not_started()
+            raise
+        tree.start(proc.pid)
+        server.on_halt = lambda: _end(proc, tree)  # past the runaway budget: stop the loop now, not at the timeout
+        outputs = (_Capped(), _Capped())
+        readers = [_reader(pipe, out) for pipe, out in zip((proc.stdout, proc.stderr), outputs)]
 
         def wait() -> None:  # on real time: subprocess's waits would otherwise run on the Sim's virtual clock
+            assert proc is not None
             try:
-                box["out"] = proc.communicate(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                _kill(proc)
-                box["out"] = proc.communicate()
-                box["timed_out"] = True
+                try:
+                    proc.wait(timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    box["timed_out"] = True
+                    _end(proc, tree)
+                    proc.wait()
+                # The command exited.  Its output ends when every process holding its pipes lets go: what it left
+                # running is given a moment, then ended (a daemon holding stdout would otherwise hold the run).
+                if not _all_released(readers, DRAIN_S):
+                    _end(proc, tree)
+                    _all_released(readers, DRAIN_S)
             finally:
                 done.release()
 
@@ -174,30 +271,64 @@ def _run(
             sim.watchdog.feed()
     finally:
         if proc is not None:
-            _kill(proc)  # whatever it left running (or all of it, when the run ends early: a Ctrl-C)
+            _end(proc, tree)  # whatever it left running (or all of it, when the run ends early: a Ctrl-C)
+        else:
+            tree.end()
         with simloops_own():
             server.close()
-    stdout, stderr = box["out"]
+    stdout, stderr = (out.text() for out in outputs)
     if server.stopped is not None:
         raise server.stopped  # Hypothesis ended the example while the model drew a reply: it is Hypothesis's to see
     if server.halted is not None:
         raise server.halted
     if box.get("timed_out"):
         raise LoopHalted("watchdog", f"the command ran for {timeout_s:g} real seconds without stopping; killed")
+    assert proc.returncode is not None
     return outcome_of(stdout, proc.returncode, stderr)
 
 
-def _kill(proc: subprocess.Popen[str]) -> None:
-    """Kill the command and every process it started (its process group, on POSIX).
+def _real_lock() -> Any:
+    """A held lock: its timed acquire waits in real time (an Event's wait in the drive's thread may be virtual)."""
+    lock = _thread.allocate_lock()
+    lock.acquire()
+    return lock
 
-    Killing only the command would leave its children running, and one that holds the command's stdout
-    open would keep the run waiting for the end of that output for good.
-    """
-    if os.name == "posix":
+
+def _reader(pipe: IO[bytes] | None, out: _Capped) -> Any:
+    """Read ``pipe`` into ``out`` on a thread of its own; returns a lock released at the end of the output."""
+    released = _real_lock()
+
+    def read() -> None:
         try:
-            os.killpg(proc.pid, signal.SIGKILL)  # the group outlives its leader while a member lives
-        except (ProcessLookupError, PermissionError):
+            if pipe is not None:
+                fd = pipe.fileno()
+                while chunk := os.read(fd, 65536):
+                    out.add(chunk)
+        except (OSError, ValueError):
             pass
+        finally:
+            if pipe is not None:
+                pipe.close()  # (this thread is its only reader)
+            released.release()
+
+    RealTimeThread(target=read, name="simloop-command-output", daemon=True).start()
+    return released
+
+
+def _all_released(locks: Sequence[Any], within_s: float) -> bool:
+    """Whether every lock is released within ``within_s`` real seconds (each is left released)."""
+    deadline = time.monotonic() + within_s  # (called on a RealTimeThread: the real clock)
+    for lock in locks:
+        if not lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            return False
+        lock.release()
+    return True
+
+
+def _end(proc: subprocess.Popen[bytes], tree: Tree) -> None:
+    """Kill the command and every process it started (see `simloop._proctree.Tree`)."""
+    if os.name == "posix":
+        tree.end()
     elif proc.poll() is None:
         proc.kill()
 
@@ -214,6 +345,9 @@ def _prepare(*, mcp: bool) -> None:
 
 async def _no_call(name: str, arguments: dict[str, Any]) -> str:
     return ""
+def _seconds_ok(value: object) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and 0 < value <= MAX_TIMEOUT_S)
 
 
 def _no_sleep(seconds: float) -> None:

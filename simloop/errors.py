@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["InvariantViolation", "ScenarioError", "SimloopInternalError", "SimulatedCrash", "UsageError"]
+__all__ = ["InvariantViolation", "ScenarioError", "SimloopInternalError", "SimulatedCrash", "UsageError", "WorkerDied"]
 
 
 class UsageError(ValueError):
@@ -79,3 +79,18 @@ class SimulatedCrash(BaseException):
     """The simulated process died (a ``crash`` fault): a `BaseException`, so ``except Exception`` cannot swallow
     it.  simloop keeps ``sim.store`` and the world (the tools' ledger, the clock, the model) and runs the drive
     again: the restart."""
+
+
+class WorkerDied(RuntimeError):
+    """A campaign's worker process died without a result: killed by a signal, or exited on its own.
+
+    ``worker`` (0-based) of ``workers``; ``signal`` (its name, e.g. ``"SIGKILL"``) or ``exitcode``; ``run``, the
+    worker's run it died in (1-based; None before its first); ``seed``, the worker's seed when the campaign had
+    one; ``examples``, the runs the other workers finished.
+    """
+
+    def __init__(self, message: str, *, worker: int, workers: int, signal: str | None, exitcode: int | None,
+                 run: int | None, seed: int | None, examples: int) -> None:
+        super().__init__(message)
+        self.worker, self.workers, self.signal, self.exitcode = worker, workers, signal, exitcode
+        self.run, self.seed, self.examples = run, seed, examples

@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import gc
 import hashlib
+import os
 import re
 import threading
 import unittest
@@ -62,6 +63,7 @@ DEFAULT_OUT = Path(".simloop") / "failures"
 # engine caches each result and records each choice sequence), so a longer stage runs as several
 # chunks and a run of 10,000 examples peaks no higher than one of a few hundred.
 _CHUNK = 100
+REDIS_TIMEOUT_S = 5.0  # real seconds a redis:// database has to answer the PING made before a search
 
 
 class _Failed(Exception):
@@ -377,6 +379,9 @@ def example_database(database: str | Path | Any) -> Any:
 
     A Redis URL uses Hypothesis's own ``RedisExampleDatabase`` (``hypothesis.extra.redis``; needs the
     ``redis`` package): a fleet of CI machines pointed at one server replays what each of them found.
+
+    Checked before any search starts: a path must be a directory or creatable as one, and a Redis server
+    must answer a PING within `REDIS_TIMEOUT_S` seconds; otherwise `UsageError` says what to fix.
     """
     from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
@@ -385,18 +390,53 @@ def example_database(database: str | Path | Any) -> Any:
     if isinstance(database, (str, Path)):
         text = str(database)
         if text.startswith(("redis://", "rediss://", "unix://")):
-            try:
-                import redis
-                from hypothesis.extra.redis import RedisExampleDatabase
-            except ImportError:
-                raise UsageError(
-                    f"database {text!r} is a Redis URL, which needs the redis package: pip install redis"
-                ) from None
-            return RedisExampleDatabase(redis.Redis.from_url(text))
+            return _redis_database(text)
+        _check_directory(Path(text))
         return DirectoryBasedExampleDatabase(text)
     raise UsageError(
         f"database: give a directory, a redis:// URL or a hypothesis ExampleDatabase; got {type(database).__name__}"
     )
+
+
+def _redis_database(url: str) -> Any:
+    """A `RedisExampleDatabase` on ``url``, once its server answered a PING."""
+    try:
+        import redis
+        from hypothesis.extra.redis import RedisExampleDatabase
+    except ImportError:
+        raise UsageError(f"database {url!r} is a Redis URL, which needs the redis package: pip install redis") from None
+    try:
+        probe = redis.Redis.from_url(url, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S)
+        try:
+            probe.ping()
+        finally:
+            probe.close()
+    except (redis.RedisError, ValueError, OSError) as e:
+        raise UsageError(
+            f"database {url!r}: the Redis server did not answer ({type(e).__name__}: {e}); start it, or check the "
+            "URL (redis://HOST:PORT/DB), or leave the database out to use the local .hypothesis/examples"
+        ) from None
+    return RedisExampleDatabase(redis.Redis.from_url(url))
+
+
+def _check_directory(path: Path) -> None:
+    """``path`` is a directory, or one can be made there (its nearest existing parent is a writable directory)."""
+    if path.is_dir():
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise UsageError(f"database {str(path)!r} is a directory simloop cannot write to: give one you can write")
+        return
+    if path.exists():
+        raise UsageError(
+            f"database {str(path)!r} is a file, not a directory: give a directory (made if missing) or a redis:// URL"
+        )
+    parent = path.absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(
+            f"database {str(path)!r} cannot be made: {str(parent)!r} is not a directory simloop can write to; give a "
+            "directory (made if missing) or a redis:// URL"
+        )
 
 
 # -- runs that never reach the model ------------------------------------------------------------------------

@@ -9,9 +9,15 @@ or the registry is unavailable); the bash test needs bash, curl and jq.
 from __future__ import annotations
 
 import json
+import os
+import select
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -19,8 +25,10 @@ from hypothesis import Phase
 from hypothesis import settings as Settings
 
 import simloop
+from simloop import cli as cli_module
+from simloop import command
 from simloop.cli import main
-from simloop.command import CommandFailed, command_drive, outcome_of
+from simloop.command import CommandFailed, _Capped, command_drive, outcome_of
 from simloop.strategies import plans
 from simloop.transcript import ToolStart
 
@@ -69,17 +77,207 @@ def _running(marker: str) -> list[str]:
     return found
 
 
-@pytest.mark.skipif(not Path("/proc/self/cmdline").exists() or shutil.which("sleep") is None,
-                    reason="needs Linux /proc and sleep")
-def test_what_the_command_leaves_running_is_killed_with_it() -> None:
-    # The loop answers and exits, but a process it started lives on and holds its stdout open: the run
-    # must still end (at the timeout), and nothing the command started may outlive it.
-    marker = "600.0517"
-    leaves = ["bash", "-c", f"sleep {marker} & echo '{{\"reason\": \"final\", \"text\": \"done\"}}'"]
+def _mark(n: int) -> str:
+    """A ``sleep`` argument no other process on this machine has: this test process's pid in it."""
+    return f"600.{os.getpid():07d}{n:02d}"
+
+
+LINUX = pytest.mark.skipif(not Path("/proc/self/cmdline").exists() or shutil.which("sleep") is None,
+                           reason="needs Linux /proc and sleep")
+SETSID = pytest.mark.skipif(shutil.which("setsid") is None, reason="needs setsid (util-linux)")
+OUTCOME_LINE = '{"reason": "final", "text": "still read"}'
+DONE = """echo '{"reason": "final", "text": "done"}'"""
+
+
+def _timed_run(command: list[str], timeout_s: float) -> tuple[simloop.Outcome, float]:
+    """One run of ``command``; its outcome and the real seconds simloop took to give it."""
+    started = time.monotonic()
     with simloop.Sim({"task": "t", "then": "end_turn"}) as sim:
-        outcome = sim.run(command_drive(leaves, timeout_s=0.2, mcp=False))
-    assert outcome.reason == "error" and "without stopping; killed" in outcome.text
+        outcome = sim.run(command_drive(command, timeout_s=timeout_s, mcp=False))
+    return outcome, time.monotonic() - started
+
+
+@LINUX
+def test_a_helper_left_holding_stdout_costs_a_moment_not_the_timeout() -> None:
+    # The loop answers and exits, but a process it started lives on and holds its stdout open: the verdict is
+    # the loop's own, at once (not a spin at the timeout), and nothing the command started outlives the run.
+    marker = _mark(17)
+    outcome, took = _timed_run(["sh", "-c", f"sleep {marker} & {DONE}"], timeout_s=60)
+    assert outcome == simloop.Outcome("final", "done")
+    assert took < 15
     assert _running(marker) == []
+
+
+@LINUX
+@SETSID
+def test_a_setsid_daemon_holding_stdout_cannot_hold_the_verdict() -> None:
+    # The daemon leaves the command's process group and session and keeps the pipe: before, no verdict came
+    # for as long as it lived.
+    marker = _mark(18)
+    outcome, took = _timed_run(["sh", "-c", f"setsid sleep {marker} & sleep {_mark(19)}"], timeout_s=2)
+    assert outcome.reason == "error" and "ran for 2 real seconds without stopping; killed" in outcome.text
+    assert took < 20
+    assert _running(marker) == [] and _running(_mark(19)) == []
+
+
+@LINUX
+@SETSID
+def test_detached_daemons_do_not_outlive_the_run() -> None:
+    # Three ways out of the command's process group: setsid with the output elsewhere, a double fork, and a
+    # setsid that also clears its environment (found as an orphan re-parented to simloop, a subreaper).
+    markers = [_mark(21), _mark(22), _mark(23)]
+    script = (f"setsid sleep {markers[0]} >/dev/null 2>&1 & "
+              f"setsid sh -c 'sleep {markers[1]} >/dev/null 2>&1 &' & "
+              f"setsid env -i sleep {markers[2]} >/dev/null 2>&1 & "
+              f"{DONE}")
+    outcome, took = _timed_run(["sh", "-c", script], timeout_s=60)
+    assert outcome == simloop.Outcome("final", "done") and took < 15
+    assert [m for m in markers if _running(m)] == []
+
+
+def _zombie_children() -> set[int]:
+    """The pids of this process's children that have ended and are not reaped (Linux /proc)."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 2:].split()
+        if fields[0] == "Z" and int(fields[1]) == os.getpid():
+            found.add(int(stat.parent.name))
+    return found
+
+
+@LINUX
+def test_orphans_adopted_by_simloop_are_reaped_not_left_as_zombies() -> None:
+    # The double fork's first child exits at once: its own child, orphaned, is adopted by simloop (a subreaper
+    # while the command runs), ends on its own or is killed, and must be reaped either way.
+    before = _zombie_children()
+    script = f"sh -c 'true & exit 0'; sh -c 'sleep {_mark(41)} >/dev/null 2>&1 & exit 0'; {DONE}"
+    for _ in range(3):
+        outcome, _ = _timed_run(["sh", "-c", script], timeout_s=60)
+        assert outcome == simloop.Outcome("final", "done")
+    assert _zombie_children() - before == set()
+    assert _running(_mark(41)) == []
+
+
+@LINUX
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigterm_to_simloop_ends_the_command_and_what_it_started(workers: int, tmp_path: Path) -> None:
+    fifo = tmp_path / "started"
+    os.mkfifo(fifo)
+    ready = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)  # read end, and a writer of our own: no EOF before the command
+    helper = f"setsid sleep {_mark(31)} >/dev/null 2>&1 &" if shutil.which("setsid") else f"sleep {_mark(31)} &"
+    command = f"sh -c '{helper} echo up > {fifo}; sleep {_mark(32)}'"
+    simloop_proc = subprocess.Popen(
+        [sys.executable, "-m", "simloop.cli", "verify", "--command", command, "--timeout", "300", "--max-examples",
+         str(workers), "--workers", str(workers), "--out", str(tmp_path / "out"), "--no-progress"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert select.select([ready], [], [], 60)[0], "the command never started"
+        started = time.monotonic()
+        simloop_proc.send_signal(signal.SIGTERM)
+        _, err = simloop_proc.communicate(timeout=30)
+        took = time.monotonic() - started
+    finally:
+        os.close(ready)
+        if simloop_proc.poll() is None:
+            simloop_proc.kill()
+    assert simloop_proc.returncode == 143, err
+    if workers == 1:  # (a campaign's parent runs no command: its workers, stopped in turn, end theirs)
+        assert "simloop: stopped by SIGTERM; the processes of the command that was running were ended" in err
+    else:
+        assert "simloop: stopped by SIGTERM" in err
+    assert took < 20
+    assert _running(_mark(31)) == [] and _running(_mark(32)) == []
+
+
+def test_a_flood_of_output_is_kept_head_and_tail(tmp_path: Path) -> None:
+    size = 24 << 20  # 24 MB, and the outcome after it
+    script = f"import sys; sys.stdout.write('x' * {size} + '\\n'); print({OUTCOME_LINE!r})"
+    flood = [sys.executable, "-c", script]
+    tracemalloc.start()
+    try:
+        outcome, _ = _timed_run(flood, timeout_s=120)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert outcome == simloop.Outcome("final", "still read")
+    assert peak < 8 << 20  # not the 24 MB the command wrote
+
+
+def test_the_output_kept_is_its_first_and_last_half_megabyte_and_a_note() -> None:
+    out = _Capped(limit=10)
+    for chunk in (b"abc", b"defgh", b"ijklmnop", b"qrst", b"uvwxyz"):
+        out.add(chunk)
+    assert out.text() == "abcde\n[simloop kept the first and last 5 bytes of this output; 16 bytes between them were not kept]\nvwxyz"
+    small = _Capped(limit=10)
+    small.add(b"ok\n")
+    assert small.text() == "ok\n"
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "0", "-1", "1e9", "soon"])
+def test_the_timeout_must_be_a_finite_positive_number(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["verify", "--command", "true", "--timeout", value, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "Invalid value for '--timeout'" in err
+    assert "0<x<=604800" in err or "is not a number of seconds (e.g. 30 or 2.5)" in err
+
+
+def test_command_drive_refuses_a_timeout_no_wait_can_take() -> None:
+    for value in (float("inf"), float("nan"), 0, 1e9):
+        with pytest.raises(simloop.UsageError, match=r"command_drive\(timeout_s=...\): a finite number of seconds"):
+            command_drive("true", timeout_s=value)
+    assert command.MAX_TIMEOUT_S == cli_module._MAX_TIMEOUT_S
+
+
+def test_a_task_with_a_nul_is_a_usage_error_not_the_loops_crash(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    started = tmp_path / "started"
+    scenario = tmp_path / "nul.json"
+    scenario.write_text(json.dumps({"version": 1, "task": "refund\u0000order 7", "then": "end_turn"}))
+    assert main(["run", str(scenario), "--command", f"touch {started}"]) == 2
+    out = capsys.readouterr().out
+    assert "ERROR" in out and "the task holds a NUL character (at offset 6)" in out and "remove the NUL" in out
+    assert not started.exists()  # refused before the command ran
+    with pytest.raises(simloop.UsageError, match="the task holds a NUL character"):
+        simloop.verify(command_drive(["touch", str(started)]), task="a\0b", max_examples=1, out_dir=tmp_path)
+    with pytest.raises(simloop.UsageError, match="cannot start the command .*: embedded null byte"):
+        simloop.verify(command_drive(["touch", f"{started}\0x"]), max_examples=1, out_dir=tmp_path)
+    assert not started.exists()
+
+
+_NODE_CRASH = """file:///app/agent.mjs:12
+  const text = reply.content[0].text.trim();
+                                     ^
+
+TypeError: Cannot read properties of undefined (reading 'trim')
+    at run (file:///app/agent.mjs:12:38)
+    at async main (file:///app/agent.mjs:30:3)
+
+Node.js v20.11.0
+"""
+
+
+def test_a_failure_shows_the_commands_own_error_line() -> None:
+    with pytest.raises(CommandFailed) as caught:
+        outcome_of("", 1, _NODE_CRASH)
+    assert str(caught.value) == (
+        "the command exited with code 1 and printed no outcome line; its error: TypeError: Cannot read properties "
+        "of undefined (reading 'trim'); stderr ends: at run (file:///app/agent.mjs:12:38) | at async main "
+        "(file:///app/agent.mjs:30:3) | Node.js v20.11.0"
+    )
+
+
+def test_a_crash_report_names_the_error_line_of_a_real_command(tmp_path: Path) -> None:
+    crashing = ["sh", "-c", f"printf '%s' {shlex.quote(_NODE_CRASH)} >&2; exit 1"]
+    with pytest.raises(simloop.InvariantViolation) as caught:
+        simloop.verify(command_drive(crashing), max_examples=1, out_dir=tmp_path, settings=NO_SHRINK)
+    message = caught.value.violations[0].message
+    assert "its error: TypeError: Cannot read properties of undefined (reading 'trim')" in message
+    assert "Node.js v20.11.0" in message
 
 
 # -- TypeScript on @anthropic-ai/sdk -----------------------------------------------------------------------------------

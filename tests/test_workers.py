@@ -51,6 +51,62 @@ def test_the_command_line_takes_workers(tmp_path: Path, capsys: pytest.CaptureFi
     assert "no_rerun broken" in capsys.readouterr().out
 
 
+_DIES = textwrap.dedent("""
+    import os, signal
+    from examples import correct_sync
+
+    runs = 0
+
+    def drive(sim):
+        # the third run of whichever worker gets there first kills its own process, as the OOM killer would
+        global runs
+        runs += 1
+        if runs == 3:
+            try:
+                os.close(os.open(os.environ["SIMLOOP_TEST_DIES"], os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                pass
+            else:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return correct_sync.drive(sim)
+""")
+
+
+@pytest.fixture
+def dying_drive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``dies:drive``, importable from the current directory: one worker's third run kills its process."""
+    (tmp_path / "dies.py").write_text(_DIES)
+    monkeypatch.setenv("SIMLOOP_TEST_DIES", str(tmp_path / "died"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "dies", raising=False)
+    return "dies:drive"
+
+
+def test_a_worker_killed_mid_campaign_is_reported_as_such(dying_drive: str, tmp_path: Path) -> None:
+    from dies import drive  # type: ignore[import-not-found]
+
+    with pytest.raises(simloop.errors.WorkerDied) as caught:
+        simloop.verify(drive, max_examples=40, workers=2, seed=4, out_dir=tmp_path / "out")
+    died = caught.value
+    assert (died.signal, died.run, died.workers) == ("SIGKILL", 3, 2)
+    assert died.seed is not None
+    assert f"worker {died.worker + 1} of 2 was killed by SIGKILL during its run 3; the other workers ran" in str(died)
+    assert f"search in one process: workers=1, seed={died.seed}, max_examples=20" in str(died)
+
+
+def test_the_command_line_reports_a_dead_worker_without_a_traceback(
+    dying_drive: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ["verify", dying_drive, "--workers", "2", "--max-examples", "40", "--seed", "4", "--out",
+            str(tmp_path / "out"), "--no-progress"]
+    assert main(args) == 1
+    captured = capsys.readouterr()
+    assert "was killed by SIGKILL during its run 3" in captured.out and "FAILED: a worker died" in captured.out
+    assert "--workers 1 --seed" in captured.out
+    assert "Traceback" not in captured.out + captured.err
+
+
 # -- the example database ------------------------------------------------------------------------------------------
 
 
@@ -77,6 +133,30 @@ def test_the_database_takes_a_directory_a_redis_url_or_a_database(tmp_path: Path
     assert example_database(memory) is memory
     with pytest.raises(simloop.UsageError, match="give a directory, a redis:// URL or a hypothesis ExampleDatabase"):
         example_database(42)
+
+
+def test_a_regular_file_is_not_a_database(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    file = tmp_path / "examples.db"
+    file.write_text("not a directory")
+    args = ["verify", "examples.correct_sync:drive", "--database", str(file), "--max-examples", "5", "--no-progress"]
+    assert main(args) == 2
+    assert f"database {str(file)!r} is a file, not a directory: give a directory (made if missing)" in (
+        capsys.readouterr().err.replace("\n", " ")
+    )
+    with pytest.raises(simloop.UsageError, match="cannot be made: .* is not a directory simloop can write to"):
+        example_database(file / "below")
+
+
+def test_an_unreachable_redis_is_a_usage_error_before_the_search(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("redis", reason="the redis Python package is not installed (pip install redis)")
+    url = f"redis://127.0.0.1:{_free_port()}/0"  # loopback, a port nothing listens on
+    runs: list[simloop.Sim] = []
+    with pytest.raises(simloop.UsageError, match=r"the Redis server did not answer \(ConnectionError: .*\); start it"):
+        simloop.verify(runs.append, database=url, workers=2, max_examples=4, out_dir=tmp_path)
+    assert runs == []  # checked before the search started
+    assert main(["verify", "examples.correct_sync:drive", "--database", url, "--no-progress"]) == 2
+    assert f"database {url!r}: the Redis server did not answer" in capsys.readouterr().err.replace("\n", " ")
 
 
 def _free_port() -> int:
