@@ -23,22 +23,26 @@ def no_rerun(t: Transcript) -> list[Violation]:
     A second execution that answers a *different* tool_use the model issued (two
     identical calls in one reply, or the model asking again) is the model's
     decision, not a rerun; the loop reruns when an execution answers a tool_use
-    already executed, or none at all.
+    already executed, or none at all.  Across lives, what died with the process is
+    forgiven: a resumed loop runs again an execution that never returned before the
+    crash (no end, or it ended ``crashed``/``cancelled`` without committing), and a
+    read whose result never reached the model; a write that committed stays a rerun.
     """
     v = _view(t)
     out: list[Violation] = []
     restarts = [pos for pos, e in enumerate(t.events) if isinstance(e, Restart)]
-    by_tool_use: dict[str, ToolStart] = {}
+    by_tool_use: dict[str, tuple[int, ToolStart]] = {}
     # the writes that committed, by tool and input: (position of the ToolEnd, the write), in execution order
     committed: dict[tuple[str, str], list[tuple[int, ToolStart]]] = {}
     written: set[str] = set()  # the tools among them (an input is made canonical only when it may matter)
     for pos, s in v.starts:
         same = committed.get((s.tool, v.input_of(s)), []) if s.tool in written else []
-        found = _rerun_of_commit(v, pos, s, same, restarts) or _unrequested_or_repeated(v, pos, s, by_tool_use)
+        found = _rerun_of_commit(v, pos, s, same, restarts) or _unrequested_or_repeated(
+            v, pos, s, by_tool_use, restarts)
         if found is not None:
             out.append(found)
-        if s.matched is not None:
-            by_tool_use.setdefault(s.matched, s)
+        if s.matched is not None and (s.matched not in by_tool_use or found is None):
+            by_tool_use[s.matched] = (pos, s)  # the latest run that stands (a forgiven one replaces what died)
         end = v.ends.get(s.exec)
         if end is not None and end[1].committed and _is_write(t, s):
             committed.setdefault((s.tool, v.input_of(s)), []).append((end[0], s))
@@ -78,7 +82,9 @@ def _rerun_of_commit(
     return None
 
 
-def _unrequested_or_repeated(v: _View, pos: int, s: ToolStart, by_tool_use: dict[str, ToolStart]) -> Violation | None:
+def _unrequested_or_repeated(
+    v: _View, pos: int, s: ToolStart, by_tool_use: dict[str, tuple[int, ToolStart]], restarts: Sequence[int] = ()
+) -> Violation | None:
     if s.matched is None:
         given = f" (the loop passed id {s.tool_use_id}, which matches none)" if s.tool_use_id else ""
         evidence: dict[str, Any] = {"exec": s.exec, "tool": s.tool, "tool_use_id": s.tool_use_id}
@@ -93,7 +99,9 @@ def _unrequested_or_repeated(v: _View, pos: int, s: ToolStart, by_tool_use: dict
         )
         return Violation("no_rerun", message, v.step_at(pos), evidence)
     if s.matched in by_tool_use:
-        prior = by_tool_use[s.matched]
+        prior_pos, prior = by_tool_use[s.matched]
+        if _died_with_its_process(v, prior_pos, prior, pos, restarts):
+            return None
         message = (
             f"{s.tool} ran twice for tool_use {s.matched} (exec {prior.exec} and exec {s.exec}); a correct loop runs "
             "each tool_use once and reports a failure as an is_error tool_result instead of retrying"
@@ -102,6 +110,27 @@ def _unrequested_or_repeated(v: _View, pos: int, s: ToolStart, by_tool_use: dict
         return Violation("no_rerun", message, v.step_at(pos), evidence)
     return None
 
+
+def _died_with_its_process(v: _View, prior_pos: int, prior: ToolStart, pos: int, restarts: Sequence[int]) -> bool:
+    """Did ``prior`` die with the process before ``pos``, so that a resumed loop may run it again?
+
+    Yes when a restart lies between them and ``prior`` never returned before it (no end, or an end ``crashed`` or
+    ``cancelled`` that committed nothing), or it was a read whose result never reached the model before it.  A
+    write whose effect committed never died with the process: running it again is a rerun.
+    """
+    died = next((r for r in restarts if prior_pos < r < pos), None)
+    if died is None:
+        return False
+    ended = v.ends.get(prior.exec)
+    if ended is None or ended[0] > died:
+        return True  # still in flight when the process died
+    end = ended[1]
+    if end.committed:
+        return False
+    if end.status in ("crashed", "cancelled"):
+        return True
+    sent = v.result_sent.get(str(prior.matched))
+    return not _is_write(v.t, prior) and (sent is None or sent > died)
 
 
 # -- tool_errors ------------------------------------------------------------------------------------------------
