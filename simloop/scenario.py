@@ -83,6 +83,7 @@ INVARIANT_IDS = (
     "results_sent",
     "results_together",
     "abort",
+    "results_real",
 )
 _TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
 
