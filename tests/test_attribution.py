@@ -7,9 +7,11 @@ an id-less execution was charged to the oldest pending tool_use of the same name
 
 from __future__ import annotations
 
+import itertools
 import json
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -205,3 +207,23 @@ def test_the_tools_endpoint_and_mcp_take_the_tool_use_id(where: str) -> None:
             anyio.run(call_over_mcp)
         starts = server.server.transcript.of(ToolStart)
     assert [(s.tool_use_id, s.matched) for s in starts] == [(second, second)]
+
+
+def test_a_verdict_its_replay_does_not_reproduce_is_reported_in_words(tmp_path: Path) -> None:
+    """A loop whose first run fails and whose replay passes: the failure found, and why it may not reproduce,
+    never Hypothesis's FlakyFailure traceback."""
+    from examples.correct_sync import drive as correct
+    from simloop import InvariantViolation, verify
+
+    runs = itertools.count()
+
+    def drive(sim: Sim) -> Outcome:
+        if next(runs) == 0:
+            raise RuntimeError("only the first time")
+        return correct(sim)
+
+    with pytest.raises(InvariantViolation) as found:
+        verify(drive, max_examples=5, seed=0, out_dir=tmp_path)
+    assert {v.invariant for v in found.value.violations} == {"crash"}
+    assert "note: this run broke the invariants once, and its replay did not" in str(found.value)
+    assert "tool_use_id=block.id" in str(found.value)

@@ -283,7 +283,7 @@ def results_together(t: Transcript) -> list[Violation]:
 _NOT_RUN = re.compile(
     r"\b(not run|n[o']t been run|was not run|wasn't run|never ran|never run|did not run|didn't run|not executed|"
     r"not been executed|interrupted|cancell?ed|skipped|aborted|stopped|denied|not allowed|not permitted|refused|"
-    r"declined|rejected|unauthori[sz]ed|forbidden|not available|unavailable|unknown tool|no such tool)\b",
+    r"declined|rejected|unauthori[sz]ed|forbidden|not available|unavailable|not used|unknown tool|no such tool)\b",
     re.IGNORECASE,
 )
 # ... unless it hedges: the effect may have happened (what a durable loop says of a write it does not repeat).
@@ -320,13 +320,13 @@ def results_real(t: Transcript) -> list[Violation]:
         if name not in declared:
             continue
         text = result_text(block)
-        claims_not_run = bool(_NOT_RUN.search(text)) and not _HEDGED.search(text)
+        says_not_run = bool(_NOT_RUN.search(text))
         done = [(p, s) for p, s in bound.get(uid, []) if p < sent]
         committed = next((s for _, s in done if _committed_before(v, s, sent)), None)
-        if committed is not None and claims_not_run:
+        if committed is not None and says_not_run and not _HEDGED.search(text):
             found.setdefault(sent, []).append((uid, "denied_commit", f"exec {committed.exec}"))
             continue
-        if done or block.get("is_error") is True or claims_not_run:
+        if done or block.get("is_error") is True or says_not_run:
             continue
         if issued[1].stop_reason in ("max_tokens", "refusal"):
             continue  # a call the loop rightly never ran; how it settles the history is pairing's
