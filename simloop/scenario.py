@@ -104,6 +104,7 @@ InvariantId = Literal[
     "results_sent",
     "results_together",
     "abort",
+    "results_real",
 ]
 
 
