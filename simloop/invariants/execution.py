@@ -298,8 +298,8 @@ def results_real(t: Transcript) -> list[Violation]:
     result was sent (a cached or idempotent answer reuses a real one), and its text carries no output of
     that tool.  Exempt: a result saying the call was not run, refused or denied (its text says so), and the
     calls of a reply cut at max_tokens or refused, which a correct loop never runs.  Also a violation: a
-    result saying "not run", "interrupted" or "cancelled" for an execution whose write had committed.
-    One violation per request, naming the first such result.
+    result saying "not run", "interrupted" or "cancelled" for an execution whose write had committed and
+    returned its result to the loop.  One violation per request, naming the first such result.
     """
     v = _view(t)
     declared = t.header.tools
@@ -365,8 +365,12 @@ def results_real(t: Transcript) -> list[Violation]:
 
 
 def _committed_before(v: _View, s: ToolStart, pos: int) -> bool:
+    """Did write ``s`` commit and return its result to the loop before ``pos`` (so the loop could record it)?
+
+    A write that raised after committing, or that died with the process, never told the loop it had happened.
+    """
     end = v.ends.get(s.exec)
-    return end is not None and end[0] < pos and end[1].committed and _is_write(v.t, s)
+    return end is not None and end[0] < pos and end[1].committed and end[1].status == "ok" and _is_write(v.t, s)
 
 
 def _carries(v: _View, s: ToolStart, text: str) -> bool:
