@@ -125,6 +125,7 @@ async def run_agent(
                             run_call(call), timeout=max(deadline - loop.time(), 0.0)
                         )
                     except TimeoutError:
+                        _keep(messages, calls, ran)
                         return Outcome(reason="deadline", text=f"deadline of {deadline_s:g}s reached while a tool ran")
                     except Exception as exc:  # noqa: BLE001 - any tool failure is an observation
                         got = exc
@@ -143,6 +144,7 @@ async def run_agent(
                 # wait_for cancels the gather on timeout and waits until every tool has stopped.
                 outputs = await asyncio.wait_for(running, timeout=max(deadline - loop.time(), 0.0))
             except TimeoutError:
+                _keep(messages, calls, ran)
                 return Outcome(reason="deadline", text=f"deadline of {deadline_s:g}s reached while tools were running")
             results = []
             for call, output in zip(calls, outputs):
@@ -151,8 +153,7 @@ async def run_agent(
                 results.append(tool_result(call, output))
             messages.append({"role": "user", "content": results})
         except asyncio.CancelledError:  # Stop: what ran goes back with the next turn (settle marks the rest not run)
-            if ran and messages[-1]["role"] == "assistant":
-                messages.append({"role": "user", "content": [ran[c.id] for c in calls if c.id in ran]})
+            _keep(messages, calls, ran)
             raise
     if stop():  # Stop pressed during the last step's tools
         return Outcome(reason="aborted", text="stopped by the user")
@@ -184,6 +185,13 @@ def _recording(run_tool: ARunTool, ran: dict[str, ToolResultBlockParam]) -> Call
         return output
 
     return run_call
+
+
+def _keep(messages: list[MessageParam], calls: list[ToolUseBlock], ran: dict[str, ToolResultBlockParam]) -> None:
+    """A turn cut short while its tools ran (Stop, the deadline): the results of those that returned go back with
+    the next turn, so the model is never told that a write which went out was not run."""
+    if ran and messages[-1]["role"] == "assistant":
+        messages.append({"role": "user", "content": [ran[c.id] for c in calls if c.id in ran]})
 
 
 def _retrieved(future: asyncio.Future[Any]) -> None:
