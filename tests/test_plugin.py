@@ -62,7 +62,7 @@ def simloop_config():
 QUICKSTART_TEST = '''\
 def test_reference_loop_keeps_every_invariant(simloop):
     # The bug-free twin: 50 generated runs (API errors, tool faults, refusals, cut-off
-    # replies, slow tools...) and all fourteen invariants hold.
+    # replies, slow tools...) and all fifteen invariants hold.
     simloop.verify("examples.correct_sync:drive")
 
 
