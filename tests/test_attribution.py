@@ -227,3 +227,46 @@ def test_a_verdict_its_replay_does_not_reproduce_is_reported_in_words(tmp_path: 
     assert {v.invariant for v in found.value.violations} == {"crash"}
     assert "note: this run broke the invariants once, and its replay did not" in str(found.value)
     assert "tool_use_id=block.id" in str(found.value)
+
+
+@pytest.mark.parametrize("order", ["together", "last first"])
+def test_identical_calls_over_the_tools_endpoint_hold_whichever_runs_first(order: str) -> None:
+    """The TypeScript tool runner's shape: two identical searches posted at once (or the second first), no id (the
+    endpoint's header left out), the first execution failing; each answer goes back under its own call.  Whichever
+    call the failure lands on, the run holds (its verdict no longer depends on which request arrived first)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from simloop.wire.loopback import serve
+
+    schema = {k: v for k, v in SEARCH.items() if k != "kind"}
+    world = {"task": "Search twice.", "tools": [SEARCH], "faults": [{"tool": "search", "call": 1, "kind": "raise"}],
+             "model": [{"tool_use": [REFUND, REFUND]}, {"end_turn": "Done."}]}
+    headers = {"content-type": "application/json", "x-api-key": "k", "anthropic-version": "2023-06-01"}
+
+    def post(url: str, payload: dict[str, Any], extra: dict[str, str] | None = None) -> Any:
+        request = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
+                                         headers={**headers, **(extra or {})})
+        with urllib.request.urlopen(request) as answer:
+            return json.loads(answer.read())
+
+    with serve(world, mcp=True) as server:
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "Search twice."}]
+        reply = post(f"{server.base_url}/v1/messages", {"model": "m", "max_tokens": 100, "tools": [schema],
+                                                          "messages": messages})
+        calls = [b for b in reply["content"] if b["type"] == "tool_use"]
+        def run(call: dict[str, Any]) -> Any:
+            return post(f"{server.base_url}/simloop/tools/search", call["input"])
+
+        if order == "together":
+            with ThreadPoolExecutor(2) as pool:
+                answers = list(pool.map(run, calls))
+        else:
+            answers = [run(c) for c in reversed(calls)][::-1]
+        messages += [{"role": "assistant", "content": reply["content"]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": c["id"], **a}
+                                                  for c, a in zip(calls, answers, strict=True)]}]
+        post(f"{server.base_url}/v1/messages", {"model": "m", "max_tokens": 100, "tools": [schema],
+                                                "messages": messages})
+        transcript = server.server.transcript
+    assert sorted(a["is_error"] for a in answers) == [False, True]
+    assert check(transcript).violations == []
