@@ -243,9 +243,8 @@ def test_identical_calls_over_the_tools_endpoint_hold_whichever_runs_first(order
              "model": [{"tool_use": [REFUND, REFUND]}, {"end_turn": "Done."}]}
     headers = {"content-type": "application/json", "x-api-key": "k", "anthropic-version": "2023-06-01"}
 
-    def post(url: str, payload: dict[str, Any], extra: dict[str, str] | None = None) -> Any:
-        request = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
-                                         headers={**headers, **(extra or {})})
+    def post(url: str, payload: dict[str, Any]) -> Any:
+        request = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST", headers=headers)
         with urllib.request.urlopen(request) as answer:
             return json.loads(answer.read())
 
