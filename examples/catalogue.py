@@ -51,6 +51,7 @@ DEFECTS: dict[str, tuple[str, str]] = {
     "cut_calls_run": ("max-tokens-after-calls.yaml", "truncation"),
     "cut_retried_once": ("max-tokens-again.yaml", "truncation"),
     "cache_control_every_block": ("wide-turn-cached.yaml", "request_valid"),
+    "fabricated_results": ("happy-path.yaml", "results_real"),
 }
 
 #: Under `simloop.verify` (generated runs rather than one scenario) a defect may show first as another

@@ -17,7 +17,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anthropic
-from anthropic.types import MessageParam, ToolParam
+from anthropic.types import MessageParam, ToolParam, ToolResultBlockParam, ToolUseBlock
 
 from simloop import Outcome
 
@@ -107,47 +107,55 @@ async def run_agent(
             return Outcome(reason="error", text=f"unexpected stop_reason {reply.stop_reason!r}")
 
         calls = tool_calls(reply)
-        if policies.declared:
-            # Under stop policies the calls run one at a time, so each is checked before it runs (serial
-            # writes, as the seed has it: a parallel second write could not be taken back).
-            results = []
-            for call in calls:
-                halt = Outcome(reason="aborted", text="stopped by the user") if stop() else None
-                halt = halt or policies.before(call.name, call.input)
-                if halt is not None:
-                    if results:  # what ran goes back with the next turn
-                        messages.append({"role": "user", "content": results})
-                    return halt
-                try:
-                    got: str | Exception = await asyncio.wait_for(
-                        run_tool(call.name, call.input, tool_use_id=call.id), timeout=max(deadline - loop.time(), 0.0)
-                    )
-                except TimeoutError:
-                    return Outcome(reason="deadline", text=f"deadline of {deadline_s:g}s reached while a tool ran")
-                except Exception as exc:  # noqa: BLE001 - any tool failure is an observation
-                    got = exc
-                results.append(tool_result(call, got))
-                halt = policies.after(call.name, call.input, got)
-                if halt is not None:
-                    messages.append({"role": "user", "content": results})
-                    return halt
-            messages.append({"role": "user", "content": results})
-            continue
-        running = asyncio.gather(
-            *(run_tool(call.name, call.input, tool_use_id=call.id) for call in calls), return_exceptions=True
-        )
-        running.add_done_callback(_retrieved)  # cancelled by Stop: its CancelledError is expected, not lost
+        ran: dict[str, ToolResultBlockParam] = {}  # each call's result as it returns: kept when Stop cancels the rest
+        run_call = _recording(run_tool, ran)
         try:
-            # wait_for cancels the gather on timeout and waits until every tool has stopped.
-            outputs = await asyncio.wait_for(running, timeout=max(deadline - loop.time(), 0.0))
-        except TimeoutError:
-            return Outcome(reason="deadline", text=f"deadline of {deadline_s:g}s reached while tools were running")
-        results = []
-        for call, output in zip(calls, outputs):
-            if not isinstance(output, (str, Exception)):
-                raise output  # cancellation, or simloop unwinding a runaway loop: not a tool error
-            results.append(tool_result(call, output))
-        messages.append({"role": "user", "content": results})
+            if policies.declared:
+                # Under stop policies the calls run one at a time, so each is checked before it runs (serial
+                # writes, as the seed has it: a parallel second write could not be taken back).
+                results = []
+                for call in calls:
+                    halt = Outcome(reason="aborted", text="stopped by the user") if stop() else None
+                    halt = halt or policies.before(call.name, call.input)
+                    if halt is not None:
+                        if results:  # what ran goes back with the next turn
+                            messages.append({"role": "user", "content": results})
+                        return halt
+                    try:
+                        got: str | Exception = await asyncio.wait_for(
+                            run_call(call), timeout=max(deadline - loop.time(), 0.0)
+                        )
+                    except TimeoutError:
+                        _keep(messages, calls, ran)
+                        return Outcome(reason="deadline", text=f"deadline of {deadline_s:g}s reached while a tool ran")
+                    except Exception as exc:  # noqa: BLE001 - any tool failure is an observation
+                        got = exc
+                    results.append(tool_result(call, got))
+                    halt = policies.after(call.name, call.input, got)
+                    if halt is not None:
+                        messages.append({"role": "user", "content": results})
+                        return halt
+                messages.append({"role": "user", "content": results})
+                continue
+            running = asyncio.gather(
+                *(run_call(call) for call in calls), return_exceptions=True
+            )
+            running.add_done_callback(_retrieved)  # cancelled by Stop: its CancelledError is expected, not lost
+            try:
+                # wait_for cancels the gather on timeout and waits until every tool has stopped.
+                outputs = await asyncio.wait_for(running, timeout=max(deadline - loop.time(), 0.0))
+            except TimeoutError:
+                _keep(messages, calls, ran)
+                return Outcome(reason="deadline", text=f"deadline of {deadline_s:g}s reached while tools were running")
+            results = []
+            for call, output in zip(calls, outputs):
+                if not isinstance(output, (str, Exception)):
+                    raise output  # cancellation, or simloop unwinding a runaway loop: not a tool error
+                results.append(tool_result(call, output))
+            messages.append({"role": "user", "content": results})
+        except asyncio.CancelledError:  # Stop: what ran goes back with the next turn (settle marks the rest not run)
+            _keep(messages, calls, ran)
+            raise
     if stop():  # Stop pressed during the last step's tools
         return Outcome(reason="aborted", text="stopped by the user")
     return Outcome(reason="max_steps", text=f"no final answer after {max_steps} model calls")
@@ -162,6 +170,29 @@ async def drive(sim: Sim) -> list[Outcome]:
         sim.async_client, with_web_search(sim.tool_schemas), arun_tool, text, sim.limits, model=sim.model, system=sim.system,
         writes=writes_of(sim), history=history, stop=sim.abort.is_set,
     )))
+
+
+def _recording(run_tool: ARunTool, ran: dict[str, ToolResultBlockParam]) -> Callable[[ToolUseBlock], Coroutine[Any, Any, str]]:
+    """``run_tool`` for one call, its result kept in ``ran`` the moment it returns: a Stop that cancels the turn
+    right after a write committed must not lose that write's result (the model would be told it never ran)."""
+
+    async def run_call(call: ToolUseBlock) -> str:
+        try:
+            output = await run_tool(call.name, call.input, tool_use_id=call.id)
+        except Exception as exc:
+            ran[call.id] = tool_result(call, exc)
+            raise
+        ran[call.id] = tool_result(call, output)
+        return output
+
+    return run_call
+
+
+def _keep(messages: list[MessageParam], calls: list[ToolUseBlock], ran: dict[str, ToolResultBlockParam]) -> None:
+    """A turn cut short while its tools ran (Stop, the deadline): the results of those that returned go back with
+    the next turn, so the model is never told that a write which went out was not run."""
+    if ran and messages[-1]["role"] == "assistant":
+        messages.append({"role": "user", "content": [ran[c.id] for c in calls if c.id in ran]})
 
 
 def _retrieved(future: asyncio.Future[Any]) -> None:

@@ -1045,8 +1045,8 @@ def mcp_command(scenario_path: str, trace: str | None) -> int:
     start = time.monotonic()
     tools = ToolBox(scenario, transcript, now=lambda: round(time.monotonic() - start, 6), sleep=lambda s: None)
 
-    async def call(name: str, arguments: dict[str, Any]) -> str:
-        return tools.run(name, arguments)
+    async def call(name: str, arguments: dict[str, Any], *, tool_use_id: str | None = None) -> str:
+        return tools.run(name, arguments, tool_use_id=tool_use_id)
 
     serve_stdio(tool_server([t.schema_dict() for t in scenario.tools], call))
     if trace:

@@ -2,11 +2,11 @@
 
 A loop whose tools come from an MCP server gets the scenario's tools, faults and execution ledger
 through one: every ``tools/call`` runs the tool as `simloop.Sim.run_tool` does (its faults injected,
-its execution written to the transcript) and is matched to the tool_use it answers.  An MCP call
-carries no tool_use id, so the `simloop.tools.ToolBox` matches it by tool name and input among the
-tool_use blocks the model issued and that no execution has answered yet (the oldest first), as it does
-for any ``run_tool`` call without an id; a call nothing matches is recorded as unrequested, and
-``no_rerun`` reports it.  A tool's exception is answered as an MCP tool error (``isError: true``, the
+its execution written to the transcript) and is bound to the tool_use it answers: exactly, when the
+call names it in its ``_meta`` (``{"tool_use_id": "toolu_..."}``); otherwise the `simloop.tools.ToolBox`
+binds it by tool name and input among the tool_use blocks the model issued and that no execution has
+answered yet, as it does for any ``run_tool`` call without an id (docs/design.md, How an execution is
+bound to its tool_use); a call nothing matches is recorded as unrequested, and ``no_rerun`` reports it.  A tool's exception is answered as an MCP tool error (``isError: true``, the
 text ``"ExceptionType: message"``), the way MCP servers report failures to the client.
 
 Three ways to reach it:
@@ -37,9 +37,12 @@ from simloop.errors import UsageError
 if TYPE_CHECKING:
     from mcp.server import Server
 
-__all__ = ["HTTPServer", "require_mcp", "serve_stdio", "tool_server"]
+__all__ = ["META_TOOL_USE_ID", "HTTPServer", "require_mcp", "serve_stdio", "tool_server"]
 
-ToolCall = Callable[[str, dict[str, Any]], Awaitable[str]]
+#: ``call(name, arguments)``, or ``call(name, arguments, tool_use_id=ID)`` when the MCP call names its tool_use.
+ToolCall = Callable[..., Awaitable[str]]
+#: The key of an MCP call's ``_meta`` that names the tool_use it answers.
+META_TOOL_USE_ID = "tool_use_id"
 SERVER_NAME = "simloop"
 
 
@@ -56,7 +59,8 @@ def require_mcp() -> None:
 def tool_server(tools: Sequence[dict[str, Any]], call: ToolCall, *, name: str = SERVER_NAME) -> Server[Any]:
     """A low-level MCP ``Server`` listing ``tools`` (API tool schemas) and running each call with ``call``.
 
-    ``call(name, arguments)`` returns the tool's text; what it raises is answered as an MCP tool error.
+    ``call(name, arguments)`` returns the tool's text; what it raises is answered as an MCP tool error.  A call
+    whose ``_meta`` holds ``tool_use_id`` passes it on: ``call(name, arguments, tool_use_id=ID)``.
     """
     require_mcp()
     import mcp_types as types
@@ -77,7 +81,10 @@ def tool_server(tools: Sequence[dict[str, Any]], call: ToolCall, *, name: str = 
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         try:
-            text = await call(params.name, dict(params.arguments or {}))
+            uid = (params.meta or {}).get(META_TOOL_USE_ID)
+            arguments = dict(params.arguments or {})
+            text = await (call(params.name, arguments, tool_use_id=uid) if isinstance(uid, str) and uid
+                          else call(params.name, arguments))
         except Exception as exc:  # noqa: BLE001 - a tool failure is the client's to see, as an MCP tool error
             return types.CallToolResult(
                 content=[types.TextContent(text=f"{type(exc).__name__}: {exc}")], is_error=True

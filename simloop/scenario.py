@@ -91,6 +91,7 @@ INVARIANT_IDS = (
     "results_sent",
     "results_together",
     "abort",
+    "results_real",
 )
 #: The stop policies and limits a loop may declare: the fields of `Limits`.
 LIMIT_NAMES = ("max_steps", "deadline_s", "max_total_tokens", "max_tool_errors", "max_writes", "max_repeats")
@@ -121,6 +122,7 @@ InvariantId = Literal[
     "results_sent",
     "results_together",
     "abort",
+    "results_real",
 ]
 
 

@@ -13,7 +13,12 @@ ToolSpec's function, with the scenario's faults injected per execution:
 
 Every execution is written to the transcript (`ToolStart` / `ToolEnd`) and
 matched to the tool_use block it answers: by id when the loop passes one,
-else by name and input among the tool_use blocks not yet executed.
+else by name and input among the tool_use blocks not yet executed, chosen by
+evidence and never by age (docs/design.md, How an execution is bound to its
+tool_use): a live reply's calls before a dead one's (a reply cut at
+max_tokens, refused, followed by a Stop or by a restart), the latest reply's
+first.  The invariants' view refines the match afterwards by where each
+output went (`simloop.invariants._base`).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Any
 
 from simloop.errors import SimulatedCrash, UsageError
 from simloop.scenario import Fault, Scenario, ToolSpec
-from simloop.transcript import Response, ToolEnd, ToolStart, Transcript
+from simloop.transcript import AbortEvent, Response, Restart, ToolEnd, ToolStart, Transcript
 
 __all__ = ["FaultSource", "ToolBox", "UnknownToolError"]
 
@@ -79,6 +84,8 @@ class ToolBox:
         self._seen_events = 0
         self._pending: list[dict[str, Any]] = []  # tool_use blocks issued, not yet executed
         self._issued: dict[str, dict[str, Any]] = {}
+        self._reply_of: dict[str, tuple[int, bool]] = {}  # tool_use id -> (its reply's position, reply dead at birth)
+        self._last_death = -1  # position of the last Stop or restart: a reply before it was left by its turn or life
         self._functions: dict[str, Callable[..., Any]] = {}
         self._lock = threading.Lock()
         self._specs: dict[str, ToolSpec] = {}
@@ -205,7 +212,12 @@ class ToolBox:
         return self._functions[spec.name]
 
     def _match(self, name: str, input: Any, tool_use_id: str | None) -> str | None:
-        """The tool_use id this execution answers (None: the model never asked for it)."""
+        """The tool_use id this execution answers (None: the model never asked for it).
+
+        Without an id: among the pending tool_uses of this name and input, a live one before a dead one (its
+        reply was cut at max_tokens or refused, or a Stop or a restart came after it: a correct loop leaves its
+        calls unrun, so they are never a better match than a fresh call), then the latest reply's first.
+        """
         self._sync_issued()
         if tool_use_id is not None:
             block = self._issued.get(tool_use_id)
@@ -213,14 +225,23 @@ class ToolBox:
                 return None
             self._mark(tool_use_id)
             return tool_use_id
-        for block in self._pending:
-            if block.get("name") == name and block.get("input") == input:
-                self._mark(block["id"])
-                return str(block["id"])
+        candidates = [
+            (self._rank(str(b["id"])), i) for i, b in enumerate(self._pending)
+            if b.get("name") == name and b.get("input") == input
+        ]
+        if candidates:
+            tid = str(self._pending[min(candidates)[1]]["id"])
+            self._mark(tid)
+            return tid
         for tid, block in reversed(list(self._issued.items())):  # a rerun of something already executed
             if block.get("name") == name and block.get("input") == input:
                 return str(tid)
         return None
+
+    def _rank(self, tid: str) -> tuple[bool, int]:
+        """Sort key of a pending tool_use: live before dead, then the latest reply first."""
+        pos, dead = self._reply_of[tid]
+        return dead or pos < self._last_death, -pos
 
     def _mark(self, tid: str) -> None:
         self._executed.add(tid)
@@ -228,14 +249,23 @@ class ToolBox:
 
     def _sync_issued(self) -> None:
         events = self.transcript.events
-        for event in events[self._seen_events :]:
+        for pos in range(self._seen_events, len(events)):
+            event = events[pos]
             if isinstance(event, Response):
+                dead = event.stop_reason in _DEAD_STOPS
                 for block in event.tool_uses:
                     tid = block.get("id")
                     if isinstance(tid, str) and tid not in self._issued:
                         self._issued[tid] = block
+                        self._reply_of[tid] = (pos, dead)
                         self._pending.append(block)
+            elif isinstance(event, (AbortEvent, Restart)):
+                self._last_death = pos
         self._seen_events = len(events)
+
+
+#: Replies whose tool calls a correct loop never runs: cut off (the last input may be partial), or refused.
+_DEAD_STOPS = frozenset({"max_tokens", "refusal"})
 
 
 def _resolve(spec: ToolSpec, *, allow: bool) -> Callable[..., Any]:

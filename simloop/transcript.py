@@ -147,9 +147,11 @@ class ToolStart:
 
     ``exec`` numbers executions in the run (1-based); ``nth`` is the execution
     number of this tool; ``tool_use_id`` is the id the loop passed (or None);
-    ``matched`` is the tool_use id simloop matched it to (by id, else by name
-    and input among the not-yet-executed tool_use blocks), None if it answers
-    nothing the model asked for.
+    ``matched`` is the tool_use id simloop matched it to when it began (by id,
+    else by name and input among the not-yet-executed tool_use blocks, a live
+    reply's first, the latest first), None if it answers nothing the model asked
+    for; the invariants' view may rebind identical calls by where their outputs
+    went (docs/design.md, How an execution is bound to its tool_use).
     """
 
     t: float

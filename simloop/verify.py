@@ -34,6 +34,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, core, given
 from hypothesis import seed as hypothesis_seed
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
+from hypothesis.errors import Flaky
 
 from simloop._claims import Claims, claim_flags, limit_names, skip_reason
 from simloop._netguard import NetworkPolicy, check_policy
@@ -46,7 +47,7 @@ from simloop.scenario import LIMIT_NAMES, Abort, Limits, Scenario, ToolSpec, loa
 from simloop.sim import Drive, Sim
 from simloop.strategies import DEFAULT_TOOLS, Plan, stages
 from simloop.timeline import render_timeline
-from simloop.transcript import AbortEvent
+from simloop.transcript import AbortEvent, Response, ToolStart
 
 __all__ = ["DEFAULT_TASK", "FOLLOWUPS", "leftovers_problem", "not_wired", "replay", "unreached_model", "verify"]
 
@@ -166,7 +167,7 @@ def verify(
     specs = _tools(tools)
     declared = limits if isinstance(limits, Limits) else Limits.model_validate(limits or {})
     checked = _invariant_ids(invariants)
-    state: dict[str, Any] = {"examples": 0, "reached": 0}
+    state: dict[str, Any] = {"examples": 0, "reached": 0, "asked": 0, "ran": 0}
     run_seed = seed if seed is not None else 0
     base = Scenario(name=_name(drive), task=task, tools=specs, limits=declared)
     world: Any = None
@@ -221,6 +222,10 @@ def verify(
             state["examples"] += 1
             if sim.server.calls:
                 state["reached"] += 1
+            if any(r.tool_uses for r in sim.transcript.of(Response)):
+                state["asked"] += 1  # the model asked for a tool: did any execution reach the ledger?
+            if sim.transcript.of(ToolStart):
+                state["ran"] += 1
             if not report.ok:
                 state.setdefault("first_failure", state["examples"])  # (shrinking runs more after it)
                 on_failure()
@@ -240,6 +245,23 @@ def verify(
     def run_test(test: Callable[[], None]) -> None:
         try:
             on_fresh_stack(test)  # the engine and every example on stack space of their own (see _stack)
+        except Flaky as flaky:
+            if "failure" not in state:
+                raise
+            report, sim, model, faults = state["failure"]
+            error = _violation(drive, report, sim, model, faults, out_dir=Path(out_dir), seed=seed,
+                               first_failure=state.get("first_failure"))
+            error.examples = state["examples"]
+            raise InvariantViolation(
+                f"{error}\n\nnote: this run broke the invariants once, and its replay did not (Hypothesis: "
+                f"{type(flaky).__name__}); the loop's behaviour depends on more than the run's draws, e.g. "
+                "identical tool calls run concurrently whose results simloop could not tell apart; pass each "
+                "call's tool_use id (sim.run_tool(name, input, tool_use_id=block.id), the x-simloop-tool-use-id "
+                "header, or _meta.tool_use_id over MCP) so that every execution is bound exactly",
+                violations=error.violations, scenario=error.scenario, scenario_path=error.scenario_path,
+                timeline=error.timeline, replay=error.replay, transcript=error.transcript,
+                examples=state["examples"], examples_before_failure=error.examples_before_failure,
+            ) from None
         except _Failed:
             report, sim, model, faults = state["failure"]
             error = _violation(
@@ -290,6 +312,11 @@ def verify(
         raise UsageError(not_wired(
             f"verify ran {state['examples']} example(s) of {_name(drive)} and not one made a model call to the "
             "simulated API"
+        ))
+    if state["asked"] and not state["ran"]:
+        raise UsageError(not_routed(
+            f"in {state['asked']} of the {state['examples']} example(s) of {_name(drive)} the model asked for "
+            "tools, and not one tool execution reached simloop's ledger"
         ))
     return Report(violations=[], checked=tuple(checked), examples=state["examples"])
 
@@ -449,6 +476,16 @@ def not_wired(what: str) -> str:
         "the Sim: sim.client (anthropic.Anthropic), sim.async_client (anthropic.AsyncAnthropic), or sim.http_client / "
         "sim.async_http_client for a framework that takes an httpx client; run the tools through sim.run_tool / "
         "sim.arun_tool. A client the loop builds itself (anthropic.Anthropic()) talks to the real API, not to simloop."
+    )
+
+
+def not_routed(what: str) -> str:
+    """The message for runs whose model asked for tools that never ran through simloop (``what`` says which)."""
+    return (
+        f"{what}: the loop's tools are not routed through sim.run_tool, so nothing about them was tested (and the "
+        "loop's own tools, real ones, may have run instead). Pass sim.run_tool (or await sim.arun_tool) to the loop "
+        "as the function that runs a tool call, or point a loop in another language or process at the tools "
+        "endpoint (POST $SIMLOOP_TOOLS_URL/NAME) or the MCP server (sim.mcp_server(), $SIMLOOP_MCP_URL)."
     )
 
 

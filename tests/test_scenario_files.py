@@ -40,6 +40,7 @@ INVARIANT_IDS = (
     "results_sent",
     "results_together",
     "abort",
+    "results_real",
 )
 
 

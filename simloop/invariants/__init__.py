@@ -34,7 +34,7 @@ from simloop.invariants._base import REASONS, Invariant, Violation
 from simloop.invariants.aborts import abort
 from simloop.invariants.conversation import _walk as _walk  # the pairing walk, for its property test
 from simloop.invariants.conversation import pairing, request_valid
-from simloop.invariants.execution import no_rerun, results_sent, results_together, tool_errors
+from simloop.invariants.execution import no_rerun, results_real, results_sent, results_together, tool_errors
 from simloop.invariants.exits import crash, no_work_after_return
 from simloop.invariants.honesty import honest_outcome, refusal, truncation
 from simloop.invariants.stopping import limits, stops
@@ -101,6 +101,7 @@ CATALOGUE: dict[str, Invariant] = {
     "results_sent": results_sent,
     "results_together": results_together,
     "abort": abort,
+    "results_real": results_real,
 }
 if tuple(CATALOGUE) != INVARIANT_IDS:  # pragma: no cover - a development-time consistency check
     raise SimloopInternalError("simloop.invariants.CATALOGUE is out of step with scenario.INVARIANT_IDS")

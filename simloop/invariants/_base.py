@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import functools
+import itertools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from simloop.transcript import (
     TurnStart,
 )
 
-__all__ = ["MESSAGES_PATH", "REASONS", "Invariant", "Split", "TurnSlice", "Violation", "per_turn", "turn_slices"]
+__all__ = ["MESSAGES_PATH", "REASONS", "Invariant", "Split", "TurnSlice", "Violation", "per_turn", "result_text", "turn_slices"]
 
 #: The outcome reasons a loop may declare (docs/design.md, Outcome reasons).
 REASONS = (
@@ -83,7 +84,12 @@ class _View:
     ends: dict[int, tuple[int, ToolEnd]] = field(default_factory=dict)  # exec -> (position, end)
     issued: dict[str, tuple[int, Response]] = field(default_factory=dict)  # tool_use id -> its reply
     outcome_pos: int | None = None
+    binding: dict[int, str | None] = field(default_factory=dict)  # exec -> the tool_use it answers (see _bind)
     _inputs: dict[int, str] = field(default_factory=dict)  # exec -> canonical input
+
+    def bound(self, s: ToolStart) -> str | None:
+        """The tool_use id execution ``s`` answers, as every invariant reads it (see `_bind`)."""
+        return self.binding.get(s.exec, s.matched)
 
     def step_at(self, pos: int) -> int | None:
         """The logical model call in progress at event position ``pos`` (the last one sent before it)."""
@@ -114,8 +120,13 @@ class _View:
         """The assistant turns whose tool_results went back in more than one user message, each once."""
         return self._results[1]
 
+    @property
+    def result_block(self) -> dict[str, dict[str, Any]]:
+        """tool_use id -> the tool_result block that first answered it (as that request sent it)."""
+        return self._results[2]
+
     @functools.cached_property
-    def _results(self) -> tuple[dict[str, int], list[Split]]:
+    def _results(self) -> tuple[dict[str, int], list[Split], dict[str, dict[str, Any]]]:
         """One walk over the results the requests carry: where each first went, and the turns split apart.
 
         A loop resends its history with each request, so only the messages a request adds to the previous
@@ -123,6 +134,7 @@ class _View:
         when a later request adds a second user message with that turn's results).
         """
         first: dict[str, int] = {}
+        blocks: dict[str, dict[str, Any]] = {}
         splits: list[Split] = []
         split_ids: set[str] = set()
         walked: list[Any] = []
@@ -151,13 +163,14 @@ class _View:
                     if isinstance(b, dict) and b.get("type") == "tool_result":
                         uid = b.get("tool_use_id")
                         first.setdefault(uid, pos)  # type: ignore[arg-type]
+                        blocks.setdefault(uid, b)  # type: ignore[arg-type]
                         answers = answers or (turn is not None and uid in turn[1])
                 if answers and turn is not None:
                     carrying.append(i)
                     if len(carrying) > 1 and turn[1][0] not in split_ids:
                         split_ids.add(turn[1][0])
                         splits.append(Split(r, turn[0], turn[1], carrying))  # the list grows with later messages
-        return first, splits
+        return first, splits, blocks
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +216,74 @@ def _build_view(t: Transcript) -> _View:
             v.ends[e.exec] = (pos, e)
         elif isinstance(e, OutcomeEvent):
             v.outcome_pos = pos
+    _bind(v)
     return v
+
+
+# -- how an execution is bound to its tool_use (docs/design.md, How an execution is bound to its tool_use) -------
+
+_MAX_SET = 6  # identical calls rebound as a set at most (6! orderings): beyond it the match made at run time stands
+
+
+def _bind(v: _View) -> None:
+    """Bind each execution to the tool_use it answers, by evidence, and put the binding in ``v.starts``.
+
+    An id the loop passed is exact.  Without one, the `ToolBox` matched the execution when it began (a live
+    reply's calls before a dead one's, the latest reply first); executions of the same tool with the same input
+    that answer different tool_uses (identical calls, run concurrently or in any order) are then bound as a set
+    by where each output went: the binding under which the most outputs (an error's text, a result's first
+    characters) and error flags appear in the tool_result answering their tool_use wins, and the match made at
+    run time breaks a tie.  An execution is never bound to a tool_use issued after it began.
+    """
+    groups: dict[tuple[str, str], list[tuple[int, ToolStart]]] = {}
+    for pos, s in v.starts:
+        if s.tool_use_id is None and s.matched is not None:
+            groups.setdefault((s.tool, v.input_of(s)), []).append((pos, s))
+    for members in groups.values():
+        ids = [s.matched for _, s in members]
+        if not 1 < len(members) <= _MAX_SET or len(set(ids)) != len(ids):
+            continue  # one execution, or a rerun of one tool_use (no_rerun's): the match stands
+        best: tuple[tuple[int, int], tuple[str | None, ...]] | None = None
+        for order in itertools.permutations(ids):
+            if any(v.issued.get(str(uid), (-1,))[0] > pos for (pos, _), uid in zip(members, order, strict=True)):
+                continue
+            score = sum(_evidence(v, s, str(uid)) for (_, s), uid in zip(members, order, strict=True))
+            kept = sum(uid == s.matched for (_, s), uid in zip(members, order, strict=True))
+            if best is None or (score, kept) > best[0]:
+                best = ((score, kept), order)
+        if best is not None:
+            for (_, s), uid in zip(members, best[1], strict=True):
+                if uid != s.matched:
+                    v.binding[s.exec] = uid
+    if v.binding:
+        v.starts = [(pos, dataclasses.replace(s, matched=v.binding[s.exec]) if s.exec in v.binding else s)
+                    for pos, s in v.starts]
+
+
+def _evidence(v: _View, s: ToolStart, uid: str) -> int:
+    """How well the tool_result answering ``uid`` carries execution ``s``'s output: 2 for its text, 1 for its
+    error flag (an is_error result for a tool that raised, a plain one for a tool that answered)."""
+    end = v.ends.get(s.exec)
+    block = v.result_block.get(uid)
+    if end is None or block is None:
+        return 0
+    failed = end[1].status == "raised"
+    score = int((block.get("is_error") is True) == failed)
+    payload = (end[1].error or "").split(": ", 1)[-1] if failed else (end[1].result or "")
+    probe = payload[:200].strip()
+    if probe and probe in result_text(block):
+        score += 2
+    return score
+
+
+def result_text(block: dict[str, Any]) -> str:
+    """The text a tool_result block carries (its string content, or its text blocks joined)."""
+    content = block.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
+    return ""
 
 
 def _is_reply(r: Response) -> bool:

@@ -12,17 +12,26 @@ __all__ = ["abort"]
 def abort(t: Transcript) -> list[Violation]:
     """After the abort fires: no new model call, no tool execution, reason ``aborted`` for that turn (or ``error`` /
     ``error_budget`` when the call in flight failed), and the next turn's first request is not refused for the
-    history the aborted turn left."""
-    fired = [(pos, e) for pos, e in enumerate(t.events) if isinstance(e, AbortEvent)]
-    if not fired or _returned_before(t, fired[0][0]):
-        return []
+    history the aborted turn left.
+
+    Each Stop holds the turn of the life it was pressed in: a restart after it begins a life that never saw it
+    (``sim.abort`` is clear there), so the new life is judged by a Stop of its own, if one fires.
+    """
+    out: list[Violation] = []
+    for at, event in enumerate(t.events):
+        if isinstance(event, AbortEvent) and not _returned_before(t, at):
+            out += _after_stop(t, at, event)
+    return out
+
+
+def _after_stop(t: Transcript, at: int, event: AbortEvent) -> list[Violation]:
+    """What the turn (of this life) that ``event`` stopped did after it."""
     v = _view(t)
-    at, event = fired[0]
     out: list[Violation] = []
     in_flight = v.step_at(at) or 0  # the model call sent last before Stop (it may still be answering)
     turn = next((e.turn for e in reversed(t.events[:at]) if isinstance(e, TurnStart)), 0)
-    end = next((p for p in range(at + 1, len(t.events)) if isinstance(t.events[p], (TurnStart, OutcomeEvent))),
-               len(t.events))
+    end = next((p for p in range(at + 1, len(t.events))
+                if isinstance(t.events[p], (TurnStart, OutcomeEvent, Restart))), len(t.events))
     fix = ("a correct loop checks the abort signal before each model call and each tool execution (and after "
            "each reply), and returns reason 'aborted' at once")
     for pos in range(at + 1, end):
@@ -37,7 +46,7 @@ def abort(t: Transcript) -> list[Violation]:
             message = (f"the user pressed Stop ({event.trigger}, t={event.t:g}s) and the loop then ran {e.tool} "
                        f"(exec {e.exec}); {fix}")
             out.append(Violation("abort", message, v.step_at(pos),
-                                 {"exec": e.exec, "tool": e.tool, "tool_use_id": e.matched, "abort_t": event.t}))
+                                 {"exec": e.exec, "tool": e.tool, "tool_use_id": v.bound(e), "abort_t": event.t}))
             break
     died_later = any(isinstance(e, Restart) for e in t.events[at:])
     outcome = None if died_later else _outcome_of(t, turn)  # the outcomes recorded are the last life's
@@ -50,8 +59,8 @@ def abort(t: Transcript) -> list[Violation]:
         message = (f"the user pressed Stop ({event.trigger}, t={event.t:g}s) and the loop returned with reason "
                    f"{outcome.reason!r}; {fix}")
         out.append(Violation("abort", message, in_flight or None, {"reason": outcome.reason, "abort_t": event.t}))
-    nxt = next((p for p in range(at + 1, len(t.events)) if isinstance(t.events[p], TurnStart)), None)
-    if nxt is not None:
+    nxt = next((p for p in range(at + 1, len(t.events)) if isinstance(t.events[p], (TurnStart, Restart))), None)
+    if nxt is not None and isinstance(t.events[nxt], TurnStart):
         first = next((e for e in t.events[nxt:] if isinstance(e, Request) and e.path == MESSAGES_PATH), None)
         answer = t.response_to(first.index) if first is not None else None
         if first is not None and isinstance(answer, Response) and answer.kind == "rejected":

@@ -1,6 +1,7 @@
 """Tool execution: `no_rerun` (each tool_use runs once, a committed write never again), `tool_errors` (a tool's
 exception becomes an is_error observation), `results_sent` (every result of the tools that ran reaches the
-model) and `results_together` (a turn's results go back in one message)."""
+model), `results_together` (a turn's results go back in one message) and `results_real` (a result reporting
+a success comes from an execution)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from simloop.invariants._base import Violation, _is_write, _View, _view
-from simloop.transcript import Restart, ToolStart, Transcript
+from simloop.invariants._base import Violation, _canon, _is_write, _View, _view, result_text
+from simloop.transcript import Request, Restart, ToolStart, Transcript
 
-__all__ = ["no_rerun", "results_sent", "results_together", "tool_errors"]
+__all__ = ["no_rerun", "results_real", "results_sent", "results_together", "tool_errors"]
 
 # -- no_rerun ---------------------------------------------------------------------------------------------------
 
@@ -23,22 +24,26 @@ def no_rerun(t: Transcript) -> list[Violation]:
     A second execution that answers a *different* tool_use the model issued (two
     identical calls in one reply, or the model asking again) is the model's
     decision, not a rerun; the loop reruns when an execution answers a tool_use
-    already executed, or none at all.
+    already executed, or none at all.  Across lives, what died with the process is
+    forgiven: a resumed loop runs again an execution that never returned before the
+    crash (no end, or it ended ``crashed``/``cancelled`` without committing), and a
+    read whose result never reached the model; a write that committed stays a rerun.
     """
     v = _view(t)
     out: list[Violation] = []
     restarts = [pos for pos, e in enumerate(t.events) if isinstance(e, Restart)]
-    by_tool_use: dict[str, ToolStart] = {}
+    by_tool_use: dict[str, tuple[int, ToolStart]] = {}
     # the writes that committed, by tool and input: (position of the ToolEnd, the write), in execution order
     committed: dict[tuple[str, str], list[tuple[int, ToolStart]]] = {}
     written: set[str] = set()  # the tools among them (an input is made canonical only when it may matter)
     for pos, s in v.starts:
         same = committed.get((s.tool, v.input_of(s)), []) if s.tool in written else []
-        found = _rerun_of_commit(v, pos, s, same, restarts) or _unrequested_or_repeated(v, pos, s, by_tool_use)
+        found = _rerun_of_commit(v, pos, s, same, restarts) or _unrequested_or_repeated(
+            v, pos, s, by_tool_use, restarts)
         if found is not None:
             out.append(found)
-        if s.matched is not None:
-            by_tool_use.setdefault(s.matched, s)
+        if s.matched is not None and (s.matched not in by_tool_use or found is None):
+            by_tool_use[s.matched] = (pos, s)  # the latest run that stands (a forgiven one replaces what died)
         end = v.ends.get(s.exec)
         if end is not None and end[1].committed and _is_write(t, s):
             committed.setdefault((s.tool, v.input_of(s)), []).append((end[0], s))
@@ -78,7 +83,9 @@ def _rerun_of_commit(
     return None
 
 
-def _unrequested_or_repeated(v: _View, pos: int, s: ToolStart, by_tool_use: dict[str, ToolStart]) -> Violation | None:
+def _unrequested_or_repeated(
+    v: _View, pos: int, s: ToolStart, by_tool_use: dict[str, tuple[int, ToolStart]], restarts: Sequence[int] = ()
+) -> Violation | None:
     if s.matched is None:
         given = f" (the loop passed id {s.tool_use_id}, which matches none)" if s.tool_use_id else ""
         evidence: dict[str, Any] = {"exec": s.exec, "tool": s.tool, "tool_use_id": s.tool_use_id}
@@ -93,7 +100,9 @@ def _unrequested_or_repeated(v: _View, pos: int, s: ToolStart, by_tool_use: dict
         )
         return Violation("no_rerun", message, v.step_at(pos), evidence)
     if s.matched in by_tool_use:
-        prior = by_tool_use[s.matched]
+        prior_pos, prior = by_tool_use[s.matched]
+        if _died_with_its_process(v, prior_pos, prior, pos, restarts):
+            return None
         message = (
             f"{s.tool} ran twice for tool_use {s.matched} (exec {prior.exec} and exec {s.exec}); a correct loop runs "
             "each tool_use once and reports a failure as an is_error tool_result instead of retrying"
@@ -102,6 +111,27 @@ def _unrequested_or_repeated(v: _View, pos: int, s: ToolStart, by_tool_use: dict
         return Violation("no_rerun", message, v.step_at(pos), evidence)
     return None
 
+
+def _died_with_its_process(v: _View, prior_pos: int, prior: ToolStart, pos: int, restarts: Sequence[int]) -> bool:
+    """Did ``prior`` die with the process before ``pos``, so that a resumed loop may run it again?
+
+    Yes when a restart lies between them and ``prior`` never returned before it (no end, or an end ``crashed`` or
+    ``cancelled`` that committed nothing), or it was a read whose result never reached the model before it.  A
+    write whose effect committed never died with the process: running it again is a rerun.
+    """
+    died = next((r for r in restarts if prior_pos < r < pos), None)
+    if died is None:
+        return False
+    ended = v.ends.get(prior.exec)
+    if ended is None or ended[0] > died:
+        return True  # still in flight when the process died
+    end = ended[1]
+    if end.committed:
+        return False
+    if end.status in ("crashed", "cancelled"):
+        return True
+    sent = v.result_sent.get(str(prior.matched))
+    return not _is_write(v.t, prior) and (sent is None or sent > died)
 
 
 # -- tool_errors ------------------------------------------------------------------------------------------------
@@ -245,3 +275,116 @@ def results_together(t: Transcript) -> list[Violation]:
                     "tool_use_id": split.uses[0], "messages": list(split.carrying)}
         out.append(Violation("results_together", message, split.request.call, evidence))
     return out
+
+
+# -- results_real -----------------------------------------------------------------------------------------------
+
+# A result that says its call did not run (or was refused): honest for a call no execution answers.
+_NOT_RUN = re.compile(
+    r"\b(not run|n[o']t been run|was not run|wasn't run|never ran|never run|did not run|didn't run|not executed|"
+    r"not been executed|interrupted|cancell?ed|skipped|aborted|stopped|denied|not allowed|not permitted|refused|"
+    r"declined|rejected|unauthori[sz]ed|forbidden|not available|unavailable|not used|unknown tool|no such tool)\b",
+    re.IGNORECASE,
+)
+# ... unless it hedges: the effect may have happened (what a durable loop says of a write it does not repeat).
+_HEDGED = re.compile(r"may have|might have|attempted|taken effect|already|not repeated|not run again", re.IGNORECASE)
+
+
+def results_real(t: Transcript) -> list[Violation]:
+    """Every tool_result that reports a success comes from an execution; none denies a write that committed.
+
+    A tool_result answering a tool_use of a declared tool, not ``is_error``, is fabricated when no execution
+    produced it: none is bound to that tool_use, none of the same tool ran with the same input before the
+    result was sent (a cached or idempotent answer reuses a real one), and its text carries no output of
+    that tool.  Exempt: a result saying the call was not run, refused or denied (its text says so), and the
+    calls of a reply cut at max_tokens or refused, which a correct loop never runs.  Also a violation: a
+    result saying "not run", "interrupted" or "cancelled" for an execution whose write had committed and
+    returned its result to the loop.  One violation per request, naming the first such result.
+    """
+    v = _view(t)
+    declared = t.header.tools
+    if not declared:
+        return []  # a run that declares no tools (a recording replayed as is): nothing to hold results to
+    bound: dict[str, list[tuple[int, ToolStart]]] = {}
+    for pos, s in v.starts:
+        if s.matched is not None:
+            bound.setdefault(s.matched, []).append((pos, s))
+    found: dict[int, list[tuple[str, str, str]]] = {}  # request position -> (tool_use id, kind, detail)
+    for uid, block in v.result_block.items():
+        issued = v.issued.get(uid)
+        sent = v.result_sent.get(uid)
+        if issued is None or sent is None:
+            continue  # a result for no tool_use: pairing's
+        use = next((b for b in issued[1].tool_uses if b.get("id") == uid), {})
+        name = str(use.get("name"))
+        if name not in declared:
+            continue
+        text = result_text(block)
+        says_not_run = bool(_NOT_RUN.search(text))
+        done = [(p, s) for p, s in bound.get(uid, []) if p < sent]
+        committed = next((s for _, s in done if _committed_before(v, s, sent)), None)
+        if committed is not None and says_not_run and not _HEDGED.search(text):
+            found.setdefault(sent, []).append((uid, "denied_commit", f"exec {committed.exec}"))
+            continue
+        if done or block.get("is_error") is True or says_not_run:
+            continue
+        if issued[1].stop_reason in ("max_tokens", "refusal"):
+            continue  # a call the loop rightly never ran; how it settles the history is pairing's
+        canon = _canon(use.get("input"))
+        ran = [s for p, s in v.starts if p < sent and s.tool == name]
+        if any(v.input_of(s) == canon for s in ran) or any(_carries(v, s, text) for s in ran):
+            continue
+        found.setdefault(sent, []).append((uid, "fabricated", text))
+    out: list[Violation] = []
+    for sent, items in sorted(found.items()):
+        request = t.events[sent]
+        assert isinstance(request, Request)
+        uid, kind, detail = items[0]
+        name = str(next((b for b in v.issued[uid][1].tool_uses if b.get("id") == uid), {}).get("name"))
+        path = _result_path(request, uid)
+        more = f" ({len(items) - 1} more such result(s) in this request)" if len(items) > 1 else ""
+        if kind == "denied_commit":
+            message = (
+                f"the tool_result for {name} (tool_use {uid}) tells the model it was not run or was interrupted, but "
+                f"{detail} had committed its write before that result was sent{more}; a correct loop reports what "
+                "ran: the tool's result (or its error), so the model does not ask for the write again"
+            )
+        else:
+            shown = detail if len(detail) <= 60 else detail[:57] + "..."
+            unrouted = "" if v.starts else (
+                "; not one tool execution reached simloop's ledger in this run: the loop's tools are not routed "
+                "through sim.run_tool (or sim.arun_tool, the tools endpoint, MCP), so its own tools ran or none did")
+            message = (
+                f"the tool_result for {name} (tool_use {uid}) reports a success ({shown!r}) but no execution of "
+                f"{name} produced it{more}{unrouted}; a correct loop runs each tool call through sim.run_tool and "
+                "sends back what it returned, or says it did not run it (an is_error tool_result)"
+            )
+        evidence = {"request": request.index, "path": path, "tool_use_id": uid, "tool": name, "kind": kind}
+        out.append(Violation("results_real", message, request.call, evidence))
+    return out
+
+
+def _committed_before(v: _View, s: ToolStart, pos: int) -> bool:
+    """Did write ``s`` commit and return its result to the loop before ``pos`` (so the loop could record it)?
+
+    A write that raised after committing, or that died with the process, never told the loop it had happened.
+    """
+    end = v.ends.get(s.exec)
+    return end is not None and end[0] < pos and end[1].committed and end[1].status == "ok" and _is_write(v.t, s)
+
+
+def _carries(v: _View, s: ToolStart, text: str) -> bool:
+    """Does ``text`` carry execution ``s``'s output (its result's first characters)?"""
+    end = v.ends.get(s.exec)
+    probe = ((end[1].result or "") if end is not None else "")[:200].strip()
+    return bool(probe) and probe in text
+
+
+def _result_path(request: Request, uid: str) -> str | None:
+    for i, m in enumerate(request.conversation):
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, list):
+            for j, b in enumerate(content):
+                if isinstance(b, dict) and b.get("type") == "tool_result" and b.get("tool_use_id") == uid:
+                    return f"messages[{i}].content[{j}]"
+    return None

@@ -83,6 +83,8 @@ KEPT_TEXT = 65_536
 _MAX_LINE = 65536
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
 _TOOLS_PATH = "/simloop/tools/"
+#: The header a tools-endpoint call names the tool_use it answers with (lower case: headers are read so).
+TOOL_USE_ID_HEADER = "x-simloop-tool-use-id"
 _RETRYABLE = frozenset({408, 429, 500, 502, 503, 504, 529})
 
 
@@ -183,7 +185,7 @@ class LoopbackServer:
 
     def _plan(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Planned:
         if self.tools is not None and path.startswith(_TOOLS_PATH) and method == "POST":
-            return self._tool_request(path[len(_TOOLS_PATH):], body)
+            return self._tool_request(path[len(_TOOLS_PATH):], body, headers)
         with self._lock:  # SimServer keeps per-run state (call numbers, threads, the script position)
             seen = len(self.server.transcript.events)
             try:
@@ -226,14 +228,18 @@ class LoopbackServer:
                 event.result = _cut(event.result, self.max_kept_text)
                 event.error = _cut(event.error, self.max_kept_text)
 
-    def call_tool(self, name: str, input: Any) -> str:
-        """Run a scenario tool for a client of this server (MCP or plain JSON); raises what the tool raises."""
+    def call_tool(self, name: str, input: Any, *, tool_use_id: str | None = None) -> str:
+        """Run a scenario tool for a client of this server (MCP or plain JSON); raises what the tool raises.
+
+        ``tool_use_id`` (the ``x-simloop-tool-use-id`` header, or ``_meta.tool_use_id`` in an MCP call) binds
+        the execution to that tool_use exactly; without it, simloop binds it by name and input.
+        """
         if self.tools is None:
             raise UsageError("this loopback server serves no tools (serve(..., mcp=True) or tools=ToolBox(...))")
         with self._lock:  # one ledger with the API's transcript: a call is matched to the replies served so far
             seen = len(self.tools.transcript.events)
             try:
-                return self.tools.run(name, input)
+                return self.tools.run(name, input, tool_use_id=tool_use_id)
             except LoopHalted as halted:
                 self._halt(halted)
                 raise RuntimeError(f"simloop stopped the run: {halted}") from None
@@ -246,17 +252,18 @@ class LoopbackServer:
         if first and self.on_halt is not None:
             self.on_halt()
 
-    async def _acall_tool(self, name: str, input: dict[str, Any]) -> str:
-        return self.call_tool(name, input)
+    async def _acall_tool(self, name: str, input: dict[str, Any], *, tool_use_id: str | None = None) -> str:
+        return self.call_tool(name, input, tool_use_id=tool_use_id)
 
-    def _tool_request(self, name: str, body: bytes) -> Planned:
+    def _tool_request(self, name: str, body: bytes, headers: dict[str, str]) -> Planned:
         try:
             data = json.loads(body or b"{}")
         except ValueError as e:
             payload = _envelope(400, f"POST {_TOOLS_PATH}{name}: the body must be the tool input as JSON ({e})")
             return Planned(status=400, headers=[("content-type", "application/json")], body=payload)
         try:
-            answer = {"content": self.call_tool(name, data), "is_error": False}
+            uid = headers.get(TOOL_USE_ID_HEADER) or None
+            answer = {"content": self.call_tool(name, data, tool_use_id=uid), "is_error": False}
         except Exception as exc:  # noqa: BLE001 - a tool failure is the loop's to handle, as an is_error result
             answer = {"content": f"{type(exc).__name__}: {exc}", "is_error": True}
         return Planned(status=200, headers=[("content-type", "application/json")], body=json.dumps(answer).encode())
