@@ -7,7 +7,10 @@ shrunk scenario.  Correct loops must never be flagged.  Also measures the share 
 fit their tool's schema, full examples per second for a 10-step loop against the
 bare SDK cost of the same calls, and peak memory of a long run against a short one.
 
-    python bench/detect.py [--seeds 10] [--max-examples 200] [--only no_step_cap,...] [--skip-memory]
+Besides the reference loops, the correct rows include the loops of ``tests/loops/readme.py`` (rows
+``readme.*``), written from the README alone as a user writes them: the false-alarm table.
+
+    python bench/detect.py [--seeds 10] [--max-examples 200] [--only no_step_cap,readme.plain,...] [--skip-memory]
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import simloop
 verify_module = importlib.import_module("simloop.verify")
 from examples.catalogue import ABORTS, CORRECT, DECLARED, DEFECTS, POLICY_ROWS, RESTARTS, TURNS, VERIFY
 from simloop.clock import REAL
+from tests.loops import readme as readme_loops
 
 LIMITS = simloop.Limits(**DECLARED)  # what the example loops declare
 
@@ -77,18 +81,27 @@ class _Counter:
         verify_module.Sim.check = self.orig  # type: ignore[method-assign]
 
 
-def run(name: str, expected: frozenset[str] | None, seeds: int, max_examples: int, out: Path) -> Row:
+#: The correct loops written from the README alone (``tests/loops/readme.py``), each verified with what it claims.
+README_ROWS = {f"readme.{name}": loop for name, loop in readme_loops.LOOPS.items()}
+
+
+def _row(name: str) -> tuple[Any, simloop.Limits, dict[str, Any]]:
+    """A row's drive, declared limits and the verify options it claims (turns, abort, restarts)."""
+    if name in README_ROWS:
+        drive, claims = README_ROWS[name]
+        return drive, readme_loops.LIMITS, claims
     module, declared = POLICY_ROWS.get(name, (name, VERIFY[name][0] if name in VERIFY else DECLARED))
-    drive = importlib.import_module(f"examples.{module}").drive
+    claims = {"turns": TURNS.get(name, 1), "abort": name in ABORTS, "restarts": RESTARTS.get(name, 0)}
+    return importlib.import_module(f"examples.{module}").drive, simloop.Limits(**declared), claims
+
+
+def run(name: str, expected: frozenset[str] | None, seeds: int, max_examples: int, out: Path) -> Row:
+    drive, limits, claims = _row(name)
     row = Row(name, expected)
-    limits = simloop.Limits(**declared)
     for seed in range(seeds):
         with _Counter() as counter:
             try:
-                simloop.verify(
-                    drive, limits=limits, max_examples=max_examples, seed=seed, out_dir=out, turns=TURNS.get(name, 1),
-                    abort=name in ABORTS, restarts=RESTARTS.get(name, 0),
-                )
+                simloop.verify(drive, limits=limits, max_examples=max_examples, seed=seed, out_dir=out, **claims)
                 row.found.append("-")
             except simloop.InvariantViolation as e:
                 row.found.append(",".join(sorted({v.invariant for v in e.violations})))
@@ -240,6 +253,7 @@ def main() -> None:
     out = Path(".simloop") / "bench"
     targets: list[tuple[str, frozenset[str] | None]] = (
         [(n, VERIFY[n][1]) for n in DEFECTS] + [(n, None) for n in CORRECT] + [(n, None) for n in POLICY_ROWS]
+        + [(n, None) for n in README_ROWS]
     )
     # measured first, in a process that has only imported what verify needs: after the detection runs its
     # heap holds every loop and search they made, and each full garbage collection costs more

@@ -70,10 +70,19 @@ def test_a_call_after_stop_breaks_abort() -> None:
         (2, "the user pressed Stop (after model call 1, t=0s) and the loop then made model call 2")]
 
 
-def test_a_reason_other_than_aborted_breaks_abort_unless_the_call_in_flight_failed() -> None:
-    with Sim(_world([{"end_turn": "a"}], {"after_call": 1})) as sim:
+def test_a_reason_other_than_aborted_breaks_abort_unless_the_call_in_flight_failed_or_ended_the_turn() -> None:
+    with Sim(_world([{"tool_use": [{"name": "search", "input": {"q": "a"}}]}], {"after_call": 1})) as sim:
         sim.run(_calls(1, "final"))
     assert [v.evidence["reason"] for v in sim.check(invariants=["abort"]).violations] == ["final"]
+
+    # the call in flight answered with a final answer (or a refusal): its reason is honest when nothing followed
+    for reply, reason in (({"end_turn": "a"}, "final"), ({"refusal": "no"}, "refusal")):
+        with Sim(_world([reply], {"after_call": 1}, strict=False)) as sim:
+            sim.run(_calls(1, reason))
+        assert sim.check(invariants=["abort"]).ok, reply
+        with Sim(_world([reply], {"after_call": 1}, strict=False)) as sim:
+            sim.run(_calls(1, "max_steps"))  # but not a reason that reply does not give
+        assert [v.evidence["reason"] for v in sim.check(invariants=["abort"]).violations] == ["max_steps"]
 
     def drive(sim: Sim) -> Outcome:
         try:

@@ -183,11 +183,21 @@ def test_a_whole_gzip_file_loads_like_the_plain_one(refund: tuple[Path, list[byt
 # --------------------------------------------------------------------------- replay as a model
 
 
+def as_recorded(loop: Any) -> Any:
+    """A drive that runs ``loop`` as `record_session` did (the scenario's tools only: no web search declared)."""
+
+    def drive(sim: Sim) -> Outcome:
+        tools: Any = sim.tool_schemas
+        return loop(sim.client, tools, sim.run_tool, sim.task, sim.limits, model=sim.model)  # type: ignore[no-any-return]
+
+    return drive
+
+
 def test_a_recorded_session_replays_byte_identical_requests(refund: tuple[Path, list[bytes]]) -> None:
     path, recorded = refund
     with Sim(to_scenario(path), model=Recorded(path)) as sim:
         replayed = capture(sim)
-        outcome = sim.run(correct_sync.drive)
+        outcome = sim.run(as_recorded(correct_sync.run_agent))
     assert outcome.reason == "final" and outcome.text == "Order 5531 was refunded in full (89.90 EUR)."
     assert len(replayed) == 3
     assert replayed == recorded, "the replayed requests are byte-identical to the recorded ones"
@@ -202,7 +212,7 @@ def test_the_replay_serves_the_recorded_reply_streamed_when_the_loop_now_streams
 
     path, _ = refund
     with Sim(to_scenario(path), model=Recorded(path)) as sim:
-        outcome = sim.run(correct_stream.drive)
+        outcome = sim.run(as_recorded(correct_stream.run_agent))
     assert outcome.reason == "final" and outcome.text == "Order 5531 was refunded in full (89.90 EUR)."
     recorded_ids = [i.response.json()["id"] for i in load_cassette(path)]
     assert [r.message["id"] for r in sim.transcript.responses] == recorded_ids  # type: ignore[index]

@@ -35,7 +35,8 @@ def test_a_long_session_keeps_a_bounded_part_of_each_request() -> None:
         url = f"{server.base_url}/v1/messages"
 
         def send(i: int) -> None:
-            body = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": f"{i} {big}"}]}
+            # about 500k tokens: a model with a 1M-token window takes it (200k ones answer "prompt is too long")
+            body = {"model": "claude-opus-4-6", "max_tokens": 16, "messages": [{"role": "user", "content": f"{i} {big}"}]}
             assert client.post(url, json=body).status_code == 200
 
         send(0)  # warm up (imports, the first parse)

@@ -11,8 +11,9 @@ __all__ = ["abort"]
 
 def abort(t: Transcript) -> list[Violation]:
     """After the abort fires: no new model call, no tool execution, reason ``aborted`` for that turn (or ``error`` /
-    ``error_budget`` when the call in flight failed), and the next turn's first request is not refused for the
-    history the aborted turn left.
+    ``error_budget`` when the call in flight failed; or, when the call in flight answered with a reply that ends the
+    turn by itself and the loop started nothing after Stop, that reply's reason: ``final``, ``refusal``,
+    ``truncated``), and the next turn's first request is not refused for the history the aborted turn left.
 
     Each Stop holds the turn of the life it was pressed in: a restart after it begins a life that never saw it
     (``sim.abort`` is clear there), so the new life is judged by a Stop of its own, if one fires.
@@ -54,7 +55,10 @@ def _after_stop(t: Transcript, at: int, event: AbortEvent) -> list[Violation]:
     # then honest too
     answers = [e for e in t.events[:end] if isinstance(e, Response) and e.call == in_flight]
     failed_in_flight = bool(answers) and not _is_reply(answers[-1])
-    if (outcome is not None and outcome.exception is None and outcome.reason != "aborted"
+    # the call in flight may also have answered with a reply that ends the turn by itself (a final answer, a
+    # refusal, a cut-off): when the loop started nothing after Stop, the reason that reply gives is honest too
+    ended_by_reply = _ENDS_TURN.get(answers[-1].stop_reason or "") if answers and _is_reply(answers[-1]) and not out else None
+    if (outcome is not None and outcome.exception is None and outcome.reason not in ("aborted", ended_by_reply)
             and not (outcome.reason in ("error", "error_budget") and failed_in_flight)):
         message = (f"the user pressed Stop ({event.trigger}, t={event.t:g}s) and the loop returned with reason "
                    f"{outcome.reason!r}; {fix}")
@@ -69,6 +73,10 @@ def _after_stop(t: Transcript, at: int, event: AbortEvent) -> list[Violation]:
                        "leaves no tool_use without its result and no empty assistant message when it stops")
             out.append(Violation("abort", message, first.call, {"request": first.index, "abort_t": event.t}))
     return out
+
+
+#: The replies that end a turn by themselves, and the reason a loop honestly gives for each.
+_ENDS_TURN = {"end_turn": "final", "stop_sequence": "final", "refusal": "refusal", "max_tokens": "truncated"}
 
 
 def _returned_before(t: Transcript, at: int) -> bool:

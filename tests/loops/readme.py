@@ -1,0 +1,215 @@
+"""Correct agent loops written the way a user writes them from simloop's README alone.
+
+The reference loops in ``examples/`` know simloop well (they pass tool ids, settle histories with simloop's
+own helpers).  These do not: they follow the README's adapter, conversation, Stop and restart sections and
+the SDK's documentation, pass no tool ids, keep a plain history list and read the clock through module-level
+aliases (``from time import monotonic``), as real code does.  They are correct loops, so any violation
+simloop reports on them is a false alarm: ``tests/test_readme_loops.py`` and ``bench/detect.py`` hold them
+to none.  Plain module, no pytest: bench imports it too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from time import monotonic
+from typing import Any
+
+import anthropic
+
+import simloop
+
+MODEL = "claude-sonnet-4-5"
+MAX_STEPS = 10
+DEADLINE_S = 300.0
+TOKEN_BUDGET = 200_000
+#: What these loops declare (``verify(drive, limits=LIMITS)``).
+LIMITS = simloop.Limits(max_steps=MAX_STEPS, deadline_s=DEADLINE_S, max_total_tokens=TOKEN_BUDGET)
+
+RunTool = Callable[[str, Any], str]
+
+
+def _blocks(content: Any) -> list[Any]:
+    return [content] if isinstance(content, str) else list(content)
+
+
+def _text(reply: Any) -> str:
+    return "".join(b.text for b in reply.content if b.type == "text")
+
+
+def _answer_open_calls(messages: list[Any]) -> None:
+    """Before a new user message: every tool_use the last assistant message left open gets an error result."""
+    if not messages or messages[-1]["role"] != "assistant":
+        return
+    content = messages[-1]["content"]
+    open_calls = [b for b in _blocks(content) if getattr(b, "type", None) == "tool_use"]
+    if open_calls:
+        messages.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": b.id, "is_error": True, "content": "Not run: stopped."}
+            for b in open_calls
+        ]})
+
+
+def run_agent(
+    client: anthropic.Anthropic,
+    tools: list[dict[str, Any]],
+    run_tool: RunTool,
+    task: str,
+    *,
+    history: list[Any] | None = None,
+    stop: Callable[[], bool] | None = None,
+    resume: bool = False,
+    budget: dict[str, Any] | None = None,
+) -> tuple[str, str]:
+    """One user turn: call the model, run the tools it asks for, repeat until it answers or a limit stops it.
+
+    ``resume``: the history already ends with this turn's last user message (a restart goes on from it).
+    ``budget``: where the turn's steps, start time and tokens are kept (a durable loop keeps them in its store,
+    so that a restart does not start them over)."""
+    messages = history if history is not None else []
+    _answer_open_calls(messages)
+    if resume:
+        pass
+    elif messages and messages[-1]["role"] == "user" and not isinstance(messages[-1]["content"], str):
+        messages[-1]["content"] = [*messages[-1]["content"], {"type": "text", "text": task}]
+    else:
+        messages.append({"role": "user", "content": task})
+    kept = budget if budget is not None else {}
+    kept.setdefault("started", monotonic())
+    while True:
+        if stop is not None and stop():
+            return "aborted", ""
+        if kept.get("steps", 0) >= MAX_STEPS:
+            return "max_steps", ""
+        if monotonic() - kept["started"] >= DEADLINE_S:
+            return "deadline", ""
+        if kept.get("tokens", 0) >= TOKEN_BUDGET:
+            return "token_budget", ""
+        kept["steps"] = kept.get("steps", 0) + 1
+        try:
+            reply = client.messages.create(model=MODEL, max_tokens=1024, tools=tools, messages=messages)
+        except anthropic.APIError as e:
+            return "error", str(e)
+        kept["tokens"] = kept.get("tokens", 0) + reply.usage.input_tokens + reply.usage.output_tokens
+        if reply.stop_reason == "max_tokens":
+            return "truncated", _text(reply)  # never run the calls of a cut reply, never keep it
+        if reply.stop_reason == "refusal":
+            return "refusal", _text(reply)
+        if reply.content:
+            messages.append({"role": "assistant", "content": reply.content})
+        if stop is not None and stop():
+            _answer_open_calls(messages)
+            return "aborted", ""
+        if reply.stop_reason == "pause_turn":
+            continue
+        if reply.stop_reason != "tool_use":
+            return "final", _text(reply)
+        results = []
+        for block in reply.content:
+            if block.type != "tool_use":
+                continue
+            if stop is not None and stop():
+                results.append({"type": "tool_result", "tool_use_id": block.id, "is_error": True,
+                                "content": "Not run: the user pressed Stop."})
+                continue
+            try:
+                results.append({"type": "tool_result", "tool_use_id": block.id,
+                                "content": run_tool(block.name, block.input)})
+            except Exception as e:  # noqa: BLE001 (a tool's failure is an observation for the model)
+                results.append({"type": "tool_result", "tool_use_id": block.id, "is_error": True,
+                                "content": f"{type(e).__name__}: {e}"})
+        messages.append({"role": "user", "content": results})
+        if stop is not None and stop():
+            return "aborted", ""
+
+
+def plain(sim: simloop.Sim) -> simloop.Outcome:
+    """The README's five-line adapter."""
+    reason, text = run_agent(sim.client, sim.tool_schemas, sim.run_tool, sim.task)
+    return simloop.Outcome(reason=reason, text=text)
+
+
+def conversation(sim: simloop.Sim) -> list[simloop.Outcome]:
+    """Every user turn through one history, with the Stop button wired (README: Conversations, The Stop button)."""
+    history: list[Any] = []
+    outcomes = []
+    for text in sim.user_turns:
+        reason, answer = run_agent(sim.client, sim.tool_schemas, sim.run_tool, text, history=history,
+                                   stop=sim.abort.is_set)
+        outcomes.append(simloop.Outcome(reason=reason, text=answer))
+    return outcomes
+
+
+def durable(sim: simloop.Sim) -> simloop.Outcome:
+    """Resumes after a crash from ``sim.store`` (README: Crash and restart): its history, its step count, start time
+    and tokens, and every tool call keyed by name and input: the key is saved before the call and the result after
+    it, so a call that may have taken effect is never repeated, and one that finished answers from the store."""
+    calls: dict[str, Any] = sim.store.setdefault("calls", {})
+
+    def run_tool(name: str, input: Any) -> str:
+        key = name + json.dumps(input, sort_keys=True)
+        if key in calls:
+            if calls[key] is None:
+                raise RuntimeError(f"{name} was interrupted by a crash and may have taken effect; not repeated")
+            return str(calls[key])
+        calls[key] = None
+        calls[key] = result = sim.run_tool(name, input)
+        return result
+
+    history: list[Any] = sim.store.setdefault("history", [])
+    if history and history[-1]["role"] == "assistant":
+        history.pop()  # the round that died: the model asks again, and the store answers what had run
+    reason, text = run_agent(sim.client, sim.tool_schemas, run_tool, sim.task, history=history, resume=bool(history),
+                             budget=sim.store.setdefault("budget", {}))
+    return simloop.Outcome(reason=reason, text=text)
+
+
+async def async_stop(sim: simloop.Sim) -> simloop.Outcome:
+    """An asyncio loop with the README's Stop recipe: the Stop cancels the task, which answers ``aborted``."""
+    sim.abort.add_callback(asyncio.current_task().cancel)  # type: ignore[union-attr]
+    client = sim.async_client
+    messages: list[Any] = [{"role": "user", "content": sim.task}]
+    started = monotonic()
+    tokens = 0
+    try:
+        for _ in range(MAX_STEPS):
+            if monotonic() - started >= DEADLINE_S:
+                return simloop.Outcome("deadline")
+            if tokens >= TOKEN_BUDGET:
+                return simloop.Outcome("token_budget")
+            try:
+                reply = await client.messages.create(model=MODEL, max_tokens=1024, tools=sim.tool_schemas,
+                                                     messages=messages)
+            except anthropic.APIError as e:
+                return simloop.Outcome("error", str(e))
+            tokens += reply.usage.input_tokens + reply.usage.output_tokens
+            if reply.stop_reason == "max_tokens":
+                return simloop.Outcome("truncated", _text(reply))
+            if reply.stop_reason == "refusal":
+                return simloop.Outcome("refusal", _text(reply))
+            if reply.content:
+                messages.append({"role": "assistant", "content": reply.content})
+            if reply.stop_reason == "pause_turn":
+                continue
+            if reply.stop_reason != "tool_use":
+                return simloop.Outcome("final", _text(reply))
+            calls = [b for b in reply.content if b.type == "tool_use"]
+            outputs = await asyncio.gather(*(sim.arun_tool(b.name, b.input) for b in calls), return_exceptions=True)
+            messages.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": b.id, "is_error": True, "content": f"{type(out).__name__}: {out}"}
+                if isinstance(out, BaseException) else {"type": "tool_result", "tool_use_id": b.id, "content": out}
+                for b, out in zip(calls, outputs)
+            ]})
+        return simloop.Outcome("max_steps")
+    except asyncio.CancelledError:
+        return simloop.Outcome("aborted")
+
+
+#: name -> (drive, the verify options it claims: what the loop can do).
+LOOPS: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
+    "plain": (plain, {}),
+    "conversation": (conversation, {"turns": 3, "abort": True}),
+    "durable": (durable, {"restarts": 1}),
+    "async_stop": (async_stop, {"abort": True}),
+}
