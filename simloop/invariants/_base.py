@@ -39,7 +39,6 @@ REASONS = (
 )
 MESSAGES_PATH = "/v1/messages"
 _FINAL_STOPS = ("end_turn", "stop_sequence")
-# Body fields a loop may change when it resends a request without making it a different request.
 _SIZE_HINTS = ("prompt is too long", "context window", "request_too_large", "too large")
 
 
