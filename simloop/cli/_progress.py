@@ -37,6 +37,7 @@ class RunCounter:
         self.last: Sim | None = None
 
     def wrapped(self) -> Callable[..., Any]:
+        """The drive to hand to `simloop.verify`: the same function, sync or async, counting each run it starts."""
         if inspect.iscoroutinefunction(self.drive):
 
             @functools.wraps(self.drive)

@@ -223,6 +223,7 @@ def _run_one(
 
 
 def _scenario_files(paths: Sequence[str]) -> list[Path]:
+    """The files ``simloop run`` replays: each file given, and a folder's *.yaml, *.yml and *.json, sorted."""
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():

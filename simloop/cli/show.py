@@ -19,6 +19,7 @@ __all__ = ["report", "show"]
 
 
 def _read(path: str) -> Transcript:
+    """The transcript at ``path`` (a malformed one is a usage error naming the line and field)."""
     from simloop.transcript import Transcript, TranscriptError
 
     try:

@@ -280,6 +280,7 @@ def verify(
 
 
 def _profile(name: str | None) -> Any:
+    """``--profile NAME``: the registered Hypothesis settings profile (a usage error listing them otherwise)."""
     if name is None:
         return None
     from hypothesis import settings
@@ -307,6 +308,7 @@ def _failing_transcript(failure: Any, counter: RunCounter) -> Transcript | None:
 
 
 def _summary(out: Console, ids: list[str], violations: Sequence[Any], runs: int, elapsed: float) -> None:
+    """The summary table: one row per checked invariant, whether it held, how often and where it broke first."""
     from rich.table import Table
 
     table = Table(title=f"simloop verify: {runs} runs in {elapsed:.1f}s", title_justify="left", show_edge=False)
