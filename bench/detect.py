@@ -74,11 +74,11 @@ class _Counter:
                 counter.first = (counter.n, REAL.perf_counter() - counter.start)
             return report
 
-        verify_module.Sim.check = check  # type: ignore[method-assign]
+        verify_module.Sim.check = check
         return self
 
     def __exit__(self, *exc: object) -> None:
-        verify_module.Sim.check = self.orig  # type: ignore[method-assign]
+        verify_module.Sim.check = self.orig
 
 
 #: The correct loops written from the README alone (``tests/loops/readme.py``), each verified with what it claims.
@@ -177,7 +177,8 @@ def throughput(chunks: int = 12, examples: int = 25) -> Throughput:
         search = [c() - b - a for c, b, a in zip(clocks, begin, aside)]
         if chunk:
             ratios.append((counter.n / search[0], counter.n / bare[0], bare[0] / search[0], bare[1] / search[1]))
-    return Throughput(*(statistics.median(r[i] for r in ratios) for i in range(4)), chunks=len(ratios))
+    verify_per_s, bare_per_s, ratio, cpu_ratio = (statistics.median(r[i] for r in ratios) for i in range(4))
+    return Throughput(verify_per_s, bare_per_s, ratio, cpu_ratio, chunks=len(ratios))
 
 
 def schema_valid_share(max_examples: int = 200, seeds: int = 3) -> tuple[int, int]:
@@ -251,10 +252,9 @@ def main() -> None:
         return
     only = set(filter(None, args.only.split(",")))
     out = Path(".simloop") / "bench"
-    targets: list[tuple[str, frozenset[str] | None]] = (
-        [(n, VERIFY[n][1]) for n in DEFECTS] + [(n, None) for n in CORRECT] + [(n, None) for n in POLICY_ROWS]
-        + [(n, None) for n in README_ROWS]
-    )
+    targets: list[tuple[str, frozenset[str] | None]] = [
+        *((n, VERIFY[n][1]) for n in DEFECTS), *((n, None) for n in [*CORRECT, *POLICY_ROWS, *README_ROWS])
+    ]
     # measured first, in a process that has only imported what verify needs: after the detection runs its
     # heap holds every loop and search they made, and each full garbage collection costs more
     speed = throughput() if not only else None

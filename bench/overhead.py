@@ -21,18 +21,20 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import anthropic
 import httpx2
+from anthropic.types import MessageParam, ToolParam
 
 import simloop
 from simloop.clock import REAL
 from simloop.wire.render import Turn, render_json
 
 STEPS = 10
-TOOLS = [{"name": "search", "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}}}]
+TOOLS: list[ToolParam] = [{"name": "search", "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}}}]
 SCENARIO = simloop.Scenario.model_validate(
     {
         "task": "Find the refund policy.",
@@ -44,12 +46,13 @@ SCENARIO = simloop.Scenario.model_validate(
 
 def loop(client: anthropic.Anthropic) -> int:
     """A 10-step conversation: the same calls on both sides (tool ids echo what the reply gave)."""
-    messages: list[dict[str, Any]] = [{"role": "user", "content": "Find the refund policy."}]
+    messages: list[MessageParam] = [{"role": "user", "content": "Find the refund policy."}]
     for step in range(STEPS):
         reply = client.messages.create(model="claude-sonnet-5", max_tokens=1024, messages=messages, tools=TOOLS)
         if reply.stop_reason != "tool_use":
             return step + 1
-        messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in reply.content]})
+        dumped: list[Any] = [b.model_dump(exclude_none=True) for b in reply.content]  # as a bare loop might keep it
+        messages.append({"role": "assistant", "content": dumped})
         messages.append(
             {"role": "user", "content": [
                 {"type": "tool_result", "tool_use_id": b.id, "content": "result"} for b in reply.content
@@ -120,7 +123,8 @@ def paired(pairs: int) -> Paired:
         loop(client), sim_run()
     times: dict[str, list[float]] = {"bare_wall": [], "sim_wall": [], "bare_cpu": [], "sim_cpu": []}
     for _ in range(pairs):
-        for side, run in (("bare", lambda: loop(client)), ("sim", sim_run)):
+        sides: tuple[tuple[str, Callable[[], int]], ...] = (("bare", lambda: loop(client)), ("sim", sim_run))
+        for side, run in sides:
             wall, cpu = REAL.perf_counter(), time.process_time()
             run()
             times[side + "_cpu"].append(time.process_time() - cpu)

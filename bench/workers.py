@@ -38,7 +38,7 @@ def rate(workers: int, examples: int, seed: int) -> float:
     report = simloop.verify(correct_sync.drive, max_examples=examples, workers=workers, seed=seed,
                             out_dir="/tmp/simloop-bench-workers")
     CPU.setdefault(workers, []).append((_cpu() - cpu) / (report.examples or 1))
-    return report.examples / (time.perf_counter() - start)
+    return (report.examples or 0) / (time.perf_counter() - start)
 
 
 def main() -> None:

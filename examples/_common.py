@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from anthropic.types import (
@@ -40,6 +40,7 @@ __all__ = [
     "MAX_TOKENS",
     "THINKING",
     "WEB_SEARCH",
+    "ARunTool",
     "RunTool",
     "StopPolicies",
     "aconverse",
@@ -53,6 +54,7 @@ __all__ = [
     "text_of",
     "tokens_used",
     "tool_calls",
+    "tool_params",
     "tool_result",
     "with_web_search",
     "writes_of",
@@ -79,6 +81,12 @@ class RunTool(Protocol):
     """How the loops run a tool: ``run_tool(name, input, tool_use_id=...) -> str`` (may raise)."""
 
     def __call__(self, name: str, input: object, *, tool_use_id: str | None = None) -> str: ...
+
+
+class ARunTool(Protocol):
+    """How the async loops run a tool: ``await run_tool(name, input, tool_use_id=...)`` (may raise)."""
+
+    def __call__(self, name: str, input: object, *, tool_use_id: str | None = None) -> Coroutine[Any, Any, str]: ...
 
 
 def budgets(limits: Limits | None) -> tuple[int, float, int]:
@@ -119,6 +127,11 @@ def tool_result(call: ToolUseBlock, output: str | Exception) -> ToolResultBlockP
     if isinstance(output, Exception):
         return {"type": "tool_result", "tool_use_id": call.id, "content": error_text(output), "is_error": True}
     return {"type": "tool_result", "tool_use_id": call.id, "content": output}
+
+
+def tool_params(tools: Sequence[Mapping[str, Any]]) -> list[ToolParam]:
+    """``tools`` (``sim.tool_schemas``: plain dicts) typed as the loops' tool lists, unchanged."""
+    return cast("list[ToolParam]", list(tools))
 
 
 def with_web_search(tools: Sequence[Mapping[str, Any]]) -> list[ToolParam]:
@@ -308,7 +321,7 @@ def durable_run_tool(sim: Sim) -> RunTool:
     return run_tool
 
 
-def durable_arun_tool(sim: Sim) -> Callable[..., Awaitable[str]]:
+def durable_arun_tool(sim: Sim) -> ARunTool:
     """`durable_run_tool` for ``sim.arun_tool``."""
     writes = writes_of(sim)
     done: dict[str, str] = sim.store.setdefault("writes", {})

@@ -20,7 +20,17 @@ from anthropic.types import Message, MessageParam, ToolParam
 
 from simloop import Outcome
 
-from ._common import DEFAULT_MODEL, MAX_TOKENS, THINKING, RunTool, budgets, text_of, tokens_used, tool_calls
+from ._common import (
+    DEFAULT_MODEL,
+    MAX_TOKENS,
+    THINKING,
+    RunTool,
+    budgets,
+    text_of,
+    tokens_used,
+    tool_calls,
+    tool_params,
+)
 from .correct_sync import run_tools
 
 if TYPE_CHECKING:
@@ -82,5 +92,5 @@ def run_agent(
 
 def drive(sim: Sim) -> Outcome:
     return run_agent(
-        sim.client, sim.tool_schemas, sim.run_tool, sim.task, sim.limits, model=sim.model, system=sim.system
+        sim.client, tool_params(sim.tool_schemas), sim.run_tool, sim.task, sim.limits, model=sim.model, system=sim.system
     )

@@ -21,7 +21,17 @@ from anthropic.types import MessageParam, ToolParam
 
 from simloop import Outcome
 
-from ._common import DEFAULT_MODEL, MAX_TOKENS, THINKING, budgets, text_of, tokens_used, tool_calls, tool_result
+from ._common import (
+    DEFAULT_MODEL,
+    MAX_TOKENS,
+    THINKING,
+    budgets,
+    text_of,
+    tokens_used,
+    tool_calls,
+    tool_params,
+    tool_result,
+)
 from .correct_async import ARunTool
 
 if TYPE_CHECKING:
@@ -88,5 +98,5 @@ async def run_agent(
 
 async def drive(sim: Sim) -> Outcome:
     return await run_agent(
-        sim.async_client, sim.tool_schemas, sim.arun_tool, sim.task, sim.limits, model=sim.model, system=sim.system
+        sim.async_client, tool_params(sim.tool_schemas), sim.arun_tool, sim.task, sim.limits, model=sim.model, system=sim.system
     )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import anthropic
 from anthropic.types import MessageParam, ToolParam, ToolResultBlockParam, ToolUseBlock
@@ -25,6 +25,7 @@ from ._common import (
     DEFAULT_MODEL,
     MAX_TOKENS,
     THINKING,
+    ARunTool,
     StopPolicies,
     aconverse,
     budgets,
@@ -44,12 +45,6 @@ if TYPE_CHECKING:
     from simloop.scenario import Limits
 
 __all__ = ["ARunTool", "drive", "run_agent", "stoppable"]
-
-
-class ARunTool(Protocol):
-    """How the async loops run a tool: ``await run_tool(name, input, tool_use_id=...)`` (may raise)."""
-
-    def __call__(self, name: str, input: object, *, tool_use_id: str | None = None) -> Coroutine[Any, Any, str]: ...
 
 
 async def run_agent(
@@ -113,7 +108,7 @@ async def run_agent(
             if policies.declared:
                 # Under stop policies the calls run one at a time, so each is checked before it runs (serial
                 # writes, as the seed has it: a parallel second write could not be taken back).
-                results = []
+                results: list[ToolResultBlockParam] = []
                 for call in calls:
                     halt = Outcome(reason="aborted", text="stopped by the user") if stop() else None
                     halt = halt or policies.before(call.name, call.input)

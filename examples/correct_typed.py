@@ -79,7 +79,7 @@ def run_agent(
         content = message["content"]
         for block in content if isinstance(content, list) else []:
             if isinstance(block, dict):
-                block.pop("cache_control", None)  # type: ignore[misc]
+                block.pop("cache_control", None)
     used = 0
     marked: dict[str, Any] | None = None  # the block that carries the cache breakpoint
     for step in range(max_steps):

@@ -49,7 +49,8 @@ def run_agent(
             reply = client.messages.create(model=model, max_tokens=MAX_TOKENS, tools=tools, messages=messages)
         except anthropic.APIError as exc:
             return Outcome(reason="error", text=str(exc))
-        messages.append({"role": "assistant", "content": [b.model_dump() for b in reply.content]})
+        dumped: list[Any] = [b.model_dump() for b in reply.content]  # plain data: the store outlives the process
+        messages.append({"role": "assistant", "content": dumped})
         if reply.stop_reason in ("end_turn", "stop_sequence"):
             return Outcome(reason="final", text=text_of(reply.content))
         if reply.stop_reason == "refusal":

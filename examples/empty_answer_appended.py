@@ -61,6 +61,6 @@ def run_agent(
 def drive(sim: Sim) -> list[Outcome]:
     """simloop adapter: run the conversation against the simulated API and tools."""
     return run_agent(
-        sim.client, with_web_search(sim.tool_schemas), sim.run_tool, sim.user_turns, sim.limits, model=sim.model, system=sim.system,  # type: ignore[arg-type]
+        sim.client, with_web_search(sim.tool_schemas), sim.run_tool, sim.user_turns, sim.limits, model=sim.model, system=sim.system,
         writes=writes_of(sim),
     )

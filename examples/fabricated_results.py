@@ -27,6 +27,7 @@ from ._common import (
     text_of,
     tokens_used,
     tool_calls,
+    tool_params,
 )
 
 if TYPE_CHECKING:
@@ -88,4 +89,4 @@ def run_agent(
 
 
 def drive(sim: Sim) -> Outcome:
-    return run_agent(sim.client, sim.tool_schemas, sim.task, sim.limits, model=sim.model, system=sim.system)
+    return run_agent(sim.client, tool_params(sim.tool_schemas), sim.task, sim.limits, model=sim.model, system=sim.system)

@@ -30,6 +30,7 @@ from ._common import (
     text_of,
     tokens_used,
     tool_calls,
+    tool_params,
 )
 from .correct_sync import run_tools
 
@@ -98,6 +99,6 @@ def run_agent(
 def drive(sim: Sim) -> Outcome:
     """simloop adapter: run this loop against the simulated API and tools."""
     return run_agent(
-        sim.client, sim.tool_schemas, sim.run_tool, sim.task, sim.limits, model=sim.model, system=sim.system,
+        sim.client, tool_params(sim.tool_schemas), sim.run_tool, sim.task, sim.limits, model=sim.model, system=sim.system,
         inbox=["Also mention that tracking may take a day to update."],
     )

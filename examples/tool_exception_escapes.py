@@ -19,7 +19,17 @@ from anthropic.types import MessageParam, ToolParam, ToolResultBlockParam
 
 from simloop import Outcome
 
-from ._common import DEFAULT_MODEL, MAX_TOKENS, THINKING, RunTool, budgets, text_of, tokens_used, tool_calls
+from ._common import (
+    DEFAULT_MODEL,
+    MAX_TOKENS,
+    THINKING,
+    RunTool,
+    budgets,
+    text_of,
+    tokens_used,
+    tool_calls,
+    tool_params,
+)
 
 if TYPE_CHECKING:
     from simloop import Sim
@@ -79,5 +89,5 @@ def run_agent(
 
 def drive(sim: Sim) -> Outcome:
     return run_agent(
-        sim.client, sim.tool_schemas, sim.run_tool, sim.task, sim.limits, model=sim.model, system=sim.system
+        sim.client, tool_params(sim.tool_schemas), sim.run_tool, sim.task, sim.limits, model=sim.model, system=sim.system
     )

@@ -16,6 +16,7 @@ import pytest
 
 from simloop import cli
 from simloop.cli import main
+from simloop.cli import serve as cli_serve
 from simloop.invariants import CATALOGUE, check
 from simloop.scenario import LIMIT_NAMES
 from simloop.timeline import render_timeline
@@ -320,7 +321,7 @@ def test_serve_prints_the_base_url_answers_and_writes_its_trace(
             answers.append(json.loads(response.read()))
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "_wait_for_interrupt", one_call_then_ctrl_c)
+    monkeypatch.setattr(cli_serve, "_wait_for_interrupt", one_call_then_ctrl_c)
     trace = tmp_path / "served.jsonl"
     assert main(["serve", "--scenario", str(SCENARIOS / "happy-path.yaml"), "--port", "0", "--trace", str(trace)]) == 0
     (printed, reply) = answers
@@ -359,7 +360,7 @@ def test_serve_with_a_stand_in_server(monkeypatch: pytest.MonkeyPatch, capsys: p
         return StandIn()
 
     monkeypatch.setattr(loopback, "serve", serve)
-    monkeypatch.setattr(cli, "_wait_for_interrupt", lambda: None)
+    monkeypatch.setattr(cli_serve, "_wait_for_interrupt", lambda: None)
     args = [
         "serve",
         "--scenario",

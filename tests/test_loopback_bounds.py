@@ -93,11 +93,11 @@ def test_binding_beyond_loopback_warns_in_every_response() -> None:
 def test_simloop_serve_on_all_interfaces_warns_on_stderr(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from simloop import cli
+    from simloop.cli import serve as cli_serve
 
     scenario = tmp_path / "s.yaml"
     scenario.write_text("version: 1\nname: s\ntask: hi\nmodel: [{end_turn: ok}]\n", encoding="utf-8")
-    monkeypatch.setattr(cli, "_wait_for_interrupt", lambda: None)  # serve, then stop at once
+    monkeypatch.setattr(cli_serve, "_wait_for_interrupt", lambda: None)  # serve, then stop at once
     assert main(["serve", "--scenario", str(scenario), "--host", "0.0.0.0"]) == 0
     err = capsys.readouterr().err
     assert "simloop: WARNING: simloop serve is bound to 0.0.0.0, not to loopback" in err

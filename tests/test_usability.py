@@ -16,6 +16,7 @@ import pytest
 import simloop
 from simloop import cli
 from simloop.cli import main
+from simloop.cli import serve as cli_serve
 from simloop.transcript import Transcript
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,7 +57,7 @@ def test_serve_writes_its_trace_on_sigterm(
         os.kill(os.getpid(), signal.SIGTERM)  # what `kill` and container runtimes send; the handler raises here
         raise AssertionError("SIGTERM did not stop the server")
 
-    monkeypatch.setattr(cli, "_wait_for_interrupt", terminated)
+    monkeypatch.setattr(cli_serve, "_wait_for_interrupt", terminated)
     before = signal.getsignal(signal.SIGTERM)
     trace = tmp_path / "served.jsonl"
     assert main(["serve", "--scenario", str(SCENARIOS / "happy-path.yaml"), "--trace", str(trace)]) == 0

@@ -162,6 +162,10 @@ def test_every_cli_line_of_the_readme_runs_from_the_wheel(installed: Installed) 
         assert out.returncode == 0, f"{line}\n{out.stdout}\n{out.stderr}"
     assert (installed.home / "scenarios" / "happy-path.yaml").is_file()
     assert (installed.home / "run.jsonl").is_file() and (installed.home / "report.html").is_file()
+    templates = ROOT / "simloop" / "cli" / "templates"  # `simloop init tests` wrote them from the wheel's package data
+    for name in ("conftest.py", "simloop_drive.py", "test_agent_loop.py"):
+        written = (installed.home / "tests" / name).read_text(encoding="utf-8")
+        assert written == (templates / f"{name}.txt").read_text(encoding="utf-8"), name
 
     # the commands' own --help examples (show/report read a trace.jsonl; the verify line above wrote run.jsonl)
     shutil.copy(installed.home / "run.jsonl", installed.home / "trace.jsonl")
