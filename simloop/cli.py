@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = ["cli", "load_drive", "main"]
 
-# The scenario format's caps (simloop._fileguard, docs/security.md) and its limit names, repeated here so that loading the CLI
+# The scenario format's caps (simloop._loading.fileguard, docs/security.md) and its limit names, repeated here so that loading the CLI
 # does not load the YAML reader; a test checks that they agree.
 _MAX_COUNT = 10_000
 _MAX_DEADLINE_S = 7 * 86_400.0
@@ -126,8 +126,8 @@ class _Seconds(click.FloatRange):
 
 
 def _hard_timeout(ctx: click.Context, param: click.Parameter, value: float) -> float:
-    """``--hard-timeout`` arms the last-resort bound of every run (`simloop._process.bounded`)."""
-    from simloop import _process
+    """``--hard-timeout`` arms the last-resort bound of every run (`simloop._runtime.process.bounded`)."""
+    from simloop._runtime import process as _process
 
     _process.LAST_RESORT_S[:] = [value]
     return value
@@ -202,7 +202,7 @@ def _ends_commands(command: Callable[..., int]) -> Callable[..., int]:
 
 def _end_commands(*, final: bool = False) -> int:
     """End every live command's processes (``final``: and those started from now on); how many were running."""
-    tree = sys.modules.get("simloop._proctree")  # loaded only when a command ran
+    tree = sys.modules.get("simloop._runtime.proctree")  # loaded only when a command ran
     return int(tree.end_all(final=final)) if tree is not None else 0
 
 
@@ -1302,7 +1302,7 @@ def _exit_after_report(code: int, *, hooks_s: float = EXIT_HOOKS_S) -> None:
     """
     import atexit
 
-    from simloop import _process
+    from simloop._runtime import process as _process
 
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -1323,7 +1323,7 @@ def _exit_after_report(code: int, *, hooks_s: float = EXIT_HOOKS_S) -> None:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    from simloop import _process
+    from simloop._runtime import process as _process
 
     _process.install()  # before the loop's modules are imported: an `os._exit` they bind is simloop's
     try:

@@ -1,0 +1,938 @@
+"""Virtual time: one clock drives sync sleeps, asyncio timers and the wall clock of a simulated run.
+
+A loop under test sleeps for backoff, waits on timeouts and checks deadlines.  In a Sim all of that runs
+on a `VirtualClock`, so minutes of simulated latency, retries and backoff take milliseconds and every run
+with the same seed reads the same times.
+
+Why our own clock (research: ``shared/research/libs.md`` §1)
+    No library makes both ``time.sleep`` and asyncio sleeps instant and deterministic.  freezegun does not
+    patch ``time.sleep`` at all, and it freezes ``time.monotonic``/``perf_counter``, so ``asyncio.sleep``
+    hangs forever (E1).  time-machine fakes only the wall clock.  looptime and async-solipsism make asyncio
+    sleeps instant, but not ``time.sleep`` (the sync SDK's retries).
+
+Why the core clock is never freezegun's frozen monotonic
+    Freezing ``time.monotonic`` for the whole process stops every asyncio timer, makes Hypothesis report a
+    false ``DeadlineExceeded``, and breaks pytest-timeout and xdist's threads.  freezegun's enter scans
+    every loaded module (20-30 ms each time once anthropic is imported, E3), and its scan even rewrites
+    module globals that hold the real functions (E9).  So our real clocks live in a container (`REAL`).
+    freezegun stays supported as a user's choice: a ``freeze_time`` around or inside a Sim keeps working.
+    Every virtual advance ``tick()``s the active freezegun factories.  While we are patched,
+    ``freezegun.api.real_*`` point at our functions, so freezegun's exit restores ours and not the C ones.
+
+How threads are scoped
+    `VirtualClock.patched` replaces module attributes (``time.sleep``, ``time.monotonic``, ...,
+    ``datetime.datetime``, ``asyncio.events.new_event_loop``, ``threading.Thread.start``).  Code looks
+    them up at call time, as ``anthropic._base_client`` does with ``time.sleep``.  Each replacement first
+    looks up the calling thread.  The thread that entered ``patched()`` reads the virtual clock, and so do
+    the threads it starts (``Thread.start`` marks them; executor workers included).  Any other thread falls
+    through to the saved original, at a cost of about 0.2 µs.  So Hypothesis's engine, pytest and xdist
+    keep real time.  `RealTimeThread` (the watchdog) never inherits virtual time.
+
+Wall clock: our own ``datetime`` subclasses, not time-machine
+    time-machine swaps the C functions.  That catches ``from datetime import datetime`` aliases, but it
+    acts on every thread at once and refuses to start under freezegun.  Thread scoping matters more here,
+    so while patched ``datetime.datetime``/``date`` are thread-checked subclasses whose ``now``/``utcnow``/
+    ``today`` read the virtual wall clock and which construct real ``datetime`` objects.
+
+Aliases bound before the patch (``from time import monotonic``, ``from datetime import datetime``)
+    At the first ``patched()`` the module globals that hold the real functions (and, in the user's own
+    modules, the real classes) are pointed at ours, and put back at the last exit: `simloop._runtime.aliases`
+    finds them, scanning each module once per process (docs/design.md, Virtual time, says which modules
+    and what stays out of reach).  ``patched(modules=[...])`` rebinds the named modules' aliases too,
+    the standard library's included.
+
+asyncio
+    `VirtualTimeEventLoop` reads the clock in ``time()``.  When nothing is ready and only a timer is
+    pending, it jumps to that timer, like trio's ``MockClock(autojump_threshold=0)``.  It never jumps
+    while an executor job (``run_in_executor``, ``asyncio.to_thread``, ``anyio.to_thread``) runs real
+    code.  It waits for the job in real time, and only after ``thread_grace`` real seconds does virtual
+    time flow at real speed, so a timeout around a stuck thread still fires.  A job that sleeps virtually
+    becomes a timer of the loop, so ``wait_for(to_thread(time.sleep, 5), 1)`` times out at +1 as in
+    production.  While a real fd other than the self-pipe is registered, time flows at real speed (E6).
+    With nothing ready, no timer and no job, the loop waits ``deadlock_after`` real seconds for another
+    thread, then raises `VirtualTimeDeadlock` naming the stuck tasks.
+
+Blocking waits
+    ``Condition.wait(timeout)`` (and what is built on it: ``Event.wait``, ``Queue.get``, ``Future.result``)
+    in a thread that is the only one running on the clock, while every other thread of the process is
+    simloop's own, can only time out: it spends its timeout on the virtual clock and returns at once (a
+    loop that waits 30 s on an event each step costs no real time).  With any other thread alive (one of
+    the run, a pool started before it, a test's helper), the wait is the real one: it might be notified.
+
+Limits: sleeps in plain threads that are not loop jobs advance the clock at once (they add up rather than
+overlap); ``threading.Timer``, ``lock.acquire(timeout=)`` and waits while other threads run are real time;
+threads started through ``_thread`` directly do not inherit virtual time; one loop per clock is precise
+(several loops on one clock each jump on their own).
+
+Cost, measured on a busy 2-core machine with anthropic imported: ``patched()`` enter+exit 15-35 µs (freezegun:
+20-30 ms); a virtual ``asyncio.sleep`` 15-60 µs (a real asyncio timer costs 20-40 µs there); ``run()`` with a
+fresh loop about 0.6 ms; a patched clock read costs foreign threads about 0.2 µs.  ``tests/test_clock.py`` prints
+the first two.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import datetime as _dt
+import functools
+import math
+import os
+import queue
+import selectors
+import sys
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, TypeVar, TypeVarTuple
+
+from simloop._runtime.aliases import find_aliases
+from simloop._runtime.halt import LoopHalted
+from simloop.errors import UsageError
+
+__all__ = ["EPOCH", "MONOTONIC_ORIGIN", "REAL", "RealTimeThread", "VirtualClock", "VirtualTimeDeadlock",
+           "VirtualTimeEventLoop"]
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+P = ParamSpec("P")
+
+EPOCH: float = 1_767_225_600.0  # 2026-01-01T00:00:00Z: the wall clock every virtual run starts at
+MONOTONIC_ORIGIN: float = 100_000.0  # what time.monotonic()/loop.time() read at now() == 0 (see VirtualClock)
+_NS = 1_000_000_000
+_SLICE = 0.25  # real seconds per wait while time flows at real speed, so the loop re-checks its state
+_SLEEPER_POLL = 0.01  # real seconds between a sleeping job's checks that its loop is alive
+_SLEEPER_PATIENCE = 0.1  # real seconds a sleeping job waits for a loop that is busy or blocked, then advances
+
+
+def _unfaked(owner: ModuleType, name: str) -> Any:
+    value = getattr(owner, name)
+    api = sys.modules.get("freezegun.api")
+    if api is not None and getattr(value, "__module__", "") == "freezegun.api":  # freezegun active at import
+        return getattr(api, "real_" + name)
+    return value
+
+
+@dataclass(frozen=True)
+class RealClocks:
+    """The process's real clocks.  An instance, not module globals: freezegun's scan rewrites those (E9)."""
+
+    time: Callable[[], float]
+    time_ns: Callable[[], int]
+    monotonic: Callable[[], float]
+    monotonic_ns: Callable[[], int]
+    perf_counter: Callable[[], float]
+    perf_counter_ns: Callable[[], int]
+    sleep: Callable[[float], None]
+    datetime: type[_dt.datetime]
+    date: type[_dt.date]
+
+
+REAL = RealClocks(
+    **{n: _unfaked(time, n) for n in ("time", "time_ns", "monotonic", "monotonic_ns", "perf_counter",
+                                      "perf_counter_ns", "sleep")},
+    datetime=_unfaked(_dt, "datetime"), date=_unfaked(_dt, "date"),
+)
+
+
+class RealTimeThread(threading.Thread):
+    """A thread that never inherits virtual time, even when started inside ``patched()`` (the watchdog)."""
+
+
+#: Threads that only wait for a run to finish (`simloop.Sim.run`'s callers): they notify none of its waits.
+BYSTANDERS: set[int] = set()
+
+
+class VirtualTimeDeadlock(RuntimeError):
+    """A virtual-time event loop can never wake up again (nothing ready, no timer, no job, no fd)."""
+
+
+# -- the patch registry: which thread runs on which clock, and what we replaced -------------------------
+
+_threads: dict[int, VirtualClock] = {}  # thread ident -> its clock, only while some clock is patched
+_saved: dict[str, Any] = {}  # "module.attr" -> what it held before we patched it (kept after exit)
+_fakes: dict[str, Any] = {}  # "module.attr" -> our replacement
+_get_ident = threading.get_ident
+_LOCK = threading.RLock()
+_TLS = threading.local()  # .job: the _Job (of a VirtualTimeEventLoop) this executor thread is running
+
+
+class _State:
+    users = 0  # active patched() contexts, all clocks
+    applied: ClassVar[list[tuple[Any, str, Any, Any]]] = []  # (owner, attr, original, fake), install order
+    aliases: ClassVar[dict[int, str]] = {}  # id(original) -> key, for patched(modules=...)
+    rebinds: ClassVar[dict[tuple[int, str], list[Any]]] = {}  # (id(module), attr) -> [count, module, original]
+
+
+def _fake(key: str, virtual: Callable[..., Any], *, takes_args: bool = False) -> Callable[..., Any]:
+    def fake0() -> Any:  # the clock readers: no argument packing on the hot path of foreign threads
+        clock = _threads.get(_get_ident())
+        return _saved[key]() if clock is None else virtual(clock)
+
+    def fake(*args: Any, **kwargs: Any) -> Any:
+        clock = _threads.get(_get_ident())
+        if clock is None:
+            return _saved[key](*args, **kwargs)
+        return virtual(clock, *args, **kwargs)
+
+    if not takes_args:
+        fake = fake0
+    fake.__name__ = fake.__qualname__ = key.rsplit(".", 1)[1]
+    fake.__doc__ = f"simloop: {key} on the VirtualClock in threads that run on one, the original elsewhere."
+    _fakes[key] = fake
+    return fake
+
+
+if TYPE_CHECKING:
+    _DateBase = _dt.date
+    _DatetimeBase = _dt.datetime
+else:
+    _DateBase, _DatetimeBase = REAL.date, REAL.datetime
+
+
+def _make_datetime_types() -> None:
+    # Built in a function and kept only in _fakes: freezegun's scan would rewrite a module global.
+    class DateMeta(type):
+        def __instancecheck__(cls, obj: object) -> bool:
+            return isinstance(obj, REAL.date)
+
+        def __subclasscheck__(cls, sub: type) -> bool:
+            return issubclass(sub, REAL.date)
+
+    class DatetimeMeta(DateMeta):
+        def __instancecheck__(cls, obj: object) -> bool:
+            return isinstance(obj, REAL.datetime)
+
+        def __subclasscheck__(cls, sub: type) -> bool:
+            return issubclass(sub, REAL.datetime)
+
+    class date(_DateBase, metaclass=DateMeta):
+        def __new__(cls, *args: Any, **kwargs: Any) -> _dt.date:  # type: ignore[misc]
+            return REAL.date(*args, **kwargs)  # objects made while patched are ordinary dates
+
+        @classmethod
+        def today(cls) -> _dt.date:  # type: ignore[override]
+            clock = _threads.get(_get_ident())
+            return REAL.date.today() if clock is None else clock._wall(None).date()
+
+        @classmethod
+        def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+            # pydantic (the SDK's models) may build a schema while we are patched: validate real dates
+            return handler(REAL.date)
+
+    class datetime(_DatetimeBase, metaclass=DatetimeMeta):
+        def __new__(cls, *args: Any, **kwargs: Any) -> _dt.datetime:  # type: ignore[misc]
+            return REAL.datetime(*args, **kwargs)
+
+        @classmethod
+        def now(cls, tz: _dt.tzinfo | None = None) -> _dt.datetime:  # type: ignore[override]
+            clock = _threads.get(_get_ident())
+            return REAL.datetime.now(tz) if clock is None else clock._wall(tz)
+
+        @classmethod
+        def today(cls) -> _dt.datetime:  # type: ignore[override]
+            return cls.now()
+
+        @classmethod
+        def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+            return handler(REAL.datetime)
+
+        @classmethod
+        def utcnow(cls) -> _dt.datetime:  # type: ignore[override]
+            clock = _threads.get(_get_ident())
+            if clock is None:
+                return REAL.datetime.now(_dt.UTC).replace(tzinfo=None)
+            return clock._wall(_dt.UTC).replace(tzinfo=None)
+
+    for cls in (date, datetime):
+        cls.__module__ = "datetime"
+    _fakes["datetime.date"], _fakes["datetime.datetime"] = date, datetime
+
+
+_make_datetime_types()
+_fake("time.time", lambda c: c.time())
+_fake("time.time_ns", lambda c: c._start_ns + c._ns)
+_fake("time.monotonic", lambda c: c.monotonic())
+_fake("time.perf_counter", lambda c: c.monotonic())
+_fake("time.monotonic_ns", lambda c: c._mono_ns())
+_fake("time.perf_counter_ns", lambda c: c._mono_ns())
+_fake("time.sleep", lambda c, seconds: c.sleep(seconds), takes_args=True)
+_fake("asyncio.events.new_event_loop", lambda c: c.new_event_loop())
+_fake("asyncio.new_event_loop", lambda c: c.new_event_loop())
+_fake("threading.Thread.start", lambda c, thread: c._start_thread(thread), takes_args=True)
+_fake("threading.Condition.wait", lambda c, cond, timeout=None: c._wait(cond, timeout), takes_args=True)
+# Deadline arithmetic of the waits above reads these aliases of time.monotonic, bound at import: on the
+# virtual clock too, a wait that timed out there also ends there (Condition.wait_for, Queue.get).
+_fake("threading._time", lambda c: c.monotonic())
+_fake("queue.time", lambda c: c.monotonic())
+_WALL = ("time.time", "time.time_ns", "datetime.datetime", "datetime.date")
+_OWNERS: dict[str, Any] = {"time": time, "datetime": _dt, "asyncio.events": asyncio.events, "asyncio": asyncio,
+                           "threading.Thread": threading.Thread, "threading.Condition": threading.Condition,
+                           "threading": threading, "queue": queue}
+# (key, owner, attribute, fake, is a time/datetime attribute): worked out once, installed at every run.
+_TARGETS = [
+    (key, _OWNERS[owner_name], attr, fake, owner_name in ("time", "datetime"))
+    for key, fake in _fakes.items()
+    for owner_name, attr in [key.rsplit(".", 1)]
+]
+
+
+# The real clock functions and classes as the alias scan looks for them (id -> the key of their fake).
+_REAL_FUNCTIONS = {id(getattr(REAL, key[5:])): key for key in _fakes if key.startswith("time.")}
+_REAL_CLASSES = {id(REAL.datetime): "datetime.datetime", id(REAL.date): "datetime.date"}
+
+
+def _freezegun() -> Any:
+    api = sys.modules.get("freezegun.api")
+    return api if api is not None and getattr(api, "freeze_factories", None) is not None else None
+
+
+def _install() -> None:
+    _State.users += 1
+    if _State.users > 1:
+        return
+    api = _freezegun()
+    frozen = api is not None and bool(api.freeze_factories)  # a freeze_time is active: it owns the wall clock
+    for key, owner, attr, fake, aliased in _TARGETS:
+        if frozen and key in _WALL:
+            continue
+        _saved[key] = original = getattr(owner, attr)
+        setattr(owner, attr, fake)
+        _State.applied.append((owner, attr, original, fake))
+        if aliased:
+            _State.aliases[id(original)] = key
+            # A freeze_time entered inside the Sim restores freezegun.api.real_* on exit: make that us.
+            if api is not None and getattr(api, "real_" + attr, None) is original:
+                _State.applied.append((api, "real_" + attr, original, fake))
+                setattr(api, "real_" + attr, fake)
+    _rebind_aliases()
+
+
+def _rebind_aliases() -> None:
+    """Point the loop's module-level aliases of the clock (``from time import monotonic``) at our functions.
+
+    `simloop._runtime.aliases` finds them (scanning each module once per process); each is checked again here,
+    since a module may have rebound it, and put back by `_uninstall` unless someone replaced ours since.
+    """
+    for module, attr, key in find_aliases(_REAL_FUNCTIONS, _REAL_CLASSES):
+        original = module.__dict__.get(attr)
+        if _State.aliases.get(id(original)) == key and original is _saved[key]:
+            fake = _fakes[key]
+            setattr(module, attr, fake)
+            _State.applied.append((module, attr, original, fake))
+
+
+def _uninstall() -> None:
+    _State.users -= 1
+    if _State.users > 0:
+        return
+    for owner, attr, original, fake in reversed(_State.applied):
+        if getattr(owner, attr) is fake:  # someone patched over us and has not undone it: leave theirs
+            setattr(owner, attr, original)
+    _State.applied.clear()
+    _State.aliases.clear()
+
+
+def _rebind(modules: Iterable[ModuleType]) -> list[tuple[int, str]]:
+    done = []
+    for module in modules:
+        for attr, value in list(vars(module).items()):
+            key = _State.aliases.get(id(value))
+            slot = (id(module), attr)
+            if slot in _State.rebinds:
+                _State.rebinds[slot][0] += 1
+            elif key is not None and value is _saved[key]:
+                _State.rebinds[slot] = [1, module, value]
+                setattr(module, attr, _fakes[key])
+            else:
+                continue
+            done.append(slot)
+    return done
+
+
+def _unbind(slots: list[tuple[int, str]]) -> None:
+    for slot in slots:
+        entry = _State.rebinds[slot]
+        entry[0] -= 1
+        if entry[0] == 0:
+            del _State.rebinds[slot]
+            setattr(entry[1], slot[1], entry[2])
+
+
+def _tick_freezegun(delta_ns: int) -> None:
+    api = _freezegun()
+    if api is None or not api.freeze_factories:
+        return
+    # A tick=True factory reads api.real_datetime.now(); when that is ours it already follows virtual time.
+    follows = api.real_datetime is _fakes["datetime.datetime"]
+    for factory in api.freeze_factories:
+        if not (follows and type(factory).__name__ == "TickingDateTimeFactory"):
+            factory.tick(_dt.timedelta(microseconds=delta_ns / 1000))
+
+
+def _to_ns(seconds: float, what: str) -> int:
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"{what} must be a number of seconds, got {seconds!r}")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"{what} must be a finite number of seconds >= 0, got {seconds!r}; time only moves forward")
+    return round(seconds * _NS)
+
+
+class _Job:
+    """One executor job of a virtual loop; ``wake`` (ns) is set while it waits in `VirtualClock.sleep`."""
+
+    __slots__ = ("loop", "wake")
+
+    def __init__(self, loop: VirtualTimeEventLoop) -> None:
+        self.loop: VirtualTimeEventLoop = loop
+        self.wake: int | None = None
+
+
+class VirtualClock:
+    """The virtual time of one simulated run: integer nanoseconds that only move forward.
+
+    ``now()`` counts from 0.0, ``time()`` is the wall clock from ``start`` (default `EPOCH`), and
+    ``monotonic()`` (what patched ``time.monotonic`` and ``loop.time()`` read) is ``MONOTONIC_ORIGIN +
+    now()``.  That is large, like a real machine's uptime, so ``last = 0.0`` sentinels in user code
+    behave as in production.  With ``end`` set, an advance past ``end`` virtual seconds raises
+    ``LoopHalted("virtual_time")`` instead.
+
+    Example::
+
+        clock = VirtualClock()
+        with clock.patched():
+            time.sleep(30)               # returns at once
+            clock.run(asyncio.sleep(60)) # so does this
+        assert clock.now() == 90.0
+    """
+
+    def __init__(self, *, start: float = EPOCH, end: float | None = None) -> None:
+        if isinstance(start, bool) or not isinstance(start, (int, float)) or not math.isfinite(start):
+            raise UsageError(f"start must be a wall-clock time in seconds since the Unix epoch, got {start!r}")
+        self._start_ns = round(start * _NS)
+        self._end_ns = None if end is None else _to_ns(end, "end")
+        self._ns = 0
+        self._cond = threading.Condition(threading.Lock())
+        self._sleepers: list[_Job] = []  # executor jobs sleeping until their wake time
+        self._depth = 0  # active patched() contexts on this clock, all threads
+        self._thread_ids: set[int] = set()
+        self._released = False  # `release` took the threads off this clock; a late patched() exit undoes nothing
+        self.halts = 0  # LoopHalted raised by this clock (virtual time ran out, a deadlock in a Sim)
+        self.first_halt: BaseException | None = None  # the first of them (a loop may swallow it)
+        # In a Sim a deadlock unwinds the loop as LoopHalted("deadlock"), which the loop cannot swallow
+        # (`except Exception` catches VirtualTimeDeadlock, a RuntimeError), and the run records a Halt.
+        self.halt_on_deadlock = False
+
+    def __repr__(self) -> str:
+        return f"VirtualClock(start={self._start_ns / _NS!r}, now={self.now()!r})"
+
+    def end_at(self, end: float | None) -> None:
+        """Move the end of the run to ``end`` virtual seconds (a conversation's next turn gets time of its own)."""
+        with self._cond:
+            self._end_ns = None if end is None else _to_ns(end, "end")
+
+    def now(self) -> float:
+        """Virtual seconds since the run started."""
+        return self._ns / _NS
+
+    def time(self) -> float:
+        """The virtual wall clock, in seconds since the Unix epoch."""
+        return (self._start_ns + self._ns) / _NS
+
+    def monotonic(self) -> float:
+        """``MONOTONIC_ORIGIN + now()``: what ``time.monotonic()`` and ``loop.time()`` read on this clock."""
+        return MONOTONIC_ORIGIN + self._ns / _NS
+
+    def _mono_ns(self) -> int:
+        return round(MONOTONIC_ORIGIN * _NS) + self._ns
+
+    def _wall(self, tz: _dt.tzinfo | None) -> _dt.datetime:
+        seconds, rest = divmod(self._start_ns + self._ns, _NS)
+        return REAL.datetime.fromtimestamp(seconds, tz).replace(microsecond=rest // 1000)
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock forward; raises ValueError for a negative or non-finite amount."""
+        ns = _to_ns(seconds, "advance")
+        with self._cond:
+            self._advance_to(self._ns + ns)
+
+    def sleep(self, seconds: float) -> None:
+        """Spend ``seconds`` of virtual time and return at once (patched ``time.sleep`` calls this).
+
+        In an executor job of a running virtual loop, the sleep is a timer of that loop instead, so it
+        interleaves with the loop's own timeouts.
+        """
+        ns = _to_ns(seconds, "sleep length")
+        if ns == 0:
+            return
+        job: _Job | None = getattr(_TLS, "job", None)
+        with self._cond:
+            if job is not None and job.loop.simloop_clock is self and job.loop.is_running():
+                self._sleep_for_loop(job, self._ns + ns)
+            else:
+                self._advance_to(self._ns + ns)
+
+    def _advance_to(self, target: int) -> None:  # with self._cond held
+        delta = target - self._ns
+        if delta > 0:
+            if self._end_ns is not None and target > self._end_ns:
+                raise self._halted(LoopHalted(
+                    "virtual_time", f"virtual time would pass the end of the run at {self._end_ns / _NS:g} s (now "
+                                    f"{self.now():g} s, asked {target / _NS:g} s)"))
+            self._ns = target
+            _tick_freezegun(delta)
+        due = [job for job in self._sleepers if job.wake is not None and job.wake <= self._ns]
+        if due:
+            for job in due:
+                job.wake = None
+                self._sleepers.remove(job)
+            self._cond.notify_all()
+
+    def _sleep_for_loop(self, job: _Job, wake: int) -> None:  # with self._cond held
+        loop = job.loop
+        job.wake = wake
+        self._sleepers.append(job)
+        try:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(_noop)  # wake it to take our wake time as a timer
+            stalled: float | None = None
+            while job.wake is not None and loop.is_running():
+                if loop._selecting:
+                    stalled = None
+                elif stalled is None:
+                    stalled = REAL.monotonic()
+                elif REAL.monotonic() - stalled > _SLEEPER_PATIENCE:
+                    break  # the loop is blocked (maybe on this very thread): do not deadlock
+                self._cond.wait(_SLEEPER_POLL)
+        finally:
+            released = job.wake is None
+            if not released:
+                self._sleepers.remove(job)
+                job.wake = None
+        if not released:  # nobody drives the loop's timers: spend the time ourselves
+            self._advance_to(wake)
+
+    def _next_wake(self, loop: VirtualTimeEventLoop) -> int | None:
+        """The earliest wake time (ns) of the loop's sleeping jobs, also abandoned ones."""
+        return min((job.wake for job in self._sleepers if job.loop is loop and job.wake is not None), default=None)
+
+    def _jump_to(self, target: int) -> None:
+        with self._cond:
+            self._advance_to(target)
+
+    def _deadlock(self, loop: VirtualTimeEventLoop) -> BaseException:
+        """The exception a deadlocked loop on this clock raises (see ``halt_on_deadlock``)."""
+        report = loop._deadlock_report()
+        if not self.halt_on_deadlock:
+            return VirtualTimeDeadlock(report)
+        return self._halted(LoopHalted("deadlock", report, where=loop._stuck_at()))
+
+    def _halted(self, halt: BaseException) -> BaseException:
+        self.halts += 1
+        if self.first_halt is None:
+            self.first_halt = halt
+        return halt
+
+    def new_event_loop(self) -> VirtualTimeEventLoop:
+        """A new `VirtualTimeEventLoop` on this clock."""
+        return VirtualTimeEventLoop(self)
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on a fresh virtual loop, like ``asyncio.run``: cancels leftover tasks, closes the loop."""
+        with asyncio.Runner(loop_factory=self.new_event_loop) as runner:
+            return runner.run(coro)
+
+    @contextmanager
+    def patched(self, *, modules: Iterable[ModuleType] = ()) -> Iterator[None]:
+        """Put the calling thread, and the threads it starts, on this clock until the block exits.
+
+        Covers ``time.time/time_ns/monotonic(_ns)/perf_counter(_ns)/sleep``,
+        ``datetime.datetime.now/utcnow/today``, ``datetime.date.today``, and ``asyncio.run``/
+        ``asyncio.new_event_loop`` (they get a virtual loop), also where a loaded module bound them by name
+        (``from time import monotonic``, see `simloop._runtime.aliases`).  Other threads keep real time.  ``modules``
+        rebinds such aliases in those modules too, whatever they are (the standard library's included).  Re-entering on the
+        same clock is fine; a different clock in the same thread raises `simloop.UsageError`.  A Sim that runs
+        its drive in a worker thread enters ``patched()`` in that thread.
+        """
+        tid = _get_ident()
+        with _LOCK:
+            other = _threads.get(tid)
+            if other is not None and other is not self:
+                raise UsageError(
+                    f"this thread already runs on {other!r}: nested Sims in one thread are not supported. "
+                    "Run the inner Sim after the outer one exits, or in a simloop._runtime.clock.RealTimeThread "
+                    "(a plain thread started inside a Sim inherits its clock).")
+            _install()
+            self._depth += 1
+            owner = other is None
+            if owner:
+                _threads[tid] = self
+                self._thread_ids.add(tid)
+            try:
+                slots = _rebind(modules)
+            except BaseException:
+                self._leave(tid, owner, [])
+                raise
+        try:
+            yield
+        finally:
+            with _LOCK:
+                self._leave(tid, owner, slots)
+
+    def release(self) -> None:
+        """Take every thread off this clock and undo its patches now.
+
+        For a run abandoned on a parked thread: its ``patched()`` block never exits, and the process (the
+        rest of a test session, say) must go on in real time with nothing of this clock left installed.
+        """
+        with _LOCK:
+            for t in list(self._thread_ids):
+                self._unregister(t)
+            while self._depth > 0:
+                self._depth -= 1
+                _uninstall()
+            self._released = True
+
+    def _leave(self, tid: int, owner: bool, slots: list[tuple[int, str]]) -> None:  # with _LOCK held
+        if self._released:  # `release` already undid this block's share
+            return
+        _unbind(slots)
+        if owner:
+            self._unregister(tid)
+        self._depth -= 1
+        if self._depth == 0:  # the last patched() of this clock: threads it started return to real time
+            for t in list(self._thread_ids):
+                self._unregister(t)
+        _uninstall()
+
+    def _unregister(self, tid: int) -> None:
+        if _threads.get(tid) is self:
+            del _threads[tid]
+        self._thread_ids.discard(tid)
+
+    def _wait(self, cond: threading.Condition, timeout: float | None) -> bool:
+        """``Condition.wait`` (so ``Event.wait``, ``Queue.get``, ``Future.result``) in a thread on this clock.
+
+        A wait with a timeout, in a thread that is the only one running on this clock while every other
+        thread of the process is simloop's own (see `_nobody_else`), can only end by timing out: it
+        spends its timeout in virtual time and returns at once.  Any other wait is the real one.
+        """
+        original = _saved["threading.Condition.wait"]
+        if (timeout is None or isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                or not 0 < timeout < math.inf or not self._nobody_else()):
+            return original(cond, timeout)  # type: ignore[no-any-return]
+        if original(cond, 0):  # notified already (by a thread outside the run, say)
+            return True
+        self.sleep(timeout)
+        return False
+
+    def _nobody_else(self) -> bool:
+        """Whether no thread but the caller could notify it: it is this clock's only thread, and every other
+        thread is a `RealTimeThread` (simloop's watchdog, servers, parked runs) or waits for a run to end."""
+        me = _get_ident()
+        if len(self._thread_ids) != 1 or me not in self._thread_ids:
+            return False
+        return all(t.ident == me or t.ident in BYSTANDERS or isinstance(t, RealTimeThread)
+                   for t in threading.enumerate())
+
+    def _start_thread(self, thread: threading.Thread) -> None:
+        if not isinstance(thread, RealTimeThread):
+            run, clock = thread.run, self
+
+            @functools.wraps(run)
+            def run_on_clock() -> None:
+                tid = _get_ident()
+                with _LOCK:
+                    adopted = clock._depth > 0 and tid not in _threads
+                    if adopted:
+                        _threads[tid] = clock
+                        clock._thread_ids.add(tid)
+                try:
+                    run()
+                finally:
+                    if adopted:
+                        with _LOCK:
+                            clock._unregister(tid)
+
+            thread.run = run_on_clock  # type: ignore[method-assign]
+        _saved["threading.Thread.start"](thread)
+
+
+def _noop() -> None:
+    pass
+
+
+class _AnyioJobs:
+    """Counts ``anyio.to_thread.run_sync`` calls as loop jobs while any virtual loop runs (refcounted)."""
+
+    users = 0
+    saved: ClassVar[dict[str, Any]] = {}  # "method": the backend's classmethod object (a dict: no binding)
+    lock = threading.Lock()
+
+    @classmethod
+    def acquire(cls) -> None:
+        with cls.lock:
+            cls.users += 1
+            backend = cls._backend() if cls.users == 1 else None
+            if backend is not None:
+                cls.saved["method"] = backend.__dict__["run_sync_in_worker_thread"]
+                backend.run_sync_in_worker_thread = classmethod(cls._counted)
+
+    @classmethod
+    def release(cls) -> None:
+        with cls.lock:
+            cls.users -= 1
+            if cls.users == 0 and "method" in cls.saved:
+                cls._backend().run_sync_in_worker_thread = cls.saved.pop("method")
+
+    @staticmethod
+    def _backend() -> Any:
+        if "anyio" not in sys.modules:
+            return None
+        from anyio._backends import _asyncio
+
+        return _asyncio.AsyncIOBackend
+
+    @staticmethod
+    async def _counted(backend: Any, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        original = _AnyioJobs.saved["method"].__func__
+        loop = asyncio.get_running_loop()
+        if not isinstance(loop, VirtualTimeEventLoop):
+            return await original(backend, func, *args, **kwargs)
+        with loop._counting_job() as job:
+            return await original(backend, loop._as_job(func, job), *args, **kwargs)
+
+
+class _VirtualSelector(selectors.BaseSelector):
+    """The real selector, with ``select`` decided by the virtual loop."""
+
+    def __init__(self, loop: VirtualTimeEventLoop) -> None:
+        self._loop = loop
+        self.real = selectors.DefaultSelector()
+
+    def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        return self.real.register(fileobj, events, data)
+
+    def unregister(self, fileobj: Any) -> selectors.SelectorKey:
+        return self.real.unregister(fileobj)
+
+    def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        return self.real.modify(fileobj, events, data)
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        return self._loop._select(self.real, timeout)
+
+    def get_map(self) -> Any:
+        return self.real.get_map()
+
+    def close(self) -> None:
+        self.real.close()
+
+
+_Events = list[tuple[selectors.SelectorKey, int]]
+
+
+class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
+    """An asyncio loop whose time is a `VirtualClock` and which jumps to the next timer when idle.
+
+    Args:
+        clock: the clock to read and drive (a fresh `VirtualClock` when omitted, for loop factories).
+        deadlock_after: real seconds an idle loop (no callback, timer, job or fd) waits for another
+            thread before raising `VirtualTimeDeadlock`.
+        thread_grace: real seconds the loop waits for running executor jobs with virtual time standing
+            still; after that, virtual time flows at real speed until they finish.
+
+    ``loop.simloop_clock`` is the clock.  Use with ``asyncio.Runner(loop_factory=...)``, anyio's
+    ``anyio_backend`` fixture ``("asyncio", {"loop_factory": ...})`` or `VirtualClock.run`.
+    """
+
+    def __init__(self, clock: VirtualClock | None = None, *, deadlock_after: float = 2.0,
+                 thread_grace: float = 1.0) -> None:
+        self.simloop_clock = clock if clock is not None else VirtualClock()
+        self._deadlock_after = deadlock_after
+        self._thread_grace = thread_grace
+        self._jobs: set[_Job] = set()  # executor jobs whose result is awaited (under the clock's lock)
+        self._unfinished: set[_Job] = set()  # executor jobs whose thread has not returned, awaited or not
+        self._draining = False  # in shutdown_default_executor
+        self._busy_since: float | None = None  # real time we began waiting for running jobs
+        self._selecting = False  # read by sleeping jobs: the loop is idle and will handle their wake time
+        super().__init__(_VirtualSelector(self))
+
+    def time(self) -> float:
+        return self.simloop_clock.monotonic()
+
+    def run_forever(self) -> None:
+        _AnyioJobs.acquire()
+        try:
+            super().run_forever()
+        finally:
+            _AnyioJobs.release()
+            with self.simloop_clock._cond:
+                self.simloop_clock._cond.notify_all()  # sleeping jobs: nobody drives your wake time now
+
+    def run_in_executor(self, executor: concurrent.futures.Executor | None, func: Callable[[*Ts], T],
+                        *args: *Ts) -> asyncio.Future[T]:
+        job = _Job(self)
+        if executor is None or isinstance(executor, concurrent.futures.ThreadPoolExecutor):
+            func = self._as_job(func, job)  # (a process pool must get the picklable original)
+            with self.simloop_clock._cond:
+                self._unfinished.add(job)
+        future = super().run_in_executor(executor, func, *args)
+        self._job_done(job, add=True)
+        # Dropped on the loop thread once the result is delivered, never before: else the loop could jump
+        # past a timeout while the result is on its way.
+        future.add_done_callback(lambda _: self._job_done(job))
+        return future
+
+    async def shutdown_default_executor(self, *args: Any) -> None:
+        # asyncio joins the executor from a plain thread; abandoned jobs still running real code are then
+        # waited for like awaited ones (and ones sleeping virtually are timers, as always).
+        self._draining = True
+        try:
+            await super().shutdown_default_executor(*args)
+        finally:
+            self._draining = False
+
+    def _job_done(self, job: _Job, *, add: bool = False) -> None:
+        with self.simloop_clock._cond:
+            if add:
+                self._jobs.add(job)
+            else:
+                self._jobs.discard(job)
+
+    @contextmanager
+    def _counting_job(self) -> Iterator[_Job]:
+        job = _Job(self)
+        self._job_done(job, add=True)
+        try:
+            yield job
+        finally:
+            self._job_done(job)
+
+    def _as_job(self, func: Callable[P, T], job: _Job) -> Callable[P, T]:
+        @functools.wraps(func)
+        def run_as_job(*args: P.args, **kwargs: P.kwargs) -> T:
+            previous = getattr(_TLS, "job", None)
+            _TLS.job = job  # clock.sleep() in this thread becomes a timer of the job's loop
+            try:
+                return func(*args, **kwargs)
+            finally:
+                _TLS.job = previous
+                with job.loop.simloop_clock._cond:
+                    job.loop._unfinished.discard(job)
+
+        return run_as_job
+
+    def _select(self, sel: selectors.BaseSelector, timeout: float | None) -> _Events:
+        events = sel.select(0)  # always look: a thread's call_soon_threadsafe, a real fd
+        if not events and timeout != 0:
+            self._selecting = True
+            try:
+                events = self._idle(sel, timeout)
+            finally:
+                self._selecting = False
+        if events:
+            self._busy_since = None
+        return events
+
+    def _idle(self, sel: selectors.BaseSelector, timeout: float | None) -> _Events:
+        # Targets are integer nanoseconds of the clock: a sleeper's wake time must be hit exactly.
+        clock = self.simloop_clock
+        now = clock._ns
+        wake: int | None = None
+        running = 0
+        if self._jobs or clock._sleepers or self._draining:
+            with clock._cond:
+                wake = clock._next_wake(self)
+                running = sum(job.wake is None for job in self._jobs)
+                if self._draining:
+                    running += sum(job.wake is None for job in self._unfinished)
+        if timeout is not None:  # the next timer (asyncio caps the timeout at one day: we then jump twice)
+            timer = now + round(timeout * _NS)  # within a nanosecond, so the timer is due (clock resolution)
+            wake = timer if wake is None else min(wake, timer)
+        if self._has_real_fd(sel):
+            return self._flow(sel, now, wake, None)
+        if running > 0:
+            real_now = REAL.monotonic()
+            if self._busy_since is None:
+                self._busy_since = real_now
+            left = self._thread_grace - (real_now - self._busy_since)
+            if left > 0 or wake is None:  # virtual time stands still while jobs run real code
+                return sel.select(min(left, _SLICE) if left > 0 else _SLICE)
+            return self._flow(sel, now, wake, _SLICE)
+        self._busy_since = None
+        if wake is None:
+            events = sel.select(self._deadlock_after)
+            if events:
+                return events
+            raise self.simloop_clock._deadlock(self)
+        clock._jump_to(wake)
+        return []
+
+    def _flow(self, sel: selectors.BaseSelector, now: int, wake: int | None, cap: float | None) -> _Events:
+        """Wait in real time and let virtual time follow it, up to ``wake`` (nanoseconds of the clock)."""
+        left = None if wake is None else max(0, wake - now) / _NS
+        wait = left if cap is None else cap if left is None else min(left, cap)
+        started = REAL.monotonic()
+        events = sel.select(wait)
+        elapsed = REAL.monotonic() - started
+        reached = left is not None and (elapsed >= left or (not events and wait == left))
+        self.simloop_clock._jump_to(wake if reached and wake is not None else now + round(elapsed * _NS))
+        return events
+
+    def _has_real_fd(self, sel: selectors.BaseSelector) -> bool:
+        registered = sel.get_map()
+        if len(registered) != 1:
+            return len(registered) > 1
+        ssock = getattr(self, "_ssock", None)
+        return ssock is None or ssock.fileno() not in registered
+
+    def _stuck_at(self) -> str | None:
+        """Where the first pending task (by name: the main one is ``Task-1`` or the like) waits; not simloop's own
+        task that awaits a Sim's drive task."""
+        own = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the simloop package
+        for task in sorted(asyncio.all_tasks(self), key=lambda t: t.get_name()):
+            where = _innermost(task)
+            if where is not None and not where.startswith(own + os.sep):
+                return where
+        return None
+
+    def _deadlock_report(self) -> str:
+        tasks = [f"  {task.get_name()}: {_where(task)}" for task in asyncio.all_tasks(self)]
+        return (
+            "the virtual-time event loop can never wake up: no callback is ready, no timer is scheduled, no "
+            "executor job is running and no real file descriptor is registered, and no other thread woke it "
+            f"within {self._deadlock_after:g} s of real time.  Something awaits a future, event, lock or queue "
+            "that nothing will ever set.\nPending tasks:\n" + ("\n".join(tasks) or "  (none)"))
+
+
+def _innermost(task: asyncio.Task[Any]) -> str | None:
+    """``FILE:LINE in function`` of the innermost coroutine frame a suspended task waits in."""
+    coro: Any = task.get_coro()
+    found = None
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is None:
+            break
+        found = f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return found
+
+
+def _where(task: asyncio.Task[Any]) -> str:
+    """Where a suspended task waits: its chain of coroutine frames, outermost first, and what it awaits."""
+    coro: Any = task.get_coro()
+    chain = []
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is None:
+            kind = type(coro).__name__
+            chain.append(f"awaiting {'a Future' if kind == 'FutureIter' else kind}")
+            break
+        chain.append(f"{frame.f_code.co_name} ({frame.f_code.co_filename}:{frame.f_lineno})")
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return " -> ".join(chain) or "(not started)"
