@@ -33,7 +33,7 @@ import simloop
 
 verify_module = importlib.import_module("simloop.verify")
 from examples.catalogue import ABORTS, CORRECT, DECLARED, DEFECTS, POLICY_ROWS, RESTARTS, TURNS, VERIFY
-from simloop.clock import REAL
+from simloop._runtime.clock import REAL
 from tests.loops import readme as readme_loops
 
 LIMITS = simloop.Limits(**DECLARED)  # what the example loops declare

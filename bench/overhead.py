@@ -28,7 +28,7 @@ import anthropic
 import httpx2
 
 import simloop
-from simloop.clock import REAL
+from simloop._runtime.clock import REAL
 from simloop.wire.render import Turn, render_json
 
 STEPS = 10

@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import overhead
 
+from simloop._runtime.clock import REAL
 from simloop._runtime.stack import on_fresh_stack
-from simloop.clock import REAL
 
 
 def at_depth(depth: int, fn: Callable[[], object]) -> object:

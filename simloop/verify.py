@@ -244,7 +244,7 @@ def verify(
 
     def run_test(test: Callable[[], None]) -> None:
         try:
-            on_fresh_stack(test)  # the engine and every example on stack space of their own (see _stack)
+            on_fresh_stack(test)  # the engine and every example on stack space of their own (see simloop._runtime.stack)
         except Flaky as flaky:
             if "failure" not in state:
                 raise

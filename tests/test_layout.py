@@ -11,14 +11,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import simloop
-import simloop.clock
-from simloop._runtime import clock as runtime_clock
 
 ROOT = Path(simloop.__file__).parent
 
 #: The simulator: what runs a loop.  The invariants are pure functions of a transcript and import none of it.
 SIMULATOR = ("simloop.sim", "simloop.wire", "simloop.tools", "simloop.models", "simloop.generated",
-             "simloop._runtime", "simloop.clock", "simloop.verify", "simloop.command", "simloop.mcp")
+             "simloop._runtime", "simloop.verify", "simloop.command", "simloop.mcp")
 #: What stands on the run's machinery: the runtime imports none of it.
 ABOVE_THE_RUNTIME = ("simloop.sim", "simloop.wire", "simloop.tools", "simloop.models", "simloop.generated",
                      "simloop.strategies", "simloop.verify", "simloop.command", "simloop.mcp", "simloop.cli",
@@ -139,9 +137,3 @@ def test_a_private_package_names_its_modules_without_an_underscore() -> None:
         parts = name.split(".")
         private = [part for part in parts if part.startswith("_") and not part.startswith("__")]
         assert len(private) <= 1, f"{name}: one underscore per path, at its first private level"
-
-
-def test_simloop_clock_is_the_runtime_clocks_public_face() -> None:
-    assert simloop.clock.__all__
-    for name in simloop.clock.__all__:
-        assert getattr(simloop.clock, name) is getattr(runtime_clock, name)

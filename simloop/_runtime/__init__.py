@@ -1,8 +1,9 @@
 """The run's machinery: what runs the loop under test, what it runs on, and what keeps it in bounds.
 
-Private to simloop (nothing here is public API; `simloop.clock` re-exports the virtual clock's public face).
+Private to simloop: nothing here is public API (a loop meets the clock as ``sim.clock``).
 The underscore marks the package, so its modules carry none of their own.  Below the simulator: nothing
-here imports the Sim, the simulated API, the world's models and tools, or the scenario.
+here imports what stands on it (the Sim, the simulated API, the world's models and tools, verify, the
+command line; `tests/test_layout.py`), and what it needs of them is passed in.
 
 * what the loop runs on: ``clock`` (the `VirtualClock` and its event loop), ``aliases`` (the loop's
   ``from time import monotonic`` names the clock rebinds);
