@@ -33,7 +33,7 @@ import simloop
 
 verify_module = importlib.import_module("simloop.verify")
 from examples.catalogue import ABORTS, CORRECT, DECLARED, DEFECTS, POLICY_ROWS, RESTARTS, TURNS, VERIFY
-from simloop.clock import REAL
+from simloop._runtime.clock import REAL
 from tests.loops import readme as readme_loops
 
 LIMITS = simloop.Limits(**DECLARED)  # what the example loops declare
@@ -141,7 +141,7 @@ def throughput(chunks: int = 12, examples: int = 25) -> Throughput:
     from pydantic_core import to_json
 
     from simloop import strategies
-    from simloop._stack import on_fresh_stack
+    from simloop._runtime.stack import on_fresh_stack
     from simloop.transcript import ToolEnd
 
     loop = importlib.import_module("examples.correct_sync")
@@ -161,7 +161,7 @@ def throughput(chunks: int = 12, examples: int = 25) -> Throughput:
         tool = lambda name, input, tool_use_id=None: next(returned)
         model = transcript.requests[0].body["model"]
         start = [c() for c in clocks]
-        # on stack space of its own, as the Sim runs the verified loop (see simloop._stack)
+        # on stack space of its own, as the Sim runs the verified loop (see simloop._runtime.stack)
         on_fresh_stack(loop.run_agent, client, schemas, tool, verify_module.DEFAULT_TASK, LIMITS, model=model)
         for i, c in enumerate(clocks):
             now = c()

@@ -1,4 +1,4 @@
-"""What the depth of the call costs the SDK, and what `on_fresh_stack` (simloop._stack) takes back.
+"""What the depth of the call costs the SDK, and what `on_fresh_stack` (simloop._runtime.stack) takes back.
 
 CPython keeps frames in stack chunks and maps a new chunk whenever a call does not fit in the current
 one; a loop whose calls keep crossing a chunk's end maps and unmaps one on nearly every call.  This runs
@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import overhead
 
-from simloop._stack import on_fresh_stack
-from simloop.clock import REAL
+from simloop._runtime.clock import REAL
+from simloop._runtime.stack import on_fresh_stack
 
 
 def at_depth(depth: int, fn: Callable[[], object]) -> object:

@@ -23,6 +23,7 @@ import queue
 import signal
 import sys
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from simloop.errors import InvariantViolation, SimloopInternalError, UsageError, WorkerDied
@@ -63,10 +64,16 @@ def on_failure() -> None:
         _Campaign.stop.set()
 
 
-def run_workers(verify: Any, drive: Any, kwargs: dict[str, Any], *, workers: int) -> Report:
-    """Run ``verify(drive, **kwargs)`` as ``workers`` processes sharing the budget; the first failure wins."""
-    from simloop._prepare import before_run
-    from simloop.verify import _derived_seed
+def run_workers(
+    verify: Any, drive: Any, kwargs: dict[str, Any], *, workers: int, derived_seed: Callable[[object, str, int], int]
+) -> Report:
+    """Run ``verify(drive, **kwargs)`` as ``workers`` processes sharing the budget; the first failure wins.
+
+    ``verify`` and ``derived_seed`` (worker ``i``'s seed from the campaign's) are `simloop.verify`'s, passed in:
+    verify imports this module, never the other way round.
+    """
+    from simloop._runtime.prepare import before_run
+    from simloop.sim import warm_up_sdk
 
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() and sys.platform != "win32" else "spawn"
     ctx: Any = multiprocessing.get_context(method)
@@ -105,8 +112,8 @@ def run_workers(verify: Any, drive: Any, kwargs: dict[str, Any], *, workers: int
         # the gc.freeze() each worker's search would do, writes to every tracked object; frozen here, before the fork,
         # the heap stays shared (CPython's advice for forking servers) and the workers keep it frozen.
         froze = method == "fork" and gc.get_freeze_count() == 0
-        if method == "fork":  # the SDK's import and first calls, once here for every worker (simloop._prepare)
-            before_run(drive)
+        if method == "fork":  # the SDK's import and first calls, once here for every worker (simloop._runtime.prepare)
+            before_run(drive, warm_up_sdk)
         if froze:
             gc.freeze()
         try:
@@ -117,7 +124,7 @@ def run_workers(verify: Any, drive: Any, kwargs: dict[str, Any], *, workers: int
                 mine = {**kwargs, "max_examples": share}
                 shares[i] = share
                 if seed is not None:
-                    mine["seed"] = seeds[i] = _derived_seed(seed, "worker", i)
+                    mine["seed"] = seeds[i] = derived_seed(seed, "worker", i)
                 proc = ctx.Process(target=_worker, args=(i, verify, drive, mine, stop, results, progress),
                                    name=f"simloop-worker-{i}")
                 proc.start()
@@ -210,7 +217,7 @@ def _worker(
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which raises it
         results.put((i, "error", f"worker {i}: {type(e).__name__}: {e}\n{traceback.format_exc()}"))
     finally:  # multiprocessing ends a worker with os._exit (no atexit): what its runs started goes now
-        tree = sys.modules.get("simloop._proctree")
+        tree = sys.modules.get("simloop._runtime.proctree")
         if tree is not None:
             tree.end_all(final=True)
 

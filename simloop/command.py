@@ -30,7 +30,7 @@ errors carry ``retry-after-ms: 1`` so the SDKs retry at once, and the command is
 of model calls.  Timing invariants see the run's virtual clock, which does not move here.
 
 Nothing the command starts outlives its run: when the run ends, every process of the command is killed,
-daemons that left its session included (`simloop._proctree`).  Once the command exited, what it left
+daemons that left its session included (`simloop._runtime.proctree`).  Once the command exited, what it left
 holding its output gets ``DRAIN_S`` seconds, then is ended too: the verdict is the command's own, at
 once.  Of its stdout and stderr ``OUTPUT_LIMIT`` bytes each are kept, the head and the tail.
 
@@ -53,11 +53,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
-from simloop._netguard import simloops_own
-from simloop._prepare import once
-from simloop._proctree import Tree
-from simloop._watchdog import LoopHalted
-from simloop.clock import RealTimeThread
+from simloop._runtime.clock import RealTimeThread
+from simloop._runtime.halt import LoopHalted
+from simloop._runtime.netguard import simloops_own
+from simloop._runtime.prepare import once
+from simloop._runtime.proctree import Tree
 from simloop.errors import UsageError
 from simloop.outcome import REASONS, Outcome
 from simloop.sim import API_KEY, Sim
@@ -223,7 +223,7 @@ def _run(
     from simloop.wire.loopback import LoopbackServer
 
     sim.tools.sleep = _no_sleep  # real time: the tools never sleep (a slow fault's latency is not waited out)
-    with simloops_own():  # the loop is the command; this server is simloop's (see simloop._netguard)
+    with simloops_own():  # the loop is the command; this server is simloop's (see simloop._runtime.netguard)
         server = LoopbackServer(sim.server, tools=sim.tools, mcp=mcp, fast_retries=True)
     tree = Tree()
     box: dict[str, Any] = {}
@@ -326,7 +326,7 @@ def _all_released(locks: Sequence[Any], within_s: float) -> bool:
 
 
 def _end(proc: subprocess.Popen[bytes], tree: Tree) -> None:
-    """Kill the command and every process it started (see `simloop._proctree.Tree`)."""
+    """Kill the command and every process it started (see `simloop._runtime.proctree.Tree`)."""
     if os.name == "posix":
         tree.end()
     elif proc.poll() is None:

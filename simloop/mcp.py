@@ -31,7 +31,7 @@ import socket
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from simloop.clock import RealTimeThread
+from simloop._runtime.clock import RealTimeThread
 from simloop.errors import UsageError
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ YAML is read with ruamel.yaml (YAML 1.2, so ``no`` stays a string and line
 numbers are kept for the error messages).  A file is data only: its size,
 nesting, alias expansion and durations are capped, values JSON cannot carry
 are refused, and a tool's ``function:`` import path needs the runner's opt-in
-(``allow_functions=True``); `simloop._fileguard` and docs/security.md.
+(``allow_functions=True``); `simloop._loading.fileguard` and docs/security.md.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from pydantic import (
 )
 from ruamel.yaml.representer import RoundTripRepresenter
 
-from simloop import _fastyaml
-from simloop._fileguard import (
+from simloop._loading import fastyaml as _fastyaml
+from simloop._loading.fileguard import (
     MAX_COUNT,
     MAX_DEADLINE_S,
     MAX_FILE_BYTES,
@@ -781,7 +781,7 @@ def _too_big(size: int) -> str:
 
 def _bind_functions(plain: dict[str, Any], data: Any, *, path: str | Path | None, allow: bool) -> None:
     """Refuse the tools' ``function:`` import paths, or (opted in) resolve them into the user's callables."""
-    from simloop._functions import FUNCTIONS_OPT_IN, resolve_function
+    from simloop._loading.functions import FUNCTIONS_OPT_IN, resolve_function
 
     tools = plain.get("tools")
     if not isinstance(tools, list):

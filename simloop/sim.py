@@ -26,16 +26,17 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 
-from simloop import _process
 from simloop._abort import AbortSignal, _AbortTrigger, recorder
-from simloop._frames import loop_frame
-from simloop._netguard import NetworkPolicy, check_policy, guarding, simloops_own
-from simloop._prepare import before_run
-from simloop._process import ProcessExit, Run, forked_call, running
-from simloop._stack import on_fresh_stack
-from simloop._watchdog import LoopHalted, Watchdog, park, where_in, where_of
-from simloop._worker import Abandoned, run_on_worker
-from simloop.clock import REAL, VirtualClock
+from simloop._runtime import process as _process
+from simloop._runtime.clock import REAL, VirtualClock
+from simloop._runtime.frames import loop_frame
+from simloop._runtime.halt import LoopHalted
+from simloop._runtime.netguard import NetworkPolicy, check_policy, guarding, simloops_own
+from simloop._runtime.prepare import before_run, once
+from simloop._runtime.process import ProcessExit, Run, forked_call, running
+from simloop._runtime.stack import on_fresh_stack
+from simloop._runtime.watchdog import Watchdog, park, where_in, where_of
+from simloop._runtime.worker import Abandoned, run_on_worker
 from simloop.errors import SimloopInternalError, SimulatedCrash, UsageError
 from simloop.invariants import Report, check
 from simloop.models import Ids, ModelPolicy, Script, ScriptExhausted
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
     import httpx2
     import mcp.server
 
-__all__ = ["DEFAULT_MODEL", "ScriptExhaustedError", "Sim"]
+__all__ = ["DEFAULT_MODEL", "ScriptExhaustedError", "Sim", "warm_up_sdk"]
 
 DEFAULT_MODEL = "claude-sonnet-5"
 API_KEY = "sk-ant-simloop-0000000000000000000000000000000000000000"  # a fake key: the simulator accepts any
@@ -172,7 +173,7 @@ class Sim:
         self._ran = False
         self._halted_at: float | None = None  # REAL.monotonic() when the run was first seen halted
         self._turns = UserTurns(self)
-        self._proc: Run | None = None  # the run's share of the process (simloop._process), while it runs
+        self._proc: Run | None = None  # the run's share of the process (simloop._runtime.process), while it runs
 
     @property
     def budget(self) -> Budget:
@@ -243,7 +244,7 @@ class Sim:
     def http_client(self) -> httpx2.Client:
         """An httpx2 client whose requests reach the simulated API (for frameworks that take one)."""
         if "http" not in self._clients:
-            with self.watchdog.paused():  # (imported before the run already: see simloop._prepare)
+            with self.watchdog.paused():  # (imported before the run already: see simloop._runtime.prepare)
                 import httpx2
 
                 from simloop.wire.transport import SimTransport
@@ -308,7 +309,7 @@ class Sim:
         if self._ran:
             raise UsageError("a Sim runs one loop; make a new Sim (same scenario and seed) to run it again")
         self._ran = True
-        before_run(drive)  # simloop's own imports and first SDK calls, once per process, on nobody's time
+        before_run(drive, warm_up_sdk)  # simloop's own imports and first SDK calls, once per process, on nobody's time
         # The loop runs on a worker thread (also the way out of a running event loop, for an async drive
         # called from an async test): a run that cannot end is abandoned there (see `_give_up`).
         state = random.getstate()
@@ -419,7 +420,7 @@ class Sim:
         from simloop.wire.loopback import LoopbackServer
 
         assert self._proc is not None
-        with simloops_own():  # the server is simloop's, not the loop's (see simloop._netguard)
+        with simloops_own():  # the server is simloop's, not the loop's (see simloop._runtime.netguard)
             server = LoopbackServer(self.server, tools=self.tools, mcp=False, fast_retries=True)
         self._proc.closers.append(server.close)
         self._proc.set_env({"ANTHROPIC_BASE_URL": server.base_url,
@@ -435,7 +436,7 @@ class Sim:
 
     def _threads_left(self, tid: int) -> None:
         """Record the threads the loop started that are still running now it returned (not idle pool workers),
-        and the pool jobs, threads started by hand and child processes it left (`simloop._process`)."""
+        and the pool jobs, threads started by hand and child processes it left (`simloop._runtime.process`)."""
         deadline = REAL.monotonic() + _THREAD_GRACE
         assert self._proc is not None
         for name, where, pid in self._proc.left(_THREAD_GRACE):
@@ -854,3 +855,50 @@ def _default_budget(limits: Limits) -> Budget:
     steps = limits.max_steps or 0
     calls = max(RUNAWAY_MODEL_CALLS, 2 * steps + 5)
     return Budget(model_calls=calls, requests=4 * calls + 8)
+
+
+# -- the SDK's first calls, made before any run is timed (see simloop._runtime.prepare) -----------------------------
+
+
+def warm_up_sdk() -> None:
+    """Import the SDK and make its first calls through a throwaway Sim, once per process, on nobody's time."""
+    once("sdk", _warm_up_sdk)
+
+
+_WARM_UP: dict[str, Any] = {
+    "name": "simloop-warm-up",
+    "task": "Warm up.",
+    "tools": [{"name": "search"}],
+    "model": [{"tool_use": [{"name": "search", "input": {"q": "x"}}]}, {"end_turn": "ok"}, {"end_turn": "ok"},
+              {"end_turn": "ok"}],
+}
+
+
+def _warm_up_sdk() -> None:
+    """Import the SDK and make its first calls (sync, a tool round trip, a stream, async) through a throwaway Sim."""
+    import anthropic  # noqa: F401
+    import httpx2  # noqa: F401
+
+    import simloop.wire.transport  # noqa: F401
+
+    with Sim(_WARM_UP) as sim:  # never run(): its clock is never patched, nothing is watched
+        client = sim.client
+        tools: Any = sim.tool_schemas
+        messages: list[Any] = [{"role": "user", "content": sim.task}]
+        reply = client.messages.create(model=sim.model, max_tokens=64, messages=messages, tools=tools)
+        messages += [
+            {"role": "assistant", "content": reply.content},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": block.id, "content": sim.run_tool(block.name, block.input)}
+                for block in reply.content if block.type == "tool_use"
+            ]},
+        ]
+        client.messages.create(model=sim.model, max_tokens=64, messages=messages, tools=tools)
+        with client.messages.stream(model=sim.model, max_tokens=64, messages=messages, tools=tools) as s:
+            s.get_final_message()
+
+        async def async_call() -> None:
+            await sim.async_client.messages.create(model=sim.model, max_tokens=64, messages=messages[:1])
+
+        # on a virtual-time loop, as an async drive runs (its first run imports anyio's asyncio backend)
+        off_loop(lambda: sim.clock.run(async_call()))

@@ -270,7 +270,7 @@ _DEAD_STOPS = frozenset({"max_tokens", "refusal"})
 
 def _resolve(spec: ToolSpec, *, allow: bool) -> Callable[..., Any]:
     """A tool's ``function`` import path as its callable, when the person running it opted in."""
-    from simloop._functions import FUNCTIONS_OPT_IN, resolve_function
+    from simloop._loading.functions import FUNCTIONS_OPT_IN, resolve_function
 
     assert isinstance(spec.function, str)
     if not allow:

@@ -37,8 +37,8 @@ from hypothesis import strategies as st
 from hypothesis.errors import Flaky
 
 from simloop._claims import Claims, claim_flags, limit_names, skip_reason
-from simloop._netguard import NetworkPolicy, check_policy
-from simloop._stack import on_fresh_stack
+from simloop._runtime.netguard import NetworkPolicy, check_policy
+from simloop._runtime.stack import on_fresh_stack
 from simloop._workers import on_failure, on_run
 from simloop.errors import InvariantViolation, UsageError
 from simloop.generated import GeneratedFaults, GeneratedModel, to_scenario
@@ -163,7 +163,7 @@ def verify(
             "tools": tools, "limits": limits, "max_examples": max_examples, "seed": seed, "invariants": invariants,
             "task": task, "plan": plan, "out_dir": out_dir, "settings": settings, "recorded": recorded,
             "turns": turns, "abort": abort, "restarts": restarts, "network": network,
-        }, workers=workers)
+        }, workers=workers, derived_seed=_derived_seed)
     specs = _tools(tools)
     declared = limits if isinstance(limits, Limits) else Limits.model_validate(limits or {})
     checked = _invariant_ids(invariants)
@@ -244,7 +244,7 @@ def verify(
 
     def run_test(test: Callable[[], None]) -> None:
         try:
-            on_fresh_stack(test)  # the engine and every example on stack space of their own (see _stack)
+            on_fresh_stack(test)  # the engine and every example on stack space of their own (see simloop._runtime.stack)
         except Flaky as flaky:
             if "failure" not in state:
                 raise

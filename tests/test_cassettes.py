@@ -20,6 +20,7 @@ import simloop
 from examples import correct_sync, rerun_after_api_error
 from examples._common import MAX_TOKENS, THINKING
 from simloop import Outcome, Scenario, Sim
+from simloop._runtime.clock import VirtualClock
 from simloop.cassettes import (
     CassetteError,
     Recorded,
@@ -32,7 +33,6 @@ from simloop.cassettes import (
     request_diff,
     to_scenario,
 )
-from simloop.clock import VirtualClock
 from simloop.sim import DEFAULT_MODEL
 from simloop.tools import ToolBox
 from simloop.transcript import Header, Transcript

@@ -27,9 +27,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import simloop.clock as clock_module
-from simloop._watchdog import LoopHalted
-from simloop.clock import (
+import simloop._runtime.clock as clock_module
+from simloop._runtime.clock import (
     EPOCH,
     MONOTONIC_ORIGIN,
     REAL,
@@ -38,6 +37,7 @@ from simloop.clock import (
     VirtualTimeDeadlock,
     VirtualTimeEventLoop,
 )
+from simloop._runtime.halt import LoopHalted
 from simloop.errors import UsageError
 
 UTC = datetime.UTC

@@ -26,7 +26,7 @@ import pytest
 from _isolated import in_fresh_process
 
 from simloop import Outcome, Sim
-from simloop._watchdog import LoopHalted
+from simloop._runtime.halt import LoopHalted
 from simloop.transcript import Halt, OutcomeEvent, ThreadLeft, ToolStart, Transcript
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ import httpx2
 import pytest
 
 from simloop import Scenario
-from simloop.clock import RealTimeThread, VirtualClock
+from simloop._runtime.clock import RealTimeThread, VirtualClock
 from simloop.errors import UsageError
 from simloop.transcript import Request, Response
 from simloop.wire import loopback

@@ -29,9 +29,9 @@ from hypothesis import strategies as st
 
 import simloop
 from simloop import Outcome, Scenario, Sim
-from simloop._watchdog import LoopHalted
+from simloop._runtime.clock import VirtualTimeEventLoop
+from simloop._runtime.halt import LoopHalted
 from simloop.cli import main
-from simloop.clock import VirtualTimeEventLoop
 from simloop.timeline import render_timeline
 from simloop.transcript import Halt, ThreadLeft
 
@@ -151,7 +151,7 @@ def test_the_guard_acts_only_inside_a_run_and_on_the_runs_threads(listener: sock
     outside: list[bool] = []
 
     def drive(sim: Sim) -> Outcome:
-        from simloop.clock import RealTimeThread
+        from simloop._runtime.clock import RealTimeThread
 
         def other() -> None:  # not the loop's thread (a thread that never joins the run's clock)
             with socket.create_connection(("127.0.0.1", port), timeout=5):
@@ -255,7 +255,7 @@ def test_a_deadlock_inside_a_sync_drive_cannot_be_swallowed() -> None:
 
 
 def parked(thread_name: str = "simloop-drive") -> list[threading.Thread]:
-    """Abandoned run threads: parked in simloop._watchdog.park for good (daemons, no CPU)."""
+    """Abandoned run threads: parked in simloop._runtime.watchdog.park for good (daemons, no CPU)."""
     frames = sys._current_frames()
     out = []
     for t in threading.enumerate():
@@ -351,7 +351,7 @@ def test_a_real_ctrl_c_while_the_loop_is_blocked_aborts_at_once() -> None:
     """The loop runs on a worker thread; the user's Ctrl-C reaches the caller, which lets the worker go."""
     import _thread
 
-    from simloop._watchdog import _MONITOR
+    from simloop._runtime.watchdog import _MONITOR
 
     def drive(sim: Sim) -> Outcome:
         _thread.interrupt_main()  # what a Ctrl-C does: KeyboardInterrupt in the main thread, the caller

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from simloop import Scenario, ScenarioError, Sim, UsageError, load_scenario
-from simloop._fileguard import (
+from simloop._loading.fileguard import (
     MAX_COUNT,
     MAX_DEADLINE_S,
     MAX_DEPTH,

@@ -1,7 +1,7 @@
 """Scenario loading at the caps and on odd bytes (issue 27 item 5).
 
 An unquoted hex string is text however long; a 0.7 MB file near the caps loads in well under a
-second or two (libyaml's parser, `simloop._fastyaml`, with ruamel's tree, lines and caps); a NUL
+second or two (libyaml's parser, `simloop._loading.fastyaml`, with ruamel's tree, lines and caps); a NUL
 character or a byte that is not UTF-8 is refused at its line.  The fast path is checked against
 ruamel's reading of the curated scenarios and of YAML's corner cases: same values, same lines.
 """
@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
 from simloop import Scenario, ScenarioError, load_scenario
-from simloop._fastyaml import DEFER, load
-from simloop._fileguard import FileRefused, GuardedParser, to_plain
+from simloop._loading.fastyaml import DEFER, load
+from simloop._loading.fileguard import FileRefused, GuardedParser, to_plain
 
 ROOT = Path(__file__).resolve().parents[1]
 HEX = "9f3c" + "0123456789abcdef" * 64 + "beef" * 3  # 1,040 characters, not all digits

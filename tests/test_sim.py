@@ -295,13 +295,13 @@ class Spy:  # where each module was first imported: inside a run (watched, on th
     def find_spec(self, name, path=None, target=None):
         if name not in imported:
             me = threading.get_ident()
-            watched = me in sys.modules["simloop._watchdog"]._MONITOR.watched.values()
-            imported[name] = "watched" if watched else "on the clock" if me in simloop.clock._threads else "outside"
+            watched = me in sys.modules["simloop._runtime.watchdog"]._MONITOR.watched.values()
+            imported[name] = "watched" if watched else "on the clock" if me in simloop._runtime.clock._threads else "outside"
         return None
 
 
 import simloop
-import simloop.clock
+import simloop._runtime.clock
 
 sys.meta_path.insert(0, Spy())
 s = simloop.Scenario.model_validate({'model': [{'end_turn': 'hi'}]})

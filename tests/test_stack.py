@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from simloop._stack import _SLOTS, on_fresh_stack
+from simloop._runtime.stack import _SLOTS, on_fresh_stack
 
 
 def test_calls_with_the_arguments_and_returns_the_result() -> None:

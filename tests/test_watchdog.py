@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 
-import simloop.clock as clock_module
+import simloop._runtime.clock as clock_module
 from simloop import Outcome, Sim
-from simloop._watchdog import _MONITOR, LoopHalted, Watchdog
-from simloop.clock import REAL, RealTimeThread, VirtualClock
+from simloop._runtime.clock import REAL, RealTimeThread, VirtualClock
+from simloop._runtime.halt import LoopHalted
+from simloop._runtime.watchdog import _MONITOR, Watchdog
 from simloop.errors import UsageError
 
 BUDGET = 0.1
@@ -32,7 +33,7 @@ def watchdog_threads() -> list[threading.Thread]:
 
 def watched() -> list[Watchdog]:
     """The watchdogs the shared monitor thread still watches (none once every `watching()` has exited)."""
-    from simloop._watchdog import _MONITOR
+    from simloop._runtime.watchdog import _MONITOR
 
     return list(_MONITOR.watched)
 
@@ -81,7 +82,7 @@ def test_the_watchdog_keeps_real_time_inside_a_sim() -> None:
     clock, watchdog = VirtualClock(), Watchdog(seconds=BUDGET)
     started = REAL.monotonic()
     with pytest.raises(LoopHalted), clock.patched(), watchdog.watching():
-        from simloop._watchdog import _MONITOR
+        from simloop._runtime.watchdog import _MONITOR
 
         assert isinstance(_MONITOR.thread, RealTimeThread)
         assert _MONITOR.thread.ident not in clock_module._threads
@@ -95,7 +96,8 @@ def test_the_watchdog_keeps_real_time_inside_a_sim() -> None:
 AFTER_A_HALT = """
 from hypothesis import find, settings
 from simloop import strategies
-from simloop._watchdog import LoopHalted, Watchdog
+from simloop._runtime.halt import LoopHalted
+from simloop._runtime.watchdog import Watchdog
 
 try:
     with Watchdog(seconds=0.1).watching():
@@ -147,7 +149,7 @@ def test_loop_halted_is_not_an_exception_and_round_trips() -> None:
 # -- what is never a spin: an import, and simloop's own work ------------------------------------------------
 
 WAITS_FOR_THE_WATCHDOG = """
-from simloop._watchdog import _MONITOR
+from simloop._runtime.watchdog import _MONITOR
 
 [dog] = list(_MONITOR.watched)
 while dog.deferred == 0:  # a slow first import: spins until the watchdog's budget ran out meanwhile

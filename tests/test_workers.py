@@ -59,7 +59,7 @@ _DIES = textwrap.dedent("""
 
     def drive(sim):
         # the third run of whichever worker gets there first dies as if the OOM killer took it (a SIGKILL from
-        # outside the loop's own calls: os.kill of its own process would be the loop's outcome, see _process)
+        # outside the loop's own calls: os.kill of its own process would be the loop's outcome, see simloop._runtime.process)
         global runs
         runs += 1
         if runs == 3:

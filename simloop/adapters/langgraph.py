@@ -248,10 +248,11 @@ def make_drive(
 
 
 def _prepare() -> None:
-    """What the drives import on the loop's behalf, imported before the run (simloop._prepare)."""
-    from simloop._prepare import once, sdk
+    """What the drives import on the loop's behalf, imported before the run (simloop._runtime.prepare)."""
+    from simloop._runtime.prepare import once
+    from simloop.sim import warm_up_sdk
 
-    sdk()
+    warm_up_sdk()
     once("langgraph", _import_prebuilt)
 
 

@@ -123,7 +123,7 @@ def record(
 
 
 def _on_virtual_clock() -> bool:
-    from simloop import clock
+    from simloop._runtime import clock
 
     threads: Mapping[int, Any] = getattr(clock, "_threads", {})
     return threading.get_ident() in threads

@@ -34,7 +34,7 @@ from simloop.cli._options import load_drive
 __all__ = ["cli", "load_drive", "main"]
 
 # The caps under the names they had in the one-module CLI: tests check that they agree with the scenario
-# format's (simloop._fileguard, simloop._claims) and with simloop.command's, which the CLI does not import.
+# format's (simloop._loading.fileguard, simloop._claims) and with simloop.command's, which the CLI does not import.
 _MAX_COUNT = _options.MAX_COUNT
 _MAX_DEADLINE_S = _options.MAX_DEADLINE_S
 _MAX_TOKENS = _options.MAX_TOKENS

@@ -63,7 +63,7 @@ def _exit_after_report(code: int, *, hooks_s: float = EXIT_HOOKS_S) -> None:
     """
     import atexit
 
-    from simloop import _process
+    from simloop._runtime import process as _process
 
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -84,7 +84,7 @@ def _exit_after_report(code: int, *, hooks_s: float = EXIT_HOOKS_S) -> None:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    from simloop import _process
+    from simloop._runtime import process as _process
 
     _process.install()  # before the loop's modules are imported: an `os._exit` they bind is simloop's
     try:

@@ -17,7 +17,7 @@ import click
 if TYPE_CHECKING:
     from rich.console import Console
 
-# The scenario format's caps (simloop._fileguard, docs/security.md) and its limit names, repeated here so that
+# The scenario format's caps (simloop._loading.fileguard, docs/security.md) and its limit names, repeated here so that
 # loading the CLI does not load the YAML reader; a test checks that they agree.
 MAX_COUNT = 10_000
 MAX_DEADLINE_S = 7 * 86_400.0
@@ -49,8 +49,8 @@ class Seconds(click.FloatRange):
 
 
 def _hard_timeout(ctx: click.Context, param: click.Parameter, value: float) -> float:
-    """``--hard-timeout`` arms the last-resort bound of every run (`simloop._process.bounded`)."""
-    from simloop import _process
+    """``--hard-timeout`` arms the last-resort bound of every run (`simloop._runtime.process.bounded`)."""
+    from simloop._runtime import process as _process
 
     _process.LAST_RESORT_S[:] = [value]
     return value

@@ -66,5 +66,5 @@ def ends_commands(command: Callable[..., int]) -> Callable[..., int]:
 
 def end_commands(*, final: bool = False) -> int:
     """End every live command's processes (``final``: and those started from now on); how many were running."""
-    tree = sys.modules.get("simloop._proctree")  # loaded only when a command ran
+    tree = sys.modules.get("simloop._runtime.proctree")  # loaded only when a command ran
     return int(tree.end_all(final=final)) if tree is not None else 0

@@ -58,8 +58,8 @@ from pathlib import Path
 from typing import Any, Self
 from urllib.parse import urlsplit
 
-from simloop._watchdog import LoopHalted
-from simloop.clock import REAL, RealTimeThread
+from simloop._runtime.clock import REAL, RealTimeThread
+from simloop._runtime.halt import LoopHalted
 from simloop.errors import UsageError
 from simloop.models import Ids, ModelPolicy, Script, ScriptExhausted
 from simloop.scenario import Scenario, load_scenario

@@ -36,7 +36,7 @@ Wall clock: our own ``datetime`` subclasses, not time-machine
 
 Aliases bound before the patch (``from time import monotonic``, ``from datetime import datetime``)
     At the first ``patched()`` the module globals that hold the real functions (and, in the user's own
-    modules, the real classes) are pointed at ours, and put back at the last exit: `simloop._aliases`
+    modules, the real classes) are pointed at ours, and put back at the last exit: `simloop._runtime.aliases`
     finds them, scanning each module once per process (docs/design.md, Virtual time, says which modules
     and what stays out of reach).  ``patched(modules=[...])`` rebinds the named modules' aliases too,
     the standard library's included.
@@ -90,7 +90,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, TypeVar, TypeVarTuple
 
-from simloop._aliases import find_aliases
+from simloop._runtime.aliases import find_aliases
+from simloop._runtime.halt import LoopHalted
 from simloop.errors import UsageError
 
 __all__ = ["EPOCH", "MONOTONIC_ORIGIN", "REAL", "RealTimeThread", "VirtualClock", "VirtualTimeDeadlock",
@@ -314,7 +315,7 @@ def _install() -> None:
 def _rebind_aliases() -> None:
     """Point the loop's module-level aliases of the clock (``from time import monotonic``) at our functions.
 
-    `simloop._aliases` finds them (scanning each module once per process); each is checked again here,
+    `simloop._runtime.aliases` finds them (scanning each module once per process); each is checked again here,
     since a module may have rebound it, and put back by `_uninstall` unless someone replaced ours since.
     """
     for module, attr, key in find_aliases(_REAL_FUNCTIONS, _REAL_CLASSES):
@@ -479,8 +480,6 @@ class VirtualClock:
         delta = target - self._ns
         if delta > 0:
             if self._end_ns is not None and target > self._end_ns:
-                from simloop._watchdog import LoopHalted
-
                 raise self._halted(LoopHalted(
                     "virtual_time", f"virtual time would pass the end of the run at {self._end_ns / _NS:g} s (now "
                                     f"{self.now():g} s, asked {target / _NS:g} s)"))
@@ -530,8 +529,6 @@ class VirtualClock:
         report = loop._deadlock_report()
         if not self.halt_on_deadlock:
             return VirtualTimeDeadlock(report)
-        from simloop._watchdog import LoopHalted
-
         return self._halted(LoopHalted("deadlock", report, where=loop._stuck_at()))
 
     def _halted(self, halt: BaseException) -> BaseException:
@@ -556,7 +553,7 @@ class VirtualClock:
         Covers ``time.time/time_ns/monotonic(_ns)/perf_counter(_ns)/sleep``,
         ``datetime.datetime.now/utcnow/today``, ``datetime.date.today``, and ``asyncio.run``/
         ``asyncio.new_event_loop`` (they get a virtual loop), also where a loaded module bound them by name
-        (``from time import monotonic``, see `simloop._aliases`).  Other threads keep real time.  ``modules``
+        (``from time import monotonic``, see `simloop._runtime.aliases`).  Other threads keep real time.  ``modules``
         rebinds such aliases in those modules too, whatever they are (the standard library's included).  Re-entering on the
         same clock is fine; a different clock in the same thread raises `simloop.UsageError`.  A Sim that runs
         its drive in a worker thread enters ``patched()`` in that thread.
@@ -567,7 +564,7 @@ class VirtualClock:
             if other is not None and other is not self:
                 raise UsageError(
                     f"this thread already runs on {other!r}: nested Sims in one thread are not supported. "
-                    "Run the inner Sim after the outer one exits, or in a simloop.clock.RealTimeThread "
+                    "Run the inner Sim after the outer one exits, or in a simloop._runtime.clock.RealTimeThread "
                     "(a plain thread started inside a Sim inherits its clock).")
             _install()
             self._depth += 1
@@ -897,7 +894,7 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
     def _stuck_at(self) -> str | None:
         """Where the first pending task (by name: the main one is ``Task-1`` or the like) waits; not simloop's own
         task that awaits a Sim's drive task."""
-        own = os.path.dirname(os.path.abspath(__file__))
+        own = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the simloop package
         for task in sorted(asyncio.all_tasks(self), key=lambda t: t.get_name()):
             where = _innermost(task)
             if where is not None and not where.startswith(own + os.sep):

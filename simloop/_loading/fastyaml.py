@@ -5,7 +5,7 @@ machine: a 0.7 MB file near the caps took tens of seconds.  libyaml (PyYAML's C 
 dependency for cassettes) parses the same file in a fraction of a second.  `load` composes its
 events into the ``CommentedMap``/``CommentedSeq`` tree ruamel would build (with the lines the error
 messages use), resolving plain scalars with ruamel's own YAML 1.2 resolver, and checks the caps as
-it goes (`simloop._fileguard.Guard`, the same checks and messages as ruamel's path).
+it goes (`simloop._loading.fileguard.Guard`, the same checks and messages as ruamel's path).
 
 Anything it does not reproduce exactly (a syntax error, a ``%YAML`` directive, a merge key, a
 duplicate or complex key, an unusual number, a date, several documents) returns `DEFER`: the caller
@@ -22,7 +22,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.nodes import ScalarNode
 from ruamel.yaml.resolver import VersionedResolver
 
-from simloop._fileguard import Guard
+from simloop._loading.fileguard import Guard
 
 #: Returned by `load` when ruamel must read the text instead.
 DEFER: Final = object()

@@ -101,7 +101,7 @@ class _Frame:
 
 
 class Guard:
-    """The caps, checked on a YAML parser's events as they go by (ruamel's, or libyaml's in `simloop._fastyaml`).
+    """The caps, checked on a YAML parser's events as they go by (ruamel's, or libyaml's in `simloop._loading.fastyaml`).
 
     Each event is seen once, so the check costs one pass and never expands an alias: an alias adds
     the recorded size of its anchor's value.  The running totals make each event O(1), whatever

@@ -37,11 +37,12 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from simloop import _netguard
-from simloop._netguard import _OWN
-from simloop._watchdog import LoopHalted, where_of
-from simloop.clock import _LOCK as _CLOCK_LOCK
-from simloop.clock import REAL, VirtualClock, _threads
+from simloop._runtime import netguard as _netguard
+from simloop._runtime.clock import _LOCK as _CLOCK_LOCK
+from simloop._runtime.clock import REAL, VirtualClock, _threads
+from simloop._runtime.halt import LoopHalted
+from simloop._runtime.netguard import _OWN
+from simloop._runtime.watchdog import where_of
 from simloop.invariants.stopping import FORK_FIX
 
 __all__ = ["FINAL_CODE", "LAST_RESORT_S", "REAL_EXIT", "ProcessExit", "Run", "bounded", "forked_call", "install",
@@ -103,7 +104,7 @@ class Run:
     def left(self, grace: float) -> list[tuple[str, str, int | None]]:
         """What the run started and is still running, after waiting up to ``grace`` real seconds for it: (name,
         where, pid) of pool jobs, threads started by hand and child processes (the children are killed)."""
-        from simloop._watchdog import where_in
+        from simloop._runtime.watchdog import where_in
 
         deadline = REAL.monotonic() + grace
         out: list[tuple[str, str, int | None]] = []

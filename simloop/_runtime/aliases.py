@@ -1,4 +1,4 @@
-"""Find the loop's module-level aliases of the clock (``from time import monotonic``), for `simloop.clock`.
+"""Find the loop's module-level aliases of the clock (``from time import monotonic``), for `simloop._runtime.clock`.
 
 ``from time import monotonic, sleep`` binds the real functions in the importing module at import time;
 patching ``time.monotonic`` later does not reach them, so a deadline read through the alias would

@@ -1,12 +1,10 @@
-"""Runaway protection: `LoopHalted`, and the real-time `Watchdog` that unwinds a spinning drive.
+"""Runaway protection: the real-time `Watchdog` that unwinds a spinning drive with a `LoopHalted`.
 
 The simulator stops a loop that runs away in one of three ways.  Too many model calls and too much
 virtual time are noticed by the simulator itself, at a model or tool call or a clock advance.  The third
 is a drive that spins without calling anything (``while True: pass``, or a retry loop that swallows every
 error).  That one is stopped by the `Watchdog`: a `RealTimeThread` that waits on real time and raises
 `LoopHalted` inside the drive's thread, through ``PyThreadState_SetAsyncExc``.
-
-`LoopHalted` is a `BaseException`: the SDK and user loops catch ``Exception``, and must not swallow it.
 
 What is never a spin: simloop's own work inside a run (`Watchdog.paused`), and an import in progress
 (the first ``import anthropic`` took 8.7 s on a loaded CI machine): a halt due while the watched
@@ -32,41 +30,18 @@ from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Any, Literal
 
-from simloop.clock import REAL, RealTimeThread
+from simloop._runtime.clock import REAL, RealTimeThread
+from simloop._runtime.halt import LoopHalted
 
-__all__ = ["HaltReason", "LoopHalted", "Watchdog", "park", "where_in", "where_of"]
+__all__ = ["Watchdog", "park", "where_in", "where_of"]
 
 #: The least real time an import may take before the watchdog halts it (it then counts as a spin).
 IMPORT_GRACE = 60.0
-HaltReason = Literal["model_calls", "virtual_time", "watchdog", "deadlock", "network", "restarts", "abandoned"]
 
 # Our own prototype: setting argtypes on the shared ctypes.pythonapi function would change it for everyone.
 _set_async_exc = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(
     ("PyThreadState_SetAsyncExc", ctypes.pythonapi))
-
-
-class LoopHalted(BaseException):
-    """simloop unwound the loop under test: a runaway budget ran out.
-
-    ``reason`` is one of `HaltReason` (``"model_calls"``, ``"virtual_time"``, ``"watchdog"``, ``"network"``, ...);
-    ``detail`` says what happened and ``where`` (``FILE:LINE in function``, when known) where the loop was.
-    """
-
-    def __init__(self, reason: str, detail: str, where: str | None = None, target: str | None = None) -> None:
-        super().__init__(reason, detail)
-        self.reason = reason
-        self.detail = detail
-        self.where = where
-        self.target = target  # what a blocked network connection was for (host:port)
-
-    def __str__(self) -> str:
-        return f"{self.reason}: {self.detail}"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # also for the argument-less subclass below
-        return (LoopHalted, (self.reason, self.detail, self.where, self.target))
 
 
 def park() -> None:
@@ -340,7 +315,7 @@ def where_in(thread_id: int) -> str:
 
 _PATHS = sysconfig.get_paths()
 _STDLIB = _PATHS["stdlib"] + "/"
-_SIMLOOP = str(Path(__file__).resolve().parent) + "/"
+_SIMLOOP = str(Path(__file__).resolve().parents[1]) + "/"  # the simloop package (this is simloop/_runtime/)
 _LIBRARIES = tuple({_PATHS["purelib"] + "/", _PATHS["platlib"] + "/"})
 
 

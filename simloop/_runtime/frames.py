@@ -19,7 +19,7 @@ from pathlib import Path
 
 __all__ = ["loop_frame"]
 
-_SIMLOOP = str(Path(__file__).resolve().parent) + os.sep
+_SIMLOOP = str(Path(__file__).resolve().parents[1]) + os.sep  # the simloop package (this is simloop/_runtime/)
 _ADAPTERS = _SIMLOOP + "adapters" + os.sep
 _LIBRARIES = tuple(
     {str(Path(p).resolve()) + os.sep for key in ("stdlib", "platstdlib", "purelib", "platlib")

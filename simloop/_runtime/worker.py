@@ -1,6 +1,6 @@
 """Run the loop under test on a worker thread that simloop can abandon.
 
-The watchdog (`simloop._watchdog`) unwinds a drive that spins in Python, but nothing can interrupt a
+The watchdog (`simloop._runtime.watchdog`) unwinds a drive that spins in Python, but nothing can interrupt a
 thread blocked in one C call (``threading.Event().wait()``, ``lock.acquire()`` with no timeout), and a
 loop that swallows even ``BaseException`` can spin on after every halt.  So the drive runs on a worker
 thread while the caller waits: when the run cannot end (see `Sim`), the caller stops waiting, reports
@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from simloop.clock import BYSTANDERS, RealTimeThread
+from simloop._runtime.clock import BYSTANDERS, RealTimeThread
 
 __all__ = ["Abandoned", "run_on_worker"]
 

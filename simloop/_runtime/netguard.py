@@ -8,8 +8,8 @@ a socket connection from the loop's threads is the loop reaching past the Sim.
 An audit hook (`sys.addaudithook`, PEP 578) sees every ``socket.getaddrinfo``, ``socket.connect``, ...
 of the process.  Audit hooks cannot be removed, so the hook is installed once, on the first guarded
 run, and acts only in threads that run on a guarded Sim's clock: the drive's thread and the threads
-it starts (the scoping of virtual time, `simloop.clock`; threads started with ``_thread.start_new_thread`` and a
-pool's thread while it runs a job the run submitted are the run's too: `simloop._process`).  simloop's own threads, the loopback server
+it starts (the scoping of virtual time, `simloop._runtime.clock`; threads started with ``_thread.start_new_thread`` and a
+pool's thread while it runs a job the run submitted are the run's too: `simloop._runtime.process`).  simloop's own threads, the loopback server
 (``simloop serve``), the test runner and every thread outside a run are never affected.  The hook's
 cost outside a socket event is one set lookup per audit event.
 
@@ -35,8 +35,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
 
-from simloop._watchdog import where_of
-from simloop.clock import VirtualClock, _threads
+from simloop._runtime.clock import VirtualClock, _threads
+from simloop._runtime.watchdog import where_of
 from simloop.errors import UsageError
 
 __all__ = ["POLICIES", "NetworkPolicy", "check_policy", "guarding", "simloops_own"]

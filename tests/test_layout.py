@@ -1,0 +1,139 @@
+"""The package's shape holds (docs/design.md, Architecture): no two modules import each other, the layers
+import downwards only, and the core needs neither pytest nor rich to import.
+
+Read from the source with `ast`, imports inside functions included: a lazy import is still a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import simloop
+
+ROOT = Path(simloop.__file__).parent
+
+#: The simulator: what runs a loop.  The invariants are pure functions of a transcript and import none of it.
+SIMULATOR = ("simloop.sim", "simloop.wire", "simloop.tools", "simloop.models", "simloop.generated",
+             "simloop._runtime", "simloop.verify", "simloop.command", "simloop.mcp")
+#: What stands on the run's machinery: the runtime imports none of it.
+ABOVE_THE_RUNTIME = ("simloop.sim", "simloop.wire", "simloop.tools", "simloop.models", "simloop.generated",
+                     "simloop.strategies", "simloop.verify", "simloop.command", "simloop.mcp", "simloop.cli",
+                     "simloop.cassettes", "simloop.adapters", "simloop.report", "simloop._workers")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = path.relative_to(ROOT.parent).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _in(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def _targets(name: str, node: ast.Import | ast.ImportFrom) -> Iterator[str]:
+    """The simloop modules an import statement in module ``name`` names (``from pkg import mod`` is ``pkg.mod``)."""
+    if isinstance(node, ast.Import):
+        bases = [alias.name for alias in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            package = name if MODULES[name].name == "__init__.py" else name.rpartition(".")[0]
+            anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+            base = ".".join([*anchor, base] if base else anchor)
+        bases = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names]
+    for target in bases:
+        while target not in MODULES and "." in target:
+            target = target.rpartition(".")[0]
+        if target in MODULES and target != name:
+            yield target
+
+
+def _graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        graph[name] = {t for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)
+                       for t in _targets(name, node)}
+    return graph
+
+
+GRAPH = _graph()
+
+
+def _closure(start: set[str]) -> set[str]:
+    seen: set[str] = set()
+    todo = list(start)
+    while todo:
+        for target in GRAPH[todo.pop()]:
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def test_the_graph_sees_the_known_edges() -> None:
+    # the reader sees a module-level import, a lazy (function-level) one and `from pkg import mod as _mod`
+    assert "simloop._runtime.clock" in GRAPH["simloop._runtime.watchdog"]
+    assert "simloop._runtime.halt" in GRAPH["simloop._runtime.clock"]
+    assert "simloop._workers" in GRAPH["simloop.verify"]
+    assert "simloop._runtime.process" in GRAPH["simloop.sim"]
+
+
+def test_no_two_modules_import_each_other() -> None:
+    pairs = sorted((a, b) for a, targets in GRAPH.items() for b in targets if a < b and a in GRAPH[b])
+    assert pairs == [], f"modules that import each other (break it: inject, or move the shared piece): {pairs}"
+
+
+def test_the_clock_does_not_import_the_watchdog() -> None:
+    assert "simloop._runtime.watchdog" not in _closure({"simloop._runtime.clock"})
+
+
+def test_the_invariants_import_nothing_of_the_simulator() -> None:
+    invariants = {m for m in MODULES if _in(m, ("simloop.invariants",))}
+    reached = sorted(m for m in _closure(invariants) if _in(m, SIMULATOR))
+    assert reached == [], f"the invariants reach the simulator through {reached}"
+
+
+def test_the_runtime_imports_nothing_that_stands_on_it() -> None:
+    runtime = {m for m in MODULES if _in(m, ("simloop._runtime",))}
+    reached = sorted(m for m in _closure(runtime) if _in(m, ABOVE_THE_RUNTIME))
+    assert reached == [], f"the run's machinery (simloop._runtime) reaches up to {reached}"
+
+
+def test_the_core_imports_neither_pytest_nor_rich_at_module_level() -> None:
+    found = []
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in _module_level(tree.body):
+            tops = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                    else [node.module or ""] if node.level == 0 else [])
+            found += [f"{name}: {top}" for top in tops if top.split(".")[0] in ("pytest", "_pytest", "rich")]
+    assert found == []
+
+
+def _module_level(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The imports a module runs when it is imported (``if TYPE_CHECKING:`` blocks left out)."""
+    for node in body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        elif isinstance(node, ast.If) and not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+            yield from _module_level(node.body + node.orelse)
+        elif isinstance(node, ast.Try):
+            yield from _module_level(node.body + node.orelse + node.finalbody
+                                     + [s for h in node.handlers for s in h.body])
+
+
+def test_a_private_package_names_its_modules_without_an_underscore() -> None:
+    # the rule of the layout: the underscore marks the first private level of a dotted path, once
+    for name in MODULES:
+        parts = name.split(".")
+        private = [part for part in parts if part.startswith("_") and not part.startswith("__")]
+        assert len(private) <= 1, f"{name}: one underscore per path, at its first private level"
