@@ -413,7 +413,8 @@ def test_a_child_process_reaches_the_simulator_through_the_environment(monkeypat
         return sim.run_tool(call.name, call.input, tool_use_id=call.id)
 
     world = {**WORLD, "model": [*WORLD["model"][:1], {"end_turn": "from the child"}, {"end_turn": "done"}]}
-    with Sim(world) as sim:
+    # the child imports the SDK first (seconds on a loaded machine), while the loop waits in real time
+    with Sim(world, watchdog_s=120) as sim:
         sim.run(_loop(sub_agent))
     assert printed == ["sk-ant-simloop- http://127.0.0.1: from the child"]
     assert len(sim.transcript.requests) == 3  # the child's model call is in the run's transcript
