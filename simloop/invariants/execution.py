@@ -320,13 +320,13 @@ def results_real(t: Transcript) -> list[Violation]:
         if name not in declared:
             continue
         text = result_text(block)
-        says_not_run = bool(_NOT_RUN.search(text))
         done = [(p, s) for p, s in bound.get(uid, []) if p < sent]
-        committed = next((s for _, s in done if _committed_before(v, s, sent)), None)
-        if committed is not None and says_not_run and not _HEDGED.search(text):
-            found.setdefault(sent, []).append((uid, "denied_commit", f"exec {committed.exec}"))
+        if done:  # an execution answered it: only a denied commit is wrong (the text is searched only then)
+            committed = next((s for _, s in done if _committed_before(v, s, sent)), None)
+            if committed is not None and _NOT_RUN.search(text) and not _HEDGED.search(text):
+                found.setdefault(sent, []).append((uid, "denied_commit", f"exec {committed.exec}"))
             continue
-        if done or block.get("is_error") is True or says_not_run:
+        if block.get("is_error") is True or _NOT_RUN.search(text):
             continue
         if issued[1].stop_reason in ("max_tokens", "refusal"):
             continue  # a call the loop rightly never ran; how it settles the history is pairing's
