@@ -326,13 +326,15 @@ def results_real(t: Transcript) -> list[Violation]:
             if committed is not None and _NOT_RUN.search(text) and not _HEDGED.search(text):
                 found.setdefault(sent, []).append((uid, "denied_commit", f"exec {committed.exec}"))
             continue
-        if block.get("is_error") is True or _NOT_RUN.search(text):
+        if block.get("is_error") is True:
             continue
         if issued[1].stop_reason in ("max_tokens", "refusal"):
             continue  # a call the loop rightly never ran; how it settles the history is pairing's
         canon = _canon(use.get("input"))
         ran = [s for p, s in v.starts if p < sent and s.tool == name]
         if any(v.input_of(s) == canon for s in ran) or any(_carries(v, s, text) for s in ran):
+            continue
+        if _NOT_RUN.search(text):  # (last: the search reads the whole text, a huge output's too)
             continue
         found.setdefault(sent, []).append((uid, "fabricated", text))
     out: list[Violation] = []
