@@ -30,8 +30,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import simloop  # noqa: E402
-import simloop.sim  # noqa: E402
+import simloop
+import simloop.sim
 
 # Each profiler times its own thread's CPU (time.thread_time): a wall-clock profile of a thread on a loaded
 # machine charges the time it spent descheduled, or waiting for the GIL, to whatever it was running.
