@@ -279,13 +279,29 @@ def results_together(t: Transcript) -> list[Violation]:
 
 # -- results_real -----------------------------------------------------------------------------------------------
 
-# A result that says its call did not run (or was refused): honest for a call no execution answers.
-_NOT_RUN = re.compile(
-    r"\b(not run|n[o']t been run|was not run|wasn't run|never ran|never run|did not run|didn't run|not executed|"
-    r"not been executed|interrupted|cancell?ed|skipped|aborted|stopped|denied|not allowed|not permitted|refused|"
-    r"declined|rejected|unauthori[sz]ed|forbidden|not available|unavailable|not used|unknown tool|no such tool)\b",
-    re.IGNORECASE,
+# A result that says its call did not run (or was refused): honest for a call no execution answers.  Each entry is
+# a regex piece that starts with a plain letter.
+_NOT_RUN_WORDS = (
+    "not run", "n[o']t been run", "was not run", "wasn't run", "never ran", "never run", "did not run", "didn't run",
+    "not executed", "not been executed", "interrupted", "cancell?ed", "skipped", "aborted", "stopped", "denied",
+    "not allowed", "not permitted", "refused", "declined", "rejected", "unauthori[sz]ed", "forbidden",
+    "not available", "unavailable", "not used", "unknown tool", "no such tool",
 )
+
+
+def _word_alternation(words: tuple[str, ...]) -> re.Pattern[str]:
+    """``\\b(word|word|...)\\b`` (case-insensitive), written to be searched fast: the words grouped by their first
+    letter behind a look-ahead for those letters, so the engine tries a few branches at a word start, not all of
+    them (a committed write's result is searched whole, a huge output too).  It matches where the plain
+    alternation matches."""
+    groups: dict[str, list[str]] = {}
+    for word in words:
+        groups.setdefault(word[0], []).append(word[1:])
+    branches = "|".join(first + "(?:" + "|".join(rests) + ")" for first, rests in groups.items())
+    return re.compile(r"\b(?=[" + "".join(groups) + r"])(?:" + branches + r")\b", re.IGNORECASE)
+
+
+_NOT_RUN = _word_alternation(_NOT_RUN_WORDS)
 # ... unless it hedges: the effect may have happened (what a durable loop says of a write it does not repeat).
 _HEDGED = re.compile(r"may have|might have|attempted|taken effect|already|not repeated|not run again", re.IGNORECASE)
 
