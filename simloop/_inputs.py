@@ -39,8 +39,11 @@ from jsonschema import validators  # type: ignore[import-untyped]  # (no stubs s
 
 __all__ = ["POOL", "InputPool", "pool_for"]
 
-#: Valid inputs kept per schema (``valid(n)`` for ``n >= POOL`` is built on demand, not kept).
+#: The pool of valid inputs per schema that strategies draw from (``valid(n)``, ``n < POOL``).
 POOL = 64
+# Valid inputs kept per schema: the pool, and the fresh inputs of a wandering model's first steps
+# (``valid(POOL + 16 * step + i)``: each wandering run asks for the same ones again); beyond, built on demand.
+_KEPT = 16 * POOL
 _TRIES = 8  # seeds tried for one pool entry before it falls back to the simplest input
 _MAX_DEPTH = 4  # nesting past this (recursive $refs) takes the simplest value: no optional fields, no items
 
@@ -109,7 +112,7 @@ class InputPool:
                 found = self._valid.get(n)
                 if found is None:
                     found = self._build_valid(n)
-                    if n < POOL:
+                    if n < _KEPT:
                         self._valid[n] = found
         return found
 

@@ -304,8 +304,7 @@ class Transcript:
 
     @property
     def outcome(self) -> OutcomeEvent | None:
-        found = self.of(OutcomeEvent)
-        return found[-1] if found else None
+        return next((e for e in reversed(self.events) if isinstance(e, OutcomeEvent)), None)  # the last one
 
     @property
     def turns(self) -> list[TurnStart]:
@@ -314,8 +313,7 @@ class Transcript:
 
     @property
     def halt(self) -> Halt | None:
-        found = self.of(Halt)
-        return found[0] if found else None
+        return next((e for e in self.events if isinstance(e, Halt)), None)  # the first one
 
     def response_to(self, index: int) -> Response | None:
         """The response to request ``index``, if one was recorded."""

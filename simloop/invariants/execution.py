@@ -279,13 +279,29 @@ def results_together(t: Transcript) -> list[Violation]:
 
 # -- results_real -----------------------------------------------------------------------------------------------
 
-# A result that says its call did not run (or was refused): honest for a call no execution answers.
-_NOT_RUN = re.compile(
-    r"\b(not run|n[o']t been run|was not run|wasn't run|never ran|never run|did not run|didn't run|not executed|"
-    r"not been executed|interrupted|cancell?ed|skipped|aborted|stopped|denied|not allowed|not permitted|refused|"
-    r"declined|rejected|unauthori[sz]ed|forbidden|not available|unavailable|not used|unknown tool|no such tool)\b",
-    re.IGNORECASE,
+# A result that says its call did not run (or was refused): honest for a call no execution answers.  Each entry is
+# a regex piece that starts with a plain letter.
+_NOT_RUN_WORDS = (
+    "not run", "n[o']t been run", "was not run", "wasn't run", "never ran", "never run", "did not run", "didn't run",
+    "not executed", "not been executed", "interrupted", "cancell?ed", "skipped", "aborted", "stopped", "denied",
+    "not allowed", "not permitted", "refused", "declined", "rejected", "unauthori[sz]ed", "forbidden",
+    "not available", "unavailable", "not used", "unknown tool", "no such tool",
 )
+
+
+def _word_alternation(words: tuple[str, ...]) -> re.Pattern[str]:
+    """``\\b(word|word|...)\\b`` (case-insensitive), written to be searched fast: the words grouped by their first
+    letter behind a look-ahead for those letters, so the engine tries a few branches at a word start, not all of
+    them (a committed write's result is searched whole, a huge output too).  It matches where the plain
+    alternation matches."""
+    groups: dict[str, list[str]] = {}
+    for word in words:
+        groups.setdefault(word[0], []).append(word[1:])
+    branches = "|".join(first + "(?:" + "|".join(rests) + ")" for first, rests in groups.items())
+    return re.compile(r"\b(?=[" + "".join(groups) + r"])(?:" + branches + r")\b", re.IGNORECASE)
+
+
+_NOT_RUN = _word_alternation(_NOT_RUN_WORDS)
 # ... unless it hedges: the effect may have happened (what a durable loop says of a write it does not repeat).
 _HEDGED = re.compile(r"may have|might have|attempted|taken effect|already|not repeated|not run again", re.IGNORECASE)
 
@@ -320,19 +336,21 @@ def results_real(t: Transcript) -> list[Violation]:
         if name not in declared:
             continue
         text = result_text(block)
-        says_not_run = bool(_NOT_RUN.search(text))
         done = [(p, s) for p, s in bound.get(uid, []) if p < sent]
-        committed = next((s for _, s in done if _committed_before(v, s, sent)), None)
-        if committed is not None and says_not_run and not _HEDGED.search(text):
-            found.setdefault(sent, []).append((uid, "denied_commit", f"exec {committed.exec}"))
+        if done:  # an execution answered it: only a denied commit is wrong (the text is searched only then)
+            committed = next((s for _, s in done if _committed_before(v, s, sent)), None)
+            if committed is not None and _NOT_RUN.search(text) and not _HEDGED.search(text):
+                found.setdefault(sent, []).append((uid, "denied_commit", f"exec {committed.exec}"))
             continue
-        if done or block.get("is_error") is True or says_not_run:
+        if block.get("is_error") is True:
             continue
         if issued[1].stop_reason in ("max_tokens", "refusal"):
             continue  # a call the loop rightly never ran; how it settles the history is pairing's
         canon = _canon(use.get("input"))
         ran = [s for p, s in v.starts if p < sent and s.tool == name]
         if any(v.input_of(s) == canon for s in ran) or any(_carries(v, s, text) for s in ran):
+            continue
+        if _NOT_RUN.search(text):  # (last: the search reads the whole text, a huge output's too)
             continue
         found.setdefault(sent, []).append((uid, "fabricated", text))
     out: list[Violation] = []

@@ -1,0 +1,172 @@
+"""Where the time of a simulated run goes: cProfile on the caller's thread AND the loop's worker thread.
+
+A `Sim` runs the loop on a worker thread (`simloop._worker`), which a plain ``cProfile.run`` does not
+see.  This script wraps `simloop.sim.run_on_worker` so that a second profiler is enabled inside the
+worker for the drive's whole run, and merges the two profiles.  It then prints the top functions by
+own time and the own time summed by area (simulator, validator, renderer, transcript, ledger, clock,
+generated model, invariants, Hypothesis, the SDK, httpx2, pydantic, ...), per model call and per example.
+
+    python bench/where.py overhead [--runs 300]       # the bench/overhead.py 10-call run, a fresh Sim each
+    python bench/where.py verify [--examples 300]     # verify(examples.correct_sync:drive, seed=0)
+
+CPU profiles overstate the cost of many small calls (cProfile's own per-call cost); compare call
+counts, and the areas' shares, not the absolute times, before and after a change.  Each thread's
+profiler counts that thread's CPU time (``time.thread_time``), not the wall clock, so the caller's
+wait for the worker is not in it and a loaded machine disturbs it much less.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import simloop
+import simloop.sim
+
+# Each profiler times its own thread's CPU (time.thread_time): a wall-clock profile of a thread on a loaded
+# machine charges the time it spent descheduled, or waiting for the GIL, to whatever it was running.
+TIMER = time.thread_time
+WORKER = cProfile.Profile(TIMER)  # the worker's profiler (a fresh one after the warm-up)
+_real_run_on_worker = simloop.sim.run_on_worker
+
+
+def _profiled_run_on_worker(fn: Callable[[], Any], **kw: Any) -> Any:
+    def inside() -> Any:
+        WORKER.enable()
+        try:
+            return fn()
+        finally:
+            WORKER.disable()
+
+    return _real_run_on_worker(inside, **kw)
+
+
+simloop.sim.run_on_worker = _profiled_run_on_worker  # type: ignore[assignment]
+
+AREAS: list[tuple[str, str]] = [  # (substring of the file path, area); first match wins
+    ("simloop/wire/validate", "validator"),
+    ("simloop/wire/render", "renderer"),
+    ("simloop/wire/server", "simulator"),
+    ("simloop/wire/", "simulator"),
+    ("simloop/transcript", "transcript"),
+    ("simloop/tools", "ledger (tools)"),
+    ("simloop/clock", "clock"),
+    ("simloop/_aliases", "clock"),
+    ("simloop/generated", "generated model"),
+    ("simloop/_offer", "generated model"),
+    ("simloop/strategies", "generated model"),
+    ("simloop/models", "model policy"),
+    ("simloop/invariants", "invariants"),
+    ("simloop/verify", "verify"),
+    ("simloop/_", "run machinery (simloop/_*)"),
+    ("simloop/sim", "sim"),
+    ("simloop/", "simloop other"),
+    ("examples/", "the loop (examples)"),
+    ("bench/", "the loop (bench)"),
+    ("hypothesis/", "Hypothesis"),
+    ("anthropic/", "SDK (anthropic)"),
+    ("httpx2/", "httpx2"),
+    ("httpx/", "httpx"),
+    ("pydantic_core", "pydantic"),
+    ("pydantic/", "pydantic"),
+    ("json/", "json"),
+    ("threading", "threading"),
+    ("copy.py", "copy"),
+]
+
+
+def area(filename: str) -> str:
+    for part, name in AREAS:
+        if part in filename:
+            return name
+    if filename == "~":
+        return "builtins (C)"
+    return "stdlib/other"
+
+
+def report(stats: pstats.Stats, *, per: int, unit: str, top: int) -> None:
+    raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    total = sum(v[2] for v in raw.values())
+    by_area: dict[str, float] = defaultdict(float)
+    for (filename, _line, _name), (_cc, _nc, tt, _ct, _callers) in raw.items():
+        by_area[area(filename)] += tt
+    print(f"\nown time by area ({total:.2f} s profiled; per {unit}: {total / per * 1e3:.2f} ms)")
+    for name, tt in sorted(by_area.items(), key=lambda kv: -kv[1]):
+        print(f"  {name:30s} {tt / per * 1e6:9.0f} us/{unit} {tt / total:6.1%}")
+    print(f"\ntop {top} functions by own time (per {unit})")
+    rows = sorted(raw.items(), key=lambda kv: -kv[1][2])[:top]
+    for (filename, line, name), (_cc, nc, tt, ct, _callers) in rows:
+        short = filename.split("site-packages/")[-1].split("/wt/speed/")[-1]
+        print(f"  {tt / per * 1e6:8.0f} us {ct / per * 1e6:9.0f} us cum {nc / per:9.1f} calls  {short}:{line}({name})")
+
+
+def run_overhead(runs: int) -> tuple[pstats.Stats, int]:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import overhead
+
+    for _ in range(10):
+        overhead.sim_run()
+    _reset()
+    main = cProfile.Profile(TIMER)
+    main.enable()
+    for _ in range(runs):
+        overhead.sim_run()
+    main.disable()
+    return _merged(main), runs * overhead.STEPS
+
+
+def run_verify(examples: int, seed: int) -> tuple[pstats.Stats, int]:
+    from examples.correct_sync import drive
+
+    with tempfile.TemporaryDirectory() as out:
+        simloop.verify(drive, max_examples=5, seed=seed + 1, out_dir=out, database=None)  # warm-up
+        _reset()
+        main = cProfile.Profile(TIMER)
+        main.enable()
+        simloop.verify(drive, max_examples=examples, seed=seed, out_dir=out, database=None)
+        main.disable()
+    return _merged(main), examples
+
+
+def _reset() -> None:
+    global WORKER
+    WORKER = cProfile.Profile(TIMER)
+
+
+def _merged(main: cProfile.Profile) -> pstats.Stats:
+    stats = pstats.Stats(main)
+    stats.add(WORKER)
+    return stats
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=["overhead", "verify"])
+    parser.add_argument("--runs", type=int, default=300, help="overhead: 10-call runs")
+    parser.add_argument("--examples", type=int, default=300, help="verify: examples")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--dump", help="write the merged pstats here")
+    args = parser.parse_args()
+    if args.what == "overhead":
+        stats, calls = run_overhead(args.runs)
+        report(stats, per=calls, unit="call", top=args.top)
+    else:
+        stats, examples = run_verify(args.examples, args.seed)
+        report(stats, per=examples, unit="example", top=args.top)
+    if args.dump:
+        stats.dump_stats(args.dump)
+
+
+if __name__ == "__main__":
+    main()
