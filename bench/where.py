@@ -1,6 +1,6 @@
 """Where the time of a simulated run goes: cProfile on the caller's thread AND the loop's worker thread.
 
-A `Sim` runs the loop on a worker thread (`simloop._worker`), which a plain ``cProfile.run`` does not
+A `Sim` runs the loop on a worker thread (`simloop._runtime.worker`), which a plain ``cProfile.run`` does not
 see.  This script wraps `simloop.sim.run_on_worker` so that a second profiler is enabled inside the
 worker for the drive's whole run, and merges the two profiles.  It then prints the top functions by
 own time and the own time summed by area (simulator, validator, renderer, transcript, ledger, clock,
@@ -37,7 +37,7 @@ import simloop.sim
 # machine charges the time it spent descheduled, or waiting for the GIL, to whatever it was running.
 TIMER = time.thread_time
 WORKER = cProfile.Profile(TIMER)  # the worker's profiler (a fresh one after the warm-up)
-_real_run_on_worker = simloop.sim.run_on_worker
+_real_run_on_worker = simloop.sim.run_on_worker  # type: ignore[attr-defined]
 
 
 def _profiled_run_on_worker(fn: Callable[[], Any], **kw: Any) -> Any:
@@ -51,7 +51,7 @@ def _profiled_run_on_worker(fn: Callable[[], Any], **kw: Any) -> Any:
     return _real_run_on_worker(inside, **kw)
 
 
-simloop.sim.run_on_worker = _profiled_run_on_worker  # type: ignore[assignment]
+simloop.sim.run_on_worker = _profiled_run_on_worker  # type: ignore[attr-defined]
 
 AREAS: list[tuple[str, str]] = [  # (substring of the file path, area); first match wins
     ("simloop/wire/validate", "validator"),
