@@ -201,6 +201,8 @@ class Campaign:
     def _example(self, strategy: st.SearchStrategy[Any], digest: bytes) -> Callable[[st.DataObject], None]:
         """The body of a chunk's test: one run of a world drawn with ``strategy``'s plans, keyed by ``digest``."""
 
+        # Hypothesis keys its example database (and seeds a derandomized run) by this function's source and the
+        # digest: kept this small, the keys of saved failures change only with the world's key, not with the code
         def example(data: st.DataObject) -> None:
             self._run(data, strategy)
 
