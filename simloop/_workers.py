@@ -1,11 +1,11 @@
 """`verify(..., workers=N)`: one search over N processes (a campaign over the cores of one machine).
 
-Each worker process runs its `Share` of the campaign: the search of its share of the budget with a seed of its
-own (derived from the campaign's seed, or Hypothesis's own randomness when there is none), made by the campaign
-(`simloop._campaign`, which calls `on_run` and `on_failure`; this module imports nothing of it), and the same
-example database
-(the settings' database: by default Hypothesis's ``.hypothesis/examples`` in the current directory, or
-the one ``database=`` names), so what one worker finds, every later run replays first.  The first worker
+Each worker process runs its `Share` of the campaign (`simloop._campaign.Campaign.shares`): a search of its
+share of the budget with a seed of its own (derived from the campaign's seed, or Hypothesis's own randomness
+when there is none) and the same example database (the settings' database: by default Hypothesis's
+``.hypothesis/examples`` in the current directory, or the one ``database=`` names), so what one worker finds,
+every later run replays first.  The campaign's runs call `on_run` and `on_failure`; this module imports
+nothing of the campaign (it is given the shares).  The first worker
 whose run breaks an invariant sets a shared stop flag: the others end at their next run, and that worker
 alone shrinks its failure.  The parent raises its `InvariantViolation` (or returns the summed `Report`).
 A worker that dies without a result (a signal, an exit of its own) stops the others the same way, and the
