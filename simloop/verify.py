@@ -24,12 +24,12 @@ from hypothesis import strategies as st
 
 from simloop._campaign import Campaign, Search, World
 from simloop._campaign.failure import not_routed, not_wired, replay_line
-from simloop._campaign.schedule import CHUNK as _CHUNK  # the cap on one Hypothesis run, read at each call
-from simloop._campaign.schedule import FIRST_ROUND as _FIRST_ROUND  # noqa: F401 - the tests pin the schedule here
+from simloop._campaign.schedule import CHUNK as _CHUNK  # read at each call: a test may lower it to see chunks
+from simloop._campaign.schedule import FIRST_ROUND as _FIRST_ROUND  # noqa: F401 - imported from here by tests
 from simloop._campaign.schedule import chunks as _chunks  # noqa: F401
 from simloop._campaign.schedule import schedule as _schedule  # noqa: F401
 from simloop._campaign.schedule import split as _split  # noqa: F401
-from simloop._campaign.search import REDIS_TIMEOUT_S, example_database, invariant_ids
+from simloop._campaign.search import DEFAULT_OUT, REDIS_TIMEOUT_S, example_database, invariant_ids
 from simloop._campaign.world import DEFAULT_TASK, FOLLOWUPS
 from simloop._claims import Claims, limit_names, skip_reason
 from simloop._netguard import NetworkPolicy
@@ -45,8 +45,6 @@ __all__ = [
     "DEFAULT_TASK", "FOLLOWUPS", "REDIS_TIMEOUT_S", "example_database", "leftovers_problem", "not_routed", "not_wired",
     "replay", "unreached_model", "verify",
 ]
-
-DEFAULT_OUT = Path(".simloop") / "failures"
 
 
 def verify(

@@ -160,7 +160,7 @@ class Campaign:
             before = self.tally.examples
             self._hypothesis(self._chunk_test(chunk, first=chunk.number == 0 and not replayed))
             if self.tally.examples - before < chunk.size:
-                exhausted.add(chunk.stage)  # (or its phases generate nothing): more would only repeat it
+                exhausted.add(chunk.stage)  # its space ran out (or its phases generate nothing): more repeats it
 
     def _chunk_test(self, chunk: Chunk, *, first: bool) -> Callable[[], None]:
         """One chunk as a Hypothesis test: its settings, its database key, and its seed."""

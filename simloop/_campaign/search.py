@@ -21,8 +21,9 @@ from simloop._netguard import NetworkPolicy, check_policy
 from simloop.errors import UsageError
 from simloop.invariants import CATALOGUE
 
-__all__ = ["REDIS_TIMEOUT_S", "Search", "example_database", "invariant_ids"]
+__all__ = ["DEFAULT_OUT", "REDIS_TIMEOUT_S", "Search", "example_database", "invariant_ids"]
 
+DEFAULT_OUT = Path(".simloop") / "failures"  # where a failure's scenario file is written
 REDIS_TIMEOUT_S = 5.0  # real seconds a redis:// database has to answer the PING made before a search
 
 
@@ -38,7 +39,7 @@ class Search:
     max_examples: int = 200
     seed: int | None = None
     invariants: tuple[str, ...] = tuple(CATALOGUE)
-    out_dir: Path = Path(".simloop") / "failures"
+    out_dir: Path = DEFAULT_OUT
     settings: Settings = field(default_factory=Settings)
     network: NetworkPolicy = "block"
     workers: int = 1
