@@ -1,9 +1,11 @@
 """`verify(..., workers=N)`: one search over N processes (a campaign over the cores of one machine).
 
-Each worker process runs `simloop.verify` on its share of the budget with a seed of its own (derived from
-the campaign's seed, or Hypothesis's own randomness when there is none) and the same example database
-(the settings' database: by default Hypothesis's ``.hypothesis/examples`` in the current directory, or
-the one ``database=`` names), so what one worker finds, every later run replays first.  The first worker
+Each worker process runs its `Share` of the campaign (`simloop._campaign.Campaign.shares`): a search of its
+share of the budget with a seed of its own (derived from the campaign's seed, or Hypothesis's own randomness
+when there is none) and the same example database (the settings' database: by default Hypothesis's
+``.hypothesis/examples`` in the current directory, or the one ``database=`` names), so what one worker finds,
+every later run replays first.  The campaign's runs call `on_run` and `on_failure`; this module imports
+nothing of the campaign (it is given the shares).  The first worker
 whose run breaks an invariant sets a shared stop flag: the others end at their next run, and that worker
 alone shrinks its failure.  The parent raises its `InvariantViolation` (or returns the summed `Report`).
 A worker that dies without a result (a signal, an exit of its own) stops the others the same way, and the
@@ -23,17 +25,32 @@ import queue
 import signal
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from simloop.errors import InvariantViolation, SimloopInternalError, UsageError, WorkerDied
 from simloop.invariants import Report
 
-__all__ = ["Stopped", "on_failure", "on_run", "run_workers"]
+__all__ = ["Share", "Stopped", "on_failure", "on_run", "run_workers"]
 
 
 class Stopped(BaseException):
     """Another worker found a failure: this one ends its search (a BaseException, so Hypothesis lets it through)."""
+
+
+@dataclass(frozen=True)
+class Share:
+    """One worker's part of a campaign: its number, its share of the budget, its seed, and the search it runs.
+
+    ``search`` runs in the worker process (forked, or spawned: then it must pickle, as a bound method of a
+    campaign does) and returns the worker's `Report` or raises its `InvariantViolation`.
+    """
+
+    index: int
+    examples: int
+    seed: int | None
+    search: Callable[[], Report]
 
 
 class _Campaign:
@@ -64,14 +81,8 @@ def on_failure() -> None:
         _Campaign.stop.set()
 
 
-def run_workers(
-    verify: Any, drive: Any, kwargs: dict[str, Any], *, workers: int, derived_seed: Callable[[object, str, int], int]
-) -> Report:
-    """Run ``verify(drive, **kwargs)`` as ``workers`` processes sharing the budget; the first failure wins.
-
-    ``verify`` and ``derived_seed`` (worker ``i``'s seed from the campaign's) are `simloop.verify`'s, passed in:
-    verify imports this module, never the other way round.
-    """
+def run_workers(drive: Any, shares: Sequence[Share]) -> Report:
+    """Run each share of a campaign of ``drive`` in a process of its own; the first failure wins."""
     from simloop._runtime.prepare import before_run
     from simloop.sim import warm_up_sdk
 
@@ -79,12 +90,9 @@ def run_workers(
     ctx: Any = multiprocessing.get_context(method)
     stop = ctx.Event()
     results = ctx.Queue()
-    budget = int(kwargs.get("max_examples", 200))
-    seed = kwargs.get("seed")
     procs: list[tuple[int, Any]] = []  # (worker number, process)
-    progress = ctx.Array("l", workers, lock=False)  # each worker's current run (see on_run)
-    seeds: dict[int, int] = {}
-    shares: dict[int, int] = {}
+    progress = ctx.Array("l", max((s.index for s in shares), default=0) + 1, lock=False)  # each worker's run (on_run)
+    by_index = {share.index: share for share in shares}
     failure: InvariantViolation | None = None
     error: str | None = None
     died: list[tuple[int, int | None]] = []  # (worker, exit code) of those that died without a result
@@ -117,18 +125,11 @@ def run_workers(
         if froze:
             gc.freeze()
         try:
-            for i in range(workers):
-                share = budget // workers + (1 if i < budget % workers else 0)
-                if share < 1:
-                    continue
-                mine = {**kwargs, "max_examples": share}
-                shares[i] = share
-                if seed is not None:
-                    mine["seed"] = seeds[i] = derived_seed(seed, "worker", i)
-                proc = ctx.Process(target=_worker, args=(i, verify, drive, mine, stop, results, progress),
-                                   name=f"simloop-worker-{i}")
+            for share in shares:
+                proc = ctx.Process(target=_worker, args=(share, stop, results, progress),
+                                   name=f"simloop-worker-{share.index}")
                 proc.start()
-                procs.append((i, proc))
+                procs.append((share.index, proc))
         finally:
             if froze:
                 gc.unfreeze()
@@ -168,7 +169,8 @@ def run_workers(
         raise failure
     if died:
         n, code = died[0]
-        raise _died(n, code, progress[n], workers=len(procs), seed=seeds.get(n), share=shares[n], examples=examples)
+        share = by_index[n]
+        raise _died(n, code, progress[n], workers=len(procs), seed=share.seed, share=share.examples, examples=examples)
     if error is not None:
         if error.startswith("UsageError: "):
             raise UsageError(error.removeprefix("UsageError: "))
@@ -201,12 +203,11 @@ def _died(n: int, code: int | None, progress: int, *, workers: int, seed: int | 
     )
 
 
-def _worker(
-    i: int, verify: Any, drive: Any, kwargs: dict[str, Any], stop: Any, results: Any, progress: Any,
-) -> None:
+def _worker(share: Share, stop: Any, results: Any, progress: Any) -> None:
+    i = share.index
     _Campaign.stop, _Campaign.index, _Campaign.progress = stop, i, progress
     try:
-        report = verify(drive, **kwargs)
+        report = share.search()
         results.put((i, "ok", {"examples": report.examples, "checked": tuple(report.checked)}))
     except Stopped:
         results.put((i, "stopped", {"examples": _Campaign.runs}))

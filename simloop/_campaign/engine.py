@@ -1,0 +1,295 @@
+"""`Campaign`: one `simloop.verify`, run: the schedule of Hypothesis runs, one example a run, and the verdict.
+
+A campaign is a drive, a `World` (what each run is made of) and a `Search` (how the runs are searched).  It
+runs the world's stages as the schedule's chunks, each a Hypothesis test whose example draws one run's world,
+plays it in a fresh `Sim`, checks the invariants and tallies what the run showed; the first failure is
+shrunk by Hypothesis and reported as a `Failure`.  With several workers, each process runs a campaign of
+its own on its share of the budget (`simloop._workers`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import threading
+import unittest
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import Phase, given
+from hypothesis import seed as hypothesis_seed
+from hypothesis import settings as Settings
+from hypothesis import strategies as st
+from hypothesis.errors import Flaky
+
+from simloop._campaign.failure import Failure, not_routed, not_wired
+from simloop._campaign.schedule import Chunk, Stage, chunk_settings, derived_seed, fixed_seed, schedule
+from simloop._campaign.search import Search
+from simloop._campaign.world import Run, World
+from simloop._runtime.stack import on_fresh_stack
+from simloop._workers import Share, on_failure, on_run, run_workers
+from simloop.errors import UsageError
+from simloop.generated import Draw
+from simloop.invariants import Report
+from simloop.sim import Drive, Sim
+from simloop.transcript import Response, ToolStart
+
+__all__ = ["Campaign", "Tally"]
+
+
+class _Failed(Exception):
+    """Raised inside an example so that Hypothesis shrinks it."""
+
+
+@dataclass
+class Tally:
+    """What a campaign's runs showed so far: how many ran, reached the model, asked for tools, ran one, and
+    the last failure (with the number of the first failing example: shrinking runs more after it)."""
+
+    examples: int = 0
+    reached: int = 0
+    asked: int = 0
+    ran: int = 0
+    first_failure: int | None = None
+    failure: Failure | None = None
+
+    def done(self) -> int:
+        """How many runs finished so far."""
+        return self.examples
+
+    def count(self, sim: Sim) -> None:
+        """Add a finished run."""
+        self.examples += 1
+        if sim.server.calls:
+            self.reached += 1
+        if any(r.tool_uses for r in sim.transcript.of(Response)):
+            self.asked += 1  # the model asked for a tool: did any execution reach the ledger?
+        if sim.transcript.of(ToolStart):
+            self.ran += 1
+
+    def problem(self, name: str) -> str | None:
+        """Why the runs of drive ``name`` proved nothing, if they did not: none reached the model or a tool."""
+        if self.examples and not self.reached:
+            return not_wired(
+                f"verify ran {self.examples} example(s) of {name} and not one made a model call to the simulated API"
+            )
+        if self.asked and not self.ran:
+            return not_routed(
+                f"in {self.asked} of the {self.examples} example(s) of {name} the model asked for tools, and not one "
+                "tool execution reached simloop's ledger"
+            )
+        return None
+
+
+class Campaign:
+    """One search of a drive's loop: the world it draws, the schedule it runs, the failure it reports.
+
+    Example::
+
+        Campaign(drive, World.of(drive, ...), Search.of(...)).run()
+    """
+
+    def __init__(self, drive: Drive, world: World, search: Search) -> None:
+        self.drive = drive
+        self.world = world
+        self.search = search
+        self.tally = Tally()
+
+    def run(self) -> Report:
+        """Search, in this process or over ``search.workers`` processes: the `Report` when every run holds.
+
+        Raises:
+            InvariantViolation: the minimal failing run, written as a scenario file (see `Failure`).
+            UsageError: no run reached the model, or none of the tools the model asked for.
+        """
+        if self.search.workers > 1:
+            return run_workers(self.drive, self.shares())
+        stages = self.world.stages(self.search.max_examples)
+        replayed = self.search.replays_saved()
+        with _heap_frozen():
+            if replayed:
+                self._replay_saved(stages)
+            self._search(stages, replayed=replayed)
+        problem = self.tally.problem(self.world.name)
+        if problem is not None:
+            raise UsageError(problem)
+        return Report(violations=[], checked=self.search.invariants, examples=self.tally.examples)
+
+    def shares(self) -> list[Share]:
+        """The campaign split over its workers: each a campaign of its own, with its share and a seed of its own."""
+        workers, budget, seed = self.search.workers, self.search.max_examples, self.search.seed
+        out = []
+        for i in range(workers):
+            size = budget // workers + (1 if i < budget % workers else 0)
+            if size < 1:
+                continue
+            mine = derived_seed(seed, "worker", i) if seed is not None else None
+            search = dataclasses.replace(self.search, max_examples=size, seed=mine, workers=1)
+            out.append(Share(index=i, examples=size, seed=mine, search=Campaign(self.drive, self.world, search).run))
+        return out
+
+    # -- the schedule ----------------------------------------------------------------------------------
+
+    def _replay_saved(self, stages: Sequence[Stage]) -> None:
+        """Replay every stage's saved failures before any stage searches, so what was found anywhere (a campaign's
+        other workers, another machine sharing the database) is tried first."""
+        base = self.search.settings
+        phases = [p for p in base.phases if p in (Phase.reuse, Phase.shrink)]
+        for stage in stages:
+            example = self._example(stage.strategy, self.world.key(stage.name, self.search.invariants))
+            saved = Settings(chunk_settings(base, self.search.chunk, first=True), phases=phases)
+            try:
+                self._hypothesis(saved(given(st.data())(example)))
+            except unittest.SkipTest:  # Hypothesis's way of saying this stage has nothing saved to replay
+                pass
+
+    def _search(self, stages: Sequence[Stage], *, replayed: bool) -> None:
+        """Run the schedule's chunks; a stage whose chunk ran short (its space exhausted) gets no more."""
+        collected_at = 0  # tally.examples when the last finished runs were collected
+        exhausted: set[str] = set()
+        done = self.tally.done
+        for chunk in schedule(stages, self.search.max_examples, done, exhausted, cap=self.search.chunk):
+            if self.tally.examples - collected_at >= self.search.chunk:
+                # a finished Hypothesis run is freed only by a full collection (its engine sits in reference
+                # cycles through the frames its tracebacks keep), which CPython runs ever more rarely as the
+                # heap grows: without this, the finished runs of a long budget pile up
+                gc.collect()
+                collected_at = self.tally.examples
+            before = self.tally.examples
+            self._hypothesis(self._chunk_test(chunk, first=chunk.number == 0 and not replayed))
+            if self.tally.examples - before < chunk.size:
+                exhausted.add(chunk.stage)  # its space ran out (or its phases generate nothing): more repeats it
+
+    def _chunk_test(self, chunk: Chunk, *, first: bool) -> Callable[[], None]:
+        """One chunk as a Hypothesis test: its settings, its database key, and its seed."""
+        base, seed = self.search.settings, self.search.seed
+        digest = self.world.key(chunk.stage, self.search.invariants)
+        test: Callable[[], None] = chunk_settings(base, chunk.size, first=first)(
+            given(st.data())(self._example(chunk.strategy, digest))
+        )
+        if seed is not None:  # (as with any @seed, Hypothesis leaves its database out of seeded runs)
+            test = hypothesis_seed(seed if chunk.number == 0 else derived_seed(seed, chunk.stage, chunk.number))(test)
+        elif chunk.number > 0 and (root := fixed_seed(base, digest)) is not None:
+            # every chunk would repeat the first; hypothesis.seed would also turn the database off, which
+            # derandomize (with a database given) keeps on, so the seed is set as it sets it, minus that
+            derived = derived_seed(root, chunk.stage, chunk.number)
+            test._hypothesis_internal_use_seed = derived  # type: ignore[attr-defined]
+        return test
+
+    def _hypothesis(self, test: Callable[[], None]) -> None:
+        """Run one Hypothesis test; its shrunk failure is raised as the `InvariantViolation` that reports it."""
+        try:
+            on_fresh_stack(test)  # the engine and every example on stack space of their own (see _stack)
+        except Flaky as flaky:
+            if self.tally.failure is None:
+                raise
+            raise self.tally.failure.raised_flaky(
+                self.drive, type(flaky).__name__, out_dir=self.search.out_dir, seed=self.search.seed,
+                examples=self.tally.examples,
+            ) from None
+        except _Failed:
+            if self.tally.failure is None:  # (the example that raised _Failed kept its failure first)
+                raise
+            raise self.tally.failure.raised(
+                self.drive, out_dir=self.search.out_dir, seed=self.search.seed, examples=self.tally.examples
+            ) from None
+
+    # -- one example: one run ------------------------------------------------------------------------
+
+    def _example(self, strategy: st.SearchStrategy[Any], digest: bytes) -> Callable[[st.DataObject], None]:
+        """The body of a chunk's test: one run of a world drawn with ``strategy``'s plans, keyed by ``digest``."""
+
+        # Hypothesis keys its example database (and seeds a derandomized run) by this function's source and the
+        # digest: kept this small, the keys of saved failures change only with the world's key, not with the code
+        def example(data: st.DataObject) -> None:
+            self._run(data, strategy)
+
+        example._hypothesis_internal_add_digest = digest  # type: ignore[attr-defined]
+        return example
+
+    def _run(self, data: st.DataObject, strategy: st.SearchStrategy[Any]) -> None:
+        """Draw a world, play it in a fresh Sim, check it and tally it; a failing run raises for Hypothesis."""
+        on_run()  # in a campaign of several workers: stop when another one failed
+        run = self.world.draw(_run_draw(data), strategy)
+        sim = self._play(run)
+        if run.faults.stopped is not None:
+            raise run.faults.stopped  # Hypothesis's own stop, met in a tool execution (see GeneratedFaults)
+        report: Report = sim.check(invariants=self.search.invariants)
+        self.tally.count(sim)
+        if not report.ok:
+            self._failed(Failure(report, sim, run.model, run.faults))
+
+    def _play(self, run: Run) -> Sim:
+        """The drive's run of the drawn world, in a fresh Sim."""
+        seed = self.search.seed if self.search.seed is not None else 0
+        with Sim(
+            run.scenario, seed=seed, model=run.model, fault_source=run.faults, network=self.search.network,
+            limits=self.world.limits,
+        ) as sim:
+            self.world.attach(run, sim)
+            sim.run(self.drive)
+        return sim
+
+    def _failed(self, failure: Failure) -> None:
+        """Keep a failing run (and the number of the first one), stop the other workers, and fail the example."""
+        if self.tally.first_failure is None:
+            self.tally.first_failure = self.tally.examples
+        on_failure()
+        self.tally.failure = dataclasses.replace(failure, first=self.tally.first_failure)
+        raise _Failed(", ".join(sorted({v.invariant for v in failure.report.violations})))
+
+
+def _run_draw(data: st.DataObject) -> Draw:
+    """How a run draws its replies and faults: straight from the example's choices.
+
+    ``data.draw`` adds, per draw, a check that the strategy left the global ``random`` alone (two
+    copies of its state) and a note for Hypothesis's printout of a falsifying example, which `verify`
+    replaces with its own report: a good part of a reply's cost, paid on every reply of every run.
+    ``data.conjecture_data`` is what ``data.draw`` draws from (Hypothesis keeps it "semi-stable");
+    should it go, runs draw through ``data.draw``.
+    """
+    choices = getattr(data, "conjecture_data", None)
+    draw = getattr(choices, "draw", None)
+    if not callable(draw):
+        draw = data.draw
+    lock = threading.Lock()  # the choices are one sequence: a draw from a tool thread waits its turn
+
+    def locked(strategy: st.SearchStrategy[Any]) -> Any:
+        with lock:
+            return draw(strategy)
+
+    return locked
+
+
+# Searches running in this process, and whether the first of them froze the heap.
+_FREEZE: dict[str, Any] = {"searches": 0, "froze": False}
+_FREEZE_LOCK = threading.Lock()
+
+
+@contextmanager
+def _heap_frozen() -> Iterator[None]:
+    """What the heap held before the search left out of its garbage collections, and handed back after.
+
+    A full collection walks every tracked object: with the SDK and pydantic loaded that is some 170k
+    objects, 190 ms here, and a search runs one after every hundred examples (see `schedule.CHUNK`) besides
+    CPython's own.  None of those objects is the search's garbage, so a search freezes them
+    (`gc.freeze`) and `gc.unfreeze` returns them to the collector when the last search ends.  A process
+    that froze its own heap keeps it as it is.  (A higher young-generation threshold was tried too: it
+    made examples some 2% faster and let a 10,000-example search's garbage pile up to 2.7 times the
+    memory of a short one.)
+    """
+    with _FREEZE_LOCK:
+        _FREEZE["searches"] += 1
+        if _FREEZE["searches"] == 1:
+            _FREEZE["froze"] = gc.get_freeze_count() == 0
+            if _FREEZE["froze"]:
+                gc.freeze()
+    try:
+        yield
+    finally:
+        with _FREEZE_LOCK:
+            _FREEZE["searches"] -= 1
+            if _FREEZE["searches"] == 0 and _FREEZE["froze"]:
+                gc.unfreeze()

@@ -1,0 +1,185 @@
+"""`World`: what each run of a campaign is made of (the world's options), and how one run's world is drawn.
+
+The options travel together in one frozen value: the tools, the task, the limits the loop declares, the plans
+(or a recording to fault), the most user turns, the Stop button, the most process deaths.  Each option is a
+field and a step of `World.draw`, in a fixed order: the order of the draws is what Hypothesis shrinks and what
+the example database replays, so a new option draws after the others.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from hypothesis import strategies as st
+
+from simloop._campaign.failure import drive_name
+from simloop._campaign.schedule import Stage, split
+from simloop.errors import UsageError
+from simloop.generated import Draw, GeneratedFaults, GeneratedModel
+from simloop.scenario import Abort, Limits, Scenario, ToolSpec
+from simloop.sim import Drive, Sim
+from simloop.strategies import DEFAULT_TOOLS, Plan, stages
+
+if TYPE_CHECKING:
+    from simloop.cassettes import FaultedRecording, Recording
+
+__all__ = ["ABORT_POINTS", "DEFAULT_TASK", "FOLLOWUPS", "Run", "World", "followups"]
+
+DEFAULT_TASK = "The customer asks for a refund of order 1234. Check the policy, then email them the outcome."
+#: The user's follow-up messages of a generated conversation (`verify(turns=N)`), in order.
+FOLLOWUPS = (
+    "Thanks. Did the customer get the email?",
+    "Also check the shipping status of order 1234.",
+    "Please summarise what you did for the ticket.",
+    "One more thing: is the refund policy the same for gift cards?",
+)
+#: Where `verify(abort=True)` presses Stop: after the n-th model call, while the n-th tool execution runs, or at a
+#: virtual time (a model call or a tool in flight, often); the first of each is the simplest.
+ABORT_POINTS = st.one_of(
+    st.integers(1, 4).map(lambda n: Abort(after_call=n)),
+    st.integers(1, 3).map(lambda n: Abort(tool_call=n)),
+    st.sampled_from((0.5, 2.0, 10.0, 60.0)).map(lambda t: Abort(at=t)),
+)
+
+
+@dataclass
+class Run:
+    """One run's world, drawn: the scenario it plays, the model that answers the loop, the tools' faults."""
+
+    scenario: Scenario
+    model: GeneratedModel | FaultedRecording
+    faults: GeneratedFaults
+
+
+@dataclass(frozen=True)
+class World:
+    """The world's options of a campaign, checked, and how each run's world is drawn from them.
+
+    ``scenario`` is what every run starts from (the task, tools and limits; a recording's own, with the
+    declared limits, when ``recording`` is given); ``name`` is the drive's; ``task`` is the task as given
+    (part of the database key, also when a recording brings its own).
+    """
+
+    name: str
+    task: str
+    tools: tuple[ToolSpec, ...]
+    limits: Limits
+    scenario: Scenario
+    plan: st.SearchStrategy[Plan] | None = None
+    recording: Recording | None = None
+    turns: int = 1
+    abort: bool = False
+    restarts: int = 0
+
+    @classmethod
+    def of(
+        cls, drive: Drive, *, tools: Sequence[ToolSpec | dict[str, Any]] | None, limits: Limits | dict[str, Any] | None,
+        task: str, plan: st.SearchStrategy[Plan] | None, recorded: Any, turns: int, abort: bool, restarts: int,
+    ) -> World:
+        """`verify`'s world arguments as a `World`; a wrong one is a `UsageError` saying what to give."""
+        if isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
+            raise UsageError(f"verify(turns=...) is the most user turns of a conversation, an int >= 1; got {turns!r}")
+        if turns > 1 and recorded is not None:
+            raise UsageError("verify(turns=...) generates conversations; a recording has its own turns: leave turns=1")
+        if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
+            raise UsageError(
+                f"verify(restarts=...) is the most simulated process deaths a run, an int >= 0; got {restarts!r}"
+            )
+        specs = _tools(tools)
+        declared = limits if isinstance(limits, Limits) else Limits.model_validate(limits or {})
+        name = drive_name(drive)
+        base = Scenario(name=name, task=task, tools=specs, limits=declared)
+        recording = None
+        if recorded is not None:
+            from simloop.cassettes import load_recording  # (only for a recording: import simloop leaves it alone)
+
+            kinds = {t.name: t.kind for t in specs} if tools is not None else None
+            recording = load_recording(recorded, kinds=kinds)
+            base = recording.scenario.model_copy(update={"name": name, "limits": declared, "expect": None})
+            specs = list(base.tools)
+        return cls(
+            name=name, task=task, tools=tuple(specs), limits=declared, scenario=base, plan=plan, recording=recording,
+            turns=turns, abort=bool(abort), restarts=restarts,
+        )
+
+    def stages(self, max_examples: int) -> list[Stage]:
+        """The budget as stages: the plan's, the recording's faults, or by default `simloop.strategies.stages`,
+        each making one kind of run certain."""
+        if self.plan is not None:
+            return [Stage("plan", self.plan, max_examples)]
+        if self.recording is not None:
+            from simloop.cassettes import fault_plans
+
+            return [Stage("recording", fault_plans(), max_examples)]
+        return split(max_examples, stages())
+
+    def key(self, stage: str, invariants: Sequence[str]) -> bytes:
+        """The example database's key of a stage: the same loop, world and stage find their failures again."""
+        source = self.recording.source if self.recording is not None else None
+        return repr(
+            (self.name, list(self.tools), self.limits, list(invariants), self.task, source, stage)
+            + ((self.turns,) if self.turns > 1 else ())
+            + (("abort",) if self.abort else ())
+            + ((self.restarts,) if self.restarts else ())
+        ).encode()
+
+    def draw(self, draw: Draw, strategy: st.SearchStrategy[Any]) -> Run:
+        """One run's world: its turns, its Stop, its plan (the model and tool faults), then its crash points."""
+        scenario = self.scenario
+        if self.turns > 1:  # drawn first: the shrinker lowers it to remove turns
+            scenario = scenario.model_copy(update={"followups": followups(draw(self._turn_counts) - 1)})
+        if self.abort:
+            scenario = scenario.model_copy(update={"abort": draw(ABORT_POINTS)})
+        chosen = draw(strategy)
+        run = Run(scenario, *self._policies(draw, chosen, strategy))
+        if self.restarts:
+            run.faults.crash_at = draw(self._crash_points)
+        return run
+
+    def attach(self, run: Run, sim: Sim) -> None:
+        """Let the run's model and faults see the Sim they play in: its transcript, its lives and turns."""
+        run.faults.transcript = sim.transcript
+        if self.restarts and isinstance(run.model, GeneratedModel):
+            run.model.lives = functools.partial(getattr, sim, "lives")
+        if self.turns > 1 and isinstance(run.model, GeneratedModel):
+            run.model.turn = functools.partial(getattr, sim.user_turns, "started")
+
+    def _policies(
+        self, draw: Draw, chosen: Any, strategy: st.SearchStrategy[Any]
+    ) -> tuple[GeneratedModel | FaultedRecording, GeneratedFaults]:
+        """The run's model and tool faults for the plan drawn (a recording's fault plan, when faulting one)."""
+        if self.recording is not None:
+            from simloop.cassettes import FaultedRecording
+
+            return FaultedRecording(self.recording, draw, chosen), GeneratedFaults(draw, chosen.tool_plan, self.tools)
+        if self.turns > 1:  # each later turn draws a plan of its own
+            return GeneratedModel(draw, chosen, next_plan=strategy), GeneratedFaults(draw, chosen, self.tools)
+        return GeneratedModel(draw, chosen), GeneratedFaults(draw, chosen, self.tools)
+
+    @functools.cached_property
+    def _turn_counts(self) -> st.SearchStrategy[int]:
+        return st.integers(1, self.turns)
+
+    @functools.cached_property
+    def _crash_points(self) -> st.SearchStrategy[frozenset[int]]:
+        """The write executions (the 1st to 3rd) where the process dies, at most ``restarts`` of them."""
+        return st.frozensets(st.integers(1, 3), min_size=1, max_size=self.restarts)
+
+
+def followups(n: int) -> list[str]:
+    """The first ``n`` follow-up messages of a generated conversation."""
+    return [FOLLOWUPS[i % len(FOLLOWUPS)] + (f" ({i // len(FOLLOWUPS) + 1})" if i >= len(FOLLOWUPS) else "")
+            for i in range(n)]
+
+
+def _tools(tools: Sequence[ToolSpec | dict[str, Any]] | None) -> list[ToolSpec]:
+    """The loop's tools as `ToolSpec` s: the defaults (a read ``search``, a write ``send_email``) when not given."""
+    if tools is None:
+        return list(DEFAULT_TOOLS)
+    out = [t if isinstance(t, ToolSpec) else ToolSpec.model_validate(t) for t in tools]
+    if not out:
+        raise UsageError("verify(tools=[]): give the loop at least one tool, or leave tools out for the defaults")
+    return out
