@@ -23,7 +23,7 @@ class AbortSignal:
     """An event-like Stop signal: ``is_set()``, ``wait()``, ``add_callback(fn)`` (like JavaScript's AbortSignal).
 
     Set by the simulator at the scenario's abort point (the user pressed Stop) and cleared when the next
-    user turn begins.  ``set()`` presses it by hand (a test, or a loop's own UI).
+    user turn begins; its callbacks hold for the run (until a simulated crash).  ``set()`` presses it by hand (a test, or a loop's own UI).
 
     Example (a sync loop)::
 
@@ -47,8 +47,10 @@ class AbortSignal:
 
     def add_callback(self, fn: Callable[[], object]) -> None:
         """Call ``fn()`` when Stop is pressed, e.g. ``sim.abort.add_callback(asyncio.current_task().cancel)``;
-        at once if it already was."""
-        self._callbacks.append(fn)
+        at once if it already was.  It holds for the run, whichever turn it was added in (before the first
+        one included): each Stop calls it once, and adding the same callback again changes nothing."""
+        if fn not in self._callbacks:
+            self._callbacks.append(fn)
         if self.is_set():
             fn()
 
@@ -58,20 +60,21 @@ class AbortSignal:
             self._callbacks.remove(fn)
 
     def set(self, trigger: str = "set by hand") -> None:
-        """Press Stop: recorded in the transcript (an ``abort`` event), then the callbacks run (once)."""
+        """Press Stop: recorded in the transcript (an ``abort`` event), then the callbacks run (each once)."""
         if self._event.is_set():
             return
         self._event.set()
         if self._on_fire is not None:
             self._on_fire(trigger)
-        callbacks, self._callbacks = self._callbacks, []
-        for fn in callbacks:
+        for fn in list(self._callbacks):
             fn()
 
-    def clear(self) -> None:
-        """Release Stop (the next user turn begins); callbacks registered before are dropped."""
+    def clear(self, *, forget_callbacks: bool = False) -> None:
+        """Release Stop (the next user turn begins: the callbacks hold on for its Stop); ``forget_callbacks``
+        when the process died (a restart: what the old life registered died with it)."""
         self._event.clear()
-        self._callbacks = []
+        if forget_callbacks:
+            self._callbacks = []
 
     def __bool__(self) -> bool:
         return self.is_set()

@@ -507,7 +507,7 @@ class Sim:
         self.lives += 1
         self.transcript.append(Restart(t=self.clock.now(), life=self.lives, detail=str(crash)))
         self._turns.started = 0
-        self.abort.clear()
+        self.abort.clear(forget_callbacks=True)
 
     def _record(self, returned: Any) -> Outcome:
         if self._proc is not None and self._proc.exited is not None:  # it ended the process, then swallowed that

@@ -213,3 +213,47 @@ def test_a_cancellation_the_loop_lets_escape_is_a_crash_that_says_how_to_catch_i
     assert "catches the CancelledError around every await of its turn and returns Outcome(reason='aborted')" in (
         crash.message)
     assert "test_abort.py" in (crash.evidence["where"] or "")
+
+
+def test_a_callback_added_before_the_first_turn_hears_the_stop_of_any_turn_once() -> None:
+    """Callbacks hold for the run: one added before `sim.user_turns` is taken (issue 31: it was dropped without a
+    word when the first turn began) is called for a Stop in a later turn, once, even if added twice."""
+    heard: list[int] = []
+    world = _world([{"end_turn": "a"}, {"end_turn": "b"}], {"after_call": 2}, followups=["And then?"])
+
+    def drive(sim: Sim) -> list[Outcome]:
+        def on_stop() -> None:
+            heard.append(sim.user_turns.started)
+
+        sim.abort.add_callback(on_stop)
+        sim.abort.add_callback(on_stop)  # the same callback again: still called once
+        outcomes = []
+        for text in sim.user_turns:
+            sim.client.messages.create(model=sim.model, max_tokens=10, messages=[{"role": "user", "content": text}])
+            outcomes.append(Outcome("aborted" if sim.abort.is_set() else "final"))
+        return outcomes
+
+    with Sim(world) as sim:
+        sim.run(drive)
+    assert heard == [2]  # the Stop of the second turn (turn 1), heard once
+    assert sim.check().ok
+
+
+def test_a_restart_forgets_the_callbacks_of_the_life_that_died() -> None:
+    heard: list[int] = []
+    world = _world([{"tool_use": [{"name": "search", "input": {"q": "a"}}]}, {"end_turn": "b"}], {"after_call": 2},
+                   faults=[{"tool": "search", "call": 1, "kind": "crash"}], strict=False)
+
+    def drive(sim: Sim) -> Outcome:
+        life = sim.lives
+        sim.abort.add_callback(lambda: heard.append(life))  # a new closure each life
+        reply = sim.client.messages.create(model=sim.model, max_tokens=10,
+                                           messages=[{"role": "user", "content": sim.task}])
+        for block in reply.content:
+            if block.type == "tool_use":
+                sim.run_tool(block.name, block.input, tool_use_id=block.id)  # life 1 dies here
+        return Outcome("aborted" if sim.abort.is_set() else "final")
+
+    with Sim(world) as sim:
+        sim.run(drive)
+    assert sim.lives == 2 and heard == [2]  # only the living life's callback heard the Stop
