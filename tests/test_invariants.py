@@ -641,8 +641,9 @@ def test_truncation_flags_max_tokens_reported_as_final_once() -> None:
     [v] = check(max_tokens_then_final()).violations  # honest_outcome's twin is folded into this one
     assert (v.invariant, v.step) == ("truncation", 1)
     assert v.evidence == {"request": 1, "reason": "final", "last_stop_reason": "max_tokens"}
-    [h] = only(max_tokens_then_final(), "honest_outcome")  # checked alone, honest_outcome still sees it
-    assert h.message.startswith("the loop reported 'final' but the last reply was cut off at max_tokens")
+    # checked without truncation, the fault truncation owns is left out with it (a known finding set aside does
+    # not come back under another id)
+    assert only(max_tokens_then_final(), "honest_outcome") == []
 
 
 def test_truncated_is_an_honest_reason_after_max_tokens() -> None:
@@ -887,12 +888,15 @@ def test_tool_errors_matches_an_exception_repr() -> None:
     ("result", "kind", "how"),
     [
         (user(tool_result("toolu_1", "ERROR: slow")), "not_is_error", "was reported as a success (no is_error)"),
+        # the assistant turn dropped with the result (pairing holds): the error is tool_errors' alone
         (user(text("the tool failed")), "unreported", "was never reported to the model"),
     ],
 )
 def test_tool_errors_wants_an_is_error_observation(result: dict[str, Any], kind: str, how: str) -> None:
     run = Run()
     history = email_step(run)
+    if kind == "unreported":
+        history = history[:1]
     run.tool("send_email", {"to": "a@example.com"}, matched="toolu_1", status="raised", error="TimeoutError: slow")
     run.request([*history, result])
     run.reply("end_turn")

@@ -129,7 +129,8 @@ def check(transcript: Transcript, *, invariants: Iterable[str] | None = None) ->
     """Check a transcript against the catalogue (all invariants, or the ids in ``invariants``).
 
     Returns a `Report`; raises `simloop.UsageError` for an unknown invariant id.
-    A fault two checked invariants both see is reported once (see `_fold_overlaps`).
+    A fault two invariants both see is reported once, under the one that owns it (see `_fold_overlaps`); an
+    invariant left out of ``invariants`` takes the faults it owns with it.
 
     Example: ``check(sim.transcript, invariants=["pairing"]).raise_for_violations()``
     """
@@ -139,15 +140,24 @@ def check(transcript: Transcript, *, invariants: Iterable[str] | None = None) ->
             "pass sim.transcript or Transcript.read(path)"
         )
     ids = _resolve(invariants)
+    # the folding needs what the invariants that claim a fault saw, checked or not: leaving one out leaves out its
+    # fallout in the others too (a tool's escaped exception is tool_errors', never crash's), so a known finding can
+    # be set aside without it coming back under another id
+    claimants = [i for i in _CLAIMANTS if i not in ids]
     try:
-        violations = _fold_overlaps([v for i in ids for v in CATALOGUE[i](transcript)])
+        found = [v for i in (*ids, *claimants) for v in CATALOGUE[i](transcript)]
+        violations = [v for v in _fold_overlaps(found) if v.invariant in ids]
     finally:
         _base._LAST_VIEW[0] = None  # the view holds the transcript: keep it no longer than the caller does
     return Report(violations, ids, transcript)
 
 
+#: The invariants whose violations decide what `_fold_overlaps` drops from the others.
+_CLAIMANTS = ("truncation", "pairing", "tool_errors")
+
+
 def _fold_overlaps(violations: list[Violation]) -> list[Violation]:
-    """Report one fault once when two checked invariants both see it (each still sees it when checked alone).
+    """Report one fault once when two invariants both see it, under the one that owns it.
 
     "final after a max_tokens reply" stays under ``truncation``; a failed tool
     whose tool_result is missing altogether stays under ``pairing``; a tool's
