@@ -271,7 +271,12 @@ def test_show_plain_is_the_stable_text_timeline(tmp_path: Path, capsys: pytest.C
     capsys.readouterr()
     assert main(["show", str(trace), "--plain"]) == 1
     transcript = Transcript.read(trace)
-    assert capsys.readouterr().out == render_timeline(transcript, check(transcript).violations) + "\n"
+    violations = check(transcript).violations
+    verdict = "".join(f"  {v}\n" for v in violations)
+    # the timeline, then the verdict in words (issue 31: --plain printed no violations)
+    assert capsys.readouterr().out == (
+        render_timeline(transcript, violations) + f"\n{len(violations)} violation(s):\n" + verdict)
+    assert violations
 
 
 def test_show_and_report_reject_a_bad_transcript(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

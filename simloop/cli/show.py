@@ -56,6 +56,10 @@ def show(trace: str, plain: bool, width: int | None) -> int:
         from simloop.timeline import render_timeline
 
         click.echo(render_timeline(transcript, violations, width=width or 100))
+        # the verdict in plain text too, as the rich view and the failure reports give it
+        click.echo(f"{len(violations)} violation(s):" if violations else "no violations")
+        for v in violations:
+            click.echo(f"  {v}")
         return 1 if violations else 0
     from simloop.report import print_timeline
 
