@@ -293,7 +293,6 @@ def _from_har(name: str, entries: Any) -> list[Any]:
             text = _body_of(f"{where}: response", {"base64_string": text})
         headers = _har_headers(f"{where}: response", response.get("headers"))
         headers.pop("content-encoding", None)
-        headers.pop("Content-Encoding", None)
         out.append({
             "request": {"method": request.get("method"), "uri": request.get("url"),
                         "headers": _har_headers(f"{where}: request", request.get("headers")),
@@ -310,7 +309,7 @@ def _har_headers(where: str, raw: Any) -> dict[str, list[str]]:
         raise CassetteError(f"{where}: HAR headers must be a list of {{name, value}}, found {_describe(raw)}.{_FIX}")
     headers: dict[str, list[str]] = {}
     for h in raw:
-        headers.setdefault(str(h["name"]), []).append(str(h.get("value", "")))
+        headers.setdefault(str(h["name"]).lower(), []).append(str(h.get("value", "")))
     return headers
 
 

@@ -3,7 +3,7 @@ history the next turn can send)."""
 
 from __future__ import annotations
 
-from simloop.invariants._base import MESSAGES_PATH, Violation, _is_reply, _view
+from simloop.invariants._base import _FINAL_STOPS, MESSAGES_PATH, Violation, _is_reply, _view
 from simloop.transcript import AbortEvent, OutcomeEvent, Request, Response, Restart, ToolStart, Transcript, TurnStart
 
 __all__ = ["abort"]
@@ -76,7 +76,7 @@ def _after_stop(t: Transcript, at: int, event: AbortEvent) -> list[Violation]:
 
 
 #: The replies that end a turn by themselves, and the reason a loop honestly gives for each.
-_ENDS_TURN = {"end_turn": "final", "stop_sequence": "final", "refusal": "refusal", "max_tokens": "truncated"}
+_ENDS_TURN = {**dict.fromkeys(_FINAL_STOPS, "final"), "refusal": "refusal", "max_tokens": "truncated"}
 
 
 def _returned_before(t: Transcript, at: int) -> bool:
