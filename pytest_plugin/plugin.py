@@ -223,6 +223,15 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return _header_lines(session)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Settle the ``simloop.property`` tests collected: their database key becomes their node id (as HypoFuzz makes
+    it, so what ``hypothesis fuzz`` saved replays here first), and a ``@settings`` on top keeps simloop's part."""
+    for item in items:
+        settle = getattr(getattr(item, "obj", None), "_simloop_settle", None)
+        if callable(settle):
+            settle(item.nodeid)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Print the seed line once collection shows a test that uses simloop (a suite that does not sees none)."""
     state = session.config.stash[_SESSION]

@@ -23,7 +23,7 @@ from simloop.outcome import Outcome
 from simloop.scenario import Fault, Limits, Reply, Scenario, ToolCall, ToolSpec, load_scenario
 from simloop.sim import ScriptExhaustedError, Sim
 from simloop.transcript import Transcript
-from simloop.verify import replay, verify
+from simloop.verify import property, replay, verify  # noqa: A004 - simloop.property: verify as a plain test
 
 __version__ = "0.1.0"
 
@@ -58,6 +58,7 @@ __all__ = [
     "UsageError",
     "Violation",
     "load_scenario",
+    "property",
     "replay",
     "strategies",
     "verify",

@@ -231,7 +231,7 @@ def load_drive(spec: Any, *, search: Iterable[Path] = ()) -> Drive:
     folder) are tried too, the way ``python -m`` finds the current folder's packages.
     """
     if callable(spec):
-        return spec  # type: ignore[no-any-return]
+        return getattr(spec, "simloop_drive", spec)  # type: ignore[no-any-return]
     if not isinstance(spec, str):
         raise UsageError(f"a drive is a function or 'package.module:function', got {spec!r}")
     module_name, _, attr = spec.partition(":")
@@ -250,7 +250,7 @@ def load_drive(spec: Any, *, search: Iterable[Path] = ()) -> Drive:
         raise UsageError(f"module {module_name!r} has no {attr!r} (from the drive {spec!r})") from None
     if not callable(target):
         raise UsageError(f"the drive {spec!r} is not a function")
-    return target  # type: ignore[no-any-return]
+    return getattr(target, "simloop_drive", target)  # type: ignore[no-any-return]  # a simloop.property test: its drive
 
 
 def _import(module_name: str, search: Iterable[Path]) -> Any:

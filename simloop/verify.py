@@ -1,4 +1,4 @@
-"""`verify` and `replay`: property-test a loop, and re-run a saved failure.
+"""`verify`, `property` and `replay`: property-test a loop, as a search or as a plain Hypothesis test; re-run a failure.
 
 `verify(drive)` runs the loop in a fresh `Sim` per Hypothesis example.  The
 model's replies and the tool faults are drawn as the loop asks (see
@@ -9,15 +9,18 @@ a thin function: its arguments become a `World` (what each run is made of) and
 a `Search` (how the runs are searched), and a `Campaign` runs them (see
 `simloop._campaign`).
 
+`property(drive)` is the same search as one plain Hypothesis test (``@given``) that pytest runs, HypoFuzz fuzzes
+and an example database feeds, raising the same report.
+
 `replay(drive, path)` re-runs such a file and re-checks it, so a failure
 becomes a regression test by committing the file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
@@ -29,6 +32,7 @@ from simloop._campaign.schedule import FIRST_ROUND as _FIRST_ROUND  # noqa: F401
 from simloop._campaign.schedule import chunks as _chunks  # noqa: F401
 from simloop._campaign.schedule import schedule as _schedule  # noqa: F401
 from simloop._campaign.schedule import split as _split  # noqa: F401
+from simloop._campaign.schedule import test_settings
 from simloop._campaign.search import DEFAULT_OUT, REDIS_TIMEOUT_S, example_database, invariant_ids
 from simloop._campaign.world import DEFAULT_TASK, FOLLOWUPS
 from simloop._claims import Claims, limit_names, skip_reason
@@ -43,7 +47,7 @@ from simloop.timeline import render_timeline
 
 __all__ = [
     "DEFAULT_TASK", "FOLLOWUPS", "REDIS_TIMEOUT_S", "example_database", "leftovers_problem", "not_routed", "not_wired",
-    "replay", "unreached_model", "verify",
+    "property", "replay", "unreached_model", "verify",
 ]
 
 
@@ -90,8 +94,83 @@ def verify(
 
         simloop.verify(drive, limits=simloop.Limits(max_steps=10), max_examples=100)
     """
+    return _campaign(
+        "verify", drive, tools=tools, limits=limits, max_examples=max_examples, seed=seed, invariants=invariants,
+        task=task, plan=plan, out_dir=out_dir, settings=settings, recorded=recorded, turns=turns, abort=abort,
+        restarts=restarts, workers=workers, database=database, network=network,
+    ).run()
+
+
+#: A plain Hypothesis test of a loop, as `property` returns it (it takes no arguments: ``@given`` draws them).
+PropertyTest = Callable[[], None]
+
+
+@overload
+def property(drive: Drive, /, **options: Any) -> PropertyTest: ...
+@overload
+def property(drive: None = None, /, **options: Any) -> Callable[[Drive], PropertyTest]: ...
+def property(drive: Drive | None = None, /, **options: Any) -> PropertyTest | Callable[[Drive], PropertyTest]:
+    """``verify(drive, **options)`` as a plain Hypothesis test: ``@given`` over the same example, the same report.
+
+    Assign it to a ``test_`` name (or put ``@simloop.property(...)`` on the drive) and pytest runs it like any
+    Hypothesis test: the loaded profile and ``--hypothesis-seed`` apply, ``@settings(...)`` can be applied on top,
+    the example database (the profile's, or ``database=``: a directory or a ``redis://`` URL) replays its saved
+    failures first and keeps the ones it finds, and ``hypothesis fuzz`` (HypoFuzz) can fuzz it for hours, saving
+    what it finds to that database for the next CI run to replay first.
+
+    The options are `verify`'s.  ``max_examples`` left out is the profile's; ``workers`` is 1 (a test runs in one
+    process: ``hypothesis fuzz`` spreads one over many); ``seed`` also fixes Hypothesis's seed (and so, as any
+    ``@seed``, leaves the database out).  Under simloop's pytest plugin the test's database key is its pytest
+    node id, the one HypoFuzz uses, and a ``@settings`` applied on top keeps the deadline off.
+
+    Returns the test (or, called without a drive, a decorator that makes one of the drive it decorates).
+
+    Raises (when the test runs):
+        InvariantViolation: as `verify` raises it: the violations, the minimal scenario written under ``out_dir``,
+            the timeline of the failing run and the line that replays it.
+        UsageError: an option is wrong (raised at once), or the first runs (ten, or the budget if smaller) proved
+            nothing: none reached the model or a tool (the drive is not wired to the Sim).
+
+    Example::
+
+        test_my_loop = simloop.property(drive, limits=simloop.Limits(max_steps=10), max_examples=100)
+    """
+    if drive is None:
+        return lambda decorated: property(decorated, **options)
+    unknown = sorted(set(options) - set(_OPTIONS))
+    if unknown:
+        raise UsageError(
+            f"property(drive, {', '.join(f'{k}=...' for k in unknown)}): not an option; the options are verify's: "
+            + ", ".join(_OPTIONS)
+        )
+    max_examples = options.pop("max_examples", None)
+    campaign = _campaign("property", drive, max_examples=max_examples or 0, **options)
+    test: Any = campaign.as_test(max_examples=max_examples)
+    name = getattr(drive, "__name__", "drive")  # how pytest's and Hypothesis's reports name the test
+    test.__name__ = test.__qualname__ = test.hypothesis.inner_test.__name__ = test.hypothesis.inner_test.__qualname__ = name
+    test.simloop_drive = drive  # what a replay line naming this test runs (`simloop run --drive module:test_x`)
+    test._simloop_settle = lambda nodeid: _settle(test, nodeid)  # called by the pytest plugin as it collects it
+    return test  # type: ignore[no-any-return]
+
+
+#: `verify`'s options (and so `property`'s), by name.
+_OPTIONS = (
+    "tools", "limits", "max_examples", "seed", "invariants", "task", "plan", "out_dir", "settings", "recorded",
+    "turns", "abort", "restarts", "workers", "database", "network",
+)
+
+
+def _campaign(
+    name: str, drive: Drive, *, tools: Sequence[ToolSpec | dict[str, Any]] | None = None,
+    limits: Limits | dict[str, Any] | None = None, max_examples: int = 200, seed: int | None = None,
+    invariants: Iterable[str] | None = None, task: str = DEFAULT_TASK, plan: st.SearchStrategy[Plan] | None = None,
+    out_dir: str | Path = DEFAULT_OUT, settings: Settings | None = None,
+    recorded: str | Path | Any = None, turns: int = 1, abort: bool = False, restarts: int = 0, workers: int = 1,
+    database: str | Path | Any = None, network: NetworkPolicy = "block",
+) -> Campaign:
+    """The `Campaign` of ``name`` (`verify` or `property`) with these options, checked."""
     if not callable(drive):
-        raise UsageError(f"verify(drive): drive must be a function taking a Sim, got {drive!r}")
+        raise UsageError(f"{name}(drive): drive must be a function taking a Sim, got {drive!r}")
     search = Search.of(
         max_examples=max_examples, seed=seed, invariants=invariants, out_dir=out_dir, settings=settings,
         network=network, workers=workers, database=database, chunk=_CHUNK,
@@ -100,7 +179,18 @@ def verify(
         drive, tools=tools, limits=limits, task=task, plan=plan, recorded=recorded, turns=turns, abort=abort,
         restarts=restarts,
     )
-    return Campaign(drive, world, search).run()
+    return Campaign(drive, world, search)
+
+
+def _settle(test: Any, nodeid: str) -> None:
+    """What simloop's pytest plugin does to a `property` test it collects (in ``pytest`` and ``hypothesis fuzz``).
+
+    The database key becomes the node id, as HypoFuzz makes it: a failure saved by ``hypothesis fuzz`` is then
+    replayed by pytest first.  A ``@settings`` applied on top replaced the test's settings: simloop's part of
+    them (no deadline, no explain phase, its health checks off: `schedule.test_settings`) is put back.
+    """
+    test.hypothesis.inner_test._hypothesis_internal_add_digest = nodeid.encode()
+    test._hypothesis_internal_use_settings = test_settings(test._hypothesis_internal_use_settings)
 
 
 def replay(

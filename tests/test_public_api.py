@@ -29,6 +29,7 @@ PUBLIC = {
     "UsageError",
     "Violation",
     "load_scenario",
+    "property",
     "replay",
     "strategies",
     "verify",

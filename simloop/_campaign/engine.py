@@ -4,7 +4,8 @@ A campaign is a drive, a `World` (what each run is made of) and a `Search` (how 
 runs the world's stages as the schedule's chunks, each a Hypothesis test whose example draws one run's world,
 plays it in a fresh `Sim`, checks the invariants and tallies what the run showed; the first failure is
 shrunk by Hypothesis and reported as a `Failure`.  With several workers, each process runs a campaign of
-its own on its share of the budget (`simloop._workers`).
+its own on its share of the budget (`simloop._workers`).  `Campaign.as_test` gives the same example as one plain
+Hypothesis test instead (`simloop.property`), for pytest, HypoFuzz and a shared example database to run.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from hypothesis import Phase, given
 from hypothesis import seed as hypothesis_seed
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
+from hypothesis.control import current_build_context
 from hypothesis.errors import Flaky
 
 from simloop._campaign.failure import Failure, not_routed, not_wired
-from simloop._campaign.schedule import Chunk, Stage, chunk_settings, derived_seed, fixed_seed, schedule
+from simloop._campaign.schedule import Chunk, Stage, chunk_settings, derived_seed, fixed_seed, schedule, test_settings
 from simloop._campaign.search import Search
 from simloop._campaign.world import Run, World
 from simloop._runtime.stack import on_fresh_stack
@@ -36,11 +38,18 @@ from simloop.invariants import Report
 from simloop.sim import Drive, Sim
 from simloop.transcript import Response, ToolStart
 
-__all__ = ["Campaign", "Tally"]
+__all__ = ["PLAIN_STAGE", "WIRING_CHECK", "Campaign", "Tally"]
+
+#: The stage name in a plain test's database key (`Campaign.as_test`): its one strategy holds every stage's plans.
+PLAIN_STAGE = "property"
+#: The runs after which a plain test whose runs proved nothing fails (`verify` says so at its end; a plain test,
+#: run example by example by pytest or HypoFuzz, has no end to say it at).
+WIRING_CHECK = 10
 
 
 class _Failed(Exception):
-    """Raised inside an example so that Hypothesis shrinks it."""
+    """Raised inside an example so that Hypothesis shrinks it; its message lists the run's violations, which is
+    what a fuzzer that keeps the traceback of any failing example (HypoFuzz) shows."""
 
 
 @dataclass
@@ -69,11 +78,12 @@ class Tally:
         if sim.transcript.of(ToolStart):
             self.ran += 1
 
-    def problem(self, name: str) -> str | None:
-        """Why the runs of drive ``name`` proved nothing, if they did not: none reached the model or a tool."""
+    def problem(self, name: str, *, by: str = "verify") -> str | None:
+        """Why the runs of drive ``name`` (run ``by`` verify or a plain test) proved nothing, if they did not: none
+        reached the model or a tool."""
         if self.examples and not self.reached:
             return not_wired(
-                f"verify ran {self.examples} example(s) of {name} and not one made a model call to the simulated API"
+                f"{by} ran {self.examples} example(s) of {name} and not one made a model call to the simulated API"
             )
         if self.asked and not self.ran:
             return not_routed(
@@ -96,6 +106,8 @@ class Campaign:
         self.world = world
         self.search = search
         self.tally = Tally()
+        self.plain: Callable[[], None] | None = None  # the test `as_test` made, which reports its own failure
+        self._unwired: str | None = None  # in a plain test, once checked: why its runs prove nothing ("" if they do)
 
     def run(self) -> Report:
         """Search, in this process or over ``search.workers`` processes: the `Report` when every run holds.
@@ -129,6 +141,29 @@ class Campaign:
             search = dataclasses.replace(self.search, max_examples=size, seed=mine, workers=1)
             out.append(Share(index=i, examples=size, seed=mine, search=Campaign(self.drive, self.world, search).run))
         return out
+
+    def as_test(self, *, max_examples: int | None = None) -> Callable[[], None]:
+        """The campaign as one plain Hypothesis test, made of the same example as its chunks (`simloop.property`).
+
+        Its one strategy holds every stage's plans (`World.strategy`); its settings are the search's, with
+        ``max_examples`` when given (else the profile's) and without what a loop's run cannot keep to (see
+        `schedule.test_settings`); set on the test, not applied, so a ``@settings`` can still be applied on top.
+        Its runs replay the database's saved failures first (Hypothesis's reuse phase), save the failures
+        they find, and the final run of the shrunk failure raises its `InvariantViolation` report.
+        """
+        if self.search.workers > 1:
+            raise UsageError(
+                f"property(workers={self.search.workers}): a plain Hypothesis test runs in one process; run it on "
+                "many machines with `hypothesis fuzz` sharing one database, or use simloop.verify(drive, workers=N) "
+                "on one machine"
+            )
+        example = self._example(self.world.strategy(), self.world.key(PLAIN_STAGE, self.search.invariants))
+        test: Any = given(st.data())(example)
+        test._hypothesis_internal_use_settings = test_settings(self.search.settings, max_examples)
+        if self.search.seed is not None:  # (as with any @seed, Hypothesis leaves its database out of seeded runs)
+            test = hypothesis_seed(self.search.seed)(test)
+        self.plain = test
+        return test  # type: ignore[no-any-return]
 
     # -- the schedule ----------------------------------------------------------------------------------
 
@@ -204,6 +239,7 @@ class Campaign:
         # Hypothesis keys its example database (and seeds a derandomized run) by this function's source and the
         # digest: kept this small, the keys of saved failures change only with the world's key, not with the code
         def example(data: st.DataObject) -> None:
+            __tracebackhide__ = True  # a failing plain test's traceback under pytest: simloop's report, not its frames
             self._run(data, strategy)
 
         example._hypothesis_internal_add_digest = digest  # type: ignore[attr-defined]
@@ -211,6 +247,7 @@ class Campaign:
 
     def _run(self, data: st.DataObject, strategy: st.SearchStrategy[Any]) -> None:
         """Draw a world, play it in a fresh Sim, check it and tally it; a failing run raises for Hypothesis."""
+        __tracebackhide__ = True
         on_run()  # in a campaign of several workers: stop when another one failed
         run = self.world.draw(_run_draw(data), strategy)
         sim = self._play(run)
@@ -220,6 +257,8 @@ class Campaign:
         self.tally.count(sim)
         if not report.ok:
             self._failed(Failure(report, sim, run.model, run.faults))
+        if self.plain is not None:
+            self._check_wired(self.plain)
 
     def _play(self, run: Run) -> Sim:
         """The drive's run of the drawn world, in a fresh Sim."""
@@ -234,11 +273,26 @@ class Campaign:
 
     def _failed(self, failure: Failure) -> None:
         """Keep a failing run (and the number of the first one), stop the other workers, and fail the example."""
+        __tracebackhide__ = True
         if self.tally.first_failure is None:
             self.tally.first_failure = self.tally.examples
         on_failure()
         self.tally.failure = dataclasses.replace(failure, first=self.tally.first_failure)
-        raise _Failed(", ".join(sorted({v.invariant for v in failure.report.violations})))
+        if self.plain is not None and current_build_context().is_final:  # a plain test's shrunk failure, run last
+            raise self.tally.failure.raised(
+                self.drive, out_dir=self.search.out_dir, seed=self.search.seed, examples=self.tally.examples
+            )
+        raise _Failed("\n".join(str(v) for v in failure.report.violations))
+
+    def _check_wired(self, test: Callable[[], None]) -> None:
+        """In a plain test: once `WIRING_CHECK` runs (or the test's budget, if smaller) proved nothing, fail them."""
+        if self._unwired is None:
+            budget = getattr(test, "_hypothesis_internal_use_settings", Settings.default).max_examples
+            if self.tally.examples < min(WIRING_CHECK, budget):
+                return
+            self._unwired = self.tally.problem(self.world.name, by="simloop.property") or ""
+        if self._unwired:  # (said as it was first found: the runs Hypothesis's shrinking adds prove nothing more)
+            raise UsageError(self._unwired)
 
 
 def _run_draw(data: st.DataObject) -> Draw:

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, Phase, Verbosity, core
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
-__all__ = ["CHUNK", "FIRST_ROUND", "Chunk", "Stage", "chunk_settings", "chunks", "derived_seed", "fixed_seed",
-           "schedule", "split"]
+__all__ = ["CHUNK", "FIRST_ROUND", "SUPPRESSED", "Chunk", "Stage", "chunk_settings", "chunks", "derived_seed",
+           "fixed_seed", "schedule", "split", "test_settings"]
 
 #: The most examples one Hypothesis run is given: its memory grows with every example it tries (the engine caches
 #: each result and records each choice sequence), so a longer stage runs as several chunks and a run of 10,000
@@ -26,6 +26,9 @@ CHUNK = 100
 #: Examples of each stage tried before any stage gets the rest of its budget: every kind of run comes within the
 #: first ~20 examples whatever the budget (a stage's later chunks then start again from its simplest run).
 FIRST_ROUND = 2
+#: The health checks a loop's runs fail without anything being wrong: a run is slow next to a unit test's
+#: example, and draws as much as the loop asks for.
+SUPPRESSED = (HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much)
 
 
 class Stage(NamedTuple):
@@ -108,7 +111,25 @@ def chunk_settings(base: Settings, size: int, *, first: bool) -> Settings:
         report_multiple_bugs=False,
         phases=[p for p in base.phases if p not in drop],
         verbosity=Verbosity.quiet if base.verbosity <= Verbosity.normal else base.verbosity,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+        suppress_health_check=list(SUPPRESSED),
+    )
+
+
+def test_settings(base: Settings, max_examples: int | None = None) -> Settings:
+    """The settings of a campaign run as one plain Hypothesis test: ``base`` (the caller's, or the loaded profile's)
+    with ``max_examples`` when given, and without what a loop's runs cannot keep to.
+
+    No deadline: a run's real time says nothing about the loop (its clock is virtual), and a busy machine stretches
+    it, so a deadline would only make the test flaky; no explain phase (it re-runs variants of the failure for a
+    note that simloop's report replaces); one failure reported, simloop's; the `SUPPRESSED` health checks off.
+    """
+    return Settings(
+        base,
+        max_examples=base.max_examples if max_examples is None else max_examples,
+        deadline=None,
+        report_multiple_bugs=False,
+        phases=[p for p in base.phases if p is not Phase.explain],
+        suppress_health_check=sorted({*base.suppress_health_check, *SUPPRESSED}, key=lambda h: h.value),
     )
 
 

@@ -108,13 +108,23 @@ class World:
     def stages(self, max_examples: int) -> list[Stage]:
         """The budget as stages: the plan's, the recording's faults, or by default `simloop.strategies.stages`,
         each making one kind of run certain."""
+        return split(max_examples, self._parts())
+
+    def strategy(self) -> st.SearchStrategy[Any]:
+        """Every stage's plans as one strategy, for a campaign run as one plain Hypothesis test: which stage is
+        the run's first draw (a small choice Hypothesis soon tries every value of), shrinking to the first."""
+        parts = [strategy for _, strategy, _ in self._parts()]
+        return parts[0] if len(parts) == 1 else st.one_of(parts)
+
+    def _parts(self) -> list[tuple[str, st.SearchStrategy[Any], int]]:
+        """The stages as ``(name, plans, share)``: the plan's, the recording's faults, or simloop's."""
         if self.plan is not None:
-            return [Stage("plan", self.plan, max_examples)]
+            return [("plan", self.plan, 1)]
         if self.recording is not None:
             from simloop.cassettes import fault_plans
 
-            return [Stage("recording", fault_plans(), max_examples)]
-        return split(max_examples, stages())
+            return [("recording", fault_plans(), 1)]
+        return stages()
 
     def key(self, stage: str, invariants: Sequence[str]) -> bytes:
         """The example database's key of a stage: the same loop, world and stage find their failures again."""
