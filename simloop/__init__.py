@@ -23,7 +23,7 @@ from simloop.outcome import Outcome
 from simloop.scenario import Fault, Limits, Reply, Scenario, ToolCall, ToolSpec, load_scenario
 from simloop.sim import ScriptExhaustedError, Sim
 from simloop.transcript import Transcript
-from simloop.verify import property, replay, verify  # noqa: A004 - simloop.property: verify as a plain test
+from simloop.verify import property, replay, verify
 
 __version__ = "0.1.0"
 

@@ -21,8 +21,8 @@ from hypothesis.database import DirectoryBasedExampleDatabase, InMemoryExampleDa
 from hypothesis.internal.reflection import function_digest
 
 import simloop
-from simloop import Limits
 from tests.loops.readme import LIMITS, plain
+from tests.test_workers import redis_url  # noqa: F401 - the fixture: a redis-server on 127.0.0.1 (skips without one)
 
 pytest_plugins = ["pytester"]
 
@@ -111,6 +111,19 @@ def test_the_shared_database_replays_a_failure_found_elsewhere_first(tmp_path: P
     with pytest.raises(simloop.InvariantViolation) as again:
         simloop.property(drive_of(DEFECT), settings=fresh, database=without, **options)()
     assert again.value.examples_before_failure == searched
+
+
+def test_machines_sharing_a_redis_database_replay_what_one_found(
+    redis_url: str, tmp_path: Path  # noqa: F811 - the fixture imported above
+) -> None:
+    options: dict[str, Any] = {"limits": LIMITS, "max_examples": 60, "out_dir": tmp_path, "database": redis_url}
+    with pytest.raises(simloop.InvariantViolation) as found:  # one machine's run (overnight)
+        simloop.property(drive_of(DEFECT), **options)()
+    assert found.value.examples_before_failure is not None and found.value.examples_before_failure >= 1
+    with pytest.raises(simloop.InvariantViolation) as replayed:  # another machine's (CI, in the morning)
+        simloop.property(drive_of(DEFECT), **options)()
+    assert replayed.value.examples_before_failure == 0
+    assert replayed.value.scenario == found.value.scenario
 
 
 def _inner(drive: Any, options: dict[str, Any]) -> Any:

@@ -287,7 +287,7 @@ class Campaign:
     def _check_wired(self, test: Callable[[], None]) -> None:
         """In a plain test: once `WIRING_CHECK` runs (or the test's budget, if smaller) proved nothing, fail them."""
         if self._unwired is None:
-            budget = getattr(test, "_hypothesis_internal_use_settings", Settings.default).max_examples
+            budget: int = getattr(test, "_hypothesis_internal_use_settings", self.search.settings).max_examples
             if self.tally.examples < min(WIRING_CHECK, budget):
                 return
             self._unwired = self.tally.problem(self.world.name, by="simloop.property") or ""
