@@ -153,6 +153,17 @@ def decorated(sim: simloop.Sim) -> simloop.Outcome:
     return plain(sim)  # type: ignore[no-any-return]
 
 
+def test_a_seeded_test_finds_the_same_failure_every_time_and_names_no_verify_search(tmp_path: Path) -> None:
+    found = []
+    for _ in range(2):
+        with pytest.raises(simloop.InvariantViolation) as info:
+            simloop.property(drive_of(DEFECT), limits=LIMITS, max_examples=60, seed=3, out_dir=tmp_path)()
+        found.append(info.value)
+    assert found[0].examples_before_failure == found[1].examples_before_failure
+    assert found[0].scenario == found[1].scenario
+    assert "re-run the search" not in str(found[0])  # that line names verify's search, which is another one
+
+
 def test_runs_that_prove_nothing_fail_the_test_after_ten_runs(tmp_path: Path) -> None:
     test = simloop.property(not_wired, max_examples=50, settings=settings(database=None), out_dir=tmp_path)
     with pytest.raises(simloop.UsageError) as info:

@@ -279,9 +279,9 @@ class Campaign:
         on_failure()
         self.tally.failure = dataclasses.replace(failure, first=self.tally.first_failure)
         if self.plain is not None and current_build_context().is_final:  # a plain test's shrunk failure, run last
-            raise self.tally.failure.raised(
-                self.drive, out_dir=self.search.out_dir, seed=self.search.seed, examples=self.tally.examples
-            )
+            # (no seed: its report's "re-run the search" line names verify's search; the test re-runs itself)
+            raise self.tally.failure.raised(self.drive, out_dir=self.search.out_dir, seed=None,
+                                            examples=self.tally.examples)
         raise _Failed("\n".join(str(v) for v in failure.report.violations))
 
     def _check_wired(self, test: Callable[[], None]) -> None:
