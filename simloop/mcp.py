@@ -27,17 +27,21 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import select
+import selectors
 import socket
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from simloop._runtime.clock import RealTimeThread
+from simloop._runtime.clock import RealTimeThread, unsent
 from simloop.errors import UsageError
 
 if TYPE_CHECKING:
     from mcp.server import Server
+    from mcp.server.mcpserver import MCPServer
 
-__all__ = ["META_TOOL_USE_ID", "HTTPServer", "require_mcp", "serve_stdio", "tool_server"]
+__all__ = ["META_TOOL_USE_ID", "HTTPServer", "require_mcp", "serve_stdio", "sdk_server", "tool_server"]
 
 #: ``call(name, arguments)``, or ``call(name, arguments, tool_use_id=ID)`` when the MCP call names its tool_use.
 ToolCall = Callable[..., Awaitable[str]]
@@ -94,6 +98,39 @@ def tool_server(tools: Sequence[dict[str, Any]], call: ToolCall, *, name: str = 
     return Server(name, get_tool_input_schema=schemas.get, on_list_tools=list_tools, on_call_tool=call_tool)
 
 
+_SDK_SERVER: list[type[Any]] = []
+
+
+def sdk_server(lowlevel: Server[Any]) -> MCPServer[Any]:
+    """``lowlevel`` as the SDK's high-level ``MCPServer``: what every in-memory MCP client takes.
+
+    The SDK's ``mcp.Client``, FastMCP's ``Client`` (and so pydantic-ai's ``MCPToolset``) accept an ``MCPServer``
+    instance and connect to it in memory through its low-level server; FastMCP refuses a bare low-level
+    ``Server`` ("Could not infer a valid transport").  The returned server serves exactly ``lowlevel``
+    (``server.lowlevel``); it has no tools, resources or prompts of its own (``add_tool`` and the like are
+    not for it), and building it configures no logging (``MCPServer()`` would).
+    """
+    if not _SDK_SERVER:
+        from mcp.server.mcpserver import MCPServer
+
+        class SimloopMCPServer(MCPServer[Any]):
+            """The scenario's tools for MCP clients in this process (see `simloop.mcp.sdk_server`)."""
+
+            def __init__(self, lowlevel: Server[Any]) -> None:  # noqa: D107 - MCPServer.__init__ is skipped on purpose
+                self._lowlevel_server = lowlevel
+
+            @property
+            def lowlevel(self) -> Server[Any]:
+                """The low-level ``mcp.server.Server`` (``server.run(read, write, ...)``, ``streamable_http_app()``)."""
+                return self._lowlevel_server
+
+            def __repr__(self) -> str:
+                return f"<simloop MCP server {self.name!r}: the scenario's tools>"
+
+        _SDK_SERVER.append(SimloopMCPServer)
+    return _SDK_SERVER[0](lowlevel)  # type: ignore[no-any-return]
+
+
 def serve_stdio(server: Server[Any]) -> None:
     """Serve ``server`` on this process's stdin and stdout until the client closes them."""
     import anyio
@@ -114,6 +151,11 @@ class HTTPServer:
     idle connection is.  The socket is bound and listening
     before the thread starts, so a client may connect as soon as ``url`` is known (the kernel queues the
     connection until the server accepts it): there is nothing to wait for.
+
+    `busy` says whether the server has work in hand (a connection to accept, bytes to read, a request
+    being handled, an answer on its way): a virtual-time event loop whose only sockets are connections to
+    this server waits for it while it is busy, and otherwise jumps to its next timer as if they were not
+    there (`simloop._runtime.clock`; ``sim.mcp_url``).
     """
 
     def __init__(
@@ -128,6 +170,7 @@ class HTTPServer:
         self._socket.bind((host, port))
         self._socket.listen(128)
         bound = self._socket.getsockname()
+        self.port: int = int(bound[1])
         shown = f"[{bound[0]}]" if ":" in str(bound[0]) else str(bound[0])
         self.url = f"http://{shown}:{bound[1]}/mcp"
         config = uvicorn.Config(
@@ -135,20 +178,72 @@ class HTTPServer:
             http=_timed_protocol(read_timeout),
         )
         self._uvicorn = uvicorn.Server(config)
+        self._selector = _WatchedSelector()
+        self._closed = False
         self._thread = RealTimeThread(target=self._serve, name="simloop-mcp-http", daemon=True)
         self._thread.start()
 
     def _serve(self) -> None:
-        asyncio.run(self._uvicorn.serve(sockets=[self._socket]))
+        loop = asyncio.SelectorEventLoop(self._selector)
+        try:
+            loop.run_until_complete(self._uvicorn.serve(sockets=[self._socket]))
+        finally:
+            loop.close()
+
+    def busy(self) -> bool:
+        """Whether the server has work in hand: called from another thread, it looks at the server's sockets in
+        the order work moves through them (a connection to accept or bytes to read, a request being handled,
+        an answer not yet received), so a request cannot slip between two looks unseen (Linux; elsewhere it
+        says busy while the server runs)."""
+        if self._closed or not self._thread.is_alive():
+            return False
+        if not sys.platform.startswith("linux"):
+            return True
+        listening = self._socket.fileno()
+        keys = list(self._selector.get_map().values()) if not self._selector.closed else []
+        if any(key.events & selectors.EVENT_WRITE for key in keys):
+            return True  # an answer waits for room in the socket's buffer
+        poll = select.poll()
+        for fd in {listening, *(key.fd for key in keys)}:
+            poll.register(fd, select.POLLIN)
+        try:
+            if poll.poll(0):
+                return True  # a connection to accept, a request to read, a wake-up from another thread
+        except OSError:
+            return True
+        if not self._selector.blocked:
+            return True  # handling a request (or starting)
+        return any(unsent(key.fd) for key in keys if key.fd != listening)
 
     def close(self) -> None:
         """Stop serving (idempotent)."""
+        self._closed = True
         self._uvicorn.should_exit = True
         self._thread.join(timeout=5)
         self._socket.close()
 
     def __repr__(self) -> str:
         return f"<simloop.mcp.HTTPServer {self.url}>"
+
+
+class _WatchedSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+    """The server loop's selector, telling other threads whether the loop is blocked waiting (``blocked``): asyncio
+    blocks only when no callback is ready."""
+
+    blocked = False
+    closed = False
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if timeout is None or timeout > 0:
+            self.blocked = True
+        try:
+            return super().select(timeout)  # type: ignore[no-any-return]
+        finally:
+            self.blocked = False
+
+    def close(self) -> None:
+        self.closed = True
+        super().close()
 
 
 def _timed_protocol(read_timeout: float) -> type[Any]:
