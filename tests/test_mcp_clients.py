@@ -29,6 +29,7 @@ from examples._common import tool_params, writes_of
 from examples.correct_async import run_agent
 from simloop import Sim
 from simloop._runtime.clock import REAL
+from simloop.invariants import CATALOGUE
 from simloop.transcript import Halt, ToolStart
 
 LIMITS = simloop.Limits(max_steps=8)
@@ -153,7 +154,9 @@ def test_a_correct_loop_on_each_client_passes_verify(client: str, transport: str
     drive = pydantic_ai_drive(transport) if client == "pydantic_ai" else client_drive(client, transport)
     if client == "fastmcp":
         fastmcp_client()
-    report = simloop.verify(drive, limits=LIMITS, max_examples=10, seed=3, out_dir=tmp_path)
+    # pydantic-ai runs the complete calls of a reply cut at max_tokens (docs/findings.md F5b, its design): known
+    invariants = [i for i in CATALOGUE if i != "truncation"] if client == "pydantic_ai" else None
+    report = simloop.verify(drive, limits=LIMITS, max_examples=10, seed=3, out_dir=tmp_path, invariants=invariants)
     assert report.ok and report.examples == 10
 
 
@@ -191,7 +194,7 @@ async def rerun_step_loop(sim: Sim, listed: Any, call: Call) -> simloop.Outcome:
     return simloop.Outcome("max_steps", "no final answer")
 
 
-@pytest.mark.parametrize(("client", "transport"), [("sdk", "memory"), ("sdk", "http"), ("fastmcp", "http")])
+@pytest.mark.parametrize(("client", "transport"), [("sdk", "memory"), ("fastmcp", "memory"), ("sdk", "http")])
 def test_a_loop_that_reruns_a_write_after_an_api_error_is_caught_through_mcp(
     client: str, transport: str, tmp_path: Path
 ) -> None:
