@@ -9,18 +9,21 @@ answered yet, as it does for any ``run_tool`` call without an id (docs/design.md
 bound to its tool_use); a call nothing matches is recorded as unrequested, and ``no_rerun`` reports it.  A tool's exception is answered as an MCP tool error (``isError: true``, the
 text ``"ExceptionType: message"``), the way MCP servers report failures to the client.
 
-Three ways to reach it:
+Where to reach it:
 
-* in a `Sim`: ``sim.mcp_server()`` (a low-level ``mcp.server.Server`` for in-memory client sessions,
-  on the Sim's virtual time), e.g. ``mcp.client.Client(sim.mcp_server())`` or pydantic-ai's
-  ``simloop.adapters.pydantic_ai.mcp_toolset(sim)``;
+* in a `Sim`, in memory: ``sim.mcp_server()``, the SDK's ``MCPServer`` (`sdk_server`), which every in-process
+  client takes as is: ``mcp.Client(sim.mcp_server())`` (its ``ClientSession``: ``client.session``),
+  ``fastmcp.Client(sim.mcp_server())``, pydantic-ai's ``MCPToolset(sim.mcp_server())``;
+* in a `Sim`, over streamable HTTP: ``sim.mcp_url``, a loopback port of the run's own (`HTTPServer`), for the
+  same clients given the URL, and ``streamable_http_client(url)`` with a ``ClientSession``; the calls run on the
+  loop's virtual-time event loop, as in memory;
 * over stdio: ``simloop mcp --scenario FILE`` (`serve_stdio`);
 * over streamable HTTP next to the Messages API: ``simloop serve`` (`HTTPServer`, on a port of its own,
   path ``/mcp``).
 
 Example::
 
-    async with mcp.client.Client(sim.mcp_server()) as client:
+    async with fastmcp.Client(sim.mcp_server()) as client:   # or fastmcp.Client(sim.mcp_url)
         result = await client.call_tool("search", {"q": "refund policy"})
 """
 
@@ -41,7 +44,7 @@ if TYPE_CHECKING:
     from mcp.server import Server
     from mcp.server.mcpserver import MCPServer
 
-__all__ = ["META_TOOL_USE_ID", "HTTPServer", "require_mcp", "serve_stdio", "sdk_server", "tool_server"]
+__all__ = ["META_TOOL_USE_ID", "HTTPServer", "require_mcp", "sdk_server", "serve_stdio", "tool_server"]
 
 #: ``call(name, arguments)``, or ``call(name, arguments, tool_use_id=ID)`` when the MCP call names its tool_use.
 ToolCall = Callable[..., Awaitable[str]]
@@ -116,7 +119,7 @@ def sdk_server(lowlevel: Server[Any]) -> MCPServer[Any]:
         class SimloopMCPServer(MCPServer[Any]):
             """The scenario's tools for MCP clients in this process (see `simloop.mcp.sdk_server`)."""
 
-            def __init__(self, lowlevel: Server[Any]) -> None:  # noqa: D107 - MCPServer.__init__ is skipped on purpose
+            def __init__(self, lowlevel: Server[Any]) -> None:  # MCPServer.__init__ skipped: it configures logging
                 self._lowlevel_server = lowlevel
 
             @property
@@ -226,7 +229,7 @@ class HTTPServer:
         return f"<simloop.mcp.HTTPServer {self.url}>"
 
 
-class _WatchedSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+class _WatchedSelector(selectors.DefaultSelector):
     """The server loop's selector, telling other threads whether the loop is blocked waiting (``blocked``): asyncio
     blocks only when no callback is ready."""
 
@@ -237,7 +240,7 @@ class _WatchedSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-ty
         if timeout is None or timeout > 0:
             self.blocked = True
         try:
-            return super().select(timeout)  # type: ignore[no-any-return]
+            return super().select(timeout)
         finally:
             self.blocked = False
 

@@ -48,7 +48,10 @@ asyncio
     code.  It waits for the job in real time, and only after ``thread_grace`` real seconds does virtual
     time flow at real speed, so a timeout around a stuck thread still fires.  A job that sleeps virtually
     becomes a timer of the loop, so ``wait_for(to_thread(time.sleep, 5), 1)`` times out at +1 as in
-    production.  While a real fd other than the self-pipe is registered, time flows at real speed (E6).
+    production.  While a real fd other than the self-pipe is registered, time flows at real speed (E6),
+    except connections to simloop's own servers of the run (``clock.own_servers``: ``sim.mcp_url``): while one
+    of them has work in flight the loop waits for it with virtual time standing still, as for a job, and
+    otherwise they count for nothing (Linux, where the socket queues can be read: ``SIOCOUTQ``).
     With nothing ready, no timer and no job, the loop waits ``deadlock_after`` real seconds for another
     thread, then raises `VirtualTimeDeadlock` naming the stuck tasks.
 
@@ -927,7 +930,7 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
         for fd in list(sel.get_map()):
             if fd == skip:
                 continue
-            state = _own_connection(fd, ports)
+            state = _own_connection(fd, ports) if isinstance(fd, int) else None
             if state is None:
                 return None
             busy = busy or state
@@ -962,9 +965,10 @@ def unsent(fd: int) -> bool:
     import termios
 
     try:
-        return struct.unpack("i", fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0\0\0\0"))[0] > 0
+        queued: int = struct.unpack("i", fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0\0\0\0"))[0]
     except OSError:
         return False
+    return queued > 0
 
 
 def _own_connection(fd: int, ports: set[int]) -> bool | None:

@@ -20,7 +20,8 @@ Policies (``Sim(..., network=...)``, ``verify(..., network=...)``, ``simloop ver
   that legitimately reach a local service (a database, a tool server); others are blocked;
 * ``allow``: the guard is off.
 
-Unix-domain sockets are always allowed: they are not network.  A blocked attempt raises `LoopHalted`
+Unix-domain sockets are always allowed: they are not network, and so is simloop's own MCP server of the run
+(``sim.mcp_url``, on a loopback port `allow_own_port` names, whatever the policy); another loopback port is not.  A blocked attempt raises `LoopHalted`
 ("network") in the thread that made it, which ``except Exception`` cannot swallow, and the run records
 a `Halt` naming the host and the loop's line (reported by the ``stops`` invariant).
 """
