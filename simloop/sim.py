@@ -287,8 +287,14 @@ class Sim:
         loop = self.clock.running_loop()
         if loop is None:
             return self.tools.run(name, input, tool_use_id=tool_use_id)
-        call = self.tools.arun(name, input, tool_use_id=tool_use_id)
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call, loop))
+        future = asyncio.run_coroutine_threadsafe(self.tools.arun(name, input, tool_use_id=tool_use_id), loop)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if future.cancelled() and task is not None and not task.cancelling():  # the loop ended under the call
+                raise RuntimeError(f"{name}: cancelled, the loop's event loop ended before the tool finished") from None
+            raise
 
     @property
     def http_client(self) -> httpx2.Client:

@@ -265,7 +265,6 @@ def test_over_http_the_tool_use_id_in_meta_binds_the_call_and_the_server_stops_w
     assert [(e.tool, e.tool_use_id, e.matched) for e in starts] == [("send_email", outcome.text, outcome.text)]
     assert not sim.transcript.of(Halt)  # the guard let the loop reach simloop's own server
     assert not sim.transcript.of(ThreadLeft)  # and its thread is simloop's, not work the loop left running
-    assert sim.check(outcome).ok
     port = int(seen[0].rsplit(":", 1)[1].split("/")[0])
     import socket
 
