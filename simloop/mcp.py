@@ -203,7 +203,8 @@ class HTTPServer:
         if not sys.platform.startswith("linux"):
             return True
         listening = self._socket.fileno()
-        keys = list(self._selector.get_map().values()) if not self._selector.closed else []
+        # (the dict's values copied in one C call: the server's thread may change the map meanwhile)
+        keys = list(self._selector._fd_to_key.values()) if not self._selector.closed else []  # type: ignore[attr-defined]
         if any(key.events & selectors.EVENT_WRITE for key in keys):
             return True  # an answer waits for room in the socket's buffer
         poll = select.poll()

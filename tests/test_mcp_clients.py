@@ -291,3 +291,28 @@ def test_the_guard_still_blocks_another_loopback_port_while_the_mcp_server_runs(
         with Sim({**SLOW, "model": [{"end_turn": "x"}]}) as sim:
             sim.run(drive)
     assert [h.budget for h in sim.transcript.of(Halt)] == ["network"]
+
+
+@pytest.mark.parametrize("client", ["sdk", "fastmcp"])
+def test_in_memory_a_tool_use_id_in_meta_binds_the_call_exactly(client: str) -> None:
+    if client == "fastmcp":
+        fastmcp = fastmcp_client()
+
+    async def drive(sim: Sim) -> simloop.Outcome:
+        reply = await sim.async_client.messages.create(
+            model=sim.model, max_tokens=64, messages=[{"role": "user", "content": sim.task}], tools=sim.tool_schemas  # type: ignore[arg-type]
+        )
+        block = reply.content[0]
+        assert block.type == "tool_use"
+        if client == "sdk":
+            async with mcp.Client(sim.mcp_server()) as sdk:
+                await sdk.session.call_tool(block.name, dict(block.input), meta={"tool_use_id": block.id})
+        else:
+            async with fastmcp.Client(sim.mcp_server()) as fast:
+                await fast.call_tool(block.name, dict(block.input), meta={"tool_use_id": block.id})
+        return simloop.Outcome("final", block.id)
+
+    with Sim(SLOW) as sim:
+        outcome = sim.run(drive)
+    starts = [e for e in sim.transcript.events if isinstance(e, ToolStart)]
+    assert [(e.tool, e.tool_use_id, e.matched) for e in starts] == [("send_email", outcome.text, outcome.text)]
