@@ -316,3 +316,21 @@ def test_in_memory_a_tool_use_id_in_meta_binds_the_call_exactly(client: str) -> 
         outcome = sim.run(drive)
     starts = [e for e in sim.transcript.events if isinstance(e, ToolStart)]
     assert [(e.tool, e.tool_use_id, e.matched) for e in starts] == [("send_email", outcome.text, outcome.text)]
+
+
+def test_over_http_waiting_on_the_server_does_not_trip_the_watchdog() -> None:
+    calls = 40
+
+    async def drive(sim: Sim) -> simloop.Outcome:
+        started = REAL.monotonic()
+        async with mcp.Client(sim.mcp_url) as client:
+            for n in range(calls):
+                await client.call_tool("search", {"q": str(n)})  # each call feeds the watchdog, as sim.run_tool
+        return simloop.Outcome("final", f"{REAL.monotonic() - started:.2f}")
+
+    with Sim({**SLOW, "faults": [], "model": [{"end_turn": "x"}]}, watchdog_s=3.0) as sim:
+        outcome = sim.run(drive)
+    assert outcome.reason == "final", outcome
+    assert not sim.transcript.of(Halt)
+    assert len([e for e in sim.transcript.events if isinstance(e, ToolStart)]) == calls
+    assert sim.clock.now() == 0.0  # the round trips cost no virtual time
