@@ -285,14 +285,16 @@ class Sim:
         """One MCP call over HTTP (on the server's thread): run on the loop's virtual-time event loop, as in memory;
         with no single such loop running (a sync client), run here, its latency spent on the virtual clock."""
         loop = self.clock.running_loop()
-        if loop is None:
-            return self.tools.run(name, input, tool_use_id=tool_use_id)
-        future = asyncio.run_coroutine_threadsafe(self.tools.arun(name, input, tool_use_id=tool_use_id), loop)
         try:
+            if loop is None:
+                return self.tools.run(name, input, tool_use_id=tool_use_id)
+            future = asyncio.run_coroutine_threadsafe(self.tools.arun(name, input, tool_use_id=tool_use_id), loop)
             return await asyncio.wrap_future(future)
+        except LoopHalted as halted:  # recorded when raised; the loop sees a tool error, its next call is halted
+            raise RuntimeError(f"simloop stopped the run: {halted}") from None
         except asyncio.CancelledError:
             task = asyncio.current_task()
-            if future.cancelled() and task is not None and not task.cancelling():  # the loop ended under the call
+            if loop is not None and future.cancelled() and task is not None and not task.cancelling():  # the loop ended
                 raise RuntimeError(f"{name}: cancelled, the loop's event loop ended before the tool finished") from None
             raise
 
