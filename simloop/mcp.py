@@ -9,35 +9,43 @@ answered yet, as it does for any ``run_tool`` call without an id (docs/design.md
 bound to its tool_use); a call nothing matches is recorded as unrequested, and ``no_rerun`` reports it.  A tool's exception is answered as an MCP tool error (``isError: true``, the
 text ``"ExceptionType: message"``), the way MCP servers report failures to the client.
 
-Three ways to reach it:
+Where to reach it:
 
-* in a `Sim`: ``sim.mcp_server()`` (a low-level ``mcp.server.Server`` for in-memory client sessions,
-  on the Sim's virtual time), e.g. ``mcp.client.Client(sim.mcp_server())`` or pydantic-ai's
-  ``simloop.adapters.pydantic_ai.mcp_toolset(sim)``;
+* in a `Sim`, in memory: ``sim.mcp_server()``, the SDK's ``MCPServer`` (`sdk_server`), which every in-process
+  client takes as is: ``mcp.Client(sim.mcp_server())`` (its ``ClientSession``: ``client.session``),
+  ``fastmcp.Client(sim.mcp_server())``, pydantic-ai's ``MCPToolset(sim.mcp_server())``;
+* in a `Sim`, over streamable HTTP: ``sim.mcp_url``, a loopback port of the run's own (`HTTPServer`), for the
+  same clients given the URL, and ``streamable_http_client(url)`` with a ``ClientSession``; the calls run on the
+  loop's virtual-time event loop, as in memory;
 * over stdio: ``simloop mcp --scenario FILE`` (`serve_stdio`);
 * over streamable HTTP next to the Messages API: ``simloop serve`` (`HTTPServer`, on a port of its own,
   path ``/mcp``).
 
 Example::
 
-    async with mcp.client.Client(sim.mcp_server()) as client:
+    async with fastmcp.Client(sim.mcp_server()) as client:   # or fastmcp.Client(sim.mcp_url)
         result = await client.call_tool("search", {"q": "refund policy"})
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import select
+import selectors
 import socket
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from simloop._runtime.clock import RealTimeThread
+from simloop._runtime.clock import RealTimeThread, unsent
 from simloop.errors import UsageError
 
 if TYPE_CHECKING:
     from mcp.server import Server
+    from mcp.server.mcpserver import MCPServer
 
-__all__ = ["META_TOOL_USE_ID", "HTTPServer", "require_mcp", "serve_stdio", "tool_server"]
+__all__ = ["META_TOOL_USE_ID", "HTTPServer", "require_mcp", "sdk_server", "serve_stdio", "tool_server"]
 
 #: ``call(name, arguments)``, or ``call(name, arguments, tool_use_id=ID)`` when the MCP call names its tool_use.
 ToolCall = Callable[..., Awaitable[str]]
@@ -94,6 +102,39 @@ def tool_server(tools: Sequence[dict[str, Any]], call: ToolCall, *, name: str = 
     return Server(name, get_tool_input_schema=schemas.get, on_list_tools=list_tools, on_call_tool=call_tool)
 
 
+_SDK_SERVER: list[type[Any]] = []
+
+
+def sdk_server(lowlevel: Server[Any]) -> MCPServer[Any]:
+    """``lowlevel`` as the SDK's high-level ``MCPServer``: what every in-memory MCP client takes.
+
+    The SDK's ``mcp.Client``, FastMCP's ``Client`` (and so pydantic-ai's ``MCPToolset``) accept an ``MCPServer``
+    instance and connect to it in memory through its low-level server; FastMCP refuses a bare low-level
+    ``Server`` ("Could not infer a valid transport").  The returned server serves exactly ``lowlevel``
+    (``server.lowlevel``); it has no tools, resources or prompts of its own (``add_tool`` and the like are
+    not for it), and building it configures no logging (``MCPServer()`` would).
+    """
+    if not _SDK_SERVER:
+        from mcp.server.mcpserver import MCPServer
+
+        class SimloopMCPServer(MCPServer[Any]):
+            """The scenario's tools for MCP clients in this process (see `simloop.mcp.sdk_server`)."""
+
+            def __init__(self, lowlevel: Server[Any]) -> None:  # MCPServer.__init__ skipped: it configures logging
+                self._lowlevel_server = lowlevel
+
+            @property
+            def lowlevel(self) -> Server[Any]:
+                """The low-level ``mcp.server.Server`` (``server.run(read, write, ...)``, ``streamable_http_app()``)."""
+                return self._lowlevel_server
+
+            def __repr__(self) -> str:
+                return f"<simloop MCP server {self.name!r}: the scenario's tools>"
+
+        _SDK_SERVER.append(SimloopMCPServer)
+    return _SDK_SERVER[0](lowlevel)  # type: ignore[no-any-return]
+
+
 def serve_stdio(server: Server[Any]) -> None:
     """Serve ``server`` on this process's stdin and stdout until the client closes them."""
     import anyio
@@ -114,6 +155,11 @@ class HTTPServer:
     idle connection is.  The socket is bound and listening
     before the thread starts, so a client may connect as soon as ``url`` is known (the kernel queues the
     connection until the server accepts it): there is nothing to wait for.
+
+    `busy` says whether the server has work in hand (a connection to accept, bytes to read, a request
+    being handled, an answer on its way): a virtual-time event loop whose only sockets are connections to
+    this server waits for it while it is busy, and otherwise jumps to its next timer as if they were not
+    there (`simloop._runtime.clock`; ``sim.mcp_url``).
     """
 
     def __init__(
@@ -128,6 +174,7 @@ class HTTPServer:
         self._socket.bind((host, port))
         self._socket.listen(128)
         bound = self._socket.getsockname()
+        self.port: int = int(bound[1])
         shown = f"[{bound[0]}]" if ":" in str(bound[0]) else str(bound[0])
         self.url = f"http://{shown}:{bound[1]}/mcp"
         config = uvicorn.Config(
@@ -135,20 +182,73 @@ class HTTPServer:
             http=_timed_protocol(read_timeout),
         )
         self._uvicorn = uvicorn.Server(config)
+        self._selector = _WatchedSelector()
+        self._closed = False
         self._thread = RealTimeThread(target=self._serve, name="simloop-mcp-http", daemon=True)
         self._thread.start()
 
     def _serve(self) -> None:
-        asyncio.run(self._uvicorn.serve(sockets=[self._socket]))
+        loop = asyncio.SelectorEventLoop(self._selector)
+        try:
+            loop.run_until_complete(self._uvicorn.serve(sockets=[self._socket]))
+        finally:
+            loop.close()
+
+    def busy(self) -> bool:
+        """Whether the server has work in hand: called from another thread, it looks at the server's sockets in
+        the order work moves through them (a connection to accept or bytes to read, a request being handled,
+        an answer not yet received), so a request cannot slip between two looks unseen (Linux; elsewhere it
+        says busy while the server runs)."""
+        if self._closed or not self._thread.is_alive():
+            return False
+        if not sys.platform.startswith("linux"):
+            return True
+        listening = self._socket.fileno()
+        # (the dict's values copied in one C call: the server's thread may change the map meanwhile)
+        keys = list(self._selector._fd_to_key.values()) if not self._selector.closed else []  # type: ignore[attr-defined]
+        if any(key.events & selectors.EVENT_WRITE for key in keys):
+            return True  # an answer waits for room in the socket's buffer
+        poll = select.poll()
+        for fd in {listening, *(key.fd for key in keys)}:
+            poll.register(fd, select.POLLIN)
+        try:
+            if poll.poll(0):
+                return True  # a connection to accept, a request to read, a wake-up from another thread
+        except OSError:
+            return True
+        if not self._selector.blocked:
+            return True  # handling a request (or starting)
+        return any(unsent(key.fd) for key in keys if key.fd != listening)
 
     def close(self) -> None:
         """Stop serving (idempotent)."""
+        self._closed = True
         self._uvicorn.should_exit = True
         self._thread.join(timeout=5)
         self._socket.close()
 
     def __repr__(self) -> str:
         return f"<simloop.mcp.HTTPServer {self.url}>"
+
+
+class _WatchedSelector(selectors.DefaultSelector):
+    """The server loop's selector, telling other threads whether the loop is blocked waiting (``blocked``): asyncio
+    blocks only when no callback is ready."""
+
+    blocked = False
+    closed = False
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if timeout is None or timeout > 0:
+            self.blocked = True
+        try:
+            return super().select(timeout)
+        finally:
+            self.blocked = False
+
+    def close(self) -> None:
+        self.closed = True
+        super().close()
 
 
 def _timed_protocol(read_timeout: float) -> type[Any]:
@@ -166,6 +266,10 @@ def _timed_protocol(read_timeout: float) -> type[Any]:
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            sock = transport.get_extra_info("socket")
+            if sock is not None:  # an answer's head and body leave at once, not 40 ms apart (Nagle and delayed ACK)
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._arm()
 
         def data_received(self, data: bytes) -> None:

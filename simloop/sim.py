@@ -49,7 +49,7 @@ from simloop.wire.server import Budget, InternalFailure, SimServer
 if TYPE_CHECKING:
     import anthropic
     import httpx2
-    import mcp.server
+    import mcp.server.mcpserver
 
 __all__ = ["DEFAULT_MODEL", "ScriptExhaustedError", "Sim", "warm_up_sdk"]
 
@@ -174,6 +174,8 @@ class Sim:
         self._halted_at: float | None = None  # REAL.monotonic() when the run was first seen halted
         self._turns = UserTurns(self)
         self._proc: Run | None = None  # the run's share of the process (simloop._runtime.process), while it runs
+        self._ran_out = False  # the run is over (its closers ran)
+        self._mcp_http: Any = None  # `mcp_url`'s server, while the run lasts
 
     @property
     def budget(self) -> Budget:
@@ -227,18 +229,74 @@ class Sim:
         """Async twin of `run_tool`: latency is a timer on the (virtual) event loop, so calls can overlap."""
         return await self.tools.arun(name, input, tool_use_id=tool_use_id)
 
-    def mcp_server(self) -> mcp.server.Server[Any]:
-        """The scenario's tools as an MCP server (the official SDK's low-level ``Server``) on this run's world.
+    def mcp_server(self) -> mcp.server.mcpserver.MCPServer[Any]:
+        """The scenario's tools as an in-memory MCP server on this run's world (virtual time).
 
-        Each ``tools/call`` runs like `arun_tool` (faults, ledger, virtual time) and is matched to the
-        tool_use it answers by name and input (docs/design.md, Tools over MCP).  Connect an in-memory
-        client to it: ``mcp.client.Client(sim.mcp_server())``, or pydantic-ai's
-        ``simloop.adapters.pydantic_ai.mcp_toolset(sim)``.  Needs ``pip install 'simloop[mcp]'``.
+        Hand it to any MCP client in this process, as is: the SDK's ``mcp.Client(sim.mcp_server())`` (its
+        ``ClientSession`` is ``client.session``), FastMCP's ``fastmcp.Client(sim.mcp_server())`` or
+        pydantic-ai's ``MCPToolset(sim.mcp_server())``.  It is the SDK's ``MCPServer`` serving one low-level
+        ``Server`` (``.lowlevel``).  Each ``tools/call`` runs like `arun_tool` (faults, ledger, virtual time),
+        bound to the tool_use its ``_meta`` names (``{"tool_use_id": ...}``) or else by name and input
+        (docs/design.md, Tools over MCP).  For clients that take a URL, see `mcp_url`.
+        Needs ``pip install 'simloop[mcp]'``.
         """
         with self.watchdog.paused():  # simloop's own set-up (a first import of the MCP SDK), not the loop's time
-            from simloop.mcp import tool_server
+            from simloop.mcp import sdk_server, tool_server
 
-            return tool_server(self.tool_schemas, self.tools.arun)
+            return sdk_server(tool_server(self.tool_schemas, self.tools.arun))
+
+    @property
+    def mcp_url(self) -> str:
+        """The scenario's tools over MCP streamable HTTP, for the clients that take a URL: ``http://127.0.0.1:PORT/mcp``.
+
+        ``fastmcp.Client(sim.mcp_url)``, pydantic-ai's ``MCPToolset(sim.mcp_url)``, the SDK's ``mcp.Client(sim.mcp_url)``
+        or ``streamable_http_client(sim.mcp_url)`` with a ``ClientSession``.  Read it during the run (in the drive):
+        the server starts then, on a free loopback port, and stops when the run ends.  The run's network guard lets
+        the loop reach it; each call runs as `mcp_server`'s do, on the loop's virtual-time event loop (a ``slow``
+        fault's latency is a timer there), and while a request is on its way the loop waits for the answer with
+        virtual time standing still (docs/design.md, Tools over MCP).  Needs ``pip install 'simloop[mcp]'``.
+        """
+        if self._mcp_http is not None:
+            return self._mcp_http.url  # type: ignore[no-any-return]
+        proc = self._proc
+        if proc is None or self._ran_out:
+            raise UsageError(
+                "sim.mcp_url serves the tools while the run lasts: read it inside the drive (the server starts "
+                "then and stops when the run ends); outside a run, use sim.mcp_server() or `simloop serve --mcp`"
+            )
+        with self.watchdog.paused(), simloops_own():  # simloop's own set-up, not the loop's time or network
+            from simloop._runtime.netguard import allow_own_port
+            from simloop.mcp import HTTPServer, tool_server
+
+            server = HTTPServer(tool_server(self.tool_schemas, self._mcp_call))
+        forget = allow_own_port(server.port)
+        self.clock.own_servers.append(server)
+
+        def close() -> None:
+            self.clock.own_servers.remove(server)
+            forget()
+            server.close()
+
+        proc.closers.append(close)
+        self._mcp_http = server
+        return server.url
+
+    async def _mcp_call(self, name: str, input: dict[str, Any], *, tool_use_id: str | None = None) -> str:
+        """One MCP call over HTTP (on the server's thread): run on the loop's virtual-time event loop, as in memory;
+        with no single such loop running (a sync client), run here, its latency spent on the virtual clock."""
+        loop = self.clock.running_loop()
+        try:
+            if loop is None:
+                return self.tools.run(name, input, tool_use_id=tool_use_id)
+            future = asyncio.run_coroutine_threadsafe(self.tools.arun(name, input, tool_use_id=tool_use_id), loop)
+            return await asyncio.wrap_future(future)
+        except LoopHalted as halted:  # recorded when raised; the loop sees a tool error, its next call is halted
+            raise RuntimeError(f"simloop stopped the run: {halted}") from None
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if loop is not None and future.cancelled() and task is not None and not task.cancelling():  # the loop ended
+                raise RuntimeError(f"{name}: cancelled, the loop's event loop ended before the tool finished") from None
+            raise
 
     @property
     def http_client(self) -> httpx2.Client:
@@ -388,6 +446,8 @@ class Sim:
             if self.transcript.halt is None:
                 self._threads_left(tid)
             self._forks_seen()
+        self._ran_out = True
+        self._mcp_http = None
         return result
 
     def _drive(self, drive: Drive) -> Outcome:

@@ -168,7 +168,7 @@ def not_routed(what: str) -> str:
         f"{what}: the loop's tools are not routed through sim.run_tool, so nothing about them was tested (and the "
         "loop's own tools, real ones, may have run instead). Pass sim.run_tool (or await sim.arun_tool) to the loop "
         "as the function that runs a tool call, or point a loop in another language or process at the tools "
-        "endpoint (POST $SIMLOOP_TOOLS_URL/NAME) or the MCP server (sim.mcp_server(), $SIMLOOP_MCP_URL)."
+        "endpoint (POST $SIMLOOP_TOOLS_URL/NAME) or the MCP server (sim.mcp_server(), sim.mcp_url, $SIMLOOP_MCP_URL)."
     )
 
 

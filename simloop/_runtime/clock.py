@@ -48,7 +48,10 @@ asyncio
     code.  It waits for the job in real time, and only after ``thread_grace`` real seconds does virtual
     time flow at real speed, so a timeout around a stuck thread still fires.  A job that sleeps virtually
     becomes a timer of the loop, so ``wait_for(to_thread(time.sleep, 5), 1)`` times out at +1 as in
-    production.  While a real fd other than the self-pipe is registered, time flows at real speed (E6).
+    production.  While a real fd other than the self-pipe is registered, time flows at real speed (E6),
+    except connections to simloop's own servers of the run (``clock.own_servers``: ``sim.mcp_url``): while one
+    of them has work in flight the loop waits for it with virtual time standing still, as for a job, and
+    otherwise they count for nothing (Linux, where the socket queues can be read: ``SIOCOUTQ``).
     With nothing ready, no timer and no job, the loop waits ``deadlock_after`` real seconds for another
     thread, then raises `VirtualTimeDeadlock` naming the stuck tasks.
 
@@ -81,6 +84,8 @@ import math
 import os
 import queue
 import selectors
+import socket
+import struct
 import sys
 import threading
 import time
@@ -95,7 +100,7 @@ from simloop._runtime.halt import LoopHalted
 from simloop.errors import UsageError
 
 __all__ = ["EPOCH", "MONOTONIC_ORIGIN", "REAL", "RealTimeThread", "VirtualClock", "VirtualTimeDeadlock",
-           "VirtualTimeEventLoop"]
+           "VirtualTimeEventLoop", "unsent"]
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
@@ -426,6 +431,14 @@ class VirtualClock:
         # In a Sim a deadlock unwinds the loop as LoopHalted("deadlock"), which the loop cannot swallow
         # (`except Exception` catches VirtualTimeDeadlock, a RuntimeError), and the run records a Halt.
         self.halt_on_deadlock = False
+        #: simloop's own loopback servers for this run's loops (``port``, ``busy()``): see `VirtualTimeEventLoop`.
+        self.own_servers: list[Any] = []
+        self._loops: list[VirtualTimeEventLoop] = []  # the loops running on this clock now
+
+    def running_loop(self) -> VirtualTimeEventLoop | None:
+        """The virtual-time loop running on this clock, when there is exactly one (another thread may schedule on it)."""
+        loops = self._loops
+        return loops[0] if len(loops) == 1 else None
 
     def __repr__(self) -> str:
         return f"VirtualClock(start={self._start_ns / _NS!r}, now={self.now()!r})"
@@ -767,9 +780,12 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
 
     def run_forever(self) -> None:
         _AnyioJobs.acquire()
+        loops = self.simloop_clock._loops
+        loops.append(self)
         try:
             super().run_forever()
         finally:
+            loops.remove(self)
             _AnyioJobs.release()
             with self.simloop_clock._cond:
                 self.simloop_clock._cond.notify_all()  # sleeping jobs: nobody drives your wake time now
@@ -855,7 +871,15 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
             timer = now + round(timeout * _NS)  # within a nanosecond, so the timer is due (clock resolution)
             wake = timer if wake is None else min(wake, timer)
         if self._has_real_fd(sel):
-            return self._flow(sel, now, wake, None)
+            own = self._own_busy(sel)
+            if own is None:  # a real fd: time flows at real speed
+                return self._flow(sel, now, wake, None)
+            if own:  # simloop's own server is at work: wait for it with virtual time standing still
+                running += 1
+            else:  # only idle connections to simloop's own servers: as if no fd were registered
+                events = sel.select(0)
+                if events:
+                    return events
         if running > 0:
             real_now = REAL.monotonic()
             if self._busy_since is None:
@@ -891,6 +915,27 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
         ssock = getattr(self, "_ssock", None)
         return ssock is None or ssock.fileno() not in registered
 
+    def _own_busy(self, sel: selectors.BaseSelector) -> bool | None:
+        """None when a registered fd is not a connection to one of simloop's own servers on this clock (``own_servers``,
+        on loopback); else whether one of them has work in flight: bytes this loop sent that the server has not
+        received, a connection being made, or the server busy (``busy()``, which looks at its side in the order
+        work moves).  Linux only (elsewhere None: the fds are real)."""
+        servers = self.simloop_clock.own_servers
+        if not servers or not _LINUX:
+            return None
+        ports = {server.port for server in servers}
+        ssock = getattr(self, "_ssock", None)
+        skip = ssock.fileno() if ssock is not None else -1
+        busy = False
+        for fd in list(sel.get_map()):
+            if fd == skip:
+                continue
+            state = _own_connection(fd, ports) if isinstance(fd, int) else None
+            if state is None:
+                return None
+            busy = busy or state
+        return busy or any(server.busy() for server in servers)
+
     def _stuck_at(self) -> str | None:
         """Where the first pending task (by name: the main one is ``Task-1`` or the like) waits; not simloop's own
         task that awaits a Sim's drive task."""
@@ -908,6 +953,46 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
             "executor job is running and no real file descriptor is registered, and no other thread woke it "
             f"within {self._deadlock_after:g} s of real time.  Something awaits a future, event, lock or queue "
             "that nothing will ever set.\nPending tasks:\n" + ("\n".join(tasks) or "  (none)"))
+
+
+_LINUX = sys.platform.startswith("linux")
+_SYN_SENT = 2  # tcp_states.h
+
+
+def unsent(fd: int) -> bool:
+    """Whether a TCP socket holds bytes its peer has not yet received (Linux ``SIOCOUTQ``); False when unknown."""
+    import fcntl  # (Unix only)
+    import termios
+
+    try:
+        queued: int = struct.unpack("i", fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0\0\0\0"))[0]
+    except OSError:
+        return False
+    return queued > 0
+
+
+def _own_connection(fd: int, ports: set[int]) -> bool | None:
+    """For a TCP socket connected (or connecting) to one of ``ports`` on loopback: whether bytes or a handshake are in
+    flight; None for any other fd."""
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        return None
+    try:
+        if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.type != socket.SOCK_STREAM:
+            return None
+        try:
+            host, port = sock.getpeername()[:2]
+        except OSError:  # not connected yet: a handshake in flight counts as work (else the fd is nobody's)
+            info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)
+            return True if info[0] == _SYN_SENT else None
+        if port not in ports or not (host.startswith("127.") or host in ("::1", "::ffff:127.0.0.1")):
+            return None
+        return unsent(fd)
+    except OSError:
+        return None
+    finally:
+        sock.detach()
 
 
 def _innermost(task: asyncio.Task[Any]) -> str | None:

@@ -20,7 +20,8 @@ Policies (``Sim(..., network=...)``, ``verify(..., network=...)``, ``simloop ver
   that legitimately reach a local service (a database, a tool server); others are blocked;
 * ``allow``: the guard is off.
 
-Unix-domain sockets are always allowed: they are not network.  A blocked attempt raises `LoopHalted`
+Unix-domain sockets are always allowed: they are not network, and so is simloop's own MCP server of the run
+(``sim.mcp_url``, on a loopback port `allow_own_port` names, whatever the policy); another loopback port is not.  A blocked attempt raises `LoopHalted`
 ("network") in the thread that made it, which ``except Exception`` cannot swallow, and the run records
 a `Halt` naming the host and the loop's line (reported by the ``stops`` invariant).
 """
@@ -39,7 +40,7 @@ from simloop._runtime.clock import VirtualClock, _threads
 from simloop._runtime.watchdog import where_of
 from simloop.errors import UsageError
 
-__all__ = ["POLICIES", "NetworkPolicy", "check_policy", "guarding", "simloops_own"]
+__all__ = ["POLICIES", "NetworkPolicy", "allow_own_port", "check_policy", "guarding", "simloops_own"]
 
 NetworkPolicy = Literal["block", "loopback", "allow"]
 POLICIES: tuple[str, ...] = ("block", "loopback", "allow")
@@ -60,6 +61,7 @@ _GUARDS: dict[VirtualClock, tuple[str, OnBlocked]] = {}  # a guarded run's clock
 _get_ident = threading.get_ident
 _installed: list[bool] = []
 _OWN: set[int] = set()  # threads inside `simloops_own`: simloop's own sockets, in a guarded thread
+_OWN_PORTS: set[int] = set()  # loopback ports of simloop's own servers that a run's loop may reach (``sim.mcp_url``)
 
 
 def check_policy(network: object) -> NetworkPolicy:
@@ -89,6 +91,12 @@ def guarding(clock: VirtualClock, policy: NetworkPolicy, on_blocked: OnBlocked) 
         _GUARDS.pop(clock, None)
 
 
+def allow_own_port(port: int) -> Callable[[], None]:
+    """Let every run reach simloop's own server on loopback ``port`` (whatever its policy); returns the undo."""
+    _OWN_PORTS.add(port)
+    return lambda: _OWN_PORTS.discard(port)
+
+
 @contextmanager
 def simloops_own() -> Iterator[None]:
     """Sockets the current thread opens in the block are simloop's own (the loopback server of a command
@@ -115,6 +123,8 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     if target is None:
         return
     host, port = target
+    if _OWN_PORTS and _is_own(host, port):
+        return
     policy, on_blocked = guard
     if policy == "loopback" and _is_loopback(host):
         return
@@ -143,6 +153,14 @@ def _target(event: str, args: tuple[Any, ...]) -> tuple[str, Any] | None:
     host = address[0]
     return (host.decode("ascii", "replace") if isinstance(host, bytes) else str(host),
             address[1] if len(address) > 1 else None)
+
+
+def _is_own(host: str, port: Any) -> bool:
+    try:
+        number = int(port)
+    except (TypeError, ValueError):
+        return False
+    return number in _OWN_PORTS and host.strip("[]") in ("127.0.0.1", "::1", "localhost")
 
 
 def _is_loopback(host: str) -> bool:

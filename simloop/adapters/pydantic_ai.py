@@ -123,7 +123,8 @@ def _call(sim: Sim, name: str, on_tool_error: ToolErrorPolicy) -> Callable[..., 
 
 
 def mcp_toolset(sim: Sim, *, tool_error_behavior: Literal["retry", "error", "failed"] = "retry") -> Any:
-    """A pydantic-ai ``MCPToolset`` connected in memory to ``sim.mcp_server()`` (the official MCP SDK's server).
+    """``MCPToolset(sim.mcp_server(), tool_error_behavior=...)``: pydantic-ai's MCP toolset on the scenario's tools,
+    in memory (a user writes the same line themselves; over HTTP: ``MCPToolset(sim.mcp_url)``).
 
     Example::
 
@@ -136,9 +137,7 @@ def mcp_toolset(sim: Sim, *, tool_error_behavior: Literal["retry", "error", "fai
             "simloop.adapters.pydantic_ai.mcp_toolset needs pydantic-ai's MCP client and the MCP SDK: "
             "pip install 'simloop[mcp]' 'pydantic-ai-slim[mcp]'", name="fastmcp"
         ) from None
-    from simloop.adapters._mcp_memory import InMemory
-
-    return MCPToolset(InMemory(sim.mcp_server()), tool_error_behavior=tool_error_behavior)
+    return MCPToolset(sim.mcp_server(), tool_error_behavior=tool_error_behavior)
 
 
 def _warm_mcp() -> None:
@@ -147,9 +146,7 @@ def _warm_mcp() -> None:
     try:
         import mcp_types  # noqa: F401
         import pydantic_ai.mcp  # noqa: F401
-        from mcp.server import Server  # noqa: F401
-
-        import simloop.adapters._mcp_memory  # noqa: F401
+        from mcp.server.mcpserver import MCPServer  # noqa: F401
     except ImportError:
         pass
 
