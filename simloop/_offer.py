@@ -13,20 +13,31 @@ declares and so pauses (``pause_turn``) only then, and stops on a stop sequence 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic_core import to_json
 
 from simloop.scenario import PauseTurnBody, Reply, ServerToolCall, ServerToolName
 from simloop.strategies import tool_key
 
-__all__ = ["NOTHING", "Offer", "fit_pause", "offer_of", "server_block", "stopped_at"]
+__all__ = [
+    "NOTHING", "SERVER_TOOLS", "Offer", "ServerTools", "fit_pause", "offer_of", "server_block", "stopped_at",
+    "with_server_tools",
+]
 
 ToolKey = tuple[tuple[str, str], ...]
+#: `verify(server_tools=...)`: whether the generated model writes server tool blocks (and so pauses): as the
+#: request declares (``request``), whatever it declares (``on``: its declared kind, else ``web_search``), or never
+#: (``off``).
+ServerTools = Literal["request", "on", "off"]
+SERVER_TOOLS: tuple[ServerTools, ...] = ("request", "on", "off")
+#: The server tool ``on`` runs when the request declares none: the one most loops meet.
+_FORCED: tuple[ServerToolName, ...] = ("web_search",)
 
 #: A server tool's ``type`` (by prefix) -> the name of the ``server_tool_use`` blocks the model writes for it.
 #: ``code_execution_20250522`` runs ``code_execution``; the later versions run ``bash_code_execution`` (and
@@ -111,6 +122,16 @@ def _offer(raw_tools: bytes, raw_choice: bytes, raw_stops: bytes) -> Offer:
         forced=forced,
         one_call=isinstance(choice, dict) and choice.get("disable_parallel_tool_use") is True,
     )
+
+
+def with_server_tools(offer: Offer, choice: ServerTools) -> Offer:
+    """``offer`` with the server tools ``choice`` lets the model write: none (``off``), the request's or else
+    ``web_search`` (``on``), or the request's own (``request``)."""
+    if choice == "off" and offer.server:
+        return dataclasses.replace(offer, server=())
+    if choice == "on" and not offer.server:
+        return dataclasses.replace(offer, server=_FORCED)
+    return offer
 
 
 def stopped_at(text: str, sequences: Sequence[str], chosen: str) -> tuple[str, str]:

@@ -31,6 +31,7 @@ from simloop._campaign.schedule import schedule as _schedule  # noqa: F401
 from simloop._campaign.schedule import split as _split  # noqa: F401
 from simloop._campaign.search import DEFAULT_OUT, REDIS_TIMEOUT_S, example_database, invariant_ids
 from simloop._campaign.world import DEFAULT_TASK, FOLLOWUPS
+from simloop._offer import ServerTools
 from simloop._claims import Claims, limit_names, skip_reason
 from simloop._runtime.netguard import NetworkPolicy
 from simloop.errors import InvariantViolation, UsageError
@@ -53,7 +54,7 @@ def verify(
     invariants: Iterable[str] | None = None, task: str = DEFAULT_TASK, plan: st.SearchStrategy[Plan] | None = None,
     out_dir: str | Path = DEFAULT_OUT, settings: Settings | None = None,
     recorded: str | Path | Any = None, turns: int = 1, abort: bool = False, restarts: int = 0, workers: int = 1,
-    database: str | Path | Any = None, network: NetworkPolicy = "block",
+    database: str | Path | Any = None, network: NetworkPolicy = "block", server_tools: ServerTools = "request",
 ) -> Report:
     """Property-test ``drive`` under generated model behaviours, API faults, tool faults, latencies and timings.
 
@@ -70,7 +71,11 @@ def verify(
       kept and faulted; a failure shrinks to "the recording, plus these faults";
     * ``turns``: one to that many user turns a run, through one history (docs/design.md, Conversations);
       ``abort``: the user's Stop, pressed once a run at a drawn point (Abort); ``restarts``: up to that many
-      process deaths a run on drawn writes, the drive run again with ``sim.store`` kept (Crash and restart).
+      process deaths a run on drawn writes, the drive run again with ``sim.store`` kept (Crash and restart);
+    * ``server_tools``: whether the model runs server tools (``server_tool_use`` blocks, ``pause_turn``):
+      ``"request"`` (the default) only when the request declares one, ``"on"`` whatever it declares (its
+      declared kind, else ``web_search``: for a loop whose server tools are added on the way, e.g. by a
+      gateway), ``"off"`` never (the staged budget is kept; ``plan=`` is not needed).
 
     How the runs are searched: ``max_examples`` of them (as Hypothesis runs of at most a hundred, so memory stays
     flat), the same ones in the same order for a ``seed``, from the Hypothesis ``settings`` given (default: the
@@ -98,7 +103,7 @@ def verify(
     )
     world = World.of(
         drive, tools=tools, limits=limits, task=task, plan=plan, recorded=recorded, turns=turns, abort=abort,
-        restarts=restarts,
+        restarts=restarts, server_tools=server_tools,
     )
     return Campaign(drive, world, search).run()
 
