@@ -98,7 +98,7 @@ class Tally:
         """Why the runs of drive ``name`` tested none of the loop's tools, if so: every tool it ran was undeclared."""
         if not self.ran or self.known:
             return None
-        ran = [tool for tool, _ in self.unknown.most_common(6)]
+        ran = sorted(self.unknown)[:6]
         return undeclared(
             f"in {self.ran} of the {self.examples} example(s) of {name} the loop ran tools", ran, self.declared
         )
