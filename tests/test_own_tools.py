@@ -18,6 +18,7 @@ from typing import Any
 
 import anthropic  # noqa: F401 - imported once here, not by each in-process pytester run
 import pytest
+import yaml  # type: ignore[import-untyped]  # noqa: F401 - kept: an in-process run re-importing it mismatches its C parser's events
 
 import simloop
 from simloop.cli import main
@@ -205,3 +206,67 @@ def test_cli_verify_command_with_tools(tmp_path: Path, capsys: pytest.CaptureFix
     assert "is one verify does not declare (it declares search, send_email)" in err and "--tools tools.yaml" in err
     assert main([*base, "--tools", str(own_tools.TOOLS_FILE)]) == 0
     assert "ok: 6 runs of --command" in capsys.readouterr().out
+
+
+# -- the pytest plugin ----------------------------------------------------------------------------------------------
+
+PLUGIN_TEST = """
+def test_own_tools(simloop):
+    simloop.verify("tests.loops.own_tools:drive", max_examples=8)
+"""
+
+
+def test_plugin_declares_the_loops_tools(pytester: pytest.Pytester) -> None:
+    pytester.syspathinsert(ROOT)
+    pytester.makepyfile(test_own=PLUGIN_TEST)
+    (pytester.path / "tools.yaml").write_text(own_tools.TOOLS_FILE.read_text(encoding="utf-8"), encoding="utf-8")
+    undeclared = pytester.runpytest("-p", "no:cacheprovider", "--simloop-seed=1")
+    undeclared.assert_outcomes(failed=1)
+    undeclared.stdout.fnmatch_lines(["*is one verify does not declare (it declares search, send_email)*"])
+    pytester.runpytest("-p", "no:cacheprovider", "--simloop-seed=1", "--simloop-tools=tools.yaml").assert_outcomes(passed=1)
+    pytester.runpytest("-p", "no:cacheprovider", "--simloop-seed=1", "-o", "simloop_tools=tools.yaml").assert_outcomes(
+        passed=1)
+    pytester.makeconftest("""
+import pytest
+
+@pytest.fixture
+def simloop_config():
+    return {"tools": "tools.yaml"}  # a tools file's path, looked up as scenario paths are
+""")
+    pytester.runpytest("-p", "no:cacheprovider", "--simloop-seed=1").assert_outcomes(passed=1)
+    missing = pytester.runpytest("-p", "no:cacheprovider", "--simloop-seed=1", "--simloop-tools=nope.yaml")
+    missing.assert_outcomes(failed=1)
+    missing.stdout.fnmatch_lines(["*tools file 'nope.yaml' not found; looked in: *"])
+
+
+def test_plugin_server_tools(pytester: pytest.Pytester) -> None:
+    pytester.syspathinsert(ROOT)
+    pytester.makepyfile(test_pause="""
+def test_pause(simloop):
+    simloop.verify("examples.pause_turn_final:drive", max_examples=60, limits={"max_steps": 10, "deadline_s": 300})
+""")
+    by_request = pytester.runpytest("-p", "no:cacheprovider", "--simloop-seed=0")
+    by_request.assert_outcomes(failed=1)
+    by_request.stdout.fnmatch_lines(["*[[]honest_outcome[]]*"])
+    off = pytester.runpytest("-p", "no:cacheprovider", "--simloop-seed=0", "--simloop-server-tools=off")
+    off.assert_outcomes(passed=1)
+    pytester.runpytest("-p", "no:cacheprovider", "--simloop-seed=0", "-o", "simloop_server_tools=off").assert_outcomes(
+        passed=1)
+    bad = pytester.runpytest("-p", "no:cacheprovider", "-o", "simloop_server_tools=maybe")
+    bad.stderr.fnmatch_lines(["*ini simloop_server_tools is one of request, on, off, got 'maybe'"])
+
+
+@pytest.mark.parametrize(("loop", "flag", "invariant"), [
+    ("abort_ignored", "--simloop-abort", "abort"),
+    ("durable_resend", "--simloop-restarts=1", "no_rerun"),
+])
+def test_plugin_abort_and_restarts_reach_verify(pytester: pytest.Pytester, loop: str, flag: str, invariant: str) -> None:
+    pytester.syspathinsert(ROOT)
+    pytester.makepyfile(test_loop=f"""
+def test_loop(simloop):
+    simloop.verify("examples.{loop}:drive", max_examples=60)
+""")
+    pytester.runpytest("-p", "no:cacheprovider", "--simloop-seed=0").assert_outcomes(passed=1)  # never stopped/killed
+    caught = pytester.runpytest("-p", "no:cacheprovider", "--simloop-seed=0", flag)
+    caught.assert_outcomes(failed=1)
+    caught.stdout.fnmatch_lines([f"*[[]{invariant}[]]*"])
