@@ -120,7 +120,12 @@ def timeline_table(
     table.add_column("retries", no_wrap=True, style="yellow")
     table.add_column("", no_wrap=True, style="bold red")
     for s, (call, t, tin, tout, retries, marks) in cells:
-        tools = Text("\n").join(_tool_text(r, room) for r in s.runs) if s.runs else Text("")
+        if s.turn is not None:  # a conversation: each user turn opens with its message
+            table.add_row("", "", "", "", Text(f"turn {s.turn + 1}: {json.dumps(s.turn_text, ensure_ascii=False)}",
+                                               style="bold"), "", "", "")
+        events = [Text(a, style="bold yellow") for a in s.aborts] + [Text(r, style="bold magenta") for r in s.restarts]
+        lines = [_tool_text(r, room) for r in s.runs] + events
+        tools = Text("\n").join(lines) if lines else Text("")
         tokens = Text.assemble(
             f"{tin:>{sizes[2]}} ", (bar(s.input_tokens, top, bw).ljust(bw), "red" if s.marks else "cyan")
         )

@@ -395,5 +395,8 @@ def test_html_report_shows_turns_the_stop_and_restarts() -> None:
     assert facts is not None
     assert re.findall(r"-&gt; ([a-z A-Z]+)", facts[1]) == [
         "Stop pressed", "the process died", "final", "final"]
+    text = timeline_text(sim.transcript, [], width=120)  # the terminal's timeline (simloop show) shows them too
+    assert [ln.split("turn ")[1][:1] for ln in text.splitlines() if ln.strip().startswith("turn ")] == ["1", "2", "1", "2"]
+    assert text.count("STOP pressed (while tool execution 1 runs)") == 1 and text.count("PROCESS DIED at 2.000s") == 1
     single = render_html(demo()[0], demo()[1])
     assert '<tr class="turn"' not in single and "Stop pressed" not in single and "process died" not in single
