@@ -270,3 +270,19 @@ def test_loop(simloop):
     caught = pytester.runpytest("-p", "no:cacheprovider", "--simloop-seed=0", flag)
     caught.assert_outcomes(failed=1)
     caught.stdout.fnmatch_lines([f"*[[]{invariant}[]]*"])
+
+
+def test_init_shows_where_the_loops_tools_go(pytester: pytest.Pytester) -> None:
+    pytester.syspathinsert(ROOT)
+    folder = pytester.path / "t"
+    assert main(["init", str(folder)]) == 0
+    assert 'return {"drive": "simloop_drive:drive", "tools": "tools.yaml", "max_examples": 50}' in \
+        (folder / "conftest.py").read_text(encoding="utf-8")
+    # the user points the drive at a loop with tools of its own, and has not listed them yet
+    (folder / "simloop_drive.py").write_text("from tests.loops.own_tools import drive  # noqa: F401\n", encoding="utf-8")
+    args = ["t", "-p", "no:cacheprovider", "-k", "keeps_every_invariant", "--simloop-seed=1", "--simloop-max-examples=8"]
+    told = pytester.runpytest(*args)
+    told.assert_outcomes(failed=1)
+    told.stdout.fnmatch_lines(["*is one verify does not declare (it declares search, send_email)*"])
+    (folder / "tools.yaml").write_text(own_tools.TOOLS_FILE.read_text(encoding="utf-8"), encoding="utf-8")
+    pytester.runpytest(*args).assert_outcomes(passed=1)
