@@ -31,8 +31,8 @@ from simloop._campaign.schedule import schedule as _schedule  # noqa: F401
 from simloop._campaign.schedule import split as _split  # noqa: F401
 from simloop._campaign.search import DEFAULT_OUT, REDIS_TIMEOUT_S, example_database, invariant_ids
 from simloop._campaign.world import DEFAULT_TASK, FOLLOWUPS
-from simloop._offer import ServerTools
 from simloop._claims import Claims, limit_names, skip_reason
+from simloop._offer import ServerTools
 from simloop._runtime.netguard import NetworkPolicy
 from simloop.errors import InvariantViolation, UsageError
 from simloop.invariants import Report, Violation

@@ -286,3 +286,10 @@ def test_init_shows_where_the_loops_tools_go(pytester: pytest.Pytester) -> None:
     told.stdout.fnmatch_lines(["*is one verify does not declare (it declares search, send_email)*"])
     (folder / "tools.yaml").write_text(own_tools.TOOLS_FILE.read_text(encoding="utf-8"), encoding="utf-8")
     pytester.runpytest(*args).assert_outcomes(passed=1)
+
+
+def test_the_plugin_and_the_library_agree_on_server_tools() -> None:
+    from pytest_plugin.plugin import SERVER_TOOLS_CHOICES
+    from simloop._offer import SERVER_TOOLS
+
+    assert tuple(SERVER_TOOLS_CHOICES) == SERVER_TOOLS

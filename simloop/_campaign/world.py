@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from hypothesis import strategies as st
 
 from simloop._campaign.failure import drive_name
-from simloop._offer import SERVER_TOOLS, ServerTools
 from simloop._campaign.schedule import Stage, split
+from simloop._offer import SERVER_TOOLS, ServerTools
 from simloop.errors import UsageError
 from simloop.generated import Draw, GeneratedFaults, GeneratedModel
 from simloop.scenario import Abort, Limits, Scenario, ToolSpec
