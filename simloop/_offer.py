@@ -6,7 +6,8 @@ defines (none when it defines none, or when ``tool_choice`` is ``none``; one cal
 ``tool``), writes server tool blocks (``server_tool_use`` and its result) only for the server tools it
 declares and so pauses (``pause_turn``) only then, and stops on a stop sequence only when the request sets
 ``stop_sequences`` (the ``stop_sequence`` field one of them, the text ending where it stopped the model).
-`offer_of` reads that from a request once (cached on the request's own fields); the generated model
+`offer_of` reads that from a request once (cached on the request's own fields), and `with_server_tools`
+applies `verify(server_tools=...)` to it (on, off, or as the request declares); the generated model
 (`simloop.generated.GeneratedModel`) shapes every reply to it.  Thinking blocks follow the request's
 ``thinking`` where replies are rendered (`simloop.models.turn_from_reply`).
 """

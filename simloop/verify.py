@@ -89,7 +89,8 @@ def verify(
     Raises:
         InvariantViolation: with ``.violations``, ``.scenario`` (minimal), ``.scenario_path``, ``.timeline``,
             ``.replay`` and ``.examples_before_failure`` (the examples that passed before the first failing one).
-        UsageError: an argument is wrong, or no run reached the model or a tool (the drive is not wired to the Sim).
+        UsageError: an argument is wrong, or no run reached the model or a tool (the drive is not wired to the Sim),
+            or every tool the loop ran is one ``tools`` does not declare (the loop has tools of its own: declare them).
 
     Example::
 

@@ -123,7 +123,8 @@ class Campaign:
 
         Raises:
             InvariantViolation: the minimal failing run, written as a scenario file (see `Failure`).
-            UsageError: no run reached the model, or none of the tools the model asked for.
+            UsageError: no run reached the model, or none of the tools the model asked for, or every tool the loop
+                ran was undeclared (also instead of a failure found meanwhile: it would blame the declaration).
         """
         if self.search.workers > 1:
             return run_workers(self.drive, self.shares())
