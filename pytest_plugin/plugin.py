@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from simloop._pytest_support import SimloopFixture, TestOptions
 
 PROFILE_CHOICES = ("ci", "dev", "nightly")
+SERVER_TOOLS_CHOICES = ("request", "on", "off")  # simloop._offer.SERVER_TOOLS (a test checks that they agree)
 CACHE_KEY = "simloop/seed"
 _OPTIONS = (
     # (name, metavar, help)
@@ -39,6 +40,12 @@ _OPTIONS = (
                      "with abort: run (without it they are skipped)")),
     ("restarts", "N", ("your loop resumes from sim.store after a crash: simloop.verify kills it up to N times a run, "
                        "and scenario files with a crash fault run")),
+    ("tools", "FILE", ("your loop's own tools, for simloop.verify: a YAML or JSON file listing them in the scenario's "
+                       "tools: format, or a scenario file whose tools: is taken (default: a read search and a write "
+                       "send_email)")),
+    ("server_tools", "|".join(SERVER_TOOLS_CHOICES), (
+        "whether simloop.verify's model runs server tools (server_tool_use blocks, pause_turn): when the request "
+        "declares one (request, the default), whatever it declares (on), or never (off)")),
     ("claims", "NAMES", ("the stop policies your loop honours as sim.limits declares them, comma-separated "
                          "(max_steps, deadline_s, max_total_tokens, max_tool_errors, max_writes, max_repeats): "
                          "scenario files that declare them run (the simloop_config limits count too)")),
@@ -98,7 +105,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("simloop", "simloop: test LLM agent loops against a simulated API")
     for name, metavar, help_ in _OPTIONS:
         flag = "--simloop-" + name.replace("_", "-")
-        choices = PROFILE_CHOICES if name == "profile" else None
+        choices = {"profile": PROFILE_CHOICES, "server_tools": SERVER_TOOLS_CHOICES}.get(name)
         if metavar is None:  # a flag: "true" when given
             group.addoption(flag, dest=f"simloop_{name}", default=None, action="store_const", const="true", help=help_)
         else:
@@ -161,14 +168,15 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "simloop(scenario=None, seed=None, max_examples=None, strict=True, drive=None, profile=None, turns=None, "
-        "abort=None, restarts=None, claims=None): "
+        "abort=None, restarts=None, claims=None, tools=None, server_tools=None): "
         "options of the simloop fixture for this test",
     )
     seed_cli, seed_ini = _given(config, "seed")
     seed, explicit = _session_seed(config, seed_cli, seed_ini)
     cli: dict[str, Any] = {}
     ini: dict[str, Any] = {}
-    for name in ("max_examples", "turns", "profile", "drive", "workers", "database", "abort", "restarts", "claims"):
+    for name in ("max_examples", "turns", "profile", "drive", "workers", "database", "abort", "restarts", "claims",
+                 "tools", "server_tools"):
         for layer, value, where in zip((cli, ini), _given(config, name), ("--simloop-", "ini simloop_")):
             label = where + (name.replace("_", "-") if where.startswith("--") else name)
             if value is None:
@@ -183,6 +191,8 @@ def pytest_configure(config: pytest.Config) -> None:
                 layer[name] = tuple(n.strip() for n in value.split(",") if n.strip())
             elif name == "profile" and value not in PROFILE_CHOICES:
                 raise pytest.UsageError(f"{label} is one of {', '.join(PROFILE_CHOICES)}, got {value!r}")
+            elif name == "server_tools" and value not in SERVER_TOOLS_CHOICES:
+                raise pytest.UsageError(f"{label} is one of {', '.join(SERVER_TOOLS_CHOICES)}, got {value!r}")
             else:
                 layer[name] = value
     folder = next((v for v in _given(config, "scenarios") if v), "scenarios")
@@ -252,8 +262,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def simloop_config() -> dict[str, Any]:
     """Defaults for this test's ``simloop`` fixture; override it in conftest.py (like pytest-recording's vcr_config).
 
-    Keys: drive, max_examples, profile, seed, strict, scenario, limits, tools, invariants, task, out_dir, turns,
-    workers, database, abort, restarts, claims.
+    Keys: drive, max_examples, profile, seed, strict, scenario, limits, tools (a list, or a tools file's path),
+    invariants, task, out_dir, turns, workers, database, abort, restarts, claims, server_tools.
     The marker, the command line and the ini file win over it.
     """
     return {}

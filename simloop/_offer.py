@@ -6,27 +6,39 @@ defines (none when it defines none, or when ``tool_choice`` is ``none``; one cal
 ``tool``), writes server tool blocks (``server_tool_use`` and its result) only for the server tools it
 declares and so pauses (``pause_turn``) only then, and stops on a stop sequence only when the request sets
 ``stop_sequences`` (the ``stop_sequence`` field one of them, the text ending where it stopped the model).
-`offer_of` reads that from a request once (cached on the request's own fields); the generated model
+`offer_of` reads that from a request once (cached on the request's own fields), and `with_server_tools`
+applies `verify(server_tools=...)` to it (on, off, or as the request declares); the generated model
 (`simloop.generated.GeneratedModel`) shapes every reply to it.  Thinking blocks follow the request's
 ``thinking`` where replies are rendered (`simloop.models.turn_from_reply`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic_core import to_json
 
 from simloop.scenario import PauseTurnBody, Reply, ServerToolCall, ServerToolName
 from simloop.strategies import tool_key
 
-__all__ = ["NOTHING", "Offer", "fit_pause", "offer_of", "server_block", "stopped_at"]
+__all__ = [
+    "NOTHING", "SERVER_TOOLS", "Offer", "ServerTools", "fit_pause", "offer_of", "server_block", "stopped_at",
+    "with_server_tools",
+]
 
 ToolKey = tuple[tuple[str, str], ...]
+#: `verify(server_tools=...)`: whether the generated model writes server tool blocks (and so pauses): as the
+#: request declares (``request``), whatever it declares (``on``: its declared kind, else ``web_search``), or never
+#: (``off``).
+ServerTools = Literal["request", "on", "off"]
+SERVER_TOOLS: tuple[ServerTools, ...] = ("request", "on", "off")
+#: The server tool ``on`` runs when the request declares none: the one most loops meet.
+_FORCED: tuple[ServerToolName, ...] = ("web_search",)
 
 #: A server tool's ``type`` (by prefix) -> the name of the ``server_tool_use`` blocks the model writes for it.
 #: ``code_execution_20250522`` runs ``code_execution``; the later versions run ``bash_code_execution`` (and
@@ -111,6 +123,16 @@ def _offer(raw_tools: bytes, raw_choice: bytes, raw_stops: bytes) -> Offer:
         forced=forced,
         one_call=isinstance(choice, dict) and choice.get("disable_parallel_tool_use") is True,
     )
+
+
+def with_server_tools(offer: Offer, choice: ServerTools) -> Offer:
+    """``offer`` with the server tools ``choice`` lets the model write: none (``off``), the request's or else
+    ``web_search`` (``on``), or the request's own (``request``)."""
+    if choice == "off" and offer.server:
+        return dataclasses.replace(offer, server=())
+    if choice == "on" and not offer.server:
+        return dataclasses.replace(offer, server=_FORCED)
+    return offer
 
 
 def stopped_at(text: str, sequences: Sequence[str], chosen: str) -> tuple[str, str]:

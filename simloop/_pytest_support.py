@@ -32,9 +32,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simloop._claims import Claims, claimed_names, limit_names, skip_reason
+from simloop._offer import SERVER_TOOLS
 from simloop.errors import InvariantViolation, UsageError
 from simloop.invariants import CATALOGUE
-from simloop.scenario import LIMIT_NAMES, Scenario, load_scenario
+from simloop.scenario import LIMIT_NAMES, Scenario, load_scenario, load_tools
 from simloop.sim import Drive, ScenarioLike, Sim, off_loop
 from simloop.verify import replay as _replay
 from simloop.verify import verify as _verify
@@ -67,10 +68,10 @@ __all__ = [
 #: The keys ``@pytest.mark.simloop(...)`` and ``simloop_config`` accept.
 OPTION_KEYS = (
     "scenario", "seed", "max_examples", "profile", "drive", "strict", "limits", "tools", "invariants", "task",
-    "out_dir", "turns", "workers", "database", "abort", "restarts", "claims",
+    "out_dir", "turns", "workers", "database", "abort", "restarts", "claims", "server_tools",
 )
 #: The keys passed through to `simloop.verify` as defaults.
-_VERIFY_DEFAULTS = ("limits", "tools", "invariants", "task", "workers", "database")
+_VERIFY_DEFAULTS = ("limits", "tools", "invariants", "task", "workers", "database", "server_tools")
 
 #: ``--simloop-profile`` names -> (the Hypothesis profile they start from, their example budget).
 #: Registered as Hypothesis profiles ``simloop-<name>`` on first use, unless the user registered one first.
@@ -214,6 +215,10 @@ def _checked(values: Mapping[str, Any], where: str) -> dict[str, Any]:
             raise UsageError(f"{where}: restarts must be an int >= 0, got {value!r}")
         if key == "claims":
             out[key] = claimed_names(value, where=f"{where}: claims")
+        if key == "server_tools" and value not in SERVER_TOOLS:
+            raise UsageError(f"{where}: server_tools must be one of {', '.join(SERVER_TOOLS)}, got {value!r}")
+        if key == "tools" and isinstance(value, (bytes, Mapping)):
+            raise UsageError(f"{where}: tools is a list of tools or a tools file's path, got {value!r}")
         if key == "profile" and value not in PROFILES:
             raise UsageError(f"{where}: profile must be one of {', '.join(PROFILES)}, got {value!r}")
         if key == "drive" and not (callable(value) or isinstance(value, str)):
@@ -380,6 +385,8 @@ class SimloopFixture:
         if self.options.restarts is not None:
             kw["restarts"] = self.options.restarts
         kw.update(kwargs)
+        if isinstance(kw.get("tools"), (str, Path)):  # --simloop-tools=FILE, or a path in simloop_config/the marker
+            kw["tools"] = self._tools_file(kw["tools"])
         if kw.get("database") is not None and "seed" not in kwargs:
             # a seeded search leaves the example database out (as any seeded Hypothesis run): a test given a
             # shared database searches on Hypothesis's randomness, to replay and add to what others found
@@ -492,6 +499,17 @@ class SimloopFixture:
                 return folder / p
         looked = ", ".join(str(f) for f in self.options.search) or "the current folder"
         raise UsageError(f"scenario file {str(scenario)!r} not found; looked in: {looked}")
+
+    def _tools_file(self, path: str | Path) -> list[Any]:
+        """The tools a tools file lists (looked up as scenario paths are); a missing or bad file is a `UsageError`."""
+        p = Path(path)
+        located = p if p.is_absolute() or p.is_file() else next(
+            (f / p for f in self.options.search if (f / p).is_file()), p
+        )
+        if not located.is_file():
+            looked = ", ".join(str(f) for f in self.options.search) or "the current folder"
+            raise UsageError(f"tools file {str(path)!r} not found; looked in: {looked}")
+        return list(load_tools(located))
 
     def _out_dir(self) -> Path:
         return display_path(self.options.out_dir)

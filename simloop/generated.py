@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import Frozen, StopTest
 
 from simloop._inputs import POOL, pool_for
-from simloop._offer import Offer, fit_pause, offer_of, server_block, stopped_at
+from simloop._offer import Offer, ServerTools, fit_pause, offer_of, server_block, stopped_at, with_server_tools
 from simloop.models import ModelRequest
 from simloop.scenario import Abort, Expect, Fault, Limits, MaxTokensBody, Reply, Scenario, ToolCall, ToolSpec
 from simloop.strategies import (
@@ -68,6 +68,7 @@ class GeneratedModel:
     In a conversation (``next_plan`` given), each user turn the loop takes (``turn()``, the number of
     turns begun) gets a plan of its own, drawn from ``next_plan`` when its first request arrives, and a
     turn's final answer is sometimes empty (no text: a model may end a turn that way after tools).
+    ``server_tools`` says which server tools its replies may run (`simloop._offer.with_server_tools`).
     """
 
     def __init__(
@@ -77,8 +78,10 @@ class GeneratedModel:
         *,
         next_plan: st.SearchStrategy[Plan] | None = None,
         turn: Callable[[], int] | None = None,
+        server_tools: ServerTools = "request",
     ) -> None:
         self.draw = draw
+        self.server_tools = server_tools
         self.plan = plan
         self.next_plan = next_plan
         self.turn = turn
@@ -100,6 +103,8 @@ class GeneratedModel:
 
     def reply(self, request: ModelRequest) -> Reply:
         offer = offer_of(request.body)
+        if self.server_tools != "request":
+            offer = with_server_tools(offer, self.server_tools)
         try:
             reply = self._fit(self._next(offer), offer)
         except Frozen:  # Hypothesis stopped the example in a tool task the loop left running: wind down

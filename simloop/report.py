@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simloop.timeline import Step, ToolRun, steps
-from simloop.transcript import Request, Response, Transcript
+from simloop.transcript import AbortEvent, OutcomeEvent, Request, Response, Restart, Transcript, TurnStart
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -120,7 +120,12 @@ def timeline_table(
     table.add_column("retries", no_wrap=True, style="yellow")
     table.add_column("", no_wrap=True, style="bold red")
     for s, (call, t, tin, tout, retries, marks) in cells:
-        tools = Text("\n").join(_tool_text(r, room) for r in s.runs) if s.runs else Text("")
+        if s.turn is not None:  # a conversation: each user turn opens with its message
+            table.add_row("", "", "", "", Text(f"turn {s.turn + 1}: {json.dumps(s.turn_text, ensure_ascii=False)}",
+                                               style="bold"), "", "", "")
+        events = [Text(a, style="bold yellow") for a in s.aborts] + [Text(r, style="bold magenta") for r in s.restarts]
+        lines = [_tool_text(r, room) for r in s.runs] + events
+        tools = Text("\n").join(lines) if lines else Text("")
         tokens = Text.assemble(
             f"{tin:>{sizes[2]}} ", (bar(s.input_tokens, top, bw).ljust(bw), "red" if s.marks else "cyan")
         )
@@ -267,6 +272,7 @@ def _summary(t: Transcript, rows: list[Step], violations: Sequence[Any]) -> str:
         facts.append(("outcome", f"{o.reason}: {o.exception or o.text[:200]} (at {o.t:.3f}s virtual)"))
     if t.halt is not None:
         facts.append(("halted", f"at {t.halt.t:.3f}s: {t.halt.detail}"))
+    facts += _lifecycle(t)
     ids = list(dict.fromkeys(v.invariant for v in violations))
     verdict = (
         f'<p class="verdict bad">{len(violations)} violation(s) of {_e(", ".join(ids))}</p>'
@@ -276,6 +282,35 @@ def _summary(t: Transcript, rows: list[Step], violations: Sequence[Any]) -> str:
     items = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in facts)
     title = f"<h1>simloop run <code>{_e(h.scenario)}</code></h1>"
     return f'<header>\n{title}\n{verdict}\n<dl class="facts">{items}</dl>\n</header>\n'
+
+
+def _lifecycle(t: Transcript) -> list[tuple[str, str]]:
+    """The run's user turns (with each turn's outcome), its Stop and its restarts, as facts (none when absent)."""
+    facts = []
+    # [turn, text, its outcome, what else happened in it], in the order taken (a restarted life takes them again)
+    turns: list[list[Any]] = []
+    for e in t.events:
+        if isinstance(e, TurnStart):
+            turns.append([e.turn, e.text, None, None])
+        elif isinstance(e, AbortEvent) and turns:
+            turns[-1][3] = "Stop pressed"
+        elif isinstance(e, Restart) and turns and turns[-1][2] is None:
+            turns[-1][2] = "the process died"
+        elif isinstance(e, OutcomeEvent) and e.turn is not None:
+            entry = next((x for x in reversed(turns) if x[0] == e.turn and x[2] is None), None)
+            if entry is not None:
+                entry[2] = e.reason
+    if len(turns) > 1:
+        said = [f"{n + 1}. {json.dumps(text[:80], ensure_ascii=False)} -> {end or note or '(no outcome)'}"
+                + (f" ({note})" if end and note else "")
+                for n, text, end, note in turns]
+        facts.append((f"user turns ({len(turns)})", "; ".join(said)))
+    for a in t.of(AbortEvent):
+        facts.append(("Stop pressed", f"{a.trigger} (at {a.t:.3f}s virtual)" if a.trigger else f"at {a.t:.3f}s virtual"))
+    for r in t.of(Restart):
+        facts.append(("process died", f"at {r.t:.3f}s virtual: life {r.life} began, sim.store kept"
+                      + (f" ({r.detail})" if r.detail else "")))
+    return facts
 
 
 def _violations(violations: Sequence[Any]) -> str:
@@ -357,6 +392,13 @@ def _timeline(rows: list[Step]) -> str:
             + "</div>"
             for r in s.runs
         )
+        tools += "".join(f'<div class="event abort">{_e(a)}</div>' for a in s.aborts)
+        tools += "".join(f'<div class="event restart">{_e(r)}</div>' for r in s.restarts)
+        if s.turn is not None:
+            body.append(
+                f'<tr class="turn" id="turn-{s.turn + 1}"><td colspan="8">user turn {s.turn + 1}: '
+                f"<q>{_e(_clip(s.turn_text))}</q></td></tr>\n"
+            )
         retries = (f"{s.retries} " if s.retries else "") + (f"({_e(_errors(s))})" if s.attempts else "")
         marks = "".join(f'<span class="mark">{_e(m)}</span>' for m in dict.fromkeys(s.marks))
         kind = (
@@ -504,6 +546,8 @@ tr.detail td{padding-top:0}details.exchange summary{cursor:pointer;color:var(--m
 .tool b{font-weight:600}.tool.ok b{color:var(--ok)}.tool.slow b,.tool.huge b{color:var(--warn)}
 .tool.raised b,.tool.timeout b,.tool.running b{color:var(--bad)}.tool.committed-then-lost b{color:var(--lost)}
 .tool.cancelled b{color:var(--muted)}
+.event{font-weight:600}.event.abort{color:var(--warn)}.event.restart{color:var(--lost)}
+#timeline tr.turn td{background:var(--panel);font-weight:600;border-top:2px solid var(--line)}
 .reply.bad{color:var(--bad)}.note{color:var(--muted);font-size:12px;margin:0 0 3px}
 table.runs{border-collapse:collapse;width:100%;font-size:12px}table.runs td,table.runs th{border:1px solid var(--line);
 padding:3px 6px;vertical-align:top;text-align:left}table.runs pre{max-height:160px;border:0;padding:0;background:none}

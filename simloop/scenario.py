@@ -67,6 +67,7 @@ __all__ = [
     "ToolSpec",
     "Usage",
     "load_scenario",
+    "load_tools",
 ]
 
 #: The reply kinds, one of which every `Reply` carries (docs/design.md, Scenario format v1).
@@ -560,42 +561,7 @@ class Scenario(_Model):
         with a value JSON cannot carry, or naming a tool ``function:`` without ``allow_functions=True``,
         it is refused with a `ScenarioError` before anything is built from it.
         """
-        from ruamel.yaml import YAML
-        from ruamel.yaml.error import MarkedYAMLError, YAMLError
-        from ruamel.yaml.reader import ReaderError
-
-        size = len(text.encode("utf-8", "surrogatepass"))
-        if size > MAX_FILE_BYTES:
-            raise ScenarioError(_too_big(size), path=path, line=None)
-        try:
-            check_text(text)
-            data = _fastyaml.load(text)  # libyaml, with the same checks; DEFER for what only ruamel reads right
-            if data is _fastyaml.DEFER:
-                yaml = YAML(typ="rt")
-                yaml.Parser = GuardedParser  # refuses deep nesting, alias bombs and non-JSON tags as it parses
-                data = yaml.load(text)
-        except FileRefused as e:
-            raise ScenarioError(e.message, path=path, line=e.line) from None
-        except RecursionError:  # GuardedParser bounds nesting first; this is a last line of defence
-            raise ScenarioError("the document nests too deep to read", path=path, line=None) from None
-        except MarkedYAMLError as e:
-            mark = e.problem_mark or e.context_mark
-            line = mark.line + 1 if mark is not None else None
-            raise ScenarioError(f"not valid YAML: {e.problem or e.context}", path=path, line=line) from None
-        except ReaderError as e:  # a character YAML does not allow (NUL, most other control characters)
-            line, column = _line_col(text, e.position)
-            raise ScenarioError(
-                f"not valid YAML: the character U+{_code(e.character):04X} at column {column} is not allowed in a "
-                "YAML file (control characters are not); remove it, or write it as an escape inside a double-quoted "
-                'string ("\\u0000")',
-                path=path,
-                line=line,
-            ) from None
-        except YAMLError as e:
-            raise ScenarioError(f"not valid YAML: {e}", path=path) from None
-        except (ValueError, TypeError, OverflowError) as e:  # a scalar ruamel could not convert
-            raise ScenarioError(f"not valid YAML: a value cannot be read ({e})", path=path) from None
-        return cls._from_data(data, path=path, allow_functions=allow_functions)
+        return cls._from_data(_parse_yaml(text, path=path), path=path, allow_functions=allow_functions)
 
     @classmethod
     def from_json(cls, text: str, *, path: str | Path | None = None, allow_functions: bool = False) -> Scenario:
@@ -681,6 +647,47 @@ class Scenario(_Model):
         return p
 
 
+def _parse_yaml(text: str, *, path: str | Path | None) -> Any:
+    """The YAML document ``text`` as data (ruamel's, with lines, where libyaml defers), past the caps of
+    docs/security.md; a `ScenarioError` naming ``path`` and the line otherwise."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import MarkedYAMLError, YAMLError
+    from ruamel.yaml.reader import ReaderError
+
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_FILE_BYTES:
+        raise ScenarioError(_too_big(size), path=path, line=None)
+    try:
+        check_text(text)
+        data = _fastyaml.load(text)  # libyaml, with the same checks; DEFER for what only ruamel reads right
+        if data is _fastyaml.DEFER:
+            yaml = YAML(typ="rt")
+            yaml.Parser = GuardedParser  # refuses deep nesting, alias bombs and non-JSON tags as it parses
+            data = yaml.load(text)
+    except FileRefused as e:
+        raise ScenarioError(e.message, path=path, line=e.line) from None
+    except RecursionError:  # GuardedParser bounds nesting first; this is a last line of defence
+        raise ScenarioError("the document nests too deep to read", path=path, line=None) from None
+    except MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line = mark.line + 1 if mark is not None else None
+        raise ScenarioError(f"not valid YAML: {e.problem or e.context}", path=path, line=line) from None
+    except ReaderError as e:  # a character YAML does not allow (NUL, most other control characters)
+        line, column = _line_col(text, e.position)
+        raise ScenarioError(
+            f"not valid YAML: the character U+{_code(e.character):04X} at column {column} is not allowed in a "
+            "YAML file (control characters are not); remove it, or write it as an escape inside a double-quoted "
+            'string ("\\u0000")',
+            path=path,
+            line=line,
+        ) from None
+    except YAMLError as e:
+        raise ScenarioError(f"not valid YAML: {e}", path=path) from None
+    except (ValueError, TypeError, OverflowError) as e:  # a scalar ruamel could not convert
+        raise ScenarioError(f"not valid YAML: a value cannot be read ({e})", path=path) from None
+    return data
+
+
 def load_scenario(path: str | Path, *, allow_functions: bool = False) -> Scenario:
     """Load a v1 scenario file (``.yaml``, ``.yml`` or ``.json``).
 
@@ -696,6 +703,40 @@ def load_scenario(path: str | Path, *, allow_functions: bool = False) -> Scenari
         scenario = simloop.load_scenario("scenarios/stuck-search.yaml")
     """
     p = Path(path)
+    return Scenario.from_yaml(_read_text(p), path=p, allow_functions=allow_functions)
+
+
+def load_tools(path: str | Path, *, allow_functions: bool = False) -> list[ToolSpec]:
+    """The loop's tools from a file: a YAML or JSON list in the scenario's ``tools:`` format, a mapping whose
+    ``tools:`` lists them, or a whole scenario file (its ``tools:`` is taken, the rest left alone).
+
+    What ``simloop verify --tools FILE`` (and ``--simloop-tools``) declares, so the generated runs call the
+    tools the loop really has.  The file is data, read with `load_scenario`'s caps and checks (a tool's
+    ``function:`` refused unless ``allow_functions=True``).
+
+    Raises `simloop.ScenarioError` naming the file (and the line) when it is malformed or lists no tool.
+
+    Example::
+
+        simloop.verify(drive, tools=load_tools("tests/tools.yaml"))
+    """
+    p = Path(path)
+    data = _parse_yaml(_read_text(p), path=p)
+    if isinstance(data, dict) and "tools" in data:
+        data = data["tools"]
+    if not isinstance(data, list) or not data:
+        got = ("an empty file" if data is None else "an empty list" if isinstance(data, list)
+               else "a mapping with no tools: key" if isinstance(data, dict) else repr(data)[:80])
+        raise ScenarioError(
+            "a tools file is a list of tools in the scenario's tools: format (each a mapping with name, kind: "
+            f"read|write, description, input_schema, results), or a scenario file whose tools: lists them; got {got}",
+            path=p, line=1,
+        )
+    return Scenario._from_data({"tools": data}, path=p, allow_functions=allow_functions).tools
+
+
+def _read_text(p: Path) -> str:
+    """A scenario (or tools) file's text, refused before it is read when it is not a regular file or past the size cap."""
     try:
         if p.exists() and not p.is_file():  # a FIFO or a device (/dev/zero) would be read forever
             raise ScenarioError("not a regular file; a scenario is a .yaml, .yml or .json file", path=p)
@@ -719,7 +760,7 @@ def load_scenario(path: str | Path, *, allow_functions: bool = False) -> Scenari
             line=line,
         ) from None
     text = text.replace("\r\n", "\n").replace("\r", "\n")  # as read_text's universal newlines did
-    return Scenario.from_yaml(text, path=p, allow_functions=allow_functions)
+    return text
 
 
 # Characters YAML counts as line breaks beyond \n and \r: ruamel writes them raw in plain and single-quoted

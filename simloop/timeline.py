@@ -83,6 +83,7 @@ class Step:
     turn: int | None = None  # the user turn (0-based) that begins with this step, in a conversation
     turn_text: str = ""  # that turn's user message
     aborts: list[str] = field(default_factory=list)  # the user's Stop, pressed during this step
+    restarts: list[str] = field(default_factory=list)  # the process died during this step, and the loop restarted
 
 
 def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
@@ -102,7 +103,8 @@ def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
             current.aborts.append(f"STOP pressed ({e.trigger}) at {e.t:.3f}s")
             current.tools.append(current.aborts[-1])  # in its place among the tool lines
         elif isinstance(e, Restart) and current is not None:
-            current.tools.append(f"PROCESS DIED at {e.t:.3f}s: the loop restarts (life {e.life}), sim.store kept")
+            current.restarts.append(f"PROCESS DIED at {e.t:.3f}s: the loop restarts (life {e.life}), sim.store kept")
+            current.tools.append(current.restarts[-1])
         elif isinstance(e, Request) and e.path.endswith("/messages"):
             current = by_call.get(e.call)
             if current is None:

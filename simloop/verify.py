@@ -36,6 +36,7 @@ from simloop._campaign.schedule import test_settings
 from simloop._campaign.search import DEFAULT_OUT, REDIS_TIMEOUT_S, example_database, invariant_ids
 from simloop._campaign.world import DEFAULT_TASK, FOLLOWUPS
 from simloop._claims import Claims, limit_names, skip_reason
+from simloop._offer import ServerTools
 from simloop._runtime.netguard import NetworkPolicy
 from simloop.errors import InvariantViolation, UsageError
 from simloop.invariants import Report, Violation
@@ -57,7 +58,7 @@ def verify(
     invariants: Iterable[str] | None = None, task: str = DEFAULT_TASK, plan: st.SearchStrategy[Plan] | None = None,
     out_dir: str | Path = DEFAULT_OUT, settings: Settings | None = None,
     recorded: str | Path | Any = None, turns: int = 1, abort: bool = False, restarts: int = 0, workers: int = 1,
-    database: str | Path | Any = None, network: NetworkPolicy = "block",
+    database: str | Path | Any = None, network: NetworkPolicy = "block", server_tools: ServerTools = "request",
 ) -> Report:
     """Property-test ``drive`` under generated model behaviours, API faults, tool faults, latencies and timings.
 
@@ -74,7 +75,11 @@ def verify(
       kept and faulted; a failure shrinks to "the recording, plus these faults";
     * ``turns``: one to that many user turns a run, through one history (docs/design.md, Conversations);
       ``abort``: the user's Stop, pressed once a run at a drawn point (Abort); ``restarts``: up to that many
-      process deaths a run on drawn writes, the drive run again with ``sim.store`` kept (Crash and restart).
+      process deaths a run on drawn writes, the drive run again with ``sim.store`` kept (Crash and restart);
+    * ``server_tools``: whether the model runs server tools (``server_tool_use`` blocks, ``pause_turn``):
+      ``"request"`` (the default) only when the request declares one, ``"on"`` whatever it declares (its
+      declared kind, else ``web_search``: for a loop whose server tools are added on the way, e.g. by a
+      gateway), ``"off"`` never (the staged budget is kept; ``plan=`` is not needed).
 
     How the runs are searched: ``max_examples`` of them (as Hypothesis runs of at most a hundred, so memory stays
     flat), the same ones in the same order for a ``seed``, from the Hypothesis ``settings`` given (default: the
@@ -88,7 +93,8 @@ def verify(
     Raises:
         InvariantViolation: with ``.violations``, ``.scenario`` (minimal), ``.scenario_path``, ``.timeline``,
             ``.replay`` and ``.examples_before_failure`` (the examples that passed before the first failing one).
-        UsageError: an argument is wrong, or no run reached the model or a tool (the drive is not wired to the Sim).
+        UsageError: an argument is wrong, or no run reached the model or a tool (the drive is not wired to the Sim),
+            or every tool the loop ran is one ``tools`` does not declare (the loop has tools of its own: declare them).
 
     Example::
 
@@ -97,7 +103,7 @@ def verify(
     return _campaign(
         "verify", drive, tools=tools, limits=limits, max_examples=max_examples, seed=seed, invariants=invariants,
         task=task, plan=plan, out_dir=out_dir, settings=settings, recorded=recorded, turns=turns, abort=abort,
-        restarts=restarts, workers=workers, database=database, network=network,
+        restarts=restarts, workers=workers, database=database, network=network, server_tools=server_tools,
     ).run()
 
 
@@ -156,7 +162,7 @@ def property(drive: Drive | None = None, /, **options: Any) -> PropertyTest | Ca
 #: `verify`'s options (and so `property`'s), by name.
 _OPTIONS = (
     "tools", "limits", "max_examples", "seed", "invariants", "task", "plan", "out_dir", "settings", "recorded",
-    "turns", "abort", "restarts", "workers", "database", "network",
+    "turns", "abort", "restarts", "workers", "database", "network", "server_tools",
 )
 
 
@@ -166,7 +172,7 @@ def _campaign(
     invariants: Iterable[str] | None = None, task: str = DEFAULT_TASK, plan: st.SearchStrategy[Plan] | None = None,
     out_dir: str | Path = DEFAULT_OUT, settings: Settings | None = None,
     recorded: str | Path | Any = None, turns: int = 1, abort: bool = False, restarts: int = 0, workers: int = 1,
-    database: str | Path | Any = None, network: NetworkPolicy = "block",
+    database: str | Path | Any = None, network: NetworkPolicy = "block", server_tools: ServerTools = "request",
 ) -> Campaign:
     """The `Campaign` of ``name`` (`verify` or `property`) with these options, checked."""
     if not callable(drive):
@@ -177,7 +183,7 @@ def _campaign(
     )
     world = World.of(
         drive, tools=tools, limits=limits, task=task, plan=plan, recorded=recorded, turns=turns, abort=abort,
-        restarts=restarts,
+        restarts=restarts, server_tools=server_tools,
     )
     return Campaign(drive, world, search)
 

@@ -268,7 +268,7 @@ def test_init_declares_nothing_on_the_users_behalf(tmp_path: Path, monkeypatch: 
     monkeypatch.chdir(tmp_path)
     assert main(["init", "mine"]) == 0
     conftest = (tmp_path / "mine" / "conftest.py").read_text(encoding="utf-8")
-    assert 'return {"drive": "simloop_drive:drive", "max_examples": 50}' in conftest
+    assert 'return {"drive": "simloop_drive:drive", "tools": "tools.yaml", "max_examples": 50}' in conftest
     assert '"limits":' not in conftest.split("return", 1)[1]
 
 

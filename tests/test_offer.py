@@ -192,3 +192,70 @@ def test_a_loop_declaring_no_server_tool_and_no_stop_sequences_never_meets_them(
     assert replies["tool_use"] > 0 and replies["refusal"] > 0
     assert replies["stop_sequence"] == 0  # neither loop sets stop_sequences
     assert (replies["pause_turn"] > 0) == pauses and (replies["server_tool_use"] > 0) == pauses
+
+
+# -- verify(server_tools=...): on, off, or as the request declares (issue 31 item 3) ---------------------------------
+
+
+def _counted(drive: Any, replies: Counter[str]) -> Any:
+    """``drive``, counting the stop reasons and block types of every reply its runs got."""
+
+    def counted(sim: Sim) -> Any:
+        out = drive(sim)
+        for response in sim.transcript.responses:
+            message = response.message or {}
+            replies[str(message.get("stop_reason"))] += 1
+            replies.update(b.get("type") for b in message.get("content") or [])
+        return out
+
+    return counted
+
+
+def _pause_final_plain(sim: Sim) -> simloop.Outcome:
+    """The pause-as-final defect, declaring the scenario's tools only (no server tool)."""
+    from examples import pause_turn_final
+
+    return pause_turn_final.run_agent(sim.client, sim.tool_schemas, sim.run_tool, sim.task, sim.limits,  # type: ignore[arg-type]
+                                      model=sim.model, system=sim.system)
+
+
+LIMITS = {"max_steps": 10, "deadline_s": 300}
+
+
+def test_server_tools_off_never_pauses_a_loop_that_declares_web_search() -> None:
+    replies: Counter[str] = Counter()
+    report = simloop.verify(_counted(_searching, replies), limits=LIMITS, max_examples=60, seed=0, server_tools="off")
+    assert report.ok and replies["tool_use"] > 0
+    assert replies["pause_turn"] == 0 and replies["server_tool_use"] == 0 and replies["web_search_tool_result"] == 0
+    # the defect that returns a pause as its answer is never shown one, so off passes it (by request it fails)
+    from examples import pause_turn_final
+
+    assert simloop.verify(pause_turn_final.drive, limits=LIMITS, max_examples=60, seed=0, server_tools="off").ok
+    with pytest.raises(simloop.InvariantViolation, match="honest_outcome"):
+        simloop.verify(pause_turn_final.drive, limits=LIMITS, max_examples=60, seed=0)
+
+
+def test_server_tools_on_pauses_a_loop_that_declares_none() -> None:
+    replies: Counter[str] = Counter()
+    report = simloop.verify(_counted(_plain, replies), limits=LIMITS, max_examples=60, seed=0, server_tools="on")
+    assert report.ok  # the correct loop sends the paused turn back, declared or not
+    assert replies["pause_turn"] > 0 and replies["server_tool_use"] > 0 and replies["web_search_tool_result"] > 0
+    # the defect declaring no server tool: by request it never pauses (passes), on it is caught
+    assert simloop.verify(_pause_final_plain, limits=LIMITS, max_examples=60, seed=0).ok
+    with pytest.raises(simloop.InvariantViolation, match="honest_outcome"):
+        simloop.verify(_pause_final_plain, limits=LIMITS, max_examples=60, seed=0, server_tools="on")
+
+
+def test_server_tools_on_runs_the_kind_the_request_declares() -> None:
+    body = {"tools": [*CUSTOM, {"type": "web_fetch_20250910", "name": "web_fetch"}]}
+    from simloop._offer import with_server_tools
+
+    offer = offer_of(body)
+    assert with_server_tools(offer, "on").server == ("web_fetch",) == with_server_tools(offer, "request").server
+    assert with_server_tools(offer, "off").server == ()
+    assert with_server_tools(offer_of({"tools": CUSTOM}), "on").server == ("web_search",)
+
+
+def test_server_tools_takes_request_on_or_off() -> None:
+    with pytest.raises(simloop.UsageError, match=r"'request' .* 'on' .* 'off' .*; got 'yes'"):
+        simloop.verify(_plain, server_tools="yes", max_examples=1)  # type: ignore[arg-type]

@@ -366,3 +366,37 @@ def test_halted_runs_say_so() -> None:
     transcript, violations = demo()
     transcript.append(Halt(t=40.0, budget="model_calls", detail="the loop made 31 model calls"))
     assert "halted" in render_html(transcript, violations) and "the loop made 31 model calls" in render_html(transcript)
+
+
+def test_html_report_shows_turns_the_stop_and_restarts() -> None:
+    """A conversation of two turns, the user's Stop in the first and a crash in the second: each is on the page."""
+    import yaml
+
+    from examples import correct_sync
+
+    scenario = yaml.safe_load((SCENARIOS / "stop-button-during-tool.yaml").read_text(encoding="utf-8"))
+    scenario.pop("expect")
+    scenario["model"] = [scenario["model"][0],
+                         {"tool_use": [{"name": "send_email", "input": {"to": "ann@example.com", "body": "30 days."}}]},
+                         {"end_turn": "Thirty days from delivery."}]
+    scenario["faults"].append({"tool": "send_email", "call": 1, "kind": "crash"})
+    with Sim(scenario, seed=0) as sim:
+        sim.run(correct_sync.drive)
+    page = render_html(sim.transcript, [])
+    rows = re.findall(r'<tr class="turn" id="turn-(\d)"><td colspan="8">user turn \d: <q>([^<]*)</q>', page)
+    assert [n for n, _ in rows] == ["1", "2", "1", "2"]  # the second life takes the turns again
+    assert rows[1][1] == "Never mind the email. What is the refund window?"
+    assert page.count('<div class="event abort">STOP pressed (while tool execution 1 runs) at 2.000s</div>') == 1
+    assert page.count('<div class="event restart">PROCESS DIED at 2.000s: the loop restarts (life 2), '
+                      "sim.store kept</div>") == 1
+    assert "<dt>Stop pressed</dt><dd>while tool execution 1 runs (at 2.000s virtual)</dd>" in page
+    assert re.search(r"<dt>process died</dt><dd>at 2\.000s virtual: life 2 began, sim.store kept", page)
+    facts = re.search(r"<dt>user turns \(4\)</dt><dd>(.*?)</dd>", page)
+    assert facts is not None
+    assert re.findall(r"-&gt; ([a-z A-Z]+)", facts[1]) == [
+        "Stop pressed", "the process died", "final", "final"]
+    text = timeline_text(sim.transcript, [], width=120)  # the terminal's timeline (simloop show) shows them too
+    assert [ln.split("turn ")[1][:1] for ln in text.splitlines() if ln.strip().startswith("turn ")] == ["1", "2", "1", "2"]
+    assert text.count("STOP pressed (while tool execution 1 runs)") == 1 and text.count("PROCESS DIED at 2.000s") == 1
+    single = render_html(demo()[0], demo()[1])
+    assert '<tr class="turn"' not in single and "Stop pressed" not in single and "process died" not in single

@@ -208,7 +208,7 @@ def test_simloop_init_writes_a_tests_folder_that_passes(tmp_path: Path, monkeypa
     assert main(["init", "tests"]) == 0
     written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
     assert written == ["tests/conftest.py", "tests/scenarios/happy-path.yaml", "tests/simloop_drive.py",
-                       "tests/test_agent_loop.py"]
+                       "tests/test_agent_loop.py", "tests/tools.yaml"]
     (tmp_path / "tests" / "conftest.py").write_text("# mine\n", encoding="utf-8")
     assert main(["init", "tests"]) == 0  # leaves what is there alone
     assert (tmp_path / "tests" / "conftest.py").read_text(encoding="utf-8") == "# mine\n"

@@ -163,7 +163,7 @@ def test_every_cli_line_of_the_readme_runs_from_the_wheel(installed: Installed) 
     assert (installed.home / "scenarios" / "happy-path.yaml").is_file()
     assert (installed.home / "run.jsonl").is_file() and (installed.home / "report.html").is_file()
     templates = ROOT / "simloop" / "cli" / "templates"  # `simloop init tests` wrote them from the wheel's package data
-    for name in ("conftest.py", "simloop_drive.py", "test_agent_loop.py"):
+    for name in ("conftest.py", "simloop_drive.py", "test_agent_loop.py", "tools.yaml"):
         written = (installed.home / "tests" / name).read_text(encoding="utf-8")
         assert written == (templates / f"{name}.txt").read_text(encoding="utf-8"), name
 

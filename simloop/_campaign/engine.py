@@ -14,6 +14,7 @@ import dataclasses
 import gc
 import threading
 import unittest
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from hypothesis import strategies as st
 from hypothesis.control import current_build_context
 from hypothesis.errors import Flaky
 
-from simloop._campaign.failure import Failure, not_routed, not_wired
+from simloop._campaign.failure import Failure, not_routed, not_wired, undeclared
 from simloop._campaign.schedule import Chunk, Stage, chunk_settings, derived_seed, fixed_seed, schedule, test_settings
 from simloop._campaign.search import Search
 from simloop._campaign.world import Run, World
@@ -54,13 +55,17 @@ class _Failed(Exception):
 
 @dataclass
 class Tally:
-    """What a campaign's runs showed so far: how many ran, reached the model, asked for tools, ran one, and
-    the last failure (with the number of the first failing example: shrinking runs more after it)."""
+    """What a campaign's runs showed so far: how many ran, reached the model, asked for tools, ran one, ran one
+    the world declares (and the undeclared ones run, by name), and the last failure (with the number of the first
+    failing example: shrinking runs more after it)."""
 
     examples: int = 0
     reached: int = 0
     asked: int = 0
     ran: int = 0
+    known: int = 0
+    unknown: Counter[str] = dataclasses.field(default_factory=Counter)
+    declared: tuple[str, ...] = ()
     first_failure: int | None = None
     failure: Failure | None = None
 
@@ -75,8 +80,15 @@ class Tally:
             self.reached += 1
         if any(r.tool_uses for r in sim.transcript.of(Response)):
             self.asked += 1  # the model asked for a tool: did any execution reach the ledger?
-        if sim.transcript.of(ToolStart):
+        starts = sim.transcript.of(ToolStart)
+        if starts:
             self.ran += 1
+            names = {t.name for t in sim.scenario.tools}
+            if any(s.tool in names for s in starts):
+                self.known += 1
+            elif not self.known:  # (the names are for the message, which only a campaign with none known gives)
+                self.unknown.update(s.tool for s in starts)
+                self.declared = tuple(t.name for t in sim.scenario.tools)
 
     def problem(self, name: str, *, by: str = "verify") -> str | None:
         """Why the runs of drive ``name`` (run ``by`` verify or a plain test) proved nothing, if they did not: none
@@ -90,7 +102,16 @@ class Tally:
                 f"in {self.asked} of the {self.examples} example(s) of {name} the model asked for tools, and not one "
                 "tool execution reached simloop's ledger"
             )
-        return None
+        return self.undeclared(name)
+
+    def undeclared(self, name: str) -> str | None:
+        """Why the runs of drive ``name`` tested none of the loop's tools, if so: every tool it ran was undeclared."""
+        if not self.ran or self.known:
+            return None
+        ran = sorted(self.unknown)[:6]
+        return undeclared(
+            f"in {self.ran} of the {self.examples} example(s) of {name} the loop ran tools", ran, self.declared
+        )
 
 
 class Campaign:
@@ -114,7 +135,8 @@ class Campaign:
 
         Raises:
             InvariantViolation: the minimal failing run, written as a scenario file (see `Failure`).
-            UsageError: no run reached the model, or none of the tools the model asked for.
+            UsageError: no run reached the model, or none of the tools the model asked for, or every tool the loop
+                ran was undeclared (also instead of a failure found meanwhile: it would blame the declaration).
         """
         if self.search.workers > 1:
             return run_workers(self.drive, self.shares())
@@ -227,6 +249,10 @@ class Campaign:
         except _Failed:
             if self.tally.failure is None:  # (the example that raised _Failed kept its failure first)
                 raise
+            problem = self.tally.undeclared(self.world.name)
+            if problem is not None:  # the failure would blame the loop for the tools verify was not told of
+                found = ", ".join(sorted({v.invariant for v in self.tally.failure.report.violations}))
+                raise UsageError(f"{problem}. (The run that failed broke {found}; declare the tools, then verify again.)")
             raise self.tally.failure.raised(
                 self.drive, out_dir=self.search.out_dir, seed=self.search.seed, examples=self.tally.examples
             ) from None

@@ -172,6 +172,19 @@ def not_routed(what: str) -> str:
     )
 
 
+def undeclared(what: str, ran: Sequence[str], declared: Sequence[str]) -> str:
+    """The message for runs whose every tool execution named a tool the world does not declare: how to declare them."""
+    return (
+        f"{what}: every tool the loop ran ({', '.join(ran)}) is one verify does not declare (it declares "
+        f"{', '.join(declared)}), so each run_tool answered UnknownToolError and not one of the loop's tool calls "
+        "was tested (a failure found this way blames the declaration, not the loop). Declare the loop's own tools: "
+        "verify(drive, tools=[...]) (or tools=simloop.scenario.load_tools('tools.yaml')), "
+        "simloop verify --tools tools.yaml, --simloop-tools=tools.yaml or simloop_config's 'tools'; a tools file "
+        "lists them as a scenario's tools: does (name, kind: read|write, description, input_schema, results), or "
+        "is a scenario file whose tools: is taken"
+    )
+
+
 def _file_header(violations: Sequence[Violation], *, functions: bool = False) -> str:
     out = ["# Found by simloop.verify: the minimal run that breaks the loop's invariants."]
     out += [f"#   {str(v)[:200]}" for v in violations]

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from simloop._campaign.failure import drive_name
 from simloop._campaign.schedule import Stage, split
+from simloop._offer import SERVER_TOOLS, ServerTools
 from simloop.errors import UsageError
 from simloop.generated import Draw, GeneratedFaults, GeneratedModel
 from simloop.scenario import Abort, Limits, Scenario, ToolSpec
@@ -73,11 +74,13 @@ class World:
     turns: int = 1
     abort: bool = False
     restarts: int = 0
+    server_tools: ServerTools = "request"
 
     @classmethod
     def of(
         cls, drive: Drive, *, tools: Sequence[ToolSpec | dict[str, Any]] | None, limits: Limits | dict[str, Any] | None,
         task: str, plan: st.SearchStrategy[Plan] | None, recorded: Any, turns: int, abort: bool, restarts: int,
+        server_tools: ServerTools = "request",
     ) -> World:
         """`verify`'s world arguments as a `World`; a wrong one is a `UsageError` saying what to give."""
         if isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
@@ -87,6 +90,15 @@ class World:
         if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
             raise UsageError(
                 f"verify(restarts=...) is the most simulated process deaths a run, an int >= 0; got {restarts!r}"
+            )
+        if server_tools not in SERVER_TOOLS:
+            raise UsageError(
+                f"verify(server_tools=...) is 'request' (server tool blocks and pauses only when the request declares "
+                f"a server tool: the default), 'on' (whatever it declares) or 'off' (never); got {server_tools!r}"
+            )
+        if server_tools != "request" and recorded is not None:
+            raise UsageError(
+                "verify(server_tools=...) shapes generated replies; a recording plays its own: leave server_tools out"
             )
         specs = _tools(tools)
         declared = limits if isinstance(limits, Limits) else Limits.model_validate(limits or {})
@@ -102,7 +114,7 @@ class World:
             specs = list(base.tools)
         return cls(
             name=name, task=task, tools=tuple(specs), limits=declared, scenario=base, plan=plan, recording=recording,
-            turns=turns, abort=bool(abort), restarts=restarts,
+            turns=turns, abort=bool(abort), restarts=restarts, server_tools=server_tools,
         )
 
     def stages(self, max_examples: int) -> list[Stage]:
@@ -134,6 +146,7 @@ class World:
             + ((self.turns,) if self.turns > 1 else ())
             + (("abort",) if self.abort else ())
             + ((self.restarts,) if self.restarts else ())
+            + ((f"server_tools={self.server_tools}",) if self.server_tools != "request" else ())
         ).encode()
 
     def draw(self, draw: Draw, strategy: st.SearchStrategy[Any]) -> Run:
@@ -165,9 +178,9 @@ class World:
             from simloop.cassettes import FaultedRecording
 
             return FaultedRecording(self.recording, draw, chosen), GeneratedFaults(draw, chosen.tool_plan, self.tools)
-        if self.turns > 1:  # each later turn draws a plan of its own
-            return GeneratedModel(draw, chosen, next_plan=strategy), GeneratedFaults(draw, chosen, self.tools)
-        return GeneratedModel(draw, chosen), GeneratedFaults(draw, chosen, self.tools)
+        later = strategy if self.turns > 1 else None  # in a conversation each later turn draws a plan of its own
+        model = GeneratedModel(draw, chosen, next_plan=later, server_tools=self.server_tools)
+        return model, GeneratedFaults(draw, chosen, self.tools)
 
     @functools.cached_property
     def _turn_counts(self) -> st.SearchStrategy[int]:

@@ -80,6 +80,32 @@ NETWORK = click.option(
 )
 
 
+#: ``--tools FILE`` (verify, run): the loop's own tools, so the model calls the tools the loop really has.
+TOOLS = click.option(
+    "--tools",
+    "tools_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="Your loop's own tools: a YAML or JSON file listing them in the scenario's tools: format (name, kind: "
+    "read|write, description, input_schema, results), or a scenario file whose tools: is taken. verify's runs "
+    "declare them (default: a read 'search' and a write 'send_email'); run gives them to files with no tools:.",
+)
+
+
+def load_tools(path: str | None) -> list[Any] | None:
+    """``--tools FILE`` -> the `ToolSpec` s it lists (None when not given); a malformed file is a usage error."""
+    if path is None:
+        return None
+    from simloop.errors import ScenarioError
+    from simloop.scenario import load_tools as read_tools
+
+    try:
+        return list(read_tools(path))
+    except ScenarioError as e:
+        raise click.UsageError(f"--tools: {e}") from None
+
+
 def load_drive(spec: str) -> Callable[..., Any]:
     """``pkg.module:function`` -> the function (a `click.UsageError` naming what is wrong otherwise)."""
     module_name, _, attr = spec.partition(":")

@@ -13,7 +13,7 @@ import click
 __all__ = ["demo", "init", "scenarios"]
 
 #: The files ``simloop init`` writes into FOLDER; each is ``templates/NAME.txt`` of this package.
-INIT_FILES = ("conftest.py", "simloop_drive.py", "test_agent_loop.py")
+INIT_FILES = ("conftest.py", "simloop_drive.py", "test_agent_loop.py", "tools.yaml")
 
 
 def init_template(name: str) -> str:
@@ -101,11 +101,11 @@ def scenarios(copy_to: str | None) -> int:
 @click.command()
 @click.argument("folder", default="tests", type=click.Path(file_okay=False))
 def init(folder: str) -> int:
-    """Write a tests folder that checks your own loop: a conftest, a drive skeleton, a test and a scenario.
+    """Write a tests folder that checks your own loop: a conftest, a drive skeleton, its tools, a test and a scenario.
 
     FOLDER (default: tests) gets conftest.py (the simloop_config fixture), simloop_drive.py (the adapter:
-    point it at your loop), test_agent_loop.py (simloop.verify() and a scenario replay) and
-    scenarios/happy-path.yaml. Files already there are left alone. Then run: pytest FOLDER
+    point it at your loop), tools.yaml (your loop's own tools: edit it), test_agent_loop.py (simloop.verify()
+    and a scenario replay) and scenarios/happy-path.yaml. Files already there are left alone. Then run: pytest FOLDER
 
     Example: simloop init tests
     """
@@ -121,5 +121,8 @@ def init(folder: str) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
         click.echo(f"wrote   {path}")
-    click.echo(f"next: point {target / 'simloop_drive.py'} at your loop, then run: pytest {folder}")
+    click.echo(
+        f"next: point {target / 'simloop_drive.py'} at your loop, list its tools in {target / 'tools.yaml'}, "
+        f"then run: pytest {folder}"
+    )
     return 0

@@ -14,7 +14,17 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from simloop.cli._options import DRIVE_HELP, HARD_TIMEOUT, LIMIT_NAMES, MAX_COUNT, NETWORK, console, load_drive
+from simloop.cli._options import (
+    DRIVE_HELP,
+    HARD_TIMEOUT,
+    LIMIT_NAMES,
+    MAX_COUNT,
+    NETWORK,
+    TOOLS,
+    console,
+    load_drive,
+    load_tools,
+)
 from simloop.cli._stopping import ends_commands
 from simloop.errors import SimloopInternalError, UsageError
 
@@ -70,12 +80,14 @@ __all__ = ["run"]
     help="The stop policies your loop honours as sim.limits declares them, comma-separated: "
     + ", ".join(LIMIT_NAMES) + " (abort, restarts and turns are accepted too).",
 )
+@TOOLS
 @NETWORK
 @HARD_TIMEOUT
 @ends_commands
 def run(
     paths: Sequence[str], drive_spec: str | None, command: str | None, seed: int, trace: str | None, verbose: bool,
-    allow_functions: bool, abort: bool, restarts: int, turns: int, claimed: tuple[str, ...], network: str,
+    allow_functions: bool, abort: bool, restarts: int, turns: int, claimed: tuple[str, ...], tools_file: str | None,
+    network: str,
 ) -> int:
     """Replay scenario files (or folders of *.yaml) through DRIVE, one line each.
 
@@ -83,7 +95,8 @@ def run(
     outcome reason). A file that needs what your loop does not claim (a Stop button, restarts, follow-up
     turns, a stop policy: see 'simloop scenarios') is skipped with the reason and the flag to pass. A file
     that cannot be run is reported and the others still run. Exits 1 if any file fails, 2 if a file cannot
-    be run (malformed, or the loop asked for more replies than the file scripts), else 0.
+    be run (malformed, or the loop asked for more replies than the file scripts), else 0. With --tools FILE, a
+    file that declares no tools: runs with your loop's tools from FILE (a file's own tools: are kept).
 
     Example: simloop run scenarios/ --drive examples.correct_sync:drive --claims max_steps,deadline_s
     """
@@ -99,6 +112,7 @@ def run(
         assert drive_spec is not None
         fn = load_drive(drive_spec)
     claims = _claims(abort=abort, restarts=restarts, turns=turns, claimed=claimed)
+    tools = load_tools(tools_file)
     files = _scenario_files(paths)
     if not files:
         raise click.UsageError(f"no scenario files (*.yaml, *.yml, *.json) under {', '.join(paths)}")
@@ -108,7 +122,7 @@ def run(
     failed = errors = skipped = 0
     for path in files:
         try:
-            result = _run_one(fn, path, seed, network, allow_functions=allow_functions, claims=claims)
+            result = _run_one(fn, path, seed, network, allow_functions=allow_functions, claims=claims, tools=tools)
             if isinstance(result, str):
                 skipped += 1
                 click.echo(f"skip  {path!s:<{wide}}  {result}")
@@ -179,16 +193,19 @@ def _claims(*, abort: bool, restarts: int, turns: int, claimed: Sequence[str]) -
 
 def _run_one(
     drive: Callable[..., Any], path: Path, seed: int, network: str, *, allow_functions: bool = False,
-    claims: Claims | None = None,
+    claims: Claims | None = None, tools: Sequence[Any] | None = None,
 ) -> tuple[Transcript, list[str], str] | str:
-    """Run one scenario file; returns the transcript, the problems (violations, unmet expectations) and a summary,
-    or, when the file needs what ``claims`` lacks, why it is skipped."""
+    """Run one scenario file (with ``tools`` when it declares none); returns the transcript, the problems
+    (violations, unmet expectations) and a summary, or, when the file needs what ``claims`` lacks, why it is
+    skipped."""
     from simloop._claims import skip_reason
     from simloop.scenario import load_scenario
     from simloop.sim import Sim
     from simloop.verify import unreached_model
 
     scenario = load_scenario(path, allow_functions=allow_functions)
+    if tools and not scenario.tools:
+        scenario = scenario.model_copy(update={"tools": list(tools)})
     unclaimed = claims.missing(scenario) if claims is not None else ()
     if unclaimed:
         return skip_reason(scenario, unclaimed, surface="cli")

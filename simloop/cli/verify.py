@@ -21,9 +21,11 @@ from simloop.cli._options import (
     MAX_TIMEOUT_S,
     MAX_TOKENS,
     NETWORK,
+    TOOLS,
     Seconds,
     console,
     load_drive,
+    load_tools,
 )
 from simloop.cli._progress import ProgressBar, RunCounter
 from simloop.cli._stopping import ends_commands
@@ -99,6 +101,15 @@ __all__ = ["verify"]
     show_default=True,
     help="Kill the process up to N times a run on a write (its effect committed); the drive runs again with sim.store.",
 )
+@TOOLS
+@click.option(
+    "--server-tools",
+    type=click.Choice(["request", "on", "off"]),
+    default="request",
+    show_default=True,
+    help="Whether the model runs server tools (server_tool_use blocks, pause_turn): when the request declares one, "
+    "whatever it declares (for server tools added on the way, e.g. by a gateway), or never.",
+)
 @click.option(
     "--max-steps", type=click.IntRange(min=1, max=MAX_COUNT), default=None, help="The step cap your loop declares."
 )
@@ -172,6 +183,8 @@ def verify(
     turns: int,
     abort: bool,
     restarts: int,
+    tools_file: str | None,
+    server_tools: str,
     max_steps: int | None,
     deadline_s: float | None,
     max_total_tokens: int | None,
@@ -195,7 +208,7 @@ def verify(
 
     Example: simloop verify examples.correct_sync:drive --max-steps 10 --seed 0
 
-    Example: simloop verify --command "node agent.mjs" --max-examples 20
+    Example: simloop verify --command "node agent.mjs" --tools tools.yaml --max-examples 20
 
     Example: simloop verify examples.correct_sync:drive --workers 2 --max-examples 5000 --database redis://ci:6379/0
     """
@@ -208,6 +221,7 @@ def verify(
         )
     if drive is not None and command is not None:
         raise click.UsageError(f"give DRIVE or --command CMD, not both (got {drive} and --command {command!r})")
+    tools = load_tools(tools_file)
     if command is not None:
         from simloop.command import command_drive
 
@@ -232,6 +246,7 @@ def verify(
             try:
                 report = run_verify(
                     counter.wrapped(),
+                    tools=tools,
                     limits=limits,
                     max_examples=max_examples,
                     seed=seed,
@@ -244,6 +259,7 @@ def verify(
                     workers=workers,
                     database=database,
                     network=network,  # type: ignore[arg-type]
+                    server_tools=server_tools,  # type: ignore[arg-type]
                 )
             finally:
                 counter.settle()
