@@ -297,6 +297,7 @@ def unclaimed(path: Path, options: TestOptions) -> str | None:
         restarts=max(options.restarts or 0, 1 if "restarts" in named else 0),
         turns=max(options.turns or 1, 2 if "turns" in named else 1),
         limits=frozenset(limits),
+        approvals="approvals" in named,
     )
     missing = claims.missing(scenario)
     return skip_reason(scenario, missing, surface="plugin") if missing else None

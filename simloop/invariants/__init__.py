@@ -180,12 +180,10 @@ def _fold_overlaps(violations: list[Violation]) -> list[Violation]:
         for v in violations
         if (v.invariant == "tool_errors" and v.evidence.get("kind") == "unreported") or v.invariant == "truncation"
     }
-    swallowed = {
-        v.evidence.get("tool_use_id") for v in violations if v.invariant == "approval" and v.evidence.get("kind") == "swallowed"
-    }
+    gate = {v.evidence.get("tool_use_id") for v in violations if v.invariant == "approval"} - {None}
     return [
         v for v in violations
-        if not (v.invariant == "results_real" and v.evidence.get("tool_use_id") in swallowed)
+        if not (v.invariant == "results_real" and v.evidence.get("tool_use_id") in gate)
         and not (v.invariant == "honest_outcome" and cut_final and v.evidence.get("last_stop_reason") == "max_tokens")
         and not (v.invariant == "tool_errors" and v.evidence.get("kind") == "unreported"
                  and v.evidence.get("tool_use_id") in missing)

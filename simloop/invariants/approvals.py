@@ -6,6 +6,7 @@ a run without it has nothing to hold the loop to.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from typing import Any
@@ -31,9 +32,9 @@ def approval(t: Transcript) -> list[Violation]:
     * each execution of a gated tool follows a yes for the same tool and input (and the same tool_use, when
       both are known), the latest answer for that call before it ran: not one asked after it ran, not one
       given to another call, not a no or no answer;
-    * a call the person did not approve, and that did not run, is answered (when the loop goes on) by an
-      ``is_error`` tool_result saying so, not a result that reads as a success; it is not asked about again
-      after a no (in the same life);
+    * a call the person did not approve, and that did not run, is answered (when the loop goes on) by a
+      tool_result saying so (``is_error``, or text saying it was denied), not one that reads as a success;
+      it is not asked about again after a no (in the same life);
     * a wait for an answer ends by the declared ``deadline_s`` of the turn.
     """
     gated = t.header.approval
@@ -96,7 +97,7 @@ def _told(t: Transcript, asks: list[tuple[int, ApprovalEvent]], ran: set[str]) -
             answers.setdefault(a.matched, []).append((pos, a))
     restarts = [pos for pos, e in enumerate(t.events) if isinstance(e, Restart)]
     for uid, mine in answers.items():
-        for (p1, first), (p2, again) in zip(mine, mine[1:]):
+        for (p1, first), (p2, again) in itertools.pairwise(mine):
             if first.answer == "denied" and not any(p1 < r < p2 for r in restarts):
                 out.append(Violation(
                     "approval",
@@ -115,14 +116,14 @@ def _told(t: Transcript, asks: list[tuple[int, ApprovalEvent]], ran: set[str]) -
         text = result_text(block)
         last = told[-1]
         said = "said no" if last.answer == "denied" else "gave no answer"
+        if _SAYS_DENIED.search(text):
+            continue  # told (an is_error result, or a plain one whose text says it was denied: a framework's way)
         if block.get("is_error") is not True:
             problem = f"the loop answered it with a plain tool_result ({_shown(text)}), as if it had run"
             kind = "swallowed"
-        elif not _SAYS_DENIED.search(text):
+        else:
             problem = f"its is_error tool_result ({_shown(text)}) does not say it was denied or not run"
             kind = "unexplained"
-        else:
-            continue
         request = t.events[sent]
         out.append(Violation(
             "approval",
