@@ -86,7 +86,7 @@ def test_claims_count_restarts_and_turns_as_verify_does() -> None:
         "abort", "restarts", "turns", "max_steps"
     )
     assert not Claims(turns=1).has("turns") and not Claims(restarts=0).has("restarts")
-    everything = Claims(abort=True, restarts=1, turns=2, limits=frozenset(LIMIT_NAMES))
+    everything = Claims(abort=True, restarts=1, turns=2, limits=frozenset(LIMIT_NAMES), approvals=True)
     assert everything.names() == CAPABILITIES
 
 
@@ -286,7 +286,7 @@ def test_plugin_skips_a_scenario_item_the_loop_does_not_claim(pytester: pytest.P
     _project(pytester, "happy-path.yaml", "stop-button-during-tool.yaml", "one-write.yaml")
     result = pytester.runpytest("-p", "no:cacheprovider", "-rs")
     result.assert_outcomes(passed=1, skipped=2)
-    result.stdout.fnmatch_lines(["simloop: 0 examples and 1 scenario replay run in 1 test, 15 invariants checked, *"])
+    result.stdout.fnmatch_lines(["simloop: 0 examples and 1 scenario replay run in 1 test, 16 invariants checked, *"])
     result.stdout.fnmatch_lines([
         ("SKIPPED [[]1[]] scenarios/one-write.yaml:1: needs a write budget (max_writes: 1): pass "
         "--simloop-claims=max_writes if your loop has one"),
