@@ -190,7 +190,7 @@ def test_unknown_invariant_is_a_usage_error_listing_the_ids() -> None:
     assert str(info.value) == (
         "unknown invariant id 'nope'; the known ids are: stops, pairing, request_valid, no_rerun, truncation, "
         "refusal, honest_outcome, limits, tool_errors, no_work_after_return, crash, results_sent, "
-        "results_together, abort, results_real. "
+        "results_together, abort, results_real, approval. "
         "Pass a subset of them as invariants=, or None to check all."
     )
 
