@@ -44,6 +44,7 @@ def approval(t: Transcript) -> list[Violation]:
     asks = [(pos, e) for pos, e in enumerate(t.events) if isinstance(e, ApprovalEvent)]
     out: list[Violation] = []
     ran: set[str] = set()
+    used: set[int] = set()  # the yeses already taken by an execution matched by tool and input
     for pos, s in v.starts:
         if s.tool not in gated:
             continue
@@ -52,11 +53,20 @@ def approval(t: Transcript) -> list[Violation]:
             ran.add(uid)
         canon = v.input_of(s)
 
-        def same(a: ApprovalEvent, uid: str | None = uid, canon: str = canon, tool: str = s.tool) -> bool:
-            return a.tool == tool and _canon(a.input) == canon and (a.matched is None or uid is None or a.matched == uid)
+        def same(a: ApprovalEvent, canon: str = canon, tool: str = s.tool) -> bool:
+            return a.tool == tool and _canon(a.input) == canon
 
-        before = [a for p, a in asks if p < pos and same(a)]
-        latest = before[-1] if before else None
+        exact = [(p, a) for p, a in asks if p < pos and s.tool_use_id is not None and a.tool_use_id == s.tool_use_id]
+        if exact:  # both sides name the call: its latest answer decides
+            used.add(exact[-1][0])
+            latest: ApprovalEvent | None = exact[-1][1]
+        else:  # identical calls are one set: each execution takes a yes of its own, in order
+            earlier = [(p, a) for p, a in asks if p < pos and same(a) and p not in used]
+            yes = next((p for p, a in earlier if a.approved), None)
+            if yes is not None:
+                used.add(yes)
+                continue
+            latest = earlier[-1][1] if earlier else None
         if latest is not None and latest.approved:
             continue
         call = f"{s.tool}({_shown(s.input)})" + (f" (tool_use {uid})" if uid else "")
