@@ -299,3 +299,17 @@ def test_the_sdk_loop_wiring_reports_a_denial_as_the_tools_error() -> None:
     assert report.ok, report
     sent = sim.transcript.requests[-1].conversation[-1]["content"][0]
     assert sent["is_error"] is True and "denied by the user" in sent["content"]
+
+
+def test_identical_calls_without_ids_bind_the_run_to_the_approved_one() -> None:
+    """A README loop passes no ids: of two identical calls, the person refuses the first and approves the second;
+    the one execution answers the approved call, not the refused one (no false alarm under approval or
+    results_real)."""
+    from tests.loops.readme import gated
+
+    twice = {"tool_use": [{"name": "send_email", "input": {"to": "a"}}, {"name": "send_email", "input": {"to": "a"}}]}
+    sim, report = run(world(twice, {"end_turn": "done"}, approvals=[{"call": 1, "answer": "deny"}]), gated)
+    assert report.ok, report
+    first, second = (b["id"] for b in sim.transcript.responses[0].tool_uses)
+    assert [(a.matched, a.answer) for a in sim.approvals] == [(first, "denied"), (second, "approved")]
+    assert [s.matched for s in sim.transcript.of(simloop.transcript.ToolStart)] == [second]
