@@ -93,6 +93,10 @@ __all__ = ["verify"]
 )
 @click.option("--abort", is_flag=True, default=False, help="Press the user's Stop (sim.abort) once a run, at a drawn point.")
 @click.option(
+    "--approvals", is_flag=True, default=False,
+    help="Put a person at the permission gate (sim.approve): a drawn no, late answer or no answer each run.",
+)
+@click.option(
     "--restarts",
     type=click.IntRange(min=0, max=MAX_COUNT),
     default=0,
@@ -171,6 +175,7 @@ def verify(
     profile: str | None,
     turns: int,
     abort: bool,
+    approvals: bool,
     restarts: int,
     max_steps: int | None,
     deadline_s: float | None,
@@ -240,6 +245,7 @@ def verify(
                     settings=base,
                     turns=turns,
                     abort=abort,
+                    approvals=approvals,
                     restarts=restarts,
                     workers=workers,
                     database=database,
