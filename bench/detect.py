@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import simloop
 
 verify_module = importlib.import_module("simloop.verify")
-from examples.catalogue import ABORTS, CORRECT, DECLARED, DEFECTS, POLICY_ROWS, RESTARTS, TURNS, VERIFY
+from examples.catalogue import ABORTS, APPROVALS, CORRECT, DECLARED, DEFECTS, POLICY_ROWS, RESTARTS, TURNS, VERIFY
 from simloop._runtime.clock import REAL
 from tests.loops import readme as readme_loops
 
@@ -91,7 +91,10 @@ def _row(name: str) -> tuple[Any, simloop.Limits, dict[str, Any]]:
         drive, claims = README_ROWS[name]
         return drive, readme_loops.LIMITS, claims
     module, declared = POLICY_ROWS.get(name, (name, VERIFY[name][0] if name in VERIFY else DECLARED))
-    claims = {"turns": TURNS.get(name, 1), "abort": name in ABORTS, "restarts": RESTARTS.get(name, 0)}
+    claims = {
+        "turns": TURNS.get(name, 1), "abort": name in ABORTS, "restarts": RESTARTS.get(name, 0),
+        "approvals": name in APPROVALS,
+    }
     return importlib.import_module(f"examples.{module}").drive, simloop.Limits(**declared), claims
 
 

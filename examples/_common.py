@@ -41,6 +41,7 @@ __all__ = [
     "THINKING",
     "WEB_SEARCH",
     "ARunTool",
+    "Denied",
     "RunTool",
     "StopPolicies",
     "aconverse",
@@ -49,6 +50,8 @@ __all__ = [
     "durable_arun_tool",
     "durable_run_tool",
     "error_text",
+    "gated_arun_tool",
+    "gated_run_tool",
     "settle",
     "start_turn",
     "text_of",
@@ -176,7 +179,7 @@ class StopPolicies:
 
     def after(self, name: str, input: object, output: str | Exception) -> Outcome | None:
         """Count one run of a tool; the outcome to stop with now, or None to go on."""
-        if isinstance(output, NotRun):  # not run (a write attempted before): nothing to count
+        if isinstance(output, (NotRun, Denied)):  # not run (a write attempted before, a call denied): nothing to count
             return None
         self.runs[_key(name, input)] += 1
         if isinstance(output, Exception):
@@ -336,3 +339,47 @@ def durable_arun_tool(sim: Sim) -> ARunTool:
         return await sim.arun_tool(name, input, tool_use_id=tool_use_id)
 
     return arun_tool
+
+
+# -- the permission gate: a call that needs approval runs only on the person's yes ------------------------------------
+
+
+class Denied(PermissionError):
+    """A call the person did not approve (or the user stopped while it waited): the loop's error path answers it
+    with an ``is_error`` tool_result saying so, and it is not a failed run for the stop policies."""
+
+
+def _needs_approval(sim: Sim) -> frozenset[str]:
+    """The tools whose calls need a person's yes: those that say so, and the writes that do not say otherwise."""
+    return frozenset(t.name for t in sim.scenario.tools if t.gated)
+
+
+def gated_run_tool(sim: Sim, run_tool: RunTool) -> RunTool:
+    """``run_tool`` behind the permission gate: a call that needs approval asks ``sim.approve`` first (bound to its
+    tool_use), and is not run on a no or no answer (`Denied`), nor when the user pressed Stop during the wait."""
+    gated = _needs_approval(sim)
+
+    def run(name: str, input: object, *, tool_use_id: str | None = None) -> str:
+        if name in gated:
+            if not sim.approve(name, input, tool_use_id=tool_use_id):
+                raise Denied(f"the user did not approve {name}; it was not run")
+            if sim.abort.is_set():
+                raise Denied(f"the user stopped the turn while {name} waited for approval; it was not run")
+        return run_tool(name, input, tool_use_id=tool_use_id)
+
+    return run
+
+
+def gated_arun_tool(sim: Sim, arun_tool: ARunTool) -> ARunTool:
+    """`gated_run_tool` for an async loop (``await sim.aapprove``)."""
+    gated = _needs_approval(sim)
+
+    async def run(name: str, input: object, *, tool_use_id: str | None = None) -> str:
+        if name in gated:
+            if not await sim.aapprove(name, input, tool_use_id=tool_use_id):
+                raise Denied(f"the user did not approve {name}; it was not run")
+            if sim.abort.is_set():
+                raise Denied(f"the user stopped the turn while {name} waited for approval; it was not run")
+        return await arun_tool(name, input, tool_use_id=tool_use_id)
+
+    return run

@@ -9,7 +9,7 @@ This module is plain data so it imports without simloop's runtime.
 
 from __future__ import annotations
 
-__all__ = ["ABORTS", "CORRECT", "DECLARED", "DEFECTS", "POLICY_ROWS", "RESTARTS", "TURNS", "TWIN", "VERIFY"]
+__all__ = ["ABORTS", "APPROVALS", "CORRECT", "DECLARED", "DEFECTS", "POLICY_ROWS", "RESTARTS", "TURNS", "TWIN", "VERIFY"]
 
 CORRECT: list[str] = ["correct_sync", "correct_async", "correct_stream", "correct_policies", "correct_typed"]
 
@@ -52,6 +52,9 @@ DEFECTS: dict[str, tuple[str, str]] = {
     "cut_retried_once": ("max-tokens-again.yaml", "truncation"),
     "cache_control_every_block": ("wide-turn-cached.yaml", "request_valid"),
     "fabricated_results": ("happy-path.yaml", "results_real"),
+    "approval_after_write": ("approval-denied.yaml", "approval"),
+    "approval_reused": ("approval-two-emails.yaml", "approval"),
+    "denial_swallowed": ("approval-denied.yaml", "approval"),
 }
 
 #: Under `simloop.verify` (generated runs rather than one scenario) a defect may show first as another
@@ -97,6 +100,10 @@ TURNS: dict[str, int] = {
 #: The rows `verify` tries with the user's Stop pressed at a drawn point (``verify(drive, abort=True)``); the
 #: correct loops are wired to ``sim.abort`` and verified so too.
 ABORTS: frozenset[str] = frozenset({"abort_ignored", "abort_streaming_continued", *CORRECT})
+
+#: The rows `verify` tries with a person at the permission gate (``verify(drive, approvals=True)``); the correct
+#: loops ask ``sim.approve`` before each call that needs approval (``examples._common.gated_run_tool``).
+APPROVALS: frozenset[str] = frozenset({"approval_after_write", "approval_reused", "denial_swallowed", *CORRECT})
 
 #: The rows `verify` tries with simulated process deaths (``verify(drive, restarts=N)``): row -> the most restarts.
 #: The reference loops keep an idempotency key per write in ``sim.store`` and are verified so too.

@@ -30,6 +30,7 @@ from ._common import (
     aconverse,
     budgets,
     durable_arun_tool,
+    gated_arun_tool,
     start_turn,
     text_of,
     tokens_used,
@@ -161,6 +162,7 @@ async def drive(sim: Sim) -> list[Outcome]:
     of the conversation (``sim.user_turns``: the task, then any follow-ups) through one history.  The user's
     Stop (``sim.abort``) cancels the turn in flight: the model call or the tools it awaits."""
     arun_tool = durable_arun_tool(sim)  # a write runs once, also across a crash and restart
+    arun_tool = gated_arun_tool(sim, arun_tool)  # a call that needs approval runs only on the person's yes
     return await aconverse(sim.user_turns, lambda text, history: stoppable(sim.abort, run_agent(
         sim.async_client, with_web_search(sim.tool_schemas), arun_tool, text, sim.limits, model=sim.model, system=sim.system,
         writes=writes_of(sim), history=history, stop=sim.abort.is_set,

@@ -42,6 +42,7 @@ from ._common import (
     budgets,
     converse,
     durable_run_tool,
+    gated_run_tool,
     start_turn,
     text_of,
     tokens_used,
@@ -157,6 +158,7 @@ def drive(sim: Sim) -> list[Outcome]:
     """simloop adapter: run this loop against the simulated API and tools, turn after turn of the conversation
     (``sim.user_turns``: the task, then any follow-ups) through one history."""
     run_tool = durable_run_tool(sim)  # a write runs once, also across a crash and restart
+    run_tool = gated_run_tool(sim, run_tool)  # a call that needs approval runs only on the person's yes
     return converse(sim.user_turns, lambda text, history: run_agent(
         sim.client, with_web_search(sim.tool_schemas), run_tool, text, sim.limits, model=sim.model, system=sim.system,
         writes=writes_of(sim), history=history, stop=sim.abort.is_set,

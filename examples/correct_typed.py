@@ -35,6 +35,7 @@ from ._common import (
     budgets,
     converse,
     durable_run_tool,
+    gated_run_tool,
     start_turn,
     text_of,
     tokens_used,
@@ -135,7 +136,7 @@ def run_agent(
 def drive(sim: Sim) -> list[Outcome]:
     """simloop adapter: this loop with typed tools, against the simulated API and tools, turn after turn of the
     conversation through one history; Stop wired to ``sim.abort``, a write run once across a crash."""
-    run_tool = typed(durable_run_tool(sim))
+    run_tool = typed(gated_run_tool(sim, durable_run_tool(sim)))  # once, and only on the person's yes
     return converse(sim.user_turns, lambda text, history: run_agent(
         sim.client, with_web_search(typed_tool_params(sim.tool_schemas)), run_tool, text, sim.limits, model=sim.model,
         system=sim.system, writes=writes_of(sim), history=history, stop=sim.abort.is_set,

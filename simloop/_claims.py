@@ -28,6 +28,7 @@ _WHAT = {
     "abort": "a Stop button (abort:)",
     "restarts": "a durable store that survives a crash (a crash fault)",
     "turns": "follow-up user turns (followups:)",
+    "approvals": "a permission gate wired to sim.approve (approvals:)",
     "max_steps": "a step cap",
     "deadline_s": "a deadline",
     "max_total_tokens": "a token budget",
@@ -50,6 +51,7 @@ class Claims:
     restarts: int = 0
     turns: int = 1
     limits: frozenset[str] = field(default_factory=frozenset)
+    approvals: bool = False
 
     def has(self, capability: str) -> bool:
         """Whether the loop claims ``capability`` (one of `simloop.scenario.CAPABILITIES`)."""
@@ -59,6 +61,8 @@ class Claims:
             return self.restarts >= 1
         if capability == "turns":
             return self.turns >= 2
+        if capability == "approvals":
+            return self.approvals
         return capability in self.limits
 
     def missing(self, scenario: Scenario) -> tuple[str, ...]:
@@ -119,6 +123,7 @@ def skip_reason(scenario: Scenario, missing: Iterable[str], *, surface: Surface)
         flags += ["abort=True"] if "abort" in missing else []
         flags += ["restarts=1"] if "restarts" in missing else []
         flags += [f"turns={turns}"] if "turns" in missing else []
+        flags += ["approvals=True"] if "approvals" in missing else []
         flags += [f"limits={limits!r}"] if limits else []
         how = f"replay(..., {', '.join(flags)})"
     else:
@@ -127,7 +132,8 @@ def skip_reason(scenario: Scenario, missing: Iterable[str], *, surface: Surface)
         flags += [f"{prefix}abort"] if "abort" in missing else []
         flags += [f"{prefix}restarts{sep}1"] if "restarts" in missing else []
         flags += [f"{prefix}turns{sep}{turns}"] if "turns" in missing else []
-        flags += [f"{prefix}claims{sep}{','.join(limits)}"] if limits else []
+        gates = ["approvals"] if "approvals" in missing else []
+        flags += [f"{prefix}claims{sep}{','.join([*gates, *limits])}"] if gates or limits else []
         how = " ".join(flags)
     what = whats[0] if len(whats) == 1 else ", ".join(whats[:-1]) + " and " + whats[-1]
     them = "them" if len(missing) > 1 or missing == ("turns",) else "one"
@@ -148,6 +154,6 @@ def claim_flags(scenario: Scenario) -> str:
     flags = [" --abort"] if "abort" in needs else []
     flags += [" --restarts 1"] if "restarts" in needs else []
     flags += [f" --turns {1 + len(scenario.followups)}"] if "turns" in needs else []
-    limits = [c for c in needs if c in LIMIT_NAMES]
+    limits = [c for c in needs if c in LIMIT_NAMES or c == "approvals"]
     flags += [f" --claims {','.join(limits)}"] if limits else []
     return "".join(flags)

@@ -302,6 +302,7 @@ def unclaimed(path: Path, options: TestOptions) -> str | None:
         restarts=max(options.restarts or 0, 1 if "restarts" in named else 0),
         turns=max(options.turns or 1, 2 if "turns" in named else 1),
         limits=frozenset(limits),
+        approvals="approvals" in named,
     )
     missing = claims.missing(scenario)
     return skip_reason(scenario, missing, surface="plugin") if missing else None
@@ -412,11 +413,11 @@ class SimloopFixture:
         keywords win.  A file that needs what is not claimed skips the test, with the reason.
         """
         __tracebackhide__ = True
-        unknown = sorted(set(claims) - {"abort", "restarts", "turns", "limits"})
+        unknown = sorted(set(claims) - {"abort", "restarts", "turns", "limits", "approvals"})
         if unknown:
             raise UsageError(
                 f"simloop.replay() got an unexpected keyword {unknown[0]!r}; it takes seed, invariants, abort, "
-                "restarts, turns and limits"
+                "restarts, turns, limits and approvals"
             )
         claims = {**self._claims(), **claims}
         fn = self._drive(drive)
@@ -454,6 +455,8 @@ class SimloopFixture:
             out["restarts"] = max(o.restarts or 0, 1 if "restarts" in named else 0)
         if o.turns is not None or "turns" in named:
             out["turns"] = max(o.turns or 1, 2 if "turns" in named else 1)
+        if "approvals" in named:
+            out["approvals"] = True
         declared = limit_names(o.verify_defaults.get("limits"), where="limits")
         if declared or named & set(LIMIT_NAMES):
             out["limits"] = sorted(declared | (named & set(LIMIT_NAMES)))

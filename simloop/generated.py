@@ -25,7 +25,7 @@ from hypothesis.errors import Frozen, StopTest
 from simloop._inputs import POOL, pool_for
 from simloop._offer import Offer, ServerTools, fit_pause, offer_of, server_block, stopped_at, with_server_tools
 from simloop.models import ModelRequest
-from simloop.scenario import Abort, Expect, Fault, Limits, MaxTokensBody, Reply, Scenario, ToolCall, ToolSpec
+from simloop.scenario import Abort, Approval, Expect, Fault, Limits, MaxTokensBody, Reply, Scenario, ToolCall, ToolSpec
 from simloop.strategies import (
     CUT_COUNTS,
     Codec,
@@ -382,6 +382,7 @@ def to_scenario(
     halted: bool,
     followups: Sequence[str] = (),
     abort: Abort | None = None,
+    approvals: Sequence[Approval] | None = None,
 ) -> Scenario:
     """The run written down as a script that replays it, and that a correct loop replays cleanly.
 
@@ -391,7 +392,8 @@ def to_scenario(
     ``then: repeat_last``.  ``expect`` states the invariants to hold (no violations), not how the
     failing run ended, so the file is a regression test that passes once the loop is fixed; it is
     ``strict: false``, since a fixed loop may leave part of the failing run's script unused.  A conversation
-    keeps the user's ``followups`` (the turns it took after the task), its replies served in order across them.
+    keeps the user's ``followups`` (the turns it took after the task), its replies served in order across them,
+    and a run at the permission gate the person's ``approvals``.
     """
     replies = list(served)
     then = "end_turn"
@@ -409,6 +411,7 @@ def to_scenario(
         faults=list(faults),
         limits=limits,
         abort=abort,
+        approvals=list(approvals) if approvals is not None else None,
         expect=Expect(violations=[]),
         strict=False,  # the fixed loop may stop before the failing run's script is used up: that is the point
     )

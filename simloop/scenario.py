@@ -55,6 +55,7 @@ __all__ = [
     "REPLY_KINDS",
     "SERVER_TOOLS",
     "Abort",
+    "Approval",
     "Expect",
     "Fault",
     "Limits",
@@ -93,15 +94,17 @@ INVARIANT_IDS = (
     "results_together",
     "abort",
     "results_real",
+    "approval",
 )
 #: The stop policies and limits a loop may declare: the fields of `Limits`.
 LIMIT_NAMES = ("max_steps", "deadline_s", "max_total_tokens", "max_tool_errors", "max_writes", "max_repeats")
 #: What a scenario may need of the loop under test (``requires:``), named as `simloop.verify`'s arguments:
 #: ``abort`` (a Stop button), ``restarts`` (a durable store that survives a crash), ``turns`` (follow-up user
 #: turns), and each of `LIMIT_NAMES` (the loop honours that limit as the run declares it, ``sim.limits``).
-CAPABILITIES = ("abort", "restarts", "turns", *LIMIT_NAMES)
+#: ``approvals``: the loop asks a person (``sim.approve``) before each call of a tool that needs approval.
+CAPABILITIES = ("abort", "restarts", "turns", "approvals", *LIMIT_NAMES)
 Capability = Literal[
-    "abort", "restarts", "turns",
+    "abort", "restarts", "turns", "approvals",
     "max_steps", "deadline_s", "max_total_tokens", "max_tool_errors", "max_writes", "max_repeats",
 ]
 _TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
@@ -124,6 +127,7 @@ InvariantId = Literal[
     "results_together",
     "abort",
     "results_real",
+    "approval",
 ]
 
 
@@ -158,6 +162,14 @@ class ToolSpec(_Model):
     input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     results: list[str] | None = None
     function: str | Callable[..., Any] | None = None
+    # Whether a call needs a person's yes first (``sim.approve``): None means a write does, a read does not,
+    # once the run has the approval policy (docs/design.md, Approvals).
+    needs_approval: bool | None = None
+
+    @property
+    def gated(self) -> bool:
+        """Whether a call of this tool needs approval under the approval policy (a write, unless it says not)."""
+        return self.needs_approval if self.needs_approval is not None else self.kind == "write"
 
     @field_validator("name")
     @classmethod
@@ -491,6 +503,37 @@ class Abort(_Model):
         return f"at {self.at:g}s"
 
 
+class Approval(_Model):
+    """What the person at the permission gate answers (docs/design.md, Approvals).
+
+    It answers the ``call``-th request to approve ``tool`` (1-based; counted over every tool when ``tool`` is
+    left out; every request when ``call`` is): ``approve``, ``deny`` or ``away`` (no answer at all), ``after``
+    virtual seconds after it was asked.  A request no entry matches is approved at once.
+    """
+
+    tool: str | None = None
+    call: int | None = Field(default=None, ge=1)
+    answer: Literal["approve", "deny", "away"] = "approve"
+    after: float = Field(default=0.0, ge=0)
+
+    @field_validator("after")
+    @classmethod
+    def _after(cls, v: float) -> float:
+        _seconds(v, what="after")
+        return v
+
+    @field_validator("call")
+    @classmethod
+    def _call(cls, v: int | None) -> int | None:
+        return _capped(v, MAX_COUNT, "call")
+
+    def matches(self, tool: str, nth_of_tool: int, nth: int) -> bool:
+        """Whether this entry answers a request for ``tool``, the ``nth_of_tool``-th for it and ``nth``-th in all."""
+        if self.tool is not None and self.tool != tool:
+            return False
+        return self.call is None or self.call == (nth_of_tool if self.tool is not None else nth)
+
+
 class Scenario(_Model):
     """A whole simulated world for one run (docs/design.md, Scenario format v1)."""
 
@@ -505,6 +548,9 @@ class Scenario(_Model):
     faults: list[Fault] = Field(default_factory=list)
     limits: Limits = Field(default_factory=Limits)
     abort: Abort | None = None
+    # The person at the permission gate (docs/design.md, Approvals): given (even empty), the run has the approval
+    # policy: each call of a tool that needs approval waits for a yes (``sim.approve``).
+    approvals: list[Approval] | None = None
     expect: Expect | None = None
     # What the file needs of the loop (a Stop button, a durable store, follow-ups, a stop policy): a run whose
     # loop does not claim one of them skips the file instead of failing it.  `needs` adds what the rest implies.
@@ -527,7 +573,22 @@ class Scenario(_Model):
                 raise ValueError(f"faults[{i}].tool: {f.tool!r} is not in tools ({known})")
             if f.kind == "commit_then_raise" and self.tool(f.tool).kind != "write":
                 raise ValueError(f"faults[{i}].kind: commit_then_raise needs a write tool; {f.tool!r} is kind read")
+        for i, a in enumerate(self.approvals or ()):
+            if a.tool is not None and a.tool not in names:
+                known = ", ".join(names) or "no tools are defined"
+                raise ValueError(f"approvals[{i}].tool: {a.tool!r} is not in tools ({known})")
         return self
+
+    @property
+    def approval_policy(self) -> bool:
+        """Whether the run has the approval policy: ``approvals:`` given, a tool that says ``needs_approval:
+        true``, or ``requires: [approvals]``."""
+        return self.approvals is not None or "approvals" in self.requires or any(t.needs_approval for t in self.tools)
+
+    @property
+    def gated_tools(self) -> tuple[str, ...]:
+        """The tools whose calls need a yes first under the approval policy (`ToolSpec.gated`)."""
+        return tuple(t.name for t in self.tools if t.gated)
 
     @property
     def needs(self) -> tuple[str, ...]:
@@ -541,6 +602,8 @@ class Scenario(_Model):
             given.add("abort")
         if any(f.kind == "crash" for f in self.faults):
             given.add("restarts")
+        if self.approval_policy:
+            given.add("approvals")
         given.update(k for k in LIMIT_NAMES if getattr(self.limits, k) is not None)
         return tuple(c for c in CAPABILITIES if c in given)
 
@@ -891,7 +954,7 @@ _EXPECTED = {
     "kind": "one of " + ", ".join(FaultKinds),
     "tools.kind": "one of read, write",  # a tool's kind, not a fault's
     "then": "one of end_turn, repeat_last, fail",
-    "requires": "one of abort, restarts, turns, " + ", ".join(LIMIT_NAMES),
+    "requires": "one of abort, restarts, turns, approvals, " + ", ".join(LIMIT_NAMES),
 }
 
 

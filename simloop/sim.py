@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 
 from simloop._abort import AbortSignal, _AbortTrigger, recorder
+from simloop._approvals import Gate
 from simloop._runtime import process as _process
 from simloop._runtime.clock import REAL, VirtualClock
 from simloop._runtime.frames import loop_frame
@@ -41,9 +42,9 @@ from simloop.errors import SimloopInternalError, SimulatedCrash, UsageError
 from simloop.invariants import Report, check
 from simloop.models import Ids, ModelPolicy, Script, ScriptExhausted
 from simloop.outcome import Outcome
-from simloop.scenario import Abort, Limits, Scenario, load_scenario
+from simloop.scenario import Abort, Approval, Limits, Scenario, load_scenario
 from simloop.tools import FaultSource, ToolBox
-from simloop.transcript import Halt, Header, OutcomeEvent, Restart, ThreadLeft, Transcript, TurnStart
+from simloop.transcript import ApprovalEvent, Halt, Header, OutcomeEvent, Restart, ThreadLeft, Transcript, TurnStart
 from simloop.wire.server import Budget, InternalFailure, SimServer
 
 if TYPE_CHECKING:
@@ -94,6 +95,8 @@ class Sim:
         allow_functions: resolve the tools' ``function: "pkg.module:fn"`` import paths (a scenario file's
             opt-in, docs/security.md); off by default, so a file cannot make simloop import and run code.
         abort: when the user presses Stop, replacing the scenario's ``abort`` (see `sim.abort`).
+        approvals: the person at the permission gate (see `approve`): a list of `Approval` answers replacing the
+            scenario's ``approvals``, or True for the approval policy with the scenario's answers (all yes if none).
 
     The loop runs on a worker thread: a loop blocked in C (a wait with no timeout) or one that swallows
     every halt is abandoned with a ``stops`` report instead of hanging the run.
@@ -114,6 +117,7 @@ class Sim:
         tools: Mapping[str, Callable[..., Any]] | None = None,
         allow_functions: bool = False,
         abort: Abort | None = None,
+        approvals: bool | Sequence[Approval] | None = None,
     ) -> None:
         self.network: NetworkPolicy = check_policy(network)
         self.scenario = _as_scenario(scenario, allow_functions=allow_functions)
@@ -126,6 +130,9 @@ class Sim:
             declared_by = "loop"
         if abort is not None:
             self.scenario = self.scenario.model_copy(update={"abort": abort})
+        if approvals is not None and approvals is not False:
+            answers = list(self.scenario.approvals or ()) if approvals is True else list(approvals)
+            self.scenario = self.scenario.model_copy(update={"approvals": answers})
         self.seed = int(seed)
         self.limits: Limits = self.scenario.limits
         self.policy: ModelPolicy = model if model is not None else Script.from_scenario(self.scenario)
@@ -143,6 +150,7 @@ class Sim:
                 limits=self.limits.model_dump(exclude_none=True),
                 limits_from=dict.fromkeys(self.limits.model_dump(exclude_none=True), declared_by),
                 tools={t.name: t.kind for t in self.scenario.tools},
+                approval=list(self.scenario.gated_tools) if self.scenario.approval_policy else None,
             )
         )
         guard = self._guard
@@ -163,6 +171,11 @@ class Sim:
             self.tools.on_end = trigger.on_tool_end
             self._guard.on_time = trigger.on_time
             self._guard.abort_at = self.scenario.abort.at
+        self._gate = Gate(
+            self.scenario, self.transcript, now=self.clock.now, sleep=guard.sleep,
+            turn_start=functools.partial(getattr, guard, "t_before"),
+            forever=functools.partial(getattr, guard, "max_virtual_s"),
+        )
         self.model = DEFAULT_MODEL
         self.outcomes: list[Outcome] = []  # one per user turn when the drive returned a list, else the one outcome
         #: What a durable loop persists: it survives a simulated process death (a ``crash`` fault), as a
@@ -228,6 +241,35 @@ class Sim:
     async def arun_tool(self, name: str, input: Any, *, tool_use_id: str | None = None) -> str:
         """Async twin of `run_tool`: latency is a timer on the (virtual) event loop, so calls can overlap."""
         return await self.tools.arun(name, input, tool_use_id=tool_use_id)
+
+    def approve(self, tool: str, input: Any, *, tool_use_id: str | None = None, timeout: float | None = None) -> bool:
+        """Ask the person to approve one tool call before running it; True only for a yes.
+
+        Blocks in virtual time until the person answers (the scenario's ``approvals:``), or until ``timeout``
+        seconds, or, without one, until the loop's own deadline (``sim.limits.deadline_s`` from the start of the
+        user turn): no answer by then is False.  Pass the call's ``tool_use_id`` so the request is bound to it
+        exactly.  Without the approval policy (no ``approvals:``, no ``needs_approval: true`` tool, no
+        ``verify(approvals=True)``) it answers yes at once and records nothing.  A denied call is not run: answer
+        it with an ``is_error`` tool_result saying so (docs/design.md, Approvals).
+
+        Example::
+
+            if not sim.approve(call.name, call.input, tool_use_id=call.id):
+                results.append({"type": "tool_result", "tool_use_id": call.id, "is_error": True,
+                                "content": "denied: the user did not approve this call"})
+        """
+        return self._gate.approve(tool, input, tool_use_id=tool_use_id, timeout=timeout)
+
+    async def aapprove(
+        self, tool: str, input: Any, *, tool_use_id: str | None = None, timeout: float | None = None
+    ) -> bool:
+        """Async twin of `approve`: the wait is a timer on the (virtual-time) event loop."""
+        return await self._gate.aapprove(tool, input, tool_use_id=tool_use_id, timeout=timeout)
+
+    @property
+    def approvals(self) -> list[ApprovalEvent]:
+        """Each request for approval, in order: tool, input, bound tool_use, asked at, answer, answered at (``t``)."""
+        return self._gate.log
 
     def mcp_server(self) -> mcp.server.mcpserver.MCPServer[Any]:
         """The scenario's tools as an in-memory MCP server on this run's world (virtual time).

@@ -18,6 +18,7 @@ from typing import Any
 
 from simloop.transcript import (
     AbortEvent,
+    ApprovalEvent,
     Halt,
     OutcomeEvent,
     Request,
@@ -102,6 +103,9 @@ def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
         elif isinstance(e, AbortEvent) and current is not None:
             current.aborts.append(f"STOP pressed ({e.trigger}) at {e.t:.3f}s")
             current.tools.append(current.aborts[-1])  # in its place among the tool lines
+        elif isinstance(e, ApprovalEvent) and current is not None:
+            waited = f" after {e.t - e.asked:.1f}s" if e.t - e.asked >= 0.05 else ""
+            current.tools.append(f"APPROVAL {e.answer}{waited}: {e.tool}({_args(e.input)})")
         elif isinstance(e, Restart) and current is not None:
             current.restarts.append(f"PROCESS DIED at {e.t:.3f}s: the loop restarts (life {e.life}), sim.store kept")
             current.tools.append(current.restarts[-1])

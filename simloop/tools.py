@@ -32,7 +32,7 @@ from typing import Any
 
 from simloop.errors import SimulatedCrash, UsageError
 from simloop.scenario import Fault, Scenario, ToolSpec
-from simloop.transcript import AbortEvent, Response, Restart, ToolEnd, ToolStart, Transcript
+from simloop.transcript import AbortEvent, ApprovalEvent, Response, Restart, ToolEnd, ToolStart, Transcript
 
 __all__ = ["FaultSource", "ToolBox", "UnknownToolError"]
 
@@ -86,6 +86,7 @@ class ToolBox:
         self._issued: dict[str, dict[str, Any]] = {}
         self._reply_of: dict[str, tuple[int, bool]] = {}  # tool_use id -> (its reply's position, reply dead at birth)
         self._last_death = -1  # position of the last Stop or restart: a reply before it was left by its turn or life
+        self._refused: dict[str, bool] = {}  # tool_use id -> its last request for approval was not a yes
         self._functions: dict[str, Callable[..., Any]] = {}
         self._lock = threading.Lock()
         self._specs: dict[str, ToolSpec] = {}
@@ -215,8 +216,9 @@ class ToolBox:
         """The tool_use id this execution answers (None: the model never asked for it).
 
         Without an id: among the pending tool_uses of this name and input, a live one before a dead one (its
-        reply was cut at max_tokens or refused, or a Stop or a restart came after it: a correct loop leaves its
-        calls unrun, so they are never a better match than a fresh call), then the latest reply's first.
+        reply was cut at max_tokens or refused, or a Stop or a restart came after it, or the person did not approve
+        it: a correct loop leaves such calls unrun, so they are never a better match than a fresh call), then the
+        latest reply's first.
         """
         self._sync_issued()
         if tool_use_id is not None:
@@ -241,7 +243,7 @@ class ToolBox:
     def _rank(self, tid: str) -> tuple[bool, int]:
         """Sort key of a pending tool_use: live before dead, then the latest reply first."""
         pos, dead = self._reply_of[tid]
-        return dead or pos < self._last_death, -pos
+        return dead or pos < self._last_death or self._refused.get(tid, False), -pos
 
     def _mark(self, tid: str) -> None:
         self._executed.add(tid)
@@ -261,6 +263,8 @@ class ToolBox:
                         self._pending.append(block)
             elif isinstance(event, (AbortEvent, Restart)):
                 self._last_death = pos
+            elif isinstance(event, ApprovalEvent) and event.matched is not None:
+                self._refused[event.matched] = not event.approved
         self._seen_events = len(events)
 
 

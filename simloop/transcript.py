@@ -13,6 +13,7 @@ scenario's name, seed, declared limits and tool kinds) and a list of events:
 * `TurnStart` — a user turn of a conversation began (the drive took it from ``sim.user_turns``)
 * `AbortEvent` — the user pressed Stop: ``sim.abort`` fired
 * `Restart`   — the process died (a ``crash`` fault) and the drive was run again
+* `ApprovalEvent` — the loop asked the person to approve a tool call (``sim.approve``), and what came of it
 
 Times ``t`` are virtual seconds since the run started, so a transcript is a
 pure function of the scenario and seed: it serialises to JSONL byte for byte
@@ -32,6 +33,7 @@ from simloop.errors import UsageError
 
 __all__ = [
     "AbortEvent",
+    "ApprovalEvent",
     "Event",
     "Halt",
     "Header",
@@ -63,6 +65,8 @@ class Header:
     limits: dict[str, Any] = field(default_factory=dict)
     limits_from: dict[str, str] = field(default_factory=dict)
     tools: dict[str, str] = field(default_factory=dict)  # name -> "read" | "write"
+    # the tools whose calls need a person's yes first, when the run has the approval policy (None: it has not)
+    approval: list[str] | None = None
     version: int = VERSION
     type: str = "header"
 
@@ -266,11 +270,38 @@ class Restart:
     type: str = "restart"
 
 
-Event = Request | Response | ToolStart | ToolEnd | OutcomeEvent | Halt | ThreadLeft | TurnStart | AbortEvent | Restart
+@dataclass(slots=True)
+class ApprovalEvent:
+    """The loop asked the person to approve a call (``sim.approve``) at ``asked``; ``t`` is when the wait ended.
+
+    ``answer`` is ``approved``, ``denied`` or ``none`` (no answer before the wait ended: the person was away,
+    or answered after the loop's deadline or timeout).  ``tool_use_id`` is the id the loop passed, ``matched``
+    the tool_use the request is bound to (by that id, else by name and input: the latest reply's first call not
+    yet asked about), None when the model never made that call.
+    """
+
+    t: float
+    tool: str
+    input: Any
+    asked: float
+    answer: str
+    tool_use_id: str | None = None
+    matched: str | None = None
+    type: str = "approval"
+
+    @property
+    def approved(self) -> bool:
+        return self.answer == "approved"
+
+
+Event = (
+    Request | Response | ToolStart | ToolEnd | OutcomeEvent | Halt | ThreadLeft | TurnStart | AbortEvent | Restart
+    | ApprovalEvent
+)
 _TYPES: dict[str, type[Any]] = {
     str(c.__dataclass_fields__["type"].default): c
     for c in (Header, Request, Response, ToolStart, ToolEnd, OutcomeEvent, Halt, ThreadLeft, TurnStart, AbortEvent,
-              Restart)
+              Restart, ApprovalEvent)
 }
 
 
@@ -375,7 +406,10 @@ class Transcript:
 
 
 def _line(obj: Any) -> str:
-    text = json.dumps(asdict(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    data = asdict(obj)
+    if isinstance(obj, Header) and obj.approval is None:
+        del data["approval"]  # a run without the approval policy writes the header it always wrote
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     # Escaped, though JSON allows them raw: readers that split lines the Unicode way would cut the line there.
     return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").replace("\x85", "\\u0085") + "\n"
 

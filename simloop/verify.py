@@ -59,6 +59,7 @@ def verify(
     out_dir: str | Path = DEFAULT_OUT, settings: Settings | None = None,
     recorded: str | Path | Any = None, turns: int = 1, abort: bool = False, restarts: int = 0, workers: int = 1,
     database: str | Path | Any = None, network: NetworkPolicy = "block", server_tools: ServerTools = "request",
+    approvals: bool = False,
 ) -> Report:
     """Property-test ``drive`` under generated model behaviours, API faults, tool faults, latencies and timings.
 
@@ -76,6 +77,8 @@ def verify(
     * ``turns``: one to that many user turns a run, through one history (docs/design.md, Conversations);
       ``abort``: the user's Stop, pressed once a run at a drawn point (Abort); ``restarts``: up to that many
       process deaths a run on drawn writes, the drive run again with ``sim.store`` kept (Crash and restart);
+      ``approvals``: the loop asks ``sim.approve`` before each call that needs a person's yes, and a person who
+      approves, denies, answers late or is away is drawn each run (Approvals).
     * ``server_tools``: whether the model runs server tools (``server_tool_use`` blocks, ``pause_turn``):
       ``"request"`` (the default) only when the request declares one, ``"on"`` whatever it declares (its
       declared kind, else ``web_search``: for a loop whose server tools are added on the way, e.g. by a
@@ -104,6 +107,7 @@ def verify(
         "verify", drive, tools=tools, limits=limits, max_examples=max_examples, seed=seed, invariants=invariants,
         task=task, plan=plan, out_dir=out_dir, settings=settings, recorded=recorded, turns=turns, abort=abort,
         restarts=restarts, workers=workers, database=database, network=network, server_tools=server_tools,
+        approvals=approvals,
     ).run()
 
 
@@ -162,7 +166,7 @@ def property(drive: Drive | None = None, /, **options: Any) -> PropertyTest | Ca
 #: `verify`'s options (and so `property`'s), by name.
 _OPTIONS = (
     "tools", "limits", "max_examples", "seed", "invariants", "task", "plan", "out_dir", "settings", "recorded",
-    "turns", "abort", "restarts", "workers", "database", "network", "server_tools",
+    "turns", "abort", "restarts", "workers", "database", "network", "server_tools", "approvals",
 )
 
 
@@ -173,6 +177,7 @@ def _campaign(
     out_dir: str | Path = DEFAULT_OUT, settings: Settings | None = None,
     recorded: str | Path | Any = None, turns: int = 1, abort: bool = False, restarts: int = 0, workers: int = 1,
     database: str | Path | Any = None, network: NetworkPolicy = "block", server_tools: ServerTools = "request",
+    approvals: bool = False,
 ) -> Campaign:
     """The `Campaign` of ``name`` (`verify` or `property`) with these options, checked."""
     if not callable(drive):
@@ -183,7 +188,7 @@ def _campaign(
     )
     world = World.of(
         drive, tools=tools, limits=limits, task=task, plan=plan, recorded=recorded, turns=turns, abort=abort,
-        restarts=restarts, server_tools=server_tools,
+        restarts=restarts, server_tools=server_tools, approvals=approvals,
     )
     return Campaign(drive, world, search)
 
@@ -211,6 +216,7 @@ def replay(
     restarts: int | None = None,
     turns: int | None = None,
     limits: Limits | Mapping[str, Any] | Iterable[str] | None = None,
+    approvals: bool | None = None,
 ) -> Report:
     """Re-run a saved scenario and re-check it; raises `InvariantViolation` if the loop still breaks it.
 
@@ -225,7 +231,7 @@ def replay(
 
     ``abort``, ``restarts``, ``turns`` and ``limits`` say what the loop has, with `verify`'s names: a Stop
     button (``abort=True``), a store it resumes from after a crash (``restarts >= 1``), follow-up turns
-    (``turns >= 2``), the stop policies it honours as ``sim.limits`` declares them (``limits``: names, or a
+    (``turns >= 2``), a permission gate wired to ``sim.approve`` (``approvals=True``), the stop policies it honours as ``sim.limits`` declares them (``limits``: names, or a
     `Limits` whose declared fields count).  A file that needs one of them (its ``requires:``, see
     `Scenario.needs`) that the loop does not have is not run: the returned report's ``skipped`` says why and
     what to pass.  Left out (None), the file's need is taken as met: you chose to replay this file.
@@ -235,7 +241,7 @@ def replay(
         simloop.replay(drive, "scenarios/one-write.yaml", abort=False, limits=["max_steps"])  # skipped: a write budget
     """
     scenario = load_scenario(path, allow_functions=allow_functions)
-    unclaimed = _claims(abort=abort, restarts=restarts, turns=turns, limits=limits).missing(scenario)
+    unclaimed = _claims(abort=abort, restarts=restarts, turns=turns, limits=limits, approvals=approvals).missing(scenario)
     if unclaimed:
         reason = skip_reason(scenario, unclaimed, surface="python")
         return Report(violations=[], checked=tuple(invariant_ids(invariants)), skipped=reason)
@@ -258,7 +264,7 @@ def replay(
 
 def _claims(
     *, abort: bool | None, restarts: int | None, turns: int | None,
-    limits: Limits | Mapping[str, Any] | Iterable[str] | None,
+    limits: Limits | Mapping[str, Any] | Iterable[str] | None, approvals: bool | None = None,
 ) -> Claims:
     """What `replay`'s caller says the loop has; what is left out (None) is taken as there."""
     return Claims(
@@ -266,6 +272,7 @@ def _claims(
         restarts=1 if restarts is None else restarts,
         turns=2 if turns is None else turns,
         limits=frozenset(LIMIT_NAMES) if limits is None else limit_names(limits, where="replay(limits=...)"),
+        approvals=True if approvals is None else bool(approvals),
     )
 
 

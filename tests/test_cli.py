@@ -136,8 +136,8 @@ def test_verify_clean_exits_0_with_a_summary_table(capsys: pytest.CaptureFixture
     assert "simloop verify: " in out and " runs in " in out
     for inv in CATALOGUE:
         assert inv in out
-    assert out.count("holds") == 15 and "VIOLATED" not in out
-    assert "ok: " in out and "runs of examples.correct_sync:drive, 15 invariants hold" in out
+    assert out.count("holds") == 16 and "VIOLATED" not in out
+    assert "ok: " in out and "runs of examples.correct_sync:drive, 16 invariants hold" in out
 
 
 def test_verify_violation_exits_1_with_report_table_trace_and_progress(
@@ -185,7 +185,7 @@ def test_verify_violation_exits_1_with_report_table_trace_and_progress(
 
 
 #: Everything a loop can claim: the reference loops have a Stop button, restarts, follow-ups and every policy.
-ALL_CLAIMS = ["--abort", "--restarts", "1", "--turns", "3", "--claims", ",".join(LIMIT_NAMES)]
+ALL_CLAIMS = ["--abort", "--restarts", "1", "--turns", "3", "--claims", ",".join(["approvals", *LIMIT_NAMES])]
 
 
 def test_run_correct_loop_passes_every_file_one_line_each(capsys: pytest.CaptureFixture[str]) -> None:

@@ -25,7 +25,7 @@ def test_a_correct_loop_written_from_the_readme_passes(name: str, tmp_path: Path
 
 #: The claims each loop states on the command line (the same names as verify's options).
 CLAIMS = {"plain": [], "conversation": ["--abort", "--turns", "3"], "durable": ["--restarts", "1"],
-          "async_stop": ["--abort"]}
+          "async_stop": ["--abort"], "gated": ["--claims", "approvals"]}
 
 
 @pytest.mark.parametrize("name", sorted(LOOPS))

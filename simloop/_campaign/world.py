@@ -20,14 +20,14 @@ from simloop._campaign.schedule import Stage, split
 from simloop._offer import SERVER_TOOLS, ServerTools
 from simloop.errors import UsageError
 from simloop.generated import Draw, GeneratedFaults, GeneratedModel
-from simloop.scenario import Abort, Limits, Scenario, ToolSpec
+from simloop.scenario import Abort, Approval, Limits, Scenario, ToolSpec
 from simloop.sim import Drive, Sim
 from simloop.strategies import DEFAULT_TOOLS, Plan, stages
 
 if TYPE_CHECKING:
     from simloop.cassettes import FaultedRecording, Recording
 
-__all__ = ["ABORT_POINTS", "DEFAULT_TASK", "FOLLOWUPS", "Run", "World", "followups"]
+__all__ = ["ABORT_POINTS", "APPROVAL_ANSWERS", "DEFAULT_TASK", "FOLLOWUPS", "Run", "World", "followups"]
 
 DEFAULT_TASK = "The customer asks for a refund of order 1234. Check the policy, then email them the outcome."
 #: The user's follow-up messages of a generated conversation (`verify(turns=N)`), in order.
@@ -44,6 +44,25 @@ ABORT_POINTS = st.one_of(
     st.integers(1, 3).map(lambda n: Abort(tool_call=n)),
     st.sampled_from((0.5, 2.0, 10.0, 60.0)).map(lambda t: Abort(at=t)),
 )
+
+
+#: What the person at the permission gate does under `verify(approvals=True)`: up to three requests answered
+#: otherwise than a prompt yes (the n-th request of the run: a no, a late answer, no answer at all); every other
+#: request is approved at once.  Shrinks to no entry: a person who says yes to everything.
+_LATE = (0.0, 5.0, 60.0, 3600.0)
+
+
+def approval_answers(*, away: bool) -> st.SearchStrategy[list[Approval]]:
+    """The person's answers a run draws; ``away`` (no answer ever) only for a loop that declares a deadline,
+    which bounds its wait (without one, a wait for nobody is a runaway whatever the loop)."""
+    answers = ("deny", "approve", "away") if away else ("deny", "approve")
+    entry = st.builds(
+        Approval, call=st.integers(1, 3), answer=st.sampled_from(answers), after=st.sampled_from(_LATE),
+    )
+    return st.lists(entry, max_size=3, unique_by=lambda a: a.call)
+
+
+APPROVAL_ANSWERS = approval_answers(away=True)
 
 
 @dataclass
@@ -75,12 +94,14 @@ class World:
     abort: bool = False
     restarts: int = 0
     server_tools: ServerTools = "request"
+    approvals: bool = False
 
     @classmethod
     def of(
         cls, drive: Drive, *, tools: Sequence[ToolSpec | dict[str, Any]] | None, limits: Limits | dict[str, Any] | None,
         task: str, plan: st.SearchStrategy[Plan] | None, recorded: Any, turns: int, abort: bool, restarts: int,
         server_tools: ServerTools = "request",
+        approvals: bool = False,
     ) -> World:
         """`verify`'s world arguments as a `World`; a wrong one is a `UsageError` saying what to give."""
         if isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
@@ -114,7 +135,7 @@ class World:
             specs = list(base.tools)
         return cls(
             name=name, task=task, tools=tuple(specs), limits=declared, scenario=base, plan=plan, recording=recording,
-            turns=turns, abort=bool(abort), restarts=restarts, server_tools=server_tools,
+            turns=turns, abort=bool(abort), restarts=restarts, server_tools=server_tools, approvals=bool(approvals),
         )
 
     def stages(self, max_examples: int) -> list[Stage]:
@@ -147,10 +168,12 @@ class World:
             + (("abort",) if self.abort else ())
             + ((self.restarts,) if self.restarts else ())
             + ((f"server_tools={self.server_tools}",) if self.server_tools != "request" else ())
+            + (("approvals",) if self.approvals else ())
         ).encode()
 
     def draw(self, draw: Draw, strategy: st.SearchStrategy[Any]) -> Run:
-        """One run's world: its turns, its Stop, its plan (the model and tool faults), then its crash points."""
+        """One run's world: its turns, its Stop, its plan (the model and tool faults), its crash points, then the
+        person's answers at the permission gate."""
         scenario = self.scenario
         if self.turns > 1:  # drawn first: the shrinker lowers it to remove turns
             scenario = scenario.model_copy(update={"followups": followups(draw(self._turn_counts) - 1)})
@@ -160,6 +183,8 @@ class World:
         run = Run(scenario, *self._policies(draw, chosen, strategy))
         if self.restarts:
             run.faults.crash_at = draw(self._crash_points)
+        if self.approvals:
+            run.scenario = run.scenario.model_copy(update={"approvals": draw(self._answers)})
         return run
 
     def attach(self, run: Run, sim: Sim) -> None:
@@ -185,6 +210,10 @@ class World:
     @functools.cached_property
     def _turn_counts(self) -> st.SearchStrategy[int]:
         return st.integers(1, self.turns)
+
+    @functools.cached_property
+    def _answers(self) -> st.SearchStrategy[list[Approval]]:
+        return approval_answers(away=self.limits.deadline_s is not None)
 
     @functools.cached_property
     def _crash_points(self) -> st.SearchStrategy[frozenset[int]]:

@@ -188,6 +188,7 @@ def _claims(*, abort: bool, restarts: int, turns: int, claimed: Sequence[str]) -
         restarts=max(restarts, 1 if "restarts" in names else 0),
         turns=max(turns, 2 if "turns" in names else 1),
         limits=frozenset(n for n in names if n in LIMIT_NAMES),
+        approvals="approvals" in names,
     )
 
 

@@ -95,6 +95,10 @@ __all__ = ["verify"]
 )
 @click.option("--abort", is_flag=True, default=False, help="Press the user's Stop (sim.abort) once a run, at a drawn point.")
 @click.option(
+    "--approvals", is_flag=True, default=False,
+    help="Put a person at the permission gate (sim.approve): a drawn no, late answer or no answer each run.",
+)
+@click.option(
     "--restarts",
     type=click.IntRange(min=0, max=MAX_COUNT),
     default=0,
@@ -182,6 +186,7 @@ def verify(
     profile: str | None,
     turns: int,
     abort: bool,
+    approvals: bool,
     restarts: int,
     tools_file: str | None,
     server_tools: str,
@@ -255,6 +260,7 @@ def verify(
                     settings=base,
                     turns=turns,
                     abort=abort,
+                    approvals=approvals,
                     restarts=restarts,
                     workers=workers,
                     database=database,

@@ -32,6 +32,7 @@ from simloop.invariants import _base
 from simloop.invariants._base import MESSAGES_PATH as MESSAGES_PATH
 from simloop.invariants._base import REASONS, Invariant, Violation
 from simloop.invariants.aborts import abort
+from simloop.invariants.approvals import approval
 from simloop.invariants.conversation import _walk as _walk  # the pairing walk, for its property test
 from simloop.invariants.conversation import pairing, request_valid
 from simloop.invariants.execution import no_rerun, results_real, results_sent, results_together, tool_errors
@@ -102,6 +103,7 @@ CATALOGUE: dict[str, Invariant] = {
     "results_together": results_together,
     "abort": abort,
     "results_real": results_real,
+    "approval": approval,
 }
 if tuple(CATALOGUE) != INVARIANT_IDS:  # pragma: no cover - a development-time consistency check
     raise SimloopInternalError("simloop.invariants.CATALOGUE is out of step with scenario.INVARIANT_IDS")
@@ -153,7 +155,7 @@ def check(transcript: Transcript, *, invariants: Iterable[str] | None = None) ->
 
 
 #: The invariants whose violations decide what `_fold_overlaps` drops from the others.
-_CLAIMANTS = ("truncation", "pairing", "tool_errors")
+_CLAIMANTS = ("truncation", "pairing", "tool_errors", "approval")
 
 
 def _fold_overlaps(violations: list[Violation]) -> list[Violation]:
@@ -178,9 +180,11 @@ def _fold_overlaps(violations: list[Violation]) -> list[Violation]:
         for v in violations
         if (v.invariant == "tool_errors" and v.evidence.get("kind") == "unreported") or v.invariant == "truncation"
     }
+    gate = {v.evidence.get("tool_use_id") for v in violations if v.invariant == "approval"} - {None}
     return [
         v for v in violations
-        if not (v.invariant == "honest_outcome" and cut_final and v.evidence.get("last_stop_reason") == "max_tokens")
+        if not (v.invariant == "results_real" and v.evidence.get("tool_use_id") in gate)
+        and not (v.invariant == "honest_outcome" and cut_final and v.evidence.get("last_stop_reason") == "max_tokens")
         and not (v.invariant == "tool_errors" and v.evidence.get("kind") == "unreported"
                  and v.evidence.get("tool_use_id") in missing)
         and not (v.invariant == "crash" and escaped)

@@ -207,9 +207,23 @@ async def async_stop(sim: simloop.Sim) -> simloop.Outcome:
 
 
 #: name -> (drive, the verify options it claims: what the loop can do).
+def gated(sim: simloop.Sim) -> simloop.Outcome:
+    """The five-line adapter with the permission gate (README: A person at the permission gate): a call that needs
+    approval asks the person first, and a no is the tool's error, which the loop reports to the model."""
+
+    def run_tool(name: str, input: Any) -> str:
+        if name in sim.scenario.gated_tools and not sim.approve(name, input):
+            raise PermissionError(f"{name} was denied by the user")
+        return sim.run_tool(name, input)
+
+    reason, text = run_agent(sim.client, sim.tool_schemas, run_tool, sim.task)
+    return simloop.Outcome(reason=reason, text=text)
+
+
 LOOPS: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
     "plain": (plain, {}),
     "conversation": (conversation, {"turns": 3, "abort": True}),
     "durable": (durable, {"restarts": 1}),
     "async_stop": (async_stop, {"abort": True}),
+    "gated": (gated, {"approvals": True}),
 }

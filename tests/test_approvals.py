@@ -1,0 +1,315 @@
+"""The person at the permission gate (docs/design.md, Approvals): ``sim.approve``, ``approvals:``, the ``approval``
+invariant, ``verify(approvals=True)``, and the one line of wiring for the SDK loop, pydantic-ai and LangGraph."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import simloop
+from simloop import Outcome, Scenario, ScenarioError, Sim
+from simloop.transcript import ApprovalEvent, Transcript
+
+EMAIL = {"name": "send_email", "kind": "write", "results": ["sent"],
+         "input_schema": {"type": "object", "properties": {"to": {"type": "string"}}, "required": ["to"]}}
+SEARCH = {"name": "search", "kind": "read", "results": ["found"],
+          "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}}}
+
+
+def world(*model: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    return {"name": "gate", "task": "Email a.", "tools": [SEARCH, EMAIL], "model": list(model), "then": "end_turn",
+            **kw}
+
+
+def email(to: str = "a") -> dict[str, Any]:
+    return {"tool_use": [{"name": "send_email", "input": {"to": to}}]}
+
+
+def loop(sim: Sim, *, gate: str = "before", timeout: float | None = None) -> Outcome:
+    """A plain SDK loop, written from the README, with its gate wired one of several ways (some of them wrong)."""
+    approved: set[str] = set()
+
+    def run_tool(name: str, input: Any, tool_use_id: str) -> dict[str, Any]:
+        result = {"type": "tool_result", "tool_use_id": tool_use_id}
+        if name not in sim.scenario.gated_tools:
+            return {**result, "content": sim.run_tool(name, input)}
+        if gate == "after":
+            out = sim.run_tool(name, input)
+            return {**result, "content": out if sim.approve(name, input) else "denied"}
+        if gate == "once" and name in approved:
+            return {**result, "content": sim.run_tool(name, input)}
+        if not sim.approve(name, input, timeout=timeout):
+            if gate == "swallow":
+                return {**result, "content": "ok"}
+            return {**result, "content": f"{name} was denied by the user", "is_error": True}
+        approved.add(name)
+        return {**result, "content": sim.run_tool(name, input)}
+
+    messages: list[Any] = [{"role": "user", "content": sim.task}]
+    for _ in range(6):
+        reply = sim.client.messages.create(model="m", max_tokens=256, tools=sim.tool_schemas, messages=messages)
+        messages.append({"role": "assistant", "content": reply.content})
+        if reply.stop_reason != "tool_use":
+            return Outcome("final", "".join(b.text for b in reply.content if b.type == "text"))
+        messages.append({"role": "user", "content": [
+            run_tool(b.name, b.input, b.id) for b in reply.content if b.type == "tool_use"
+        ]})
+    return Outcome("max_steps", "")
+
+
+def run(scenario: dict[str, Any], drive: Any = loop, **kw: Any) -> tuple[Sim, simloop.Report]:
+    with Sim(scenario, **kw) as sim:
+        outcome = sim.run(drive)
+    return sim, sim.check(outcome)
+
+
+def ids(report: simloop.Report) -> set[str]:
+    return {v.invariant for v in report.violations}
+
+
+# -- the scenario keys -------------------------------------------------------------------------------------------
+
+
+def test_approvals_and_needs_approval_are_read_and_put_the_policy_in_force() -> None:
+    s = Scenario.model_validate(world(approvals=[{"tool": "send_email", "call": 2, "answer": "deny", "after": 30}]))
+    assert s.approval_policy and s.gated_tools == ("send_email",) and "approvals" in s.needs
+    assert s.approvals is not None and s.approvals[0].answer == "deny" and s.approvals[0].after == 30
+    plain = Scenario.model_validate(world())
+    assert not plain.approval_policy and "approvals" not in plain.needs
+    marked = Scenario.model_validate({**world(), "tools": [{**SEARCH, "needs_approval": True},
+                                                           {**EMAIL, "needs_approval": False}]})
+    assert marked.approval_policy and marked.gated_tools == ("search",)
+    assert "approvals:" in Scenario.model_validate(world(approvals=[])).to_yaml()
+
+
+def test_an_answer_for_an_unknown_tool_is_a_scenario_error_with_its_line() -> None:
+    text = "task: x\ntools: [{name: search}]\napprovals:\n  - {tool: send, answer: deny}\n"
+    with pytest.raises(ScenarioError, match=r"approvals\[0\]\.tool: 'send' is not in tools \(search\)"):
+        Scenario.from_yaml(text)
+    with pytest.raises(ScenarioError, match="answer"):
+        Scenario.from_yaml("task: x\napprovals: [{answer: maybe}]\n")
+
+
+# -- sim.approve -------------------------------------------------------------------------------------------------
+
+
+def test_without_the_policy_approve_says_yes_at_once_and_records_nothing() -> None:
+    sim, report = run(world(email(), {"end_turn": "done"}))
+    assert report.ok and sim.approvals == [] and sim.transcript.header.approval is None
+    assert '"approval"' not in sim.transcript.to_jsonl().splitlines()[0]  # the header it always wrote
+
+
+def test_each_request_is_logged_bound_to_its_call_and_answered_in_virtual_time() -> None:
+    sim, report = run(world(email("a"), email("b"), {"end_turn": "done"},
+                            approvals=[{"call": 2, "answer": "deny", "after": 30}]))
+    assert report.ok, report
+    first, second = sim.approvals
+    assert (first.tool, first.input, first.answer, first.asked, first.t) == ("send_email", {"to": "a"}, "approved", 0, 0)
+    assert (second.input, second.answer, second.asked, second.t) == ({"to": "b"}, "denied", 0, 30)
+    replies = [r for r in sim.transcript.responses if r.tool_uses]
+    assert [a.matched for a in sim.approvals] == [r.tool_uses[0]["id"] for r in replies]
+    again = Transcript.from_jsonl(sim.transcript.to_jsonl())
+    assert again.of(ApprovalEvent) == sim.approvals and again.header.approval == ["send_email"]
+
+
+def test_no_answer_in_time_is_false_at_the_loops_deadline_or_timeout() -> None:
+    late = world(email(), {"end_turn": "done"}, approvals=[{"answer": "approve", "after": 500}],
+                 limits={"deadline_s": 100})
+    sim, _ = run(late)
+    assert [(a.answer, a.t) for a in sim.approvals] == [("none", 100)]
+    sim, _ = run(late, lambda s: loop(s, timeout=5))
+    assert [(a.answer, a.t) for a in sim.approvals] == [("none", 5)]
+    sim, _ = run(world(email(), {"end_turn": "done"}, approvals=[{"answer": "away"}]), lambda s: loop(s, timeout=7))
+    assert [(a.answer, a.t) for a in sim.approvals] == [("none", 7)]
+
+
+def test_a_person_who_never_answers_a_loop_without_a_bound_is_a_runaway() -> None:
+    sim, report = run(world(email(), approvals=[{"answer": "away"}]))
+    assert ids(report) == {"stops"} and sim.transcript.halt is not None
+    assert sim.transcript.halt.budget == "virtual_time"
+
+
+def test_aapprove_waits_on_the_event_loop() -> None:
+    async def drive(sim: Sim) -> Outcome:
+        answers = await asyncio.gather(sim.aapprove("send_email", {"to": "a"}), sim.aapprove("send_email", {"to": "b"}))
+        return Outcome("final", str(answers))
+
+    sim, _ = run(world(approvals=[{"call": 1, "answer": "deny", "after": 10}, {"call": 2, "after": 4}]), drive)
+    assert sim.outcomes[-1].text == "[False, True]"
+    assert [(a.input["to"], a.answer, a.t) for a in sim.approvals] == [("b", "approved", 4), ("a", "denied", 10)]
+
+
+def test_approve_tells_a_wrong_call_what_to_pass() -> None:
+    with Sim(world(approvals=[])) as sim, pytest.raises(simloop.UsageError, match="tool is the tool's name"):
+        sim.approve(3, {})  # type: ignore[arg-type]
+
+
+# -- the invariant ----------------------------------------------------------------------------------------------
+
+DENIED = world(email(), {"end_turn": "done"}, approvals=[{"answer": "deny"}])
+
+
+def test_a_loop_asking_before_each_call_and_reporting_the_no_passes() -> None:
+    assert run(DENIED)[1].ok
+    assert run(world(email("a"), email("b"), {"end_turn": "done"}, approvals=[]))[1].ok
+
+
+@pytest.mark.parametrize(("gate", "scenario", "kind"), [
+    ("after", DENIED, "asked_after"),
+    ("swallow", DENIED, "swallowed"),
+    ("once", world(email("a"), email("b"), {"end_turn": "done"}, approvals=[]), "reused"),
+])
+def test_the_gates_defects_are_caught(gate: str, scenario: dict[str, Any], kind: str) -> None:
+    _, report = run(scenario, lambda s: loop(s, gate=gate))
+    assert ids(report) == {"approval"}, report
+    assert [v.evidence["kind"] for v in report.violations] == [kind]
+
+
+def test_a_loop_that_never_asks_is_caught_only_under_the_policy() -> None:
+    def unasked(sim: Sim) -> Outcome:
+        sim.client.messages.create(model="m", max_tokens=64, messages=[{"role": "user", "content": "x"}])
+        reply = sim.transcript.responses[-1]
+        sim.run_tool("send_email", reply.tool_uses[0]["input"])
+        return Outcome("final", "")
+
+    _, report = run(world(email(), approvals=[]), unasked)
+    assert [v.evidence["kind"] for v in report.violations if v.invariant == "approval"] == ["unasked"]
+    assert "without asking the person (sim.approve)" in str(report)
+    assert "approval" not in ids(run(world(email()), unasked)[1])
+
+
+def test_a_wait_past_the_loops_own_deadline_is_caught() -> None:
+    _, report = run(world(email(), {"end_turn": "x"}, approvals=[{"answer": "approve", "after": 500}],
+                          limits={"deadline_s": 100}), lambda s: loop(s, timeout=3600))
+    assert "past_deadline" in [v.evidence["kind"] for v in report.violations if v.invariant == "approval"]
+
+
+# -- the reference loops, the defect loops and the curated files ------------------------------------------------
+
+
+def _drive(name: str) -> Any:
+    return importlib.import_module(f"examples.{name}").drive
+
+
+@pytest.mark.parametrize("name", ["approval_after_write", "approval_reused", "denial_swallowed"])
+def test_verify_with_approvals_finds_each_defect_and_saves_the_persons_answers(name: str, tmp_path: Path) -> None:
+    with pytest.raises(simloop.InvariantViolation) as found:
+        simloop.verify(_drive(name), limits={"max_steps": 10, "deadline_s": 300}, max_examples=100, seed=1,
+                       out_dir=tmp_path, approvals=True)
+    assert {v.invariant for v in found.value.violations} == {"approval"}
+    assert found.value.scenario is not None and found.value.scenario.approvals is not None
+    assert "--claims approvals" in (found.value.replay or "")
+    assert simloop.replay(_drive("correct_sync"), found.value.scenario_path or "").ok
+
+
+def test_verify_without_approvals_draws_no_person(tmp_path: Path) -> None:
+    seen: list[Any] = []
+
+    def drive(sim: Sim) -> Any:
+        seen.append(sim.transcript.header.approval)
+        return _drive("approval_after_write")(sim)
+
+    simloop.verify(drive, max_examples=20, seed=0, out_dir=tmp_path)
+    assert seen and set(seen) == {None}
+
+
+def test_a_file_at_the_gate_is_skipped_for_a_loop_that_does_not_claim_one() -> None:
+    report = simloop.replay(_drive("correct_sync"), "scenarios/approval-denied.yaml", approvals=False)
+    assert report.skipped == (
+        "needs a permission gate wired to sim.approve (approvals:): pass replay(..., approvals=True) if your loop "
+        "has one"
+    )
+
+
+# -- one line of wiring for the frameworks -----------------------------------------------------------------------
+
+
+def test_pydantic_ai_deferred_approvals_are_answered_by_the_person() -> None:
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
+
+    from simloop.adapters import pydantic_ai as pai
+
+    async def drive(sim: Sim) -> Outcome:
+        tools = [dataclasses.replace(t, requires_approval=t.name in sim.scenario.gated_tools) for t in pai.tools(sim)]
+        agent = Agent(pai.model(sim), tools=tools, output_type=[str, DeferredToolRequests])
+        result = await agent.run(sim.task)
+        while isinstance(result.output, DeferredToolRequests):
+            answers = {c.tool_call_id: await sim.aapprove(c.tool_name, c.args_as_dict(), tool_use_id=c.tool_call_id)
+                       for c in result.output.approvals}  # the one line
+            result = await agent.run(message_history=result.all_messages(),
+                                     deferred_tool_results=DeferredToolResults(approvals=answers))
+        return Outcome("final", result.output)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pydantic-ai warns about models it does not know the prices of
+        sim, report = run(world(email("a"), email("b"), {"end_turn": "done"},
+                                approvals=[{"call": 1, "answer": "deny"}]), drive)
+    assert report.ok, report
+    assert [a.answer for a in sim.approvals] == ["denied", "approved"]
+    assert [s.input for s in sim.transcript.of(simloop.transcript.ToolStart)] == [{"to": "b"}]
+
+
+def test_langgraph_interrupt_is_resumed_with_the_persons_answer() -> None:
+    pytest.importorskip("langgraph")
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command, interrupt
+
+    from simloop.adapters import langgraph as lg
+
+    def drive(sim: Sim) -> Outcome:
+        @tool
+        def send_email(to: str) -> str:
+            """Send an email."""
+            if not interrupt({"tool": "send_email", "input": {"to": to}}):
+                return "Denied: the user did not approve this email; it was not sent."
+            return sim.run_tool("send_email", {"to": to})
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            from langgraph.prebuilt import create_react_agent
+
+            agent = create_react_agent(lg.chat_model(sim), [send_email], checkpointer=InMemorySaver())
+        config: Any = {"configurable": {"thread_id": "1"}}
+        state = agent.invoke({"messages": [{"role": "user", "content": sim.task}]}, config)
+        while "__interrupt__" in state:
+            ask = state["__interrupt__"][0].value
+            state = agent.invoke(Command(resume=sim.approve(ask["tool"], ask["input"])), config)  # the one line
+        return Outcome("final", str(state["messages"][-1].content))
+
+    scenario = {**world(email("a"), email("b"), {"end_turn": "done"}, approvals=[{"call": 1, "answer": "deny"}]),
+                "tools": [EMAIL]}
+    sim, report = run(scenario, drive)
+    assert report.ok, report
+    assert [a.answer for a in sim.approvals] == ["denied", "approved"]
+    assert [s.input for s in sim.transcript.of(simloop.transcript.ToolStart)] == [{"to": "b"}]
+
+
+def test_the_sdk_loop_wiring_reports_a_denial_as_the_tools_error() -> None:
+    from tests.loops.readme import gated
+
+    sim, report = run(DENIED, gated)
+    assert report.ok, report
+    sent = sim.transcript.requests[-1].conversation[-1]["content"][0]
+    assert sent["is_error"] is True and "denied by the user" in sent["content"]
+
+
+def test_identical_calls_without_ids_bind_the_run_to_the_approved_one() -> None:
+    """A README loop passes no ids: of two identical calls, the person refuses the first and approves the second;
+    the one execution answers the approved call, not the refused one (no false alarm under approval or
+    results_real)."""
+    from tests.loops.readme import gated
+
+    twice = {"tool_use": [{"name": "send_email", "input": {"to": "a"}}, {"name": "send_email", "input": {"to": "a"}}]}
+    sim, report = run(world(twice, {"end_turn": "done"}, approvals=[{"call": 1, "answer": "deny"}]), gated)
+    assert report.ok, report
+    first, second = (b["id"] for b in sim.transcript.responses[0].tool_uses)
+    assert [(a.matched, a.answer) for a in sim.approvals] == [(first, "denied"), (second, "approved")]
+    assert [s.matched for s in sim.transcript.of(simloop.transcript.ToolStart)] == [second]
