@@ -42,7 +42,7 @@ from simloop.strategies import (
 )
 from simloop.transcript import Response, Transcript
 
-__all__ = ["GeneratedFaults", "GeneratedModel", "to_scenario"]
+__all__ = ["EMPTY_ANSWERS", "GeneratedFaults", "GeneratedModel", "to_scenario"]
 
 Draw = Callable[[st.SearchStrategy[Any]], Any]
 
@@ -51,6 +51,8 @@ _TAPE = 10  # tool-calling replies drawn at once: a ten-call run's in one draw
 # drawn only when it does: the shrinker then drops a fault by lowering one number, and deletes the choices of
 # the steps a failure does not need (a bytes value holding both shrinks far less well).
 _GATE = st.integers(0, 9)
+#: Whether a conversation's turn ends with empty answers (no text), in three turns of ten; 0, the simplest, is no.
+EMPTY_ANSWERS = st.integers(0, 9).map(lambda n: n >= 7)
 _NONE: Codec[None] = Codec(0, lambda d: None)
 _SHORT = latency_codec(max_s=3.0)
 _HEAVY = usage_codec(chance=5)
@@ -65,9 +67,12 @@ _EMPTY_END = Reply(end_turn="")  # a final answer with no text: what a model may
 class GeneratedModel:
     """The simulated model of one generated run (a `simloop.models.ModelPolicy`).
 
-    In a conversation (``next_plan`` given), each user turn the loop takes (``turn()``, the number of
-    turns begun) gets a plan of its own, drawn from ``next_plan`` when its first request arrives, and a
-    turn's final answer is sometimes empty (no text: a model may end a turn that way after tools).
+    In a conversation (``turns`` given: each user turn's plan and whether its final answers are empty, all
+    drawn before the run, see `simloop._campaign.world.World.draw`), each user turn the loop takes (``turn()``,
+    the number of turns begun) plays its own plan from its first request on, and a turn's final answer is
+    sometimes empty (no text: a model may end a turn that way after tools).  Nothing a turn plays is drawn as
+    the turn goes, save its replies' and faults' bytes: a shrink of an earlier turn leaves the later turns'
+    choices where they were.
     """
 
     def __init__(
@@ -75,12 +80,13 @@ class GeneratedModel:
         draw: Draw,
         plan: Plan,
         *,
-        next_plan: st.SearchStrategy[Plan] | None = None,
+        turns: Sequence[tuple[Plan, bool]] | None = None,
         turn: Callable[[], int] | None = None,
     ) -> None:
         self.draw = draw
         self.plan = plan
-        self.next_plan = next_plan
+        self.turns = tuple(turns) if turns else None
+        self._empty = bool(turns and turns[0][1])  # this turn ends with an empty answer (see _done)
         self.turn = turn
         self._turn = 1
         self.lives: Callable[[], int] | None = None  # the Sim's lives (a restart after a crash), when crashes are drawn
@@ -112,17 +118,15 @@ class GeneratedModel:
 
     def _new_turn(self) -> None:
         """A new user turn began: its own plan, and the model starts over (nothing owed from the last turn)."""
-        assert self.next_plan is not None and self.turn is not None
+        assert self.turn is not None and self.turns is not None
         self._turn = self.turn()
-        self.plan = self.draw(self.next_plan)
+        self.plan, self._empty = self.turns[min(self._turn, len(self.turns)) - 1]
         self._burst, self._tool_steps, self._stuck = [], 0, None
         self._ended, self._endings, self._endings_for = False, 0, {}
 
     def _done(self) -> Reply:
         """The plain final answer; in a conversation, in three turns of ten an empty one."""
-        if self.next_plan is not None and self.draw(_GATE) >= 7:
-            return _EMPTY_END
-        return _DONE
+        return _EMPTY_END if self._empty else _DONE
 
     def _next(self, offer: Offer) -> Reply:
         if self.lives is not None and self.lives() > self._life:

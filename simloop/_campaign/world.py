@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from simloop._campaign.failure import drive_name
 from simloop._campaign.schedule import Stage, split
 from simloop.errors import UsageError
-from simloop.generated import Draw, GeneratedFaults, GeneratedModel
+from simloop.generated import EMPTY_ANSWERS, Draw, GeneratedFaults, GeneratedModel
 from simloop.scenario import Abort, Limits, Scenario, ToolSpec
 from simloop.sim import Drive, Sim
 from simloop.strategies import DEFAULT_TOOLS, Plan, stages
@@ -127,14 +127,28 @@ class World:
         ).encode()
 
     def draw(self, draw: Draw, strategy: st.SearchStrategy[Any]) -> Run:
-        """One run's world: its turns, its Stop, its plan (the model and tool faults), then its crash points."""
+        """One run's world: its turns, its Stop, its plans (the model and tool faults), then its crash points.
+
+        In a conversation the number of follow-ups comes first (an integer that shrinks towards none), then every
+        turn's plan, before the run: lowering the count and deleting one plan is a step Hypothesis's shrinker takes
+        (a size, then that many items), so a failure found in a later turn moves to the first and the turns it
+        does not need go.  (With each later turn's plan drawn as the turn began, far after the count, a one-turn
+        failure found in turn 2 stayed at two turns.)
+        """
         scenario = self.scenario
-        if self.turns > 1:  # drawn first: the shrinker lowers it to remove turns
-            scenario = scenario.model_copy(update={"followups": followups(draw(self._turn_counts) - 1)})
+        count = 0
+        if self.turns > 1:
+            count = draw(self._followup_counts)
+            scenario = scenario.model_copy(update={"followups": followups(count)})
         if self.abort:
             scenario = scenario.model_copy(update={"abort": draw(ABORT_POINTS)})
-        chosen = draw(strategy)
-        run = Run(scenario, *self._policies(draw, chosen, strategy))
+        turns: list[tuple[Plan, bool]] | None = None
+        if self.turns > 1:
+            turns = [draw(self._turn_of(strategy)) for _ in range(count + 1)]
+            chosen = turns[0][0]
+        else:
+            chosen = draw(strategy)
+        run = Run(scenario, *self._policies(draw, chosen, turns))
         if self.restarts:
             run.faults.crash_at = draw(self._crash_points)
         return run
@@ -148,20 +162,30 @@ class World:
             run.model.turn = functools.partial(getattr, sim.user_turns, "started")
 
     def _policies(
-        self, draw: Draw, chosen: Any, strategy: st.SearchStrategy[Any]
+        self, draw: Draw, chosen: Any, turns: list[tuple[Plan, bool]] | None
     ) -> tuple[GeneratedModel | FaultedRecording, GeneratedFaults]:
-        """The run's model and tool faults for the plan drawn (a recording's fault plan, when faulting one)."""
+        """The run's model and tool faults for the plan drawn (a recording's fault plan, when faulting one); in a
+        conversation every turn's (the tool faults follow the first turn's)."""
         if self.recording is not None:
             from simloop.cassettes import FaultedRecording
 
             return FaultedRecording(self.recording, draw, chosen), GeneratedFaults(draw, chosen.tool_plan, self.tools)
-        if self.turns > 1:  # each later turn draws a plan of its own
-            return GeneratedModel(draw, chosen, next_plan=strategy), GeneratedFaults(draw, chosen, self.tools)
-        return GeneratedModel(draw, chosen), GeneratedFaults(draw, chosen, self.tools)
+        return GeneratedModel(draw, chosen, turns=turns), GeneratedFaults(draw, chosen, self.tools)
 
     @functools.cached_property
-    def _turn_counts(self) -> st.SearchStrategy[int]:
-        return st.integers(1, self.turns)
+    def _followup_counts(self) -> st.SearchStrategy[int]:
+        return st.integers(0, self.turns - 1)
+
+    def _turn_of(self, strategy: st.SearchStrategy[Plan]) -> st.SearchStrategy[tuple[Plan, bool]]:
+        """One user turn: its plan and whether its final answers are empty, drawn as one span (one deletion)."""
+        cached = self._turns_of.get(id(strategy))
+        if cached is None or cached[0] is not strategy:
+            cached = self._turns_of[id(strategy)] = (strategy, st.tuples(strategy, EMPTY_ANSWERS))
+        return cached[1]
+
+    @functools.cached_property
+    def _turns_of(self) -> dict[int, tuple[st.SearchStrategy[Plan], st.SearchStrategy[tuple[Plan, bool]]]]:
+        return {}
 
     @functools.cached_property
     def _crash_points(self) -> st.SearchStrategy[frozenset[int]]:
