@@ -91,6 +91,8 @@ class GeneratedModel:
         self._turn = 1
         self.lives: Callable[[], int] | None = None  # the Sim's lives (a restart after a crash), when crashes are drawn
         self._life = 1
+        self.crash_calls: frozenset[int] = frozenset()  # the model calls (logical, 1-based) the process dies during
+        self._crashed: set[int] = set()  # those that died (once each: the call sent again after the restart is new)
         self._last_calls: Reply | None = None
         self.served: list[Reply] = []
         self._burst: list[Reply] = []
@@ -110,6 +112,9 @@ class GeneratedModel:
             reply = self._fit(self._next(offer), offer)
         except Frozen:  # Hypothesis stopped the example in a tool task the loop left running: wind down
             reply = Reply(end_turn="Done.")
+        if request.call in self.crash_calls and request.call not in self._crashed and reply.kind != "error":
+            self._crashed.add(request.call)  # the process dies while this reply is on its way (see Reply.crash)
+            reply = reply.model_copy(update={"crash": True})
         self.served.append(reply)
         return reply
 
@@ -131,7 +136,8 @@ class GeneratedModel:
     def _next(self, offer: Offer) -> Reply:
         if self.lives is not None and self.lives() > self._life:
             self._life = self.lives()
-            if self._last_calls is not None and _offered(self._last_calls, offer):
+            died_in_call = bool(self.served) and self.served[-1].crash  # the request had the results: no need to ask
+            if not died_in_call and self._last_calls is not None and _offered(self._last_calls, offer):
                 # the process died before the model saw those calls' results: it asks for them again, as a real
                 # model does when its conversation resumes from before them
                 return self._last_calls

@@ -102,7 +102,9 @@ def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
             current.aborts.append(f"STOP pressed ({e.trigger}) at {e.t:.3f}s")
             current.tools.append(current.aborts[-1])  # in its place among the tool lines
         elif isinstance(e, Restart) and current is not None:
-            current.tools.append(f"PROCESS DIED at {e.t:.3f}s: the loop restarts (life {e.life}), sim.store kept")
+            lost = bool(current.responses) and current.responses[-1].fault == "crash"
+            during = " with the call in flight (its reply never read)" if lost else ""
+            current.tools.append(f"PROCESS DIED at {e.t:.3f}s{during}: the loop restarts (life {e.life}), sim.store kept")
         elif isinstance(e, Request) and e.path.endswith("/messages"):
             current = by_call.get(e.call)
             if current is None:
@@ -121,6 +123,8 @@ def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
                 step.kind = e.kind
                 step.output_tokens = e.output_tokens
                 step.input_tokens = e.input_tokens or step.input_tokens
+                if e.fault == "crash":
+                    step.attempts.append("never read: the process died")
             elif e.kind == "rejected":
                 step.attempts.append(f"400 {(e.rejection or {}).get('message', '')[:70]}")
             else:

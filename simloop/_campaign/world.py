@@ -45,6 +45,9 @@ ABORT_POINTS = st.one_of(
 )
 
 
+_WRITE_POINTS = 3  # crash points 1..3 are write executions; the next ones model calls 2, 3, 4 (see World._crash_points)
+
+
 @dataclass
 class Run:
     """One run's world, drawn: the scenario it plays, the model that answers the loop, the tools' faults."""
@@ -150,7 +153,10 @@ class World:
             chosen = draw(strategy)
         run = Run(scenario, *self._policies(draw, chosen, turns))
         if self.restarts:
-            run.faults.crash_at = draw(self._crash_points)
+            points = draw(self._crash_points)
+            run.faults.crash_at = frozenset(n for n in points if n <= _WRITE_POINTS)
+            if isinstance(run.model, GeneratedModel):
+                run.model.crash_calls = frozenset(n - _WRITE_POINTS + 1 for n in points if n > _WRITE_POINTS)
         return run
 
     def attach(self, run: Run, sim: Sim) -> None:
@@ -189,8 +195,10 @@ class World:
 
     @functools.cached_property
     def _crash_points(self) -> st.SearchStrategy[frozenset[int]]:
-        """The write executions (the 1st to 3rd) where the process dies, at most ``restarts`` of them."""
-        return st.frozensets(st.integers(1, 3), min_size=1, max_size=self.restarts)
+        """Where the process dies, at most ``restarts`` times: 1 to 3 are the write executions (the 1st to 3rd, its
+        effect committed), 4 to 6 the model calls 2 to 4 (in flight: the request answered, the reply never read;
+        the calls that carry tool results).  The writes first: the shrinker goes to a write's crash."""
+        return st.frozensets(st.integers(1, _WRITE_POINTS + 3), min_size=1, max_size=self.restarts)
 
 
 def followups(n: int) -> list[str]:
