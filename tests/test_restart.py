@@ -212,8 +212,8 @@ def test_a_reply_that_crashes_kills_the_process_after_the_call_was_answered() ->
         assert sim.run(durable) == Outcome("final", "Sent.")  # the request sent again after the restart
     restarts = sim.transcript.of(Restart)
     assert sim.lives == 2 and [r.detail for r in restarts] == [
-        "the process died while model call 2 was in flight (the request was sent and answered; its reply was never "
-        "read)"]
+        ("the process died while model call 2 was in flight (the request was sent and answered; its reply was never "
+         "read)")]
     assert sim.check().ok
     with Sim(world) as sim:
         sim.run(_forgets_finished_writes)

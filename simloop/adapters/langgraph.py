@@ -242,7 +242,7 @@ def make_drive(
                 if inputs is _SETTLE:
                     await agent.aupdate_state(config, _closing_update(state), as_node="tools")
                     inputs = turns.message(text)
-                guard, messages = Guard(sim.limits), []
+                guard, messages = Guard(sim.limits), list[BaseMessage]()
                 outcome: Outcome | None = None
                 try:
                     async with aclosing(agent.astream(inputs, config, stream_mode="updates")) as updates:
@@ -271,7 +271,7 @@ def make_drive(
             if inputs is _SETTLE:
                 agent.update_state(config, _closing_update(state), as_node="tools")
                 inputs = turns.message(text)
-            guard, messages = Guard(sim.limits), []
+            guard, messages = Guard(sim.limits), list[BaseMessage]()
             outcome: Outcome | None = None
             try:
                 with closing(agent.stream(inputs, config, stream_mode="updates")) as updates:
@@ -311,7 +311,7 @@ class _Turns:
 
     def finished(self, i: int) -> bool:
         if i < len(self.finished_turns):
-            self.taken.append(Outcome(*self.finished_turns[i]))  # type: ignore[arg-type]
+            self.taken.append(Outcome(*self.finished_turns[i]))
             return True
         return False
 
