@@ -1,4 +1,5 @@
 # make demo    : verify the bundled example loop and show the bug simloop catches
+# make readme  : regenerate the README's sample outputs from real runs (bench/readme_samples.py)
 # make test    : the whole test suite (never installs system packages: without chromium or redis-server, their tests skip)
 # make check   : ruff and mypy --strict (the library, the plugin, examples/ and bench/), at the versions pinned in the dev extra
 # make browser : install Debian's chromium for the HTML report's browser test (root, apt-get); CI calls it
@@ -10,7 +11,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test check bench browser redis clean
+.PHONY: demo readme test check bench browser redis clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +21,9 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/python -m examples.demo
+
+readme: $(STAMP)
+	$(BIN)/python bench/readme_samples.py
 
 # Debian's packages for the tests that need a real component: chromium for the HTML report's browser test
 # (tests/test_report.py), redis-server for the shared example database (tests/test_workers.py).  Only these

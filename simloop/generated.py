@@ -42,7 +42,7 @@ from simloop.strategies import (
 )
 from simloop.transcript import Response, Transcript
 
-__all__ = ["GeneratedFaults", "GeneratedModel", "to_scenario"]
+__all__ = ["EMPTY_ANSWERS", "GeneratedFaults", "GeneratedModel", "to_scenario"]
 
 Draw = Callable[[st.SearchStrategy[Any]], Any]
 
@@ -51,6 +51,8 @@ _TAPE = 10  # tool-calling replies drawn at once: a ten-call run's in one draw
 # drawn only when it does: the shrinker then drops a fault by lowering one number, and deletes the choices of
 # the steps a failure does not need (a bytes value holding both shrinks far less well).
 _GATE = st.integers(0, 9)
+#: Whether a conversation's turn ends with empty answers (no text), in three turns of ten; 0, the simplest, is no.
+EMPTY_ANSWERS = st.integers(0, 9).map(lambda n: n >= 7)
 _NONE: Codec[None] = Codec(0, lambda d: None)
 _SHORT = latency_codec(max_s=3.0)
 _HEAVY = usage_codec(chance=5)
@@ -65,10 +67,13 @@ _EMPTY_END = Reply(end_turn="")  # a final answer with no text: what a model may
 class GeneratedModel:
     """The simulated model of one generated run (a `simloop.models.ModelPolicy`).
 
-    In a conversation (``next_plan`` given), each user turn the loop takes (``turn()``, the number of
-    turns begun) gets a plan of its own, drawn from ``next_plan`` when its first request arrives, and a
-    turn's final answer is sometimes empty (no text: a model may end a turn that way after tools).
-    ``server_tools`` says which server tools its replies may run (`simloop._offer.with_server_tools`).
+    In a conversation (``turns`` given: each user turn's plan and whether its final answers are empty, all
+    drawn before the run, see `simloop._campaign.world.World.draw`), each user turn the loop takes (``turn()``,
+    the number of turns begun) plays its own plan from its first request on, and a turn's final answer is
+    sometimes empty (no text: a model may end a turn that way after tools).  Nothing a turn plays is drawn as
+    the turn goes, save its replies' and faults' bytes: a shrink of an earlier turn leaves the later turns'
+    choices where they were.  ``server_tools`` says which server tools its replies may run
+    (`simloop._offer.with_server_tools`).
     """
 
     def __init__(
@@ -76,18 +81,21 @@ class GeneratedModel:
         draw: Draw,
         plan: Plan,
         *,
-        next_plan: st.SearchStrategy[Plan] | None = None,
+        turns: Sequence[tuple[Plan, bool]] | None = None,
         turn: Callable[[], int] | None = None,
         server_tools: ServerTools = "request",
     ) -> None:
         self.draw = draw
         self.server_tools = server_tools
         self.plan = plan
-        self.next_plan = next_plan
+        self.turns = tuple(turns) if turns else None
+        self._empty = bool(turns and turns[0][1])  # this turn ends with an empty answer (see _done)
         self.turn = turn
         self._turn = 1
         self.lives: Callable[[], int] | None = None  # the Sim's lives (a restart after a crash), when crashes are drawn
         self._life = 1
+        self.crash_calls: frozenset[int] = frozenset()  # the model calls (logical, 1-based) the process dies during
+        self._crashed: set[int] = set()  # those that died (once each: the call sent again after the restart is new)
         self._last_calls: Reply | None = None
         self.served: list[Reply] = []
         self._burst: list[Reply] = []
@@ -109,6 +117,9 @@ class GeneratedModel:
             reply = self._fit(self._next(offer), offer)
         except Frozen:  # Hypothesis stopped the example in a tool task the loop left running: wind down
             reply = Reply(end_turn="Done.")
+        if request.call in self.crash_calls and request.call not in self._crashed and reply.kind != "error":
+            self._crashed.add(request.call)  # the process dies while this reply is on its way (see Reply.crash)
+            reply = reply.model_copy(update={"crash": True})
         self.served.append(reply)
         return reply
 
@@ -117,22 +128,21 @@ class GeneratedModel:
 
     def _new_turn(self) -> None:
         """A new user turn began: its own plan, and the model starts over (nothing owed from the last turn)."""
-        assert self.next_plan is not None and self.turn is not None
+        assert self.turn is not None and self.turns is not None
         self._turn = self.turn()
-        self.plan = self.draw(self.next_plan)
+        self.plan, self._empty = self.turns[min(self._turn, len(self.turns)) - 1]
         self._burst, self._tool_steps, self._stuck = [], 0, None
         self._ended, self._endings, self._endings_for = False, 0, {}
 
     def _done(self) -> Reply:
         """The plain final answer; in a conversation, in three turns of ten an empty one."""
-        if self.next_plan is not None and self.draw(_GATE) >= 7:
-            return _EMPTY_END
-        return _DONE
+        return _EMPTY_END if self._empty else _DONE
 
     def _next(self, offer: Offer) -> Reply:
         if self.lives is not None and self.lives() > self._life:
             self._life = self.lives()
-            if self._last_calls is not None and _offered(self._last_calls, offer):
+            died_in_call = bool(self.served) and self.served[-1].crash  # the request had the results: no need to ask
+            if not died_in_call and self._last_calls is not None and _offered(self._last_calls, offer):
                 # the process died before the model saw those calls' results: it asks for them again, as a real
                 # model does when its conversation resumes from before them
                 return self._last_calls

@@ -288,7 +288,8 @@ class Reply(_Model):
     ``usage`` (an explicit override of the counts computed from the request and the reply),
     ``thinking``, ``retry_after`` (seconds, for a 429), ``server_tools`` (server tool calls
     with their results, before the reply's text and tool calls; with ``end_turn``,
-    ``tool_use`` and ``pause_turn``).
+    ``tool_use`` and ``pause_turn``), ``crash`` (the process dies while this reply is on its way:
+    the request was sent and answered, the loop never reads the reply; see docs/design.md, Crash and restart).
     """
 
     end_turn: str | None = None
@@ -307,6 +308,7 @@ class Reply(_Model):
     thinking: str | None = None
     retry_after: float | None = Field(default=None, gt=0)
     server_tools: list[ServerToolCall] | None = None
+    crash: bool = False
 
     @field_validator("repeat")
     @classmethod
@@ -339,6 +341,8 @@ class Reply(_Model):
             raise ValueError("tool_use needs at least one call: [{name: ..., input: {...}}]")
         if kind == "error" and self.thinking is not None:
             raise ValueError("an error reply has no thinking")
+        if kind == "error" and self.crash:
+            raise ValueError("'crash' goes with a reply the model sends, not an error (the process dies while it is on its way)")
         if self.server_tools is not None and kind not in ("end_turn", "tool_use", "pause_turn"):
             raise ValueError("'server_tools' goes with end_turn, tool_use or pause_turn")
         return self
@@ -593,14 +597,14 @@ class Scenario(_Model):
     @property
     def needs(self) -> tuple[str, ...]:
         """What this scenario needs of the loop, in `CAPABILITIES` order: its ``requires:`` and what the rest
-        implies (``followups:`` needs ``turns``, ``abort:`` needs ``abort``, a ``crash`` fault ``restarts``,
+        implies (``followups:`` needs ``turns``, ``abort:`` needs ``abort``, a ``crash`` fault or reply ``restarts``,
         each declared limit the policy of the same name)."""
         given: set[str] = set(self.requires)
         if self.followups:
             given.add("turns")
         if self.abort is not None:
             given.add("abort")
-        if any(f.kind == "crash" for f in self.faults):
+        if any(f.kind == "crash" for f in self.faults) or any(r.crash for r in self.model):
             given.add("restarts")
         if self.approval_policy:
             given.add("approvals")

@@ -44,7 +44,9 @@ from simloop.models import Ids, ModelPolicy, Script, ScriptExhausted
 from simloop.outcome import Outcome
 from simloop.scenario import Abort, Approval, Limits, Scenario, load_scenario
 from simloop.tools import FaultSource, ToolBox
-from simloop.transcript import ApprovalEvent, Halt, Header, OutcomeEvent, Restart, ThreadLeft, Transcript, TurnStart
+from simloop.transcript import (
+    ApprovalEvent, Halt, Header, OutcomeEvent, Response, Restart, ThreadLeft, ToolEnd, Transcript, TurnStart,
+)
 from simloop.wire.server import Budget, InternalFailure, SimServer
 
 if TYPE_CHECKING:
@@ -182,6 +184,7 @@ class Sim:
         #: database or a checkpointer's storage would; everything else of the loop is gone at a restart.
         self.store: dict[str, Any] = {}
         self.lives = 1  # the drive's runs: 1, plus one per restart after a crash
+        self._life_began = 0  # where this life's events begin in the transcript
         self._clients: dict[str, Any] = {}
         self._ran = False
         self._halted_at: float | None = None  # REAL.monotonic() when the run was first seen halted
@@ -565,13 +568,20 @@ class Sim:
         async def lives() -> None:
             while True:
                 try:
-                    kept.append(await drive(self))  # type: ignore[misc]
-                    return
+                    returned = await drive(self)  # type: ignore[misc]
                 except SimulatedCrash as crash:
                     self._restart(crash)
+                    continue
                 except asyncio.CancelledError as e:
                     kept.append(_Escaped(e))
                     raise
+                except Exception:
+                    if not self._died_unseen():
+                        raise
+                    continue
+                if not self._died_unseen():
+                    kept.append(returned)
+                    return
 
         # The drive runs as a task of its own: the README's Stop recipe cancels ``asyncio.current_task()``, and a
         # Stop that fires after the loop's last ``await`` cancels that task once its coroutine has returned.  The
@@ -598,9 +608,28 @@ class Sim:
         """Run the drive; after a simulated process death, run it again (the restart), up to `MAX_LIVES`."""
         while True:
             try:
-                return drive(self)
+                returned = drive(self)
             except SimulatedCrash as crash:
                 self._restart(crash)
+                continue
+            except Exception:
+                if not self._died_unseen():
+                    raise
+                continue
+            if not self._died_unseen():
+                return returned
+
+    def _died_unseen(self) -> bool:
+        """Did the process die in this life although no `SimulatedCrash` reached simloop?  A framework may turn it
+        into an error of its own (langchain's ``agenerate`` gathers with ``return_exceptions=True`` and then reads
+        the crash as a result) or swallow it; a process that died is dead all the same: then the next life begins
+        (or the run halts), and this says so."""
+        for e in self.transcript.events[self._life_began:]:
+            if isinstance(e, ToolEnd) and e.status == "crashed" or isinstance(e, Response) and e.fault == "crash":
+                self._restart(SimulatedCrash(str(e.error) if isinstance(e, ToolEnd) else
+                                             f"the process died while model call {e.call} was in flight"))
+                return True
+        return False
 
     def _restart(self, crash: SimulatedCrash) -> None:
         """The process died: only ``sim.store`` and the world remain; the next life begins (or the run halts)."""
@@ -608,6 +637,7 @@ class Sim:
             raise LoopHalted("restarts", f"the process died {self.lives} times; simloop stops a run after {MAX_LIVES} lives")
         self.lives += 1
         self.transcript.append(Restart(t=self.clock.now(), life=self.lives, detail=str(crash)))
+        self._life_began = len(self.transcript.events)
         self._turns.started = 0
         self.abort.clear(forget_callbacks=True)
 

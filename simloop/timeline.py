@@ -107,7 +107,11 @@ def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
             waited = f" after {e.t - e.asked:.1f}s" if e.t - e.asked >= 0.05 else ""
             current.tools.append(f"APPROVAL {e.answer}{waited}: {e.tool}({_args(e.input)})")
         elif isinstance(e, Restart) and current is not None:
-            current.restarts.append(f"PROCESS DIED at {e.t:.3f}s: the loop restarts (life {e.life}), sim.store kept")
+            lost = bool(current.responses) and current.responses[-1].fault == "crash"
+            during = " with the call in flight (its reply never read)" if lost else ""
+            current.restarts.append(
+                f"PROCESS DIED at {e.t:.3f}s{during}: the loop restarts (life {e.life}), sim.store kept"
+            )
             current.tools.append(current.restarts[-1])
         elif isinstance(e, Request) and e.path.endswith("/messages"):
             current = by_call.get(e.call)
@@ -127,6 +131,8 @@ def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
                 step.kind = e.kind
                 step.output_tokens = e.output_tokens
                 step.input_tokens = e.input_tokens or step.input_tokens
+                if e.fault == "crash":
+                    step.attempts.append("never read: the process died")
             elif e.kind == "rejected":
                 step.attempts.append(f"400 {(e.rejection or {}).get('message', '')[:70]}")
             else:

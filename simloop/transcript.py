@@ -111,7 +111,9 @@ class Response:
     API fault, or ``rejected`` for a request the real API would answer with a
     400 (``rejection`` then holds the message and its path).  ``fault`` names
     how an error reached the client: ``http``, ``connection``, ``timeout``,
-    ``stream_error`` or ``stream_cut``.
+    ``stream_error`` or ``stream_cut``; or ``crash`` for a reply that never
+    reached it (the process died while the call was in flight, see
+    docs/design.md, Crash and restart): the invariants read it as no reply.
     """
 
     t: float

@@ -147,3 +147,49 @@ def test_verify_runs_to_completion_on_langgraph(tmp_path: Any) -> None:
         out_dir=tmp_path, plan=plan.filter(lambda p: p.ending.kind != "max_tokens"),
     )
     assert report.ok and report.examples == 12
+
+
+# -- one thread per conversation, resumed after a restart ----------------------------------------------------------
+
+
+def _user_texts(request: Any) -> list[str]:
+    out = []
+    for m in (request.body or {}).get("messages", []):
+        if m.get("role") != "user":
+            continue
+        content = m["content"]
+        blocks = [content] if isinstance(content, str) else [b.get("text", "") for b in content if b.get("type") == "text"]
+        out.extend(b for b in blocks if b)
+    return out
+
+
+@pytest.mark.parametrize("drive", [lg.drive, lg.async_drive])
+def test_the_drive_keeps_one_thread_per_conversation_and_resumes_it_after_a_restart(drive: Any) -> None:
+    from simloop.transcript import Request
+
+    s = scenario(SEARCH, {"end_turn": "Refunded."}, {"end_turn": "lost", "crash": True}, {"end_turn": "It went out."},
+                 followups=["Did the email go out?"], then="end_turn")
+    outcome, sim = run(drive, s)
+    assert outcome == Outcome("final", "It went out.") and sim.lives == 2
+    assert sim.store[lg.THREAD] == lg.THREAD_ID and sim.store[lg.CHECKPOINTER] is not None
+    calls = [r for r in sim.transcript.of(Request) if r.path.endswith("/messages")]
+    assert len(calls) == 4  # turn 1: two calls; turn 2: the call that died in flight, and the same call again
+    # turn 2 goes on turn 1's thread, and the restarted process resumes that thread: each message once
+    assert _user_texts(calls[2]) == _user_texts(calls[3]) == ["Refund order 1234.", "Did the email go out?"]
+    assert calls[3].body["messages"] == calls[2].body["messages"]  # type: ignore[index]
+    assert sim.check().ok
+
+
+def test_the_drive_runs_conversations_with_restarts_under_verify(tmp_path: Any) -> None:
+    seen: list[tuple[int, int]] = []
+
+    def watched(sim: Sim) -> Any:
+        out = lg.drive(sim)
+        seen.append((sim.user_turns.started, sim.lives))
+        return out
+
+    watched.simloop_prepare = lg.drive.simloop_prepare  # type: ignore[attr-defined]
+    report = simloop.verify(watched, limits=Limits(max_steps=8), turns=2, restarts=1, seed=0, max_examples=40,
+                            out_dir=tmp_path, invariants=["stops", "pairing", "request_valid"])
+    assert report.ok
+    assert any(turns == 2 for turns, _ in seen) and any(lives == 2 for _, lives in seen)

@@ -215,13 +215,39 @@ def test_verify_finds_the_empty_answer_and_saves_the_conversation(tmp_path: Path
     with pytest.raises(simloop.InvariantViolation) as found:
         simloop.verify(_drive("empty_answer_appended"), limits=DECLARED, turns=3, seed=0, max_examples=200,
                        out_dir=tmp_path)
-    assert {v.invariant for v in found.value.violations} == {"request_valid"}
+    # the catalogue's two faces of the bug: the next turn's request refused, or the turn's results left unsent
+    assert {v.invariant for v in found.value.violations} <= {"request_valid", "results_sent"}
     scenario = found.value.scenario
     assert scenario is not None and len(scenario.followups) == 1  # shrunk to the two turns it needs
     assert "-- user turn 2" in (found.value.timeline or "")
     with pytest.raises(simloop.InvariantViolation):
         simloop.replay(_drive("empty_answer_appended"), found.value.scenario_path or "")
     assert simloop.replay(_drive("correct_sync"), found.value.scenario_path or "").ok
+
+
+def _reports_refusal_as_final(sim: Sim) -> list[Outcome]:
+    """The README's conversation loop (tests/loops/readme.py) with one bug: a refused turn is reported ``final``."""
+    from tests.loops.readme import run_agent
+
+    history: list[Any] = []
+    outcomes = []
+    for text in sim.user_turns:
+        reason, answer = run_agent(sim.client, sim.tool_schemas, sim.run_tool, text, history=history)
+        outcomes.append(Outcome("final" if reason == "refusal" else reason, answer))  # BUG: a refusal is no answer
+    return outcomes
+
+
+@pytest.mark.parametrize("seed", [0, 1, 11, 14])
+def test_a_one_turn_bug_found_in_conversations_shrinks_to_one_turn_and_one_reply(seed: int, tmp_path: Path) -> None:
+    # the bug needs one reply (a refusal) in one turn; under turns=3 it is often first found in a later turn, and
+    # came back as 3 replies in 2 turns when each later turn's plan was drawn as the turn began (seeds 1, 11, 14)
+    with pytest.raises(simloop.InvariantViolation) as found:
+        simloop.verify(_reports_refusal_as_final, turns=3, seed=seed, max_examples=200, out_dir=tmp_path)
+    assert {v.invariant for v in found.value.violations} == {"honest_outcome"}
+    scenario = found.value.scenario
+    assert scenario is not None
+    assert scenario.followups == []
+    assert [r.kind for r in scenario.model] == ["refusal"]
 
 
 def test_verify_conversations_of_the_reference_loop_hold() -> None:

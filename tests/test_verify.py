@@ -44,7 +44,7 @@ SHRINKS = [
     ("made_up_ids", LIMITS, "pairing", 1, "end_turn"),
     ("cap_reported_final", LIMITS, "honest_outcome", 1, "end_turn"),  # one tool_use with repeat: 10
     ("pause_turn_final", LIMITS, "honest_outcome", 1, "end_turn"),
-    ("refusal_carried_on", LIMITS, "refusal", 2, "end_turn"),  # the refusal, and the answer the nudge got
+    ("refusal_carried_on", LIMITS, "refusal", 1, "end_turn"),  # the refusal (the nudge is answered by then:)
     ("thinking_dropped", LIMITS, "request_valid", 1, "end_turn"),
     ("api_errors_forever", Limits(), "stops", 1, "repeat_last"),
 ]

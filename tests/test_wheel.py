@@ -128,6 +128,19 @@ def test_the_wheel_ships_the_loops_the_scenarios_and_py_typed(installed: Install
     code = "import importlib; " + "; ".join(f"importlib.import_module('simloop.examples.{m}')" for m in modules)
     out = installed.run(str(installed.python), "-c", code)
     assert out.returncode == 0, out.stderr
+    # the loops in other languages (`simloop verify --command`) ship beside them, byte for byte
+    others = sorted(p.name for p in (ROOT / "examples" / "any_language").iterdir() if p.suffix in (".sh", ".ts"))
+    assert others == ["agent.sh", "agent.ts"]
+    code = ("import pathlib, simloop.examples as e; d = pathlib.Path(e.__file__).parent / 'any_language'; "
+            "print(sorted(p.name for p in d.iterdir()))")
+    out = installed.run(str(installed.python), "-c", code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == repr(others)
+    code = ("import pathlib, sys, simloop.examples as e; d = pathlib.Path(e.__file__).parent / 'any_language'; "
+            "sys.stdout.buffer.write(b''.join((d / n).read_bytes() for n in sys.argv[1:]))")
+    out = subprocess.run([str(installed.python), "-c", code, *others], cwd=installed.home, env=installed.env,
+                         capture_output=True, check=False, timeout=60)
+    assert out.stdout == b"".join((ROOT / "examples" / "any_language" / n).read_bytes() for n in others)
 
 
 def test_simloop_demo_from_the_wheel(installed: Installed) -> None:

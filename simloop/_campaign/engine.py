@@ -28,6 +28,7 @@ from hypothesis.control import current_build_context
 from hypothesis.errors import Flaky
 
 from simloop._campaign.failure import Failure, not_routed, not_wired, undeclared
+from simloop._campaign.reduce import reduce
 from simloop._campaign.schedule import Chunk, Stage, chunk_settings, derived_seed, fixed_seed, schedule, test_settings
 from simloop._campaign.search import Search
 from simloop._campaign.world import Run, World
@@ -253,9 +254,22 @@ class Campaign:
             if problem is not None:  # the failure would blame the loop for the tools verify was not told of
                 found = ", ".join(sorted({v.invariant for v in self.tally.failure.report.violations}))
                 raise UsageError(f"{problem}. (The run that failed broke {found}; declare the tools, then verify again.)")
-            raise self.tally.failure.raised(
+            raise self._reduced(self.tally.failure).raised(
                 self.drive, out_dir=self.search.out_dir, seed=self.search.seed, examples=self.tally.examples
             ) from None
+
+    def _reduced(self, failure: Failure) -> Failure:
+        """The shrunk failure cut down as a script (`simloop._campaign.reduce`): what a stage kept and the failure
+        does not need goes (a tool step before a refusal found in the tool-faults stage, say)."""
+        found = reduce(
+            self.drive, failure.scenario(self.drive), invariants=self.search.invariants,
+            broken=frozenset(v.invariant for v in failure.report.violations),
+            seed=self.search.seed if self.search.seed is not None else 0, network=self.search.network,
+            limits=self.world.limits,
+        )
+        if found is None:
+            return failure
+        return dataclasses.replace(failure, report=found.report, sim=found.sim, script=found.scenario)
 
     # -- one example: one run ------------------------------------------------------------------------
 

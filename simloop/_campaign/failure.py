@@ -37,7 +37,8 @@ FLAKY_NOTE = (
 class Failure:
     """A run that broke the invariants, as the campaign kept it: its report, its Sim, its model and faults.
 
-    ``first`` is the number of the first failing example of the search (shrinking runs more after it).
+    ``first`` is the number of the first failing example of the search (shrinking runs more after it);
+    ``script`` the scenario a reduction replayed it as (`simloop._campaign.reduce`), which ``sim`` then ran.
     """
 
     report: Report
@@ -45,6 +46,7 @@ class Failure:
     model: Any  # the run's GeneratedModel or FaultedRecording: what it served is the minimal script
     faults: GeneratedFaults
     first: int | None = None
+    script: Scenario | None = None
 
     def raised(self, drive: Drive, *, out_dir: Path, seed: int | None, examples: int) -> InvariantViolation:
         """The `InvariantViolation` to raise: the minimal scenario written under ``out_dir``, then reported."""
@@ -77,6 +79,8 @@ class Failure:
 
     def scenario(self, drive: Drive) -> Scenario:
         """The failing run written down as a scenario: what the model served, the faults that fired, the turns."""
+        if self.script is not None:
+            return self.script
         sim = self.sim
         return to_scenario(
             name=f"{drive_name(drive)}-{self.report.violations[0].invariant}",

@@ -19,7 +19,7 @@ from simloop._campaign.failure import drive_name
 from simloop._campaign.schedule import Stage, split
 from simloop._offer import SERVER_TOOLS, ServerTools
 from simloop.errors import UsageError
-from simloop.generated import Draw, GeneratedFaults, GeneratedModel
+from simloop.generated import EMPTY_ANSWERS, Draw, GeneratedFaults, GeneratedModel
 from simloop.scenario import Abort, Approval, Limits, Scenario, ToolSpec
 from simloop.sim import Drive, Sim
 from simloop.strategies import DEFAULT_TOOLS, Plan, stages
@@ -63,6 +63,7 @@ def approval_answers(*, away: bool) -> st.SearchStrategy[list[Approval]]:
 
 
 APPROVAL_ANSWERS = approval_answers(away=True)
+_WRITE_POINTS = 3  # crash points 1..3 are write executions; the next ones model calls 2, 3, 4 (see World._crash_points)
 
 
 @dataclass
@@ -172,17 +173,34 @@ class World:
         ).encode()
 
     def draw(self, draw: Draw, strategy: st.SearchStrategy[Any]) -> Run:
-        """One run's world: its turns, its Stop, its plan (the model and tool faults), its crash points, then the
-        person's answers at the permission gate."""
+        """One run's world: its turns, its Stop, its plans (the model and tool faults), its crash points, then the
+        person's answers at the permission gate.
+
+        In a conversation the number of follow-ups comes first (an integer that shrinks towards none), then every
+        turn's plan, before the run: lowering the count and deleting one plan is a step Hypothesis's shrinker takes
+        (a size, then that many items), so a failure found in a later turn moves to the first and the turns it
+        does not need go.  (With each later turn's plan drawn as the turn began, far after the count, a one-turn
+        failure found in turn 2 stayed at two turns.)
+        """
         scenario = self.scenario
-        if self.turns > 1:  # drawn first: the shrinker lowers it to remove turns
-            scenario = scenario.model_copy(update={"followups": followups(draw(self._turn_counts) - 1)})
+        count = 0
+        if self.turns > 1:
+            count = draw(self._followup_counts)
+            scenario = scenario.model_copy(update={"followups": followups(count)})
         if self.abort:
             scenario = scenario.model_copy(update={"abort": draw(ABORT_POINTS)})
-        chosen = draw(strategy)
-        run = Run(scenario, *self._policies(draw, chosen, strategy))
+        turns: list[tuple[Plan, bool]] | None = None
+        if self.turns > 1:
+            turns = [draw(self._turn_of(strategy)) for _ in range(count + 1)]
+            chosen = turns[0][0]
+        else:
+            chosen = draw(strategy)
+        run = Run(scenario, *self._policies(draw, chosen, turns))
         if self.restarts:
-            run.faults.crash_at = draw(self._crash_points)
+            points = draw(self._crash_points)
+            run.faults.crash_at = frozenset(n for n in points if n <= _WRITE_POINTS)
+            if isinstance(run.model, GeneratedModel):
+                run.model.crash_calls = frozenset(n - _WRITE_POINTS + 1 for n in points if n > _WRITE_POINTS)
         if self.approvals:
             run.scenario = run.scenario.model_copy(update={"approvals": draw(self._answers)})
         return run
@@ -196,20 +214,31 @@ class World:
             run.model.turn = functools.partial(getattr, sim.user_turns, "started")
 
     def _policies(
-        self, draw: Draw, chosen: Any, strategy: st.SearchStrategy[Any]
+        self, draw: Draw, chosen: Any, turns: list[tuple[Plan, bool]] | None
     ) -> tuple[GeneratedModel | FaultedRecording, GeneratedFaults]:
-        """The run's model and tool faults for the plan drawn (a recording's fault plan, when faulting one)."""
+        """The run's model and tool faults for the plan drawn (a recording's fault plan, when faulting one); in a
+        conversation every turn's (the tool faults follow the first turn's)."""
         if self.recording is not None:
             from simloop.cassettes import FaultedRecording
 
             return FaultedRecording(self.recording, draw, chosen), GeneratedFaults(draw, chosen.tool_plan, self.tools)
-        later = strategy if self.turns > 1 else None  # in a conversation each later turn draws a plan of its own
-        model = GeneratedModel(draw, chosen, next_plan=later, server_tools=self.server_tools)
+        model = GeneratedModel(draw, chosen, turns=turns, server_tools=self.server_tools)
         return model, GeneratedFaults(draw, chosen, self.tools)
 
     @functools.cached_property
-    def _turn_counts(self) -> st.SearchStrategy[int]:
-        return st.integers(1, self.turns)
+    def _followup_counts(self) -> st.SearchStrategy[int]:
+        return st.integers(0, self.turns - 1)
+
+    def _turn_of(self, strategy: st.SearchStrategy[Plan]) -> st.SearchStrategy[tuple[Plan, bool]]:
+        """One user turn: its plan and whether its final answers are empty, drawn as one span (one deletion)."""
+        cached = self._turns_of.get(id(strategy))
+        if cached is None or cached[0] is not strategy:
+            cached = self._turns_of[id(strategy)] = (strategy, st.tuples(strategy, EMPTY_ANSWERS))
+        return cached[1]
+
+    @functools.cached_property
+    def _turns_of(self) -> dict[int, tuple[st.SearchStrategy[Plan], st.SearchStrategy[tuple[Plan, bool]]]]:
+        return {}
 
     @functools.cached_property
     def _answers(self) -> st.SearchStrategy[list[Approval]]:
@@ -217,8 +246,10 @@ class World:
 
     @functools.cached_property
     def _crash_points(self) -> st.SearchStrategy[frozenset[int]]:
-        """The write executions (the 1st to 3rd) where the process dies, at most ``restarts`` of them."""
-        return st.frozensets(st.integers(1, 3), min_size=1, max_size=self.restarts)
+        """Where the process dies, at most ``restarts`` times: 1 to 3 are the write executions (the 1st to 3rd, its
+        effect committed), 4 to 6 the model calls 2 to 4 (in flight: the request answered, the reply never read;
+        the calls that carry tool results).  The writes first: the shrinker goes to a write's crash."""
+        return st.frozensets(st.integers(1, _WRITE_POINTS + 3), min_size=1, max_size=self.restarts)
 
 
 def followups(n: int) -> list[str]:

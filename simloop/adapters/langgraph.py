@@ -8,6 +8,15 @@ changes.  The scenario's tools become LangChain ``StructuredTool`` objects with
 the scenario's JSON schema as ``args_schema``, calling ``sim.run_tool`` /
 ``sim.arun_tool``; the agent is ``langgraph.prebuilt.create_react_agent``.
 
+Conversations and restarts, as a LangGraph chat is written: the agent has a checkpointer (an ``InMemorySaver``
+kept in ``sim.store`` under `CHECKPOINTER`, so it survives a simulated crash) and the conversation one thread
+(``config["configurable"]["thread_id"]``, `THREAD_ID`); each of ``sim.user_turns`` is a new user message on that
+thread, so the graph's own state carries the history.  A turn stopped early (a budget, the recursion limit) leaves
+tool calls open: the next turn first answers them as not run (``update_state(..., as_node="tools")``).  After a
+restart the drive goes through the turns finished before the crash (their outcomes are in the store), resumes
+the turn the process died in from the thread's last checkpoint (``stream(None, config)``, as LangGraph resumes a
+thread: it runs the interrupted node again, see docs/findings.md F15) and takes the turns after it.
+
 Limits: ``max_steps`` N -> ``recursion_limit`` 2N (one model step and one tool
 step per turn), so the agent makes at most N model calls.  LangGraph has no
 run deadline or token budget, so the drive streams the graph's updates and
@@ -58,7 +67,10 @@ if TYPE_CHECKING:
     from simloop.sim import Sim
 
 __all__ = [
+    "CHECKPOINTER",
     "NEED_MORE_STEPS",
+    "THREAD",
+    "THREAD_ID",
     "async_drive",
     "chat_model",
     "drive",
@@ -183,24 +195,29 @@ def make_drive(
         simloop.verify(make_drive(is_async=True), limits=simloop.Limits(max_steps=8))
     """
 
-    def setup(sim: Sim) -> tuple[Any, dict[str, Any], dict[str, Any], Guard]:
+    def setup(sim: Sim) -> tuple[Any, dict[str, Any]]:
+        from langgraph.checkpoint.memory import InMemorySaver
         from langgraph.prebuilt import ToolNode, create_react_agent
 
+        # one thread per conversation, its checkpoints in the store a restart keeps: the graph a LangGraph user
+        # builds for a chat, which resumes the same thread after the process died
+        saver = sim.store.setdefault(CHECKPOINTER, InMemorySaver())
+        thread_id = sim.store.setdefault(THREAD, THREAD_ID)
         bridged: Any = ToolNode(tools(sim), handle_tool_errors=True) if handle_tool_errors else tools(sim)
         with warnings.catch_warnings():
             # LangGraph 1.x points at langchain.agents.create_agent; the prebuilt agent is what is tested here
             warnings.simplefilter("ignore", DeprecationWarning)
-            agent = create_react_agent(chat_model(sim, streaming=streaming), bridged, prompt=sim.system)
-        config: dict[str, Any] = {}
+            agent = create_react_agent(chat_model(sim, streaming=streaming), bridged, prompt=sim.system,
+                                       checkpointer=saver)
+        config: dict[str, Any] = {"configurable": {"thread_id": thread_id}}
         limit = recursion_limit(sim.limits.max_steps)
         if limit is not None:
             config["recursion_limit"] = limit
-        inputs = {"messages": [{"role": "user", "content": sim.task}]}
-        return agent, inputs, config, Guard(sim.limits)
+        return agent, config
 
     def step(update: dict[str, Any], guard: Guard, messages: list[BaseMessage]) -> Outcome | None:
-        for node in update.values():
-            for message in (node or {}).get("messages", []):
+        for node in (update or {}).values():
+            for message in (node or {}).get("messages", []) if isinstance(node, dict) else []:
                 messages.append(message)
                 if isinstance(message, AIMessage) and message.usage_metadata:
                     guard.used += message.usage_metadata["input_tokens"] + message.usage_metadata["output_tokens"]
@@ -209,42 +226,126 @@ def make_drive(
             return None  # the graph is about to end by itself
         return guard.spent()
 
+    def finish(messages: list[BaseMessage]) -> Outcome:
+        return outcome_of(messages[-1] if messages else None, check_stop_reason=check_stop_reason)
+
     if is_async:
         @_prepared
-        async def adrive(sim: Sim) -> Outcome:
-            agent, inputs, config, guard = setup(sim)
-            messages: list[BaseMessage] = []
-            try:
-                async with aclosing(agent.astream(inputs, config, stream_mode="updates")) as updates:
-                    async for update in updates:
-                        stopped = step(update, guard, messages)
-                        if stopped is not None:
-                            return stopped
-            except GraphRecursionError as exc:
-                return Outcome("max_steps", f"GraphRecursionError: {exc}")
-            except _API_ERRORS as exc:
-                return Outcome("error", f"{type(exc).__name__}: {exc}")
-            return outcome_of(messages[-1] if messages else None, check_stop_reason=check_stop_reason)
+        async def adrive(sim: Sim) -> Outcome | list[Outcome]:
+            agent, config = setup(sim)
+            turns = _Turns(sim)
+            for i, text in enumerate(sim.user_turns):
+                if turns.finished(i):
+                    continue
+                state = await agent.aget_state(config)
+                inputs = turns.inputs(i, text, state, _closing_update(state))
+                if inputs is _SETTLE:
+                    await agent.aupdate_state(config, _closing_update(state), as_node="tools")
+                    inputs = turns.message(text)
+                guard, messages = Guard(sim.limits), list[BaseMessage]()
+                outcome: Outcome | None = None
+                try:
+                    async with aclosing(agent.astream(inputs, config, stream_mode="updates")) as updates:
+                        async for update in updates:
+                            outcome = step(update, guard, messages)
+                            if outcome is not None:
+                                break
+                except GraphRecursionError as exc:
+                    outcome = Outcome("max_steps", f"GraphRecursionError: {exc}")
+                except _API_ERRORS as exc:
+                    outcome = Outcome("error", f"{type(exc).__name__}: {exc}")
+                turns.done(outcome or finish(messages))
+            return turns.outcomes()
 
         return adrive
 
     @_prepared
-    def sdrive(sim: Sim) -> Outcome:
-        agent, inputs, config, guard = setup(sim)
-        messages: list[BaseMessage] = []
-        try:
-            with closing(agent.stream(inputs, config, stream_mode="updates")) as updates:
-                for update in updates:
-                    stopped = step(update, guard, messages)
-                    if stopped is not None:
-                        return stopped
-        except GraphRecursionError as exc:
-            return Outcome("max_steps", f"GraphRecursionError: {exc}")
-        except _API_ERRORS as exc:
-            return Outcome("error", f"{type(exc).__name__}: {exc}")
-        return outcome_of(messages[-1] if messages else None, check_stop_reason=check_stop_reason)
+    def sdrive(sim: Sim) -> Outcome | list[Outcome]:
+        agent, config = setup(sim)
+        turns = _Turns(sim)
+        for i, text in enumerate(sim.user_turns):
+            if turns.finished(i):
+                continue
+            state = agent.get_state(config)
+            inputs = turns.inputs(i, text, state, _closing_update(state))
+            if inputs is _SETTLE:
+                agent.update_state(config, _closing_update(state), as_node="tools")
+                inputs = turns.message(text)
+            guard, messages = Guard(sim.limits), list[BaseMessage]()
+            outcome: Outcome | None = None
+            try:
+                with closing(agent.stream(inputs, config, stream_mode="updates")) as updates:
+                    for update in updates:
+                        outcome = step(update, guard, messages)
+                        if outcome is not None:
+                            break
+            except GraphRecursionError as exc:
+                outcome = Outcome("max_steps", f"GraphRecursionError: {exc}")
+            except _API_ERRORS as exc:
+                outcome = Outcome("error", f"{type(exc).__name__}: {exc}")
+            turns.done(outcome or finish(messages))
+        return turns.outcomes()
 
     return sdrive
+
+
+#: Where the drives keep their checkpointer and the conversation's thread id in ``sim.store`` (kept across a
+#: simulated crash, so the restarted drive resumes the same thread), and that id.
+CHECKPOINTER = "langgraph_checkpointer"
+THREAD = "langgraph_thread_id"
+THREAD_ID = "simloop-conversation"
+_SETTLE = object()  # a turn that first closes the tool calls an earlier, stopped turn left open
+
+
+class _Turns:
+    """The conversation's turns across lives: the outcomes of those finished are in ``sim.store``, so a restarted
+    drive goes through them without running them again, resumes the turn the process died in from its thread's
+    last checkpoint, and takes the next ones.  A restarted life reports the turn it ends on (its earlier turns ran
+    in the life that died: their outcomes are that life's)."""
+
+    def __init__(self, sim: Sim) -> None:
+        self.sim = sim
+        self.finished_turns: list[tuple[str, str]] = sim.store.setdefault("langgraph_turns", [])
+        self.resumed = sim.lives > 1
+        self.taken: list[Outcome] = []
+
+    def finished(self, i: int) -> bool:
+        if i < len(self.finished_turns):
+            self.taken.append(Outcome(*self.finished_turns[i]))
+            return True
+        return False
+
+    def inputs(self, i: int, text: str, state: Any, closing: dict[str, Any] | None) -> Any:
+        """None to resume the thread (the turn the process died in), else the turn's message (or `_SETTLE`)."""
+        if self.resumed and i == len(self.finished_turns) and state.next:
+            return None
+        return _SETTLE if closing is not None else self.message(text)
+
+    @staticmethod
+    def message(text: str) -> dict[str, Any]:
+        return {"messages": [{"role": "user", "content": text}]}
+
+    def done(self, outcome: Outcome) -> None:
+        self.finished_turns.append((outcome.reason, outcome.text))
+        self.taken.append(outcome)
+
+    def outcomes(self) -> Outcome | list[Outcome]:
+        if self.resumed or len(self.taken) == 1:
+            return self.taken[-1]
+        return self.taken
+
+
+def _closing_update(state: Any) -> dict[str, Any] | None:
+    """The tool results that close the calls a stopped turn left open on the thread (its last message asks for
+    tools no node ran), so that the next user message makes a history the API accepts; None when none is open."""
+    from langchain_core.messages import ToolMessage
+
+    messages = (state.values or {}).get("messages", []) if state is not None else []
+    last = messages[-1] if messages else None
+    if not isinstance(last, AIMessage) or not last.tool_calls:
+        return None
+    return {"messages": [ToolMessage("Not run: the turn stopped before this tool ran.", tool_call_id=call["id"],
+                                     status="error") for call in last.tool_calls]}
 
 
 def _prepare() -> None:

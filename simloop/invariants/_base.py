@@ -285,7 +285,8 @@ def result_text(block: dict[str, Any]) -> str:
 
 
 def _is_reply(r: Response) -> bool:
-    return r.kind not in ("error", "rejected") and r.stop_reason is not None
+    """A reply the loop received (not an error, a rejection, or one the process died before reading)."""
+    return r.kind not in ("error", "rejected") and r.stop_reason is not None and r.fault != "crash"
 
 
 def _canon(value: Any) -> str:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from simloop.invariants._base import Violation, _canon, _is_write, _View, _view, result_text
-from simloop.transcript import Request, Restart, ToolStart, Transcript
+from simloop.transcript import Request, Response, Restart, ToolStart, Transcript
 
 __all__ = ["no_rerun", "results_real", "results_sent", "results_together", "tool_errors"]
 
@@ -116,8 +116,9 @@ def _died_with_its_process(v: _View, prior_pos: int, prior: ToolStart, pos: int,
     """Did ``prior`` die with the process before ``pos``, so that a resumed loop may run it again?
 
     Yes when a restart lies between them and ``prior`` never returned before it (no end, or an end ``crashed`` or
-    ``cancelled`` that committed nothing), or it was a read whose result never reached the model before it.  A
-    write whose effect committed never died with the process: running it again is a rerun.
+    ``cancelled`` that committed nothing), or it was a read whose result never reached the model before it (or
+    only in the model call the process died in, whose reply the loop never read).  A write whose effect committed
+    never died with the process: running it again is a rerun.
     """
     died = next((r for r in restarts if prior_pos < r < pos), None)
     if died is None:
@@ -131,7 +132,15 @@ def _died_with_its_process(v: _View, prior_pos: int, prior: ToolStart, pos: int,
     if end.status in ("crashed", "cancelled"):
         return True
     sent = v.result_sent.get(str(prior.matched))
-    return not _is_write(v.t, prior) and (sent is None or sent > died)
+    return not _is_write(v.t, prior) and (sent is None or sent > died or _lost(v, sent))
+
+
+def _lost(v: _View, pos: int) -> bool:
+    """Is the request at ``pos`` a model call the process died in (its reply never read: see Reply.crash)?"""
+    request = v.t.events[pos]
+    if not isinstance(request, Request):
+        return False
+    return any(isinstance(e, Response) and e.index == request.index and e.fault == "crash" for e in v.t.events[pos:])
 
 
 # -- tool_errors ------------------------------------------------------------------------------------------------

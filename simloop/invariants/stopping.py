@@ -117,15 +117,18 @@ def _limits(t: Transcript) -> list[Violation]:
     out: list[Violation] = []
     done: set[str] = set()
     calls_seen: set[int] = set()
+    lost: set[int] = set()  # calls in flight when the process died: forgiven (the loop never saw them answered)
     used = 0
     reply_positions = {pos for pos, _ in v.replies}
     for pos, e in enumerate(t.events):
         if isinstance(e, Response) and pos in reply_positions:
             used += e.input_tokens + e.output_tokens
+        elif isinstance(e, Response) and e.fault == "crash":
+            lost.add(e.call)
         if not isinstance(e, Request) or e.path != MESSAGES_PATH or e.call in calls_seen:
             continue
         calls_seen.add(e.call)  # the first attempt of a logical call; SDK retries are the same call
-        if max_steps is not None and e.call > max_steps and "max_steps" not in done:
+        if max_steps is not None and e.call - len(lost) > max_steps and "max_steps" not in done:
             done.add("max_steps")
             restarted = any(isinstance(x, Restart) for x in t.events[:pos])
             message = (

@@ -71,7 +71,8 @@ class Planned:
     """What a transport must do for one request.
 
     Either ``raise_`` (``connection``, ``timeout`` or ``cut``: no complete
-    response), or a response with ``status`` and ``headers`` and a ``body``
+    response; ``crash``: the response is recorded, and the process dies before
+    the client reads it), or a response with ``status`` and ``headers`` and a ``body``
     or SSE ``events``; ``cut_after`` ends a stream early with a transport
     error, ``error_event`` is sent after ``cut_after`` events instead.
     """
@@ -378,6 +379,9 @@ class SimServer:
         )
         if threaded:
             self._store_thread(body, effective, message)
+        if reply is not None and reply.crash:  # answered, and the process dies before the loop reads it
+            rec.fault = "crash"
+            return Planned(headers=[_JSON, ("request-id", request_id)], latency=latency, record=rec, raise_="crash")
         if req.stream:
             events = render_sse(turn, id=msg_id, model=model, input_tokens=input_tokens, output_tokens=output_tokens)
             return Planned(headers=[_SSE, ("request-id", request_id)], events=events, latency=latency, record=rec)

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx2
 
+from simloop.errors import SimulatedCrash
 from simloop.wire.server import READ_HEADERS, Planned, SimServer
 
 __all__ = ["AsyncSimTransport", "SimTransport"]
@@ -68,7 +69,12 @@ def _response(request: httpx2.Request, planned: Planned, content: Any) -> httpx2
     return response
 
 
-def _fault(request: httpx2.Request, kind: str | None) -> Exception:
+def _fault(request: httpx2.Request, kind: str | None, call: int = 0) -> BaseException:
+    if kind == "crash":  # a BaseException, as a tool's crash: neither the SDK's retries nor the loop catch it
+        return SimulatedCrash(
+            f"the process died while model call {call} was in flight (the request was sent and answered; its reply "
+            "was never read)"
+        )
     if kind == "timeout":
         return httpx2.ReadTimeout("The read operation timed out", request=request)
     if kind == "cut":
@@ -94,8 +100,9 @@ class SimTransport(httpx2.BaseTransport):
         if planned.raise_ is not None:
             if planned.raise_ == "timeout":
                 self.sleep(_read_timeout(request))
+            call = planned.record.call if planned.record is not None else 0
             server.deliver(planned)
-            raise _fault(request, planned.raise_)
+            raise _fault(request, planned.raise_, call)
         server.deliver(planned)
         if planned.events is None:
             return _response(request, planned, planned.body)
@@ -144,8 +151,9 @@ class AsyncSimTransport(httpx2.AsyncBaseTransport):
         if planned.raise_ is not None:
             if planned.raise_ == "timeout":
                 await self._wait(_read_timeout(request))
+            call = planned.record.call if planned.record is not None else 0
             server.deliver(planned)
-            raise _fault(request, planned.raise_)
+            raise _fault(request, planned.raise_, call)
         server.deliver(planned)
         if planned.events is None:
             return _response(request, planned, planned.body)

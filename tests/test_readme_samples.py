@@ -1,0 +1,39 @@
+"""The README's sample outputs match what simloop prints now (`bench/readme_samples.py`, `make readme`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("readme_samples", ROOT / "bench" / "readme_samples.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["readme_samples"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_readme_samples_are_what_a_real_run_prints() -> None:
+    script = _script()
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    fresh = script.samples()
+    assert set(script.written(readme)) == {"demo", "quickstart"}
+    diff = script.stale(readme, fresh)
+    assert not diff, f"the README's samples are stale: run `make readme`\n{diff}"
+
+
+def test_a_stale_sample_is_reported_and_rewritten() -> None:
+    script = _script()
+    readme = "intro\n<!-- sample: demo -->\n```\nold output in 0.7s\n```\nafter\n"
+    fresh = {"demo": "new output in 3.1s"}
+    assert "-old output in N.Ns" in script.stale(readme, fresh)
+    rewritten = script.rewrite(readme, fresh)
+    assert rewritten == "intro\n<!-- sample: demo -->\n```\nnew output in 3.1s\n```\nafter\n"
+    assert script.stale(rewritten, {"demo": "new output in 9.9s"}) == ""  # durations differ from run to run
+    assert "has no '<!-- sample: quickstart -->' block" in script.stale(readme, {"quickstart": "x"})
