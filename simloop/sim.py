@@ -45,7 +45,16 @@ from simloop.outcome import Outcome
 from simloop.scenario import Abort, Approval, Limits, Scenario, load_scenario
 from simloop.tools import FaultSource, ToolBox
 from simloop.transcript import (
-    ApprovalEvent, Halt, Header, OutcomeEvent, Response, Restart, ThreadLeft, ToolEnd, Transcript, TurnStart,
+    ApprovalEvent,
+    Halt,
+    Header,
+    OutcomeEvent,
+    Response,
+    Restart,
+    ThreadLeft,
+    ToolEnd,
+    Transcript,
+    TurnStart,
 )
 from simloop.wire.server import Budget, InternalFailure, SimServer
 
