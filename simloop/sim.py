@@ -143,6 +143,7 @@ class Sim:
                 limits=self.limits.model_dump(exclude_none=True),
                 limits_from=dict.fromkeys(self.limits.model_dump(exclude_none=True), declared_by),
                 tools={t.name: t.kind for t in self.scenario.tools},
+                context="context" in self.scenario.requires,
             )
         )
         guard = self._guard

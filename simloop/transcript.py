@@ -56,6 +56,8 @@ class Header:
 
     ``limits_from`` maps each declared limit to ``"loop"`` (given by the run: `simloop.verify`'s ``limits``,
     ``Sim(limits=...)``) or ``"scenario"`` (the scenario's own ``limits:``); older transcripts have none.
+    ``context``: the loop claims it keeps its requests inside the model's context window (the scenario
+    ``requires: [context]``, `simloop.verify`'s ``context=True``), so a prompt refused as too long is a violation.
     """
 
     scenario: str
@@ -63,6 +65,7 @@ class Header:
     limits: dict[str, Any] = field(default_factory=dict)
     limits_from: dict[str, str] = field(default_factory=dict)
     tools: dict[str, str] = field(default_factory=dict)  # name -> "read" | "write"
+    context: bool = False
     version: int = VERSION
     type: str = "header"
 

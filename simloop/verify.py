@@ -53,7 +53,7 @@ def verify(
     invariants: Iterable[str] | None = None, task: str = DEFAULT_TASK, plan: st.SearchStrategy[Plan] | None = None,
     out_dir: str | Path = DEFAULT_OUT, settings: Settings | None = None,
     recorded: str | Path | Any = None, turns: int = 1, abort: bool = False, restarts: int = 0, workers: int = 1,
-    database: str | Path | Any = None, network: NetworkPolicy = "block",
+    database: str | Path | Any = None, network: NetworkPolicy = "block", context: bool = False,
 ) -> Report:
     """Property-test ``drive`` under generated model behaviours, API faults, tool faults, latencies and timings.
 
@@ -70,7 +70,10 @@ def verify(
       kept and faulted; a failure shrinks to "the recording, plus these faults";
     * ``turns``: one to that many user turns a run, through one history (docs/design.md, Conversations);
       ``abort``: the user's Stop, pressed once a run at a drawn point (Abort); ``restarts``: up to that many
-      process deaths a run on drawn writes, the drive run again with ``sim.store`` kept (Crash and restart).
+      process deaths a run on drawn writes, the drive run again with ``sim.store`` kept (Crash and restart);
+      ``context``: the loop claims it keeps every request inside the model's context window (it trims,
+      summarizes or compacts), so a request the API refuses as too long is a violation (Claims).  Without it, a
+      run whose history outgrows the window may end with the API's 400 and an honest ``error``.
 
     How the runs are searched: ``max_examples`` of them (as Hypothesis runs of at most a hundred, so memory stays
     flat), the same ones in the same order for a ``seed``, from the Hypothesis ``settings`` given (default: the
@@ -98,7 +101,7 @@ def verify(
     )
     world = World.of(
         drive, tools=tools, limits=limits, task=task, plan=plan, recorded=recorded, turns=turns, abort=abort,
-        restarts=restarts,
+        restarts=restarts, context=context,
     )
     return Campaign(drive, world, search).run()
 
@@ -115,6 +118,7 @@ def replay(
     restarts: int | None = None,
     turns: int | None = None,
     limits: Limits | Mapping[str, Any] | Iterable[str] | None = None,
+    context: bool | None = None,
 ) -> Report:
     """Re-run a saved scenario and re-check it; raises `InvariantViolation` if the loop still breaks it.
 
@@ -127,9 +131,9 @@ def replay(
     file's tool ``function:`` paths name functions of your own modules
     (docs/security.md); ``network`` is `Sim`'s.
 
-    ``abort``, ``restarts``, ``turns`` and ``limits`` say what the loop has, with `verify`'s names: a Stop
-    button (``abort=True``), a store it resumes from after a crash (``restarts >= 1``), follow-up turns
-    (``turns >= 2``), the stop policies it honours as ``sim.limits`` declares them (``limits``: names, or a
+    ``abort``, ``restarts``, ``turns``, ``context`` and ``limits`` say what the loop has, with `verify`'s names: a
+    Stop button (``abort=True``), a store it resumes from after a crash (``restarts >= 1``), follow-up turns
+    (``turns >= 2``), context management (``context=True``), the stop policies it honours as ``sim.limits`` declares them (``limits``: names, or a
     `Limits` whose declared fields count).  A file that needs one of them (its ``requires:``, see
     `Scenario.needs`) that the loop does not have is not run: the returned report's ``skipped`` says why and
     what to pass.  Left out (None), the file's need is taken as met: you chose to replay this file.
@@ -139,7 +143,7 @@ def replay(
         simloop.replay(drive, "scenarios/one-write.yaml", abort=False, limits=["max_steps"])  # skipped: a write budget
     """
     scenario = load_scenario(path, allow_functions=allow_functions)
-    unclaimed = _claims(abort=abort, restarts=restarts, turns=turns, limits=limits).missing(scenario)
+    unclaimed = _claims(abort=abort, restarts=restarts, turns=turns, context=context, limits=limits).missing(scenario)
     if unclaimed:
         reason = skip_reason(scenario, unclaimed, surface="python")
         return Report(violations=[], checked=tuple(invariant_ids(invariants)), skipped=reason)
@@ -161,7 +165,7 @@ def replay(
 
 
 def _claims(
-    *, abort: bool | None, restarts: int | None, turns: int | None,
+    *, abort: bool | None, restarts: int | None, turns: int | None, context: bool | None,
     limits: Limits | Mapping[str, Any] | Iterable[str] | None,
 ) -> Claims:
     """What `replay`'s caller says the loop has; what is left out (None) is taken as there."""
@@ -169,6 +173,7 @@ def _claims(
         abort=True if abort is None else bool(abort),
         restarts=1 if restarts is None else restarts,
         turns=2 if turns is None else turns,
+        context=True if context is None else bool(context),
         limits=frozenset(LIMIT_NAMES) if limits is None else limit_names(limits, where="replay(limits=...)"),
     )
 

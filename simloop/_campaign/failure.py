@@ -88,6 +88,7 @@ class Failure:
             halted=sim.transcript.halt is not None,
             followups=sim.scenario.followups[: max(sim.user_turns.started - 1, 0)],
             abort=sim.scenario.abort if sim.transcript.of(AbortEvent) else None,
+            requires=["context"] if "context" in sim.scenario.requires else [],
         )
 
     def _message(self, scenario: Scenario, path: Path, timeline: str, replay: str, *, seed: int | None) -> str:

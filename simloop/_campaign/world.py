@@ -73,11 +73,13 @@ class World:
     turns: int = 1
     abort: bool = False
     restarts: int = 0
+    context: bool = False
 
     @classmethod
     def of(
         cls, drive: Drive, *, tools: Sequence[ToolSpec | dict[str, Any]] | None, limits: Limits | dict[str, Any] | None,
         task: str, plan: st.SearchStrategy[Plan] | None, recorded: Any, turns: int, abort: bool, restarts: int,
+        context: bool = False,
     ) -> World:
         """`verify`'s world arguments as a `World`; a wrong one is a `UsageError` saying what to give."""
         if isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
@@ -100,9 +102,11 @@ class World:
             recording = load_recording(recorded, kinds=kinds)
             base = recording.scenario.model_copy(update={"name": name, "limits": declared, "expect": None})
             specs = list(base.tools)
+        if context:  # the loop claims it keeps its requests inside the window: each run, and its saved failure, says so
+            base = base.model_copy(update={"requires": sorted({*base.requires, "context"})})
         return cls(
             name=name, task=task, tools=tuple(specs), limits=declared, scenario=base, plan=plan, recording=recording,
-            turns=turns, abort=bool(abort), restarts=restarts,
+            turns=turns, abort=bool(abort), restarts=restarts, context=bool(context),
         )
 
     def stages(self, max_examples: int) -> list[Stage]:
@@ -124,6 +128,7 @@ class World:
             + ((self.turns,) if self.turns > 1 else ())
             + (("abort",) if self.abort else ())
             + ((self.restarts,) if self.restarts else ())
+            + (("context",) if self.context else ())
         ).encode()
 
     def draw(self, draw: Draw, strategy: st.SearchStrategy[Any]) -> Run:

@@ -100,6 +100,13 @@ __all__ = ["verify"]
     help="Kill the process up to N times a run on a write (its effect committed); the drive runs again with sim.store.",
 )
 @click.option(
+    "--context",
+    is_flag=True,
+    default=False,
+    help="Your loop keeps every request inside the model's context window (it trims, summarizes or compacts): "
+    "a prompt the API refuses as too long is then a violation.",
+)
+@click.option(
     "--max-steps", type=click.IntRange(min=1, max=MAX_COUNT), default=None, help="The step cap your loop declares."
 )
 @click.option(
@@ -172,6 +179,7 @@ def verify(
     turns: int,
     abort: bool,
     restarts: int,
+    context: bool,
     max_steps: int | None,
     deadline_s: float | None,
     max_total_tokens: int | None,
@@ -241,6 +249,7 @@ def verify(
                     turns=turns,
                     abort=abort,
                     restarts=restarts,
+                    context=context,
                     workers=workers,
                     database=database,
                     network=network,  # type: ignore[arg-type]
