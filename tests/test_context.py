@@ -31,6 +31,8 @@ from tests.loops import readme
 
 ROOT = Path(__file__).resolve().parents[1]
 WINDOW_FILE = ROOT / "scenarios" / "context-window.yaml"
+
+pytest_plugins = ["pytester"]
 BIG_BUDGET = simloop.Limits(**CONTEXT_DECLARED)
 CONTEXT_FIX = "trim old tool results, summarize the history, or use compaction"
 #: Only long runs: five to eight tool rounds whose outputs are each a fifth of the window.
@@ -243,3 +245,21 @@ def test_the_largest_recorded_request_grown_round_by_round() -> None:
 
 def _blocks(content: Any) -> list[Any]:
     return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+
+
+def test_plugin_runs_the_files_that_need_the_claim_only_with_it(pytester: pytest.Pytester) -> None:
+    text = WINDOW_FILE.read_text(encoding="utf-8").replace("requires: [max_total_tokens]",
+                                                          "requires: [max_total_tokens, context]")
+    (pytester.path / "scenarios").mkdir()
+    (pytester.path / "scenarios" / "claimed.yaml").write_text(text, encoding="utf-8")
+    pytester.makeini("[pytest]\nsimloop_drive = examples.context_trimmed:drive\nsimloop_claims = max_total_tokens\n")
+    plain = pytester.runpytest("-p", "no:cacheprovider", "-rs")
+    plain.assert_outcomes(skipped=1)
+    plain.stdout.fnmatch_lines(["*needs a loop that keeps its requests inside the context window (trims, summarizes "
+                                "or compacts): pass --simloop-context if your loop has one"])
+    pytester.runpytest("-p", "no:cacheprovider", "--simloop-context").assert_outcomes(passed=1)
+    pytester.runpytest("-p", "no:cacheprovider", "-o", "simloop_context=true").assert_outcomes(passed=1)
+    caught = pytester.runpytest("-p", "no:cacheprovider", "--simloop-context",
+                                "-o", "simloop_drive=examples.context_unmanaged:drive")
+    caught.assert_outcomes(failed=1)
+    caught.stdout.fnmatch_lines(["*request_valid*"])
