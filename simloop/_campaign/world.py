@@ -151,6 +151,8 @@ class World:
             run.model.lives = functools.partial(getattr, sim, "lives")
         if self.turns > 1 and isinstance(run.model, GeneratedModel):
             run.model.turn = functools.partial(getattr, sim.user_turns, "started")
+        if self.recording is not None and not isinstance(run.model, GeneratedModel) and run.scenario.followups:
+            run.model.turn = functools.partial(getattr, sim.user_turns, "started")  # a recorded conversation
 
     def _policies(
         self, draw: Draw, chosen: Any, strategy: st.SearchStrategy[Any]
