@@ -255,8 +255,8 @@ def test_plugin_runs_the_files_that_need_the_claim_only_with_it(pytester: pytest
     pytester.makeini("[pytest]\nsimloop_drive = examples.context_trimmed:drive\nsimloop_claims = max_total_tokens\n")
     plain = pytester.runpytest("-p", "no:cacheprovider", "-rs")
     plain.assert_outcomes(skipped=1)
-    plain.stdout.fnmatch_lines(["*needs a loop that keeps its requests inside the context window (trims, summarizes "
-                                "or compacts): pass --simloop-context if your loop has one"])
+    plain.stdout.fnmatch_lines([("*needs a loop that keeps its requests inside the context window (trims, "
+                                 "summarizes or compacts): pass --simloop-context if your loop has one")])
     pytester.runpytest("-p", "no:cacheprovider", "--simloop-context").assert_outcomes(passed=1)
     pytester.runpytest("-p", "no:cacheprovider", "-o", "simloop_context=true").assert_outcomes(passed=1)
     caught = pytester.runpytest("-p", "no:cacheprovider", "--simloop-context",

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import simloop
-from simloop.cassettes import FaultPlan, FaultedRecording, load_recording
+from simloop.cassettes import FaultedRecording, FaultPlan, load_recording
 from tests.corpus import CASSETTES, requires_corpus
 from tests.loops import readme
 

@@ -285,22 +285,22 @@ def _size_refusals(t: Transcript, requests: dict[int, Request]) -> list[Violatio
             seen.clear()
         elif isinstance(event, Request) and event.path == MESSAGES_PATH:
             prompt = _prompt(event)
-            for first, sent, text in seen:
+            for earlier, sent, text in seen:
                 if sent == prompt:
-                    resends.append((first, event, text))
+                    resends.append((earlier, event, text))
                     break
             if event.index in refused_at:
                 text = str((responses[event.index].rejection or {}).get("message", ""))
                 seen.append((event, prompt, text))
     if not resends:
         return []
-    first, again, text = resends[0]
+    earlier, again, text = resends[0]
     more = f"; {len(resends) - 1} more resend(s)" if len(resends) > 1 else ""
     message = (
         f'the API refused the request as too long ("{text}") and the loop sent the same prompt again at model call '
         f"{again.call}{more}: it can only be refused again; a correct loop stops (reason error) or makes the prompt "
         f"fit: {CONTEXT_FIX}"
     )
-    evidence = {"request": again.index, "refused": first.index, "api_message": text}
+    evidence = {"request": again.index, "refused": earlier.index, "api_message": text}
     return [Violation("request_valid", message, again.call, evidence)]
 
