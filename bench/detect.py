@@ -8,7 +8,9 @@ fit their tool's schema, full examples per second for a 10-step loop against the
 bare SDK cost of the same calls, and peak memory of a long run against a short one.
 
 Besides the reference loops, the correct rows include the loops of ``tests/loops/readme.py`` (rows
-``readme.*``), written from the README alone as a user writes them: the false-alarm table.
+``readme.*``), written from the README alone as a user writes them: the false-alarm table.  The loops of
+``examples/catalogue.py``'s ``CONTEXT`` are verified claiming context management (``context=True``) with a token
+budget past the window: the defect that never trims, and the loop that does.
 
     python bench/detect.py [--seeds 10] [--max-examples 200] [--only no_step_cap,readme.plain,...] [--skip-memory]
 """

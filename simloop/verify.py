@@ -65,7 +65,7 @@ def verify(
       ``max_writes``, ``max_repeats``: see `simloop.Limits`), to which the ``limits`` invariant holds it;
     * ``plan``: a strategy of model behaviours (`simloop.strategies.plans`) for the whole budget; by default the
       budget is split over `simloop.strategies.stages`, interleaved so that every kind of run (faults, outages,
-      stuck models, slow and heavy runs) comes within the first ~20 examples at any budget;
+      stuck models, slow and heavy runs, long histories) comes within the first ~20 examples at any budget;
     * ``recorded``: a cassette (a path or a `simloop.cassettes.Recording`) whose real replies, tools and task are
       kept and faulted; a failure shrinks to "the recording, plus these faults";
     * ``turns``: one to that many user turns a run, through one history (docs/design.md, Conversations);
