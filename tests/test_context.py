@@ -263,3 +263,17 @@ def test_plugin_runs_the_files_that_need_the_claim_only_with_it(pytester: pytest
                                 "-o", "simloop_drive=examples.context_unmanaged:drive")
     caught.assert_outcomes(failed=1)
     caught.stdout.fnmatch_lines(["*request_valid*"])
+
+
+def test_a_size_refusal_after_a_stop_is_not_blamed_on_the_stop() -> None:
+    # turn 1 is stopped while its tool runs (its long output kept, as a correct loop keeps it); turn 2's request is
+    # then over the window: the window's refusal, not a history the Stop left unsendable
+    scenario = simloop.Scenario.model_validate({
+        "task": "Read the report.", "followups": ["Summarise it."], "abort": {"tool_call": 1},
+        "tools": [{"name": "fetch_report", "input_schema": {"type": "object"}, "results": ["Report text."]}],
+        "model": [{"tool_use": [{"name": "fetch_report", "input": {}}]}], "then": "end_turn",
+        "faults": [{"tool": "fetch_report", "kind": "huge_output", "size": 900_000}],
+    })
+    sim, report, _ = _run(readme.conversation, scenario)
+    assert [o.reason for o in sim.outcomes] == ["aborted", "error"]
+    assert len(_refused(sim)) == 1 and report.violations == []

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from simloop.invariants._base import _SIZE_HINTS, MESSAGES_PATH, Violation
+from simloop.invariants._base import MESSAGES_PATH, Violation, too_large
 from simloop.transcript import Request, Response, Restart, Transcript, TurnStart
 
 __all__ = ["pairing", "request_valid"]
@@ -215,7 +215,7 @@ def request_valid(t: Transcript) -> list[Violation]:
             continue
         rej = resp.rejection or {}
         text = str(rej.get("message", ""))
-        if _too_large(resp):
+        if too_large(resp):
             continue  # answered as the real API does; not a malformed request (see _size_refusals)
         req = requests.get(resp.index)
         if req is not None and _pairing_offences(req.conversation):
@@ -240,13 +240,6 @@ def request_valid(t: Transcript) -> list[Violation]:
 CONTEXT_FIX = "trim old tool results, summarize the history, or use compaction"
 
 
-def _too_large(resp: Response) -> bool:
-    """Whether the API refused this request for its size: the prompt over the context window, or a 413."""
-    rej = resp.rejection or {}
-    status = int(rej.get("status") or resp.status)
-    return status == 413 or any(h in f"{rej.get('message', '')} {rej.get('type', '')}".lower() for h in _SIZE_HINTS)
-
-
 def _prompt(req: Request) -> tuple[Any, Any, Any]:
     """What a request asks the model to read: its messages, system prompt and tools (the settings left out)."""
     body = req.body if isinstance(req.body, dict) else {}
@@ -261,7 +254,7 @@ def _size_refusals(t: Transcript, requests: dict[int, Request]) -> list[Violatio
     (it can only be refused again): the first resend, with the count.  The prompts are compared as the
     transcript holds them (equal lists and strings), never serialised again.
     """
-    refused = [resp for resp in t.responses if resp.kind == "rejected" and _too_large(resp)]
+    refused = [resp for resp in t.responses if resp.kind == "rejected" and too_large(resp)]
     if not refused:
         return []
     if t.header.context:
