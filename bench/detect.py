@@ -8,7 +8,9 @@ fit their tool's schema, full examples per second for a 10-step loop against the
 bare SDK cost of the same calls, and peak memory of a long run against a short one.
 
 Besides the reference loops, the correct rows include the loops of ``tests/loops/readme.py`` (rows
-``readme.*``), written from the README alone as a user writes them: the false-alarm table.
+``readme.*``), written from the README alone as a user writes them: the false-alarm table.  The loops of
+``examples/catalogue.py``'s ``CONTEXT`` are verified claiming context management (``context=True``) with a token
+budget past the window: the defect that never trims, and the loop that does.
 
     python bench/detect.py [--seeds 10] [--max-examples 200] [--only no_step_cap,readme.plain,...] [--skip-memory]
 """
@@ -32,7 +34,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import simloop
 
 verify_module = importlib.import_module("simloop.verify")
-from examples.catalogue import ABORTS, APPROVALS, CORRECT, DECLARED, DEFECTS, POLICY_ROWS, RESTARTS, TURNS, VERIFY
+from examples.catalogue import (
+    ABORTS,
+    APPROVALS,
+    CONTEXT,
+    CONTEXT_DECLARED,
+    CORRECT,
+    DECLARED,
+    DEFECTS,
+    POLICY_ROWS,
+    RESTARTS,
+    TURNS,
+    VERIFY,
+)
 from simloop._runtime.clock import REAL
 from tests.loops import readme as readme_loops
 
@@ -86,10 +100,12 @@ README_ROWS = {f"readme.{name}": loop for name, loop in readme_loops.LOOPS.items
 
 
 def _row(name: str) -> tuple[Any, simloop.Limits, dict[str, Any]]:
-    """A row's drive, declared limits and the verify options it claims (turns, abort, restarts)."""
+    """A row's drive, declared limits and the verify options it claims (turns, abort, restarts, context)."""
     if name in README_ROWS:
         drive, claims = README_ROWS[name]
         return drive, readme_loops.LIMITS, claims
+    if name in CONTEXT:  # the loops held to the context claim, with a budget past the window
+        return importlib.import_module(f"examples.{name}").drive, simloop.Limits(**CONTEXT_DECLARED), {"context": True}
     module, declared = POLICY_ROWS.get(name, (name, VERIFY[name][0] if name in VERIFY else DECLARED))
     claims = {
         "turns": TURNS.get(name, 1), "abort": name in ABORTS, "restarts": RESTARTS.get(name, 0),
@@ -256,7 +272,8 @@ def main() -> None:
     only = set(filter(None, args.only.split(",")))
     out = Path(".simloop") / "bench"
     targets: list[tuple[str, frozenset[str] | None]] = [
-        *((n, VERIFY[n][1]) for n in DEFECTS), *((n, None) for n in [*CORRECT, *POLICY_ROWS, *README_ROWS])
+        *((n, VERIFY[n][1]) for n in DEFECTS), *CONTEXT.items(),
+        *((n, None) for n in [*CORRECT, *POLICY_ROWS, *README_ROWS]),
     ]
     # measured first, in a process that has only imported what verify needs: after the detection runs its
     # heap holds every loop and search they made, and each full garbage collection costs more

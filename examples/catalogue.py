@@ -9,7 +9,10 @@ This module is plain data so it imports without simloop's runtime.
 
 from __future__ import annotations
 
-__all__ = ["ABORTS", "APPROVALS", "CORRECT", "DECLARED", "DEFECTS", "POLICY_ROWS", "RESTARTS", "TURNS", "TWIN", "VERIFY"]
+__all__ = [
+    "ABORTS", "APPROVALS", "CONTEXT", "CONTEXT_DECLARED", "CORRECT", "DECLARED", "DEFECTS", "POLICY_ROWS", "RESTARTS",
+    "TURNS", "TWIN", "VERIFY",
+]
 
 CORRECT: list[str] = ["correct_sync", "correct_async", "correct_stream", "correct_policies", "correct_typed"]
 
@@ -55,12 +58,16 @@ DEFECTS: dict[str, tuple[str, str]] = {
     "approval_after_write": ("approval-denied.yaml", "approval"),
     "approval_reused": ("approval-two-emails.yaml", "approval"),
     "denial_swallowed": ("approval-denied.yaml", "approval"),
+    "context_retried": ("context-window.yaml", "request_valid"),
 }
 
 #: Under `simloop.verify` (generated runs rather than one scenario) a defect may show first as another
 #: honest violation.  Per defect: the limits the loop declares, and the invariant ids that are a
 #: correct report of it.  ``bench/detect.py`` and the tests hold verify to this table.
 DECLARED = {"max_steps": 10, "deadline_s": 300, "max_total_tokens": 200_000}  # the example loops' defaults
+#: A token budget past the model's window (claude-sonnet-5's 1M, several times over): the loops declared so reach
+#: the window in a long run instead of stopping at their budget first.
+CONTEXT_DECLARED = {"max_steps": 10, "deadline_s": 300, "max_total_tokens": 10_000_000}
 VERIFY: dict[str, tuple[dict[str, int], frozenset[str]]] = {
     name: (DECLARED, frozenset({invariant})) for name, (_, invariant) in DEFECTS.items()
 }
@@ -87,7 +94,18 @@ VERIFY.update({
     "durable_resend": (DECLARED, frozenset({"no_rerun", "limits"})),
     # retries a failing tool until it gives up and lets the last exception out, as tool_retry_on_error
     "typed_write_retried": (DECLARED, frozenset({"no_rerun", "tool_errors"})),
+    # its history reaches the window only with a budget past it (a long run's outputs)
+    "context_retried": (CONTEXT_DECLARED, frozenset({"request_valid"})),
 })
+
+#: The loops `verify` holds to the context claim (``verify(drive, context=True)``: every request inside the
+#: model's window), with a budget past the window: module -> the invariant ids that are a correct report of it,
+#: or None for a correct loop.  Not in `CORRECT`: the reference loops claim no context management (their honest
+#: end of a history past the window is the API's 400 and ``error``).
+CONTEXT: dict[str, frozenset[str] | None] = {
+    "context_unmanaged": frozenset({"request_valid"}),
+    "context_trimmed": None,
+}
 
 #: The rows `verify` tries as conversations (``verify(drive, turns=N)``): row -> the most user turns.  The
 #: correct loops run every turn through one history, so they are verified as conversations too.

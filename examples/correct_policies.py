@@ -14,7 +14,8 @@ policy does; this loop is there to keep them honest.  Per step it:
 * turns the SDK's retries off and keeps an error budget of its own: a failed
   call is retried after a backoff on the (virtual) clock, without re-running
   any tool, until ``ERROR_BUDGET`` calls have failed, then it stops with
-  ``error_budget``;
+  ``error_budget``; a request the API refused (400: malformed, or over the
+  context window) is never resent: it stops with ``error``;
 * otherwise does what `examples.correct_sync` does (all results in one user
   message, ``is_error`` for a tool that raised, a failed write reported and
   never retried, ``pause_turn`` continued, a refusal never resent, the stop
@@ -112,6 +113,8 @@ def run_agent(
                 tools=tools,
                 messages=messages,
             )
+        except anthropic.BadRequestError as exc:  # the same request is refused again: never resent (a 400)
+            return Outcome(reason="error", text=str(exc))
         except anthropic.APIError as exc:
             errors += 1
             if errors >= ERROR_BUDGET:

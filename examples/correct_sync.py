@@ -106,10 +106,12 @@ def run_agent(
     writes: frozenset[str] = frozenset(),
     history: list[MessageParam] | None = None,
     stop: Callable[[], bool] = lambda: False,
+    fit: Callable[[list[MessageParam]], None] | None = None,
 ) -> Outcome:
     """Run the task to an honest stop; returns why it stopped and the last text.
 
-    ``writes`` names the tools with side effects (for a declared ``max_writes``).
+    ``writes`` names the tools with side effects (for a declared ``max_writes``).  ``fit``, when given, is called
+    with the history before each model call, to keep it inside the context window (`examples.context_trimmed`).
     """
     max_steps, deadline_s, token_budget = budgets(limits)
     policies = StopPolicies(limits, writes)
@@ -123,6 +125,8 @@ def run_agent(
             return Outcome(reason="deadline", text=f"deadline of {deadline_s:g}s reached after {step} model calls")
         if used >= token_budget:
             return Outcome(reason="token_budget", text=f"{used} tokens used of a budget of {token_budget}")
+        if fit is not None:
+            fit(messages)
         try:
             reply = client.messages.create(
                 model=model,

@@ -46,6 +46,8 @@ _OPTIONS = (
     ("server_tools", "|".join(SERVER_TOOLS_CHOICES), (
         "whether simloop.verify's model runs server tools (server_tool_use blocks, pause_turn): when the request "
         "declares one (request, the default), whatever it declares (on), or never (off)")),
+    ("context", None, ("your loop keeps every request inside the model's context window (it trims, summarizes or "
+                       "compacts): simloop.verify holds it to that, and scenario files with requires: [context] run")),
     ("claims", "NAMES", ("the stop policies your loop honours as sim.limits declares them, comma-separated "
                          "(max_steps, deadline_s, max_total_tokens, max_tool_errors, max_writes, max_repeats): "
                          "scenario files that declare them run (the simloop_config limits count too)")),
@@ -168,22 +170,22 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "simloop(scenario=None, seed=None, max_examples=None, strict=True, drive=None, profile=None, turns=None, "
-        "abort=None, restarts=None, claims=None, tools=None, server_tools=None): "
+        "abort=None, restarts=None, context=None, claims=None, tools=None, server_tools=None): "
         "options of the simloop fixture for this test",
     )
     seed_cli, seed_ini = _given(config, "seed")
     seed, explicit = _session_seed(config, seed_cli, seed_ini)
     cli: dict[str, Any] = {}
     ini: dict[str, Any] = {}
-    for name in ("max_examples", "turns", "profile", "drive", "workers", "database", "abort", "restarts", "claims",
-                 "tools", "server_tools"):
+    for name in ("max_examples", "turns", "profile", "drive", "workers", "database", "abort", "restarts", "context",
+                 "claims", "tools", "server_tools"):
         for layer, value, where in zip((cli, ini), _given(config, name), ("--simloop-", "ini simloop_")):
             label = where + (name.replace("_", "-") if where.startswith("--") else name)
             if value is None:
                 continue
             if name in ("max_examples", "turns", "workers", "restarts"):
                 layer[name] = _positive(value, label)
-            elif name == "abort":
+            elif name in ("abort", "context"):
                 if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
                     raise pytest.UsageError(f"{label} is true or false, got {value!r}")
                 layer[name] = value.lower() in ("true", "1", "yes")
@@ -263,7 +265,7 @@ def simloop_config() -> dict[str, Any]:
     """Defaults for this test's ``simloop`` fixture; override it in conftest.py (like pytest-recording's vcr_config).
 
     Keys: drive, max_examples, profile, seed, strict, scenario, limits, tools (a list, or a tools file's path),
-    invariants, task, out_dir, turns, workers, database, abort, restarts, claims, server_tools.
+    invariants, task, out_dir, turns, workers, database, abort, restarts, context, claims, server_tools.
     The marker, the command line and the ini file win over it.
     """
     return {}

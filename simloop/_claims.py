@@ -3,7 +3,7 @@
 A scenario file may need something of the loop under test (`simloop.scenario.Scenario.needs`): a Stop
 button, a durable store that survives a crash, follow-up user turns, or a stop policy it honours as the
 run declares it.  A run states what the loop has with the names of `simloop.verify`'s arguments
-(``abort``, ``restarts``, ``turns``, ``limits``); a file that needs something not claimed is skipped with
+(``abort``, ``restarts``, ``turns``, ``context``, ``limits``); a file that needs something not claimed is skipped with
 its reason, never failed.  Claimed and missing, it fails as any broken invariant does.
 """
 
@@ -28,6 +28,7 @@ _WHAT = {
     "abort": "a Stop button (abort:)",
     "restarts": "a durable store that survives a crash (a crash fault)",
     "turns": "follow-up user turns (followups:)",
+    "context": "a loop that keeps its requests inside the context window (trims, summarizes or compacts)",
     "approvals": "a permission gate wired to sim.approve (approvals:)",
     "max_steps": "a step cap",
     "deadline_s": "a deadline",
@@ -40,16 +41,19 @@ _WHAT = {
 
 @dataclass(frozen=True, slots=True)
 class Claims:
-    """What the loop under test has: a Stop button, restarts, follow-up turns, the limits it honours.
+    """What the loop under test has: a Stop button, restarts, follow-up turns, context management, the limits
+    it honours.
 
     ``restarts`` and ``turns`` count as `simloop.verify`'s do: ``restarts >= 1`` claims a loop that resumes
-    from ``sim.store`` after a crash, ``turns >= 2`` one that takes follow-up turns.  ``limits`` names the
-    stop policies the loop honours as the run declares them (``sim.limits``).
+    from ``sim.store`` after a crash, ``turns >= 2`` one that takes follow-up turns.  ``context``: the loop
+    never sends a request beyond the model's context window (it trims, summarizes or compacts its history).
+    ``limits`` names the stop policies the loop honours as the run declares them (``sim.limits``).
     """
 
     abort: bool = False
     restarts: int = 0
     turns: int = 1
+    context: bool = False
     limits: frozenset[str] = field(default_factory=frozenset)
     approvals: bool = False
 
@@ -61,6 +65,8 @@ class Claims:
             return self.restarts >= 1
         if capability == "turns":
             return self.turns >= 2
+        if capability == "context":
+            return self.context
         if capability == "approvals":
             return self.approvals
         return capability in self.limits
@@ -123,6 +129,7 @@ def skip_reason(scenario: Scenario, missing: Iterable[str], *, surface: Surface)
         flags += ["abort=True"] if "abort" in missing else []
         flags += ["restarts=1"] if "restarts" in missing else []
         flags += [f"turns={turns}"] if "turns" in missing else []
+        flags += ["context=True"] if "context" in missing else []
         flags += ["approvals=True"] if "approvals" in missing else []
         flags += [f"limits={limits!r}"] if limits else []
         how = f"replay(..., {', '.join(flags)})"
@@ -132,6 +139,7 @@ def skip_reason(scenario: Scenario, missing: Iterable[str], *, surface: Surface)
         flags += [f"{prefix}abort"] if "abort" in missing else []
         flags += [f"{prefix}restarts{sep}1"] if "restarts" in missing else []
         flags += [f"{prefix}turns{sep}{turns}"] if "turns" in missing else []
+        flags += [f"{prefix}context"] if "context" in missing else []
         gates = ["approvals"] if "approvals" in missing else []
         flags += [f"{prefix}claims{sep}{','.join([*gates, *limits])}"] if gates or limits else []
         how = " ".join(flags)
@@ -154,6 +162,7 @@ def claim_flags(scenario: Scenario) -> str:
     flags = [" --abort"] if "abort" in needs else []
     flags += [" --restarts 1"] if "restarts" in needs else []
     flags += [f" --turns {1 + len(scenario.followups)}"] if "turns" in needs else []
+    flags += [" --context"] if "context" in needs else []
     limits = [c for c in needs if c in LIMIT_NAMES or c == "approvals"]
     flags += [f" --claims {','.join(limits)}"] if limits else []
     return "".join(flags)

@@ -68,7 +68,7 @@ __all__ = [
 #: The keys ``@pytest.mark.simloop(...)`` and ``simloop_config`` accept.
 OPTION_KEYS = (
     "scenario", "seed", "max_examples", "profile", "drive", "strict", "limits", "tools", "invariants", "task",
-    "out_dir", "turns", "workers", "database", "abort", "restarts", "claims", "server_tools",
+    "out_dir", "turns", "workers", "database", "abort", "restarts", "context", "claims", "server_tools",
 )
 #: The keys passed through to `simloop.verify` as defaults.
 _VERIFY_DEFAULTS = ("limits", "tools", "invariants", "task", "workers", "database", "server_tools")
@@ -129,6 +129,7 @@ class TestOptions:
     turns: int | None = None
     abort: bool | None = None  # the loop has a Stop button (verify presses it; files with abort: run)
     restarts: int | None = None  # the loop survives crashes (verify kills it; files with a crash fault run)
+    context: bool | None = None  # the loop keeps its requests inside the window (files requiring context run)
     claims: tuple[str, ...] = ()  # the stop policies it honours from sim.limits (files declaring them run)
     profile: str | None = None
     drive: Any = None  # a callable, a "pkg.module:function" spec, or None
@@ -183,6 +184,7 @@ def resolve_options(
         turns=pick("turns"),
         abort=pick("abort"),
         restarts=pick("restarts"),
+        context=pick("context"),
         claims=claimed_names(pick("claims"), where="claims (--simloop-claims, simloop_claims, simloop_config)"),
         profile=pick("profile"),
         drive=pick("drive"),
@@ -209,7 +211,7 @@ def _checked(values: Mapping[str, Any], where: str) -> dict[str, Any]:
             raise UsageError(f"{where}: seed must be a non-negative int, got {value!r}")
         if key in ("max_examples", "turns", "workers") and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise UsageError(f"{where}: {key} must be a positive int, got {value!r}")
-        if key in ("strict", "abort") and not isinstance(value, bool):
+        if key in ("strict", "abort", "context") and not isinstance(value, bool):
             raise UsageError(f"{where}: {key} must be True or False, got {value!r}")
         if key == "restarts" and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise UsageError(f"{where}: restarts must be an int >= 0, got {value!r}")
@@ -291,7 +293,7 @@ def looks_like_scenario(text: str) -> bool:
 def unclaimed(path: Path, options: TestOptions) -> str | None:
     """Why the scenario file at ``path`` is skipped (it needs what the test's options do not claim), or None.
 
-    The claims: ``abort``, ``restarts`` (>= 1), ``turns`` (>= 2), the names in ``claims`` (any of them, the
+    The claims: ``abort``, ``restarts`` (>= 1), ``turns`` (>= 2), ``context``, the names in ``claims`` (any of them, the
     stop policies included), and the stop policies declared in ``limits`` (a loop that declares a limit to `simloop.verify` honours it from sim.limits).
     """
     scenario = load_scenario(path)
@@ -301,6 +303,7 @@ def unclaimed(path: Path, options: TestOptions) -> str | None:
         abort=bool(options.abort) or "abort" in named,
         restarts=max(options.restarts or 0, 1 if "restarts" in named else 0),
         turns=max(options.turns or 1, 2 if "turns" in named else 1),
+        context=bool(options.context) or "context" in named,
         limits=frozenset(limits),
         approvals="approvals" in named,
     )
@@ -385,6 +388,8 @@ class SimloopFixture:
             kw["abort"] = self.options.abort
         if self.options.restarts is not None:
             kw["restarts"] = self.options.restarts
+        if self.options.context is not None:
+            kw["context"] = self.options.context
         kw.update(kwargs)
         if isinstance(kw.get("tools"), (str, Path)):  # --simloop-tools=FILE, or a path in simloop_config/the marker
             kw["tools"] = self._tools_file(kw["tools"])
@@ -413,11 +418,11 @@ class SimloopFixture:
         keywords win.  A file that needs what is not claimed skips the test, with the reason.
         """
         __tracebackhide__ = True
-        unknown = sorted(set(claims) - {"abort", "restarts", "turns", "limits", "approvals"})
+        unknown = sorted(set(claims) - {"abort", "restarts", "turns", "context", "limits", "approvals"})
         if unknown:
             raise UsageError(
                 f"simloop.replay() got an unexpected keyword {unknown[0]!r}; it takes seed, invariants, abort, "
-                "restarts, turns, limits and approvals"
+                "restarts, turns, context, limits and approvals"
             )
         claims = {**self._claims(), **claims}
         fn = self._drive(drive)
@@ -455,6 +460,8 @@ class SimloopFixture:
             out["restarts"] = max(o.restarts or 0, 1 if "restarts" in named else 0)
         if o.turns is not None or "turns" in named:
             out["turns"] = max(o.turns or 1, 2 if "turns" in named else 1)
+        if o.context is not None or "context" in named:
+            out["context"] = bool(o.context) or "context" in named
         if "approvals" in named:
             out["approvals"] = True
         declared = limit_names(o.verify_defaults.get("limits"), where="limits")

@@ -28,6 +28,7 @@ from simloop.models import ModelRequest
 from simloop.scenario import Abort, Approval, Expect, Fault, Limits, MaxTokensBody, Reply, Scenario, ToolCall, ToolSpec
 from simloop.strategies import (
     CUT_COUNTS,
+    LONG_OUTPUT_SHARE,
     Codec,
     Digits,
     Plan,
@@ -40,7 +41,8 @@ from simloop.strategies import (
     tool_fault_codec,
     usage_codec,
 )
-from simloop.transcript import Response, Transcript
+from simloop.transcript import Request, Response, Transcript
+from simloop.wire.validate import context_window
 
 __all__ = ["EMPTY_ANSWERS", "GeneratedFaults", "GeneratedModel", "to_scenario"]
 
@@ -311,6 +313,10 @@ class GeneratedFaults:
                 crash = Fault(tool=spec.name, kind="crash", call=nth)
                 self.fired.append(crash)
                 return crash
+        if self.plan.long:  # a long history: every output a large share of the window (drawing nothing)
+            fault = Fault(tool=spec.name, kind="huge_output", size=self._long_size(), call=nth)
+            self.fired.append(fault)
+            return fault
         if not self.plan.tool_fault_rate and not self.plan.slow:
             return None
         try:
@@ -327,6 +333,16 @@ class GeneratedFaults:
         fault = drawn.model_copy(update={"call": nth})
         self.fired.append(fault)
         return fault
+
+    def _long_size(self) -> int:
+        """A long run's output size in characters: `LONG_OUTPUT_SHARE` of the window of the model the loop last asked
+        for (the default window when none is known)."""
+        model: Any = None
+        for event in reversed(self.transcript.events if self.transcript is not None else []):
+            if isinstance(event, Request) and isinstance(event.body, dict):
+                model = event.body.get("model")
+                break
+        return int(LONG_OUTPUT_SHARE * context_window(model))
 
     def _draw(self, spec: ToolSpec) -> Fault | None:
         """In ``tool_fault_rate`` chances of ten a fault of the tool's kind; otherwise, in a slow run, a latency
@@ -393,6 +409,7 @@ def to_scenario(
     followups: Sequence[str] = (),
     abort: Abort | None = None,
     approvals: Sequence[Approval] | None = None,
+    requires: Sequence[str] = (),
 ) -> Scenario:
     """The run written down as a script that replays it, and that a correct loop replays cleanly.
 
@@ -403,7 +420,8 @@ def to_scenario(
     failing run ended, so the file is a regression test that passes once the loop is fixed; it is
     ``strict: false``, since a fixed loop may leave part of the failing run's script unused.  A conversation
     keeps the user's ``followups`` (the turns it took after the task), its replies served in order across them,
-    and a run at the permission gate the person's ``approvals``.
+    a run at the permission gate the person's ``approvals``, and ``requires`` what the run held the loop to
+    beyond the rest of the file (``context``: see Claims).
     """
     replies = list(served)
     then = "end_turn"
@@ -422,6 +440,7 @@ def to_scenario(
         limits=limits,
         abort=abort,
         approvals=list(approvals) if approvals is not None else None,
+        requires=list(requires),  # type: ignore[arg-type]
         expect=Expect(violations=[]),
         strict=False,  # the fixed loop may stop before the failing run's script is used up: that is the point
     )

@@ -100,11 +100,13 @@ INVARIANT_IDS = (
 LIMIT_NAMES = ("max_steps", "deadline_s", "max_total_tokens", "max_tool_errors", "max_writes", "max_repeats")
 #: What a scenario may need of the loop under test (``requires:``), named as `simloop.verify`'s arguments:
 #: ``abort`` (a Stop button), ``restarts`` (a durable store that survives a crash), ``turns`` (follow-up user
-#: turns), and each of `LIMIT_NAMES` (the loop honours that limit as the run declares it, ``sim.limits``).
-#: ``approvals``: the loop asks a person (``sim.approve``) before each call of a tool that needs approval.
-CAPABILITIES = ("abort", "restarts", "turns", "approvals", *LIMIT_NAMES)
+#: turns), ``context`` (it keeps every request inside the model's context window: it trims, summarizes or
+#: compacts its history) and each of `LIMIT_NAMES` (the loop honours that limit as the run declares it,
+#: ``sim.limits``).  ``approvals``: the loop asks a person (``sim.approve``) before each call of a tool that
+#: needs approval.
+CAPABILITIES = ("abort", "restarts", "turns", "context", "approvals", *LIMIT_NAMES)
 Capability = Literal[
-    "abort", "restarts", "turns", "approvals",
+    "abort", "restarts", "turns", "context", "approvals",
     "max_steps", "deadline_s", "max_total_tokens", "max_tool_errors", "max_writes", "max_repeats",
 ]
 _TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
@@ -958,7 +960,7 @@ _EXPECTED = {
     "kind": "one of " + ", ".join(FaultKinds),
     "tools.kind": "one of read, write",  # a tool's kind, not a fault's
     "then": "one of end_turn, repeat_last, fail",
-    "requires": "one of abort, restarts, turns, approvals, " + ", ".join(LIMIT_NAMES),
+    "requires": "one of abort, restarts, turns, context, approvals, " + ", ".join(LIMIT_NAMES),
 }
 
 

@@ -162,6 +162,7 @@ class Sim:
                 limits_from=dict.fromkeys(self.limits.model_dump(exclude_none=True), declared_by),
                 tools={t.name: t.kind for t in self.scenario.tools},
                 approval=list(self.scenario.gated_tools) if self.scenario.approval_policy else None,
+                context="context" in self.scenario.requires,
             )
         )
         guard = self._guard

@@ -509,6 +509,9 @@ class Plan:
     may report budget-breaking token usage.  ``ending_repeats``: the model
     repeats its ending this many times in a row (cut off again when the loop
     retries with more room, paused again, refusing again) before it answers.
+    ``long``: every tool output is large (a quarter of the model's context window, see `LONG_OUTPUT_SHARE`), so
+    a history that keeps them all outgrows the window within a few steps: what a loop without trimming,
+    summarizing or compaction meets in a long task.
     Hazards are per run, so most runs are plain and reach their ending.
     """
 
@@ -522,6 +525,13 @@ class Plan:
     heavy: bool = False
     deadline_s: float | None = None
     ending_repeats: int = 1
+    long: bool = False
+
+
+#: A long run's tool output, as a share of the model's context window in characters (a quarter of the window in
+#: tokens, at about four characters a token): a history keeping them all crosses the window within five rounds of
+#: one call (a long run has five to eight), sooner with parallel calls.
+LONG_OUTPUT_SHARE = 1.0
 
 
 def weighted(options: Sequence[tuple[Any, int]]) -> st.SearchStrategy[Any]:
@@ -559,6 +569,7 @@ def plans(
     tool_fault_rates: Sequence[tuple[int, int]] = _RATES,
     ending_repeats: Sequence[tuple[int, int]] = _REPEATS,
     deadline_s: float | None = None,
+    long: Sequence[tuple[bool, int]] = ((False, 1),),
 ) -> st.SearchStrategy[Plan]:
     """The model's behaviour for one run; shrinks towards a model that finishes at once with no faults.
 
@@ -571,7 +582,7 @@ def plans(
     call only of its own tools; otherwise the same text as a plain answer (or a cut text).
     The other keywords weigh the run-level hazards as ``(value, weight)`` pairs: an API outage,
     slow replies, budget-breaking usage, the chance in ten of API and tool faults, and how many times
-    in a row the ending comes (``ending_repeats``).  ``faults=False`` turns every fault off.  ``deadline_s`` is the deadline the loop declares: slow
+    in a row the ending comes (``ending_repeats``), and long histories (``long``: large tool outputs).  ``faults=False`` turns every fault off.  ``deadline_s`` is the deadline the loop declares: slow
     runs aim their latencies at it (see `slow_latencies`).
     """
 
@@ -590,11 +601,12 @@ def plans(
     fault_rate_of = _choice(fault_rates) if faults else 0
     tool_fault_rate_of = _choice(tool_fault_rates) if faults else 0
     repeats_of = _choice(ending_repeats)
+    long_of = _choice(long)
 
-    # in the order they are drawn
+    # in the order they are drawn (a new field last, and a constant by default: the others' draws stay as they were)
     fields = {"outage": outage_of, "persona": persona_of, "slow": slow_of, "heavy": heavy_of, "steps": steps_of,
               "ending": ending_of, "ending_repeats": repeats_of, "fault_rate": fault_rate_of,
-              "tool_fault_rate": tool_fault_rate_of}
+              "tool_fault_rate": tool_fault_rate_of, "long": long_of}
     if not any(isinstance(f, st.SearchStrategy) for f in fields.values()):
         return st.just(Plan(**fields, deadline_s=deadline_s))  # nothing left to choose
 
@@ -617,7 +629,8 @@ def stages(**narrow: Any) -> list[tuple[str, st.SearchStrategy[Plan], int]]:
 
     Each stage makes one kind of run certain: a search of 200 mixed examples can, by the luck of
     the engine, draw few stuck models or outages, while a defect that only such a run shows must be
-    caught every time.  The last stage mixes everything, for the bugs that need several hazards.
+    caught every time.  The last stage mixes everything, for the bugs that need several hazards (all but
+    long histories, which have a stage of their own: their requests are large).
     ``narrow`` is passed to every `plans` call (e.g. ``ending_kinds=...``, or the loop's
     ``deadline_s``, which the slow runs aim their reply and tool latencies at).
     """
@@ -634,7 +647,8 @@ def stages(**narrow: Any) -> list[tuple[str, st.SearchStrategy[Plan], int]]:
         ("stuck", plans(**{**calm, "personas": (("stuck", 1),), **narrow}), 1),
         ("wanders", plans(**{**calm, "personas": (("wanders", 1),), **narrow}), 1),
         ("outage", plans(**{**finishing, "outages": ((Reply(error=529), 1),), **narrow}), 1),
-        ("mixed", plans(**narrow), 5),
+        ("long", plans(**{**finishing, "min_steps": 5, "max_steps": 8, "long": ((True, 1),), **narrow}), 1),
+        ("mixed", plans(**narrow), 4),
     ]
 
 

@@ -58,6 +58,8 @@ class Header:
 
     ``limits_from`` maps each declared limit to ``"loop"`` (given by the run: `simloop.verify`'s ``limits``,
     ``Sim(limits=...)``) or ``"scenario"`` (the scenario's own ``limits:``); older transcripts have none.
+    ``context``: the loop claims it keeps its requests inside the model's context window (the scenario
+    ``requires: [context]``, `simloop.verify`'s ``context=True``), so a prompt refused as too long is a violation.
     """
 
     scenario: str
@@ -67,6 +69,7 @@ class Header:
     tools: dict[str, str] = field(default_factory=dict)  # name -> "read" | "write"
     # the tools whose calls need a person's yes first, when the run has the approval policy (None: it has not)
     approval: list[str] | None = None
+    context: bool = False
     version: int = VERSION
     type: str = "header"
 

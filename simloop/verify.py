@@ -59,7 +59,7 @@ def verify(
     out_dir: str | Path = DEFAULT_OUT, settings: Settings | None = None,
     recorded: str | Path | Any = None, turns: int = 1, abort: bool = False, restarts: int = 0, workers: int = 1,
     database: str | Path | Any = None, network: NetworkPolicy = "block", server_tools: ServerTools = "request",
-    approvals: bool = False,
+    approvals: bool = False, context: bool = False,
 ) -> Report:
     """Property-test ``drive`` under generated model behaviours, API faults, tool faults, latencies and timings.
 
@@ -71,14 +71,17 @@ def verify(
       ``max_writes``, ``max_repeats``: see `simloop.Limits`), to which the ``limits`` invariant holds it;
     * ``plan``: a strategy of model behaviours (`simloop.strategies.plans`) for the whole budget; by default the
       budget is split over `simloop.strategies.stages`, interleaved so that every kind of run (faults, outages,
-      stuck models, slow and heavy runs) comes within the first ~20 examples at any budget;
+      stuck models, slow and heavy runs, long histories) comes within the first ~20 examples at any budget;
     * ``recorded``: a cassette (a path or a `simloop.cassettes.Recording`) whose real replies, tools and task are
       kept and faulted; a failure shrinks to "the recording, plus these faults";
     * ``turns``: one to that many user turns a run, through one history (docs/design.md, Conversations);
       ``abort``: the user's Stop, pressed once a run at a drawn point (Abort); ``restarts``: up to that many
       process deaths a run on drawn writes, the drive run again with ``sim.store`` kept (Crash and restart);
       ``approvals``: the loop asks ``sim.approve`` before each call that needs a person's yes, and a person who
-      approves, denies, answers late or is away is drawn each run (Approvals).
+      approves, denies, answers late or is away is drawn each run (Approvals); ``context``: the loop claims it
+      keeps every request inside the model's context window (it trims, summarizes or compacts), so a request the
+      API refuses as too long is a violation (Claims).  Without it, a run whose history outgrows the window may
+      end with the API's 400 and an honest ``error``.
     * ``server_tools``: whether the model runs server tools (``server_tool_use`` blocks, ``pause_turn``):
       ``"request"`` (the default) only when the request declares one, ``"on"`` whatever it declares (its
       declared kind, else ``web_search``: for a loop whose server tools are added on the way, e.g. by a
@@ -188,7 +191,7 @@ def _campaign(
     )
     world = World.of(
         drive, tools=tools, limits=limits, task=task, plan=plan, recorded=recorded, turns=turns, abort=abort,
-        restarts=restarts, server_tools=server_tools, approvals=approvals,
+        restarts=restarts, server_tools=server_tools, approvals=approvals, context=context,
     )
     return Campaign(drive, world, search)
 
@@ -217,6 +220,7 @@ def replay(
     turns: int | None = None,
     limits: Limits | Mapping[str, Any] | Iterable[str] | None = None,
     approvals: bool | None = None,
+    context: bool | None = None,
 ) -> Report:
     """Re-run a saved scenario and re-check it; raises `InvariantViolation` if the loop still breaks it.
 
@@ -229,9 +233,10 @@ def replay(
     file's tool ``function:`` paths name functions of your own modules
     (docs/security.md); ``network`` is `Sim`'s.
 
-    ``abort``, ``restarts``, ``turns`` and ``limits`` say what the loop has, with `verify`'s names: a Stop
-    button (``abort=True``), a store it resumes from after a crash (``restarts >= 1``), follow-up turns
-    (``turns >= 2``), a permission gate wired to ``sim.approve`` (``approvals=True``), the stop policies it honours as ``sim.limits`` declares them (``limits``: names, or a
+    ``abort``, ``restarts``, ``turns``, ``context`` and ``limits`` say what the loop has, with `verify`'s names: a
+    Stop button (``abort=True``), a store it resumes from after a crash (``restarts >= 1``), follow-up turns
+    (``turns >= 2``), context management (``context=True``), a permission gate wired to ``sim.approve``
+    (``approvals=True``), the stop policies it honours as ``sim.limits`` declares them (``limits``: names, or a
     `Limits` whose declared fields count).  A file that needs one of them (its ``requires:``, see
     `Scenario.needs`) that the loop does not have is not run: the returned report's ``skipped`` says why and
     what to pass.  Left out (None), the file's need is taken as met: you chose to replay this file.
@@ -241,7 +246,9 @@ def replay(
         simloop.replay(drive, "scenarios/one-write.yaml", abort=False, limits=["max_steps"])  # skipped: a write budget
     """
     scenario = load_scenario(path, allow_functions=allow_functions)
-    unclaimed = _claims(abort=abort, restarts=restarts, turns=turns, limits=limits, approvals=approvals).missing(scenario)
+    unclaimed = _claims(
+        abort=abort, restarts=restarts, turns=turns, context=context, limits=limits, approvals=approvals,
+    ).missing(scenario)
     if unclaimed:
         reason = skip_reason(scenario, unclaimed, surface="python")
         return Report(violations=[], checked=tuple(invariant_ids(invariants)), skipped=reason)
@@ -263,7 +270,7 @@ def replay(
 
 
 def _claims(
-    *, abort: bool | None, restarts: int | None, turns: int | None,
+    *, abort: bool | None, restarts: int | None, turns: int | None, context: bool | None,
     limits: Limits | Mapping[str, Any] | Iterable[str] | None, approvals: bool | None = None,
 ) -> Claims:
     """What `replay`'s caller says the loop has; what is left out (None) is taken as there."""
@@ -271,6 +278,7 @@ def _claims(
         abort=True if abort is None else bool(abort),
         restarts=1 if restarts is None else restarts,
         turns=2 if turns is None else turns,
+        context=True if context is None else bool(context),
         limits=frozenset(LIMIT_NAMES) if limits is None else limit_names(limits, where="replay(limits=...)"),
         approvals=True if approvals is None else bool(approvals),
     )

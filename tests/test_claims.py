@@ -66,7 +66,7 @@ def test_an_unknown_requirement_is_reported_with_its_line() -> None:
     with pytest.raises(simloop.ScenarioError) as info:
         Scenario.from_yaml("version: 1\ntask: x\nrequires: [abort, stop_button]\n", path="s.yaml")
     assert str(info.value) == (
-        "s.yaml:3: requires[1]: expected one of abort, restarts, turns, approvals, max_steps, deadline_s, max_total_tokens, "
+        "s.yaml:3: requires[1]: expected one of abort, restarts, turns, context, approvals, max_steps, deadline_s, max_total_tokens, "
         "max_tool_errors, max_writes, max_repeats, got 'stop_button'"
     )
 
@@ -86,7 +86,7 @@ def test_claims_count_restarts_and_turns_as_verify_does() -> None:
         "abort", "restarts", "turns", "max_steps"
     )
     assert not Claims(turns=1).has("turns") and not Claims(restarts=0).has("restarts")
-    everything = Claims(abort=True, restarts=1, turns=2, limits=frozenset(LIMIT_NAMES), approvals=True)
+    everything = Claims(abort=True, restarts=1, turns=2, context=True, limits=frozenset(LIMIT_NAMES), approvals=True)
     assert everything.names() == CAPABILITIES
 
 
@@ -159,7 +159,7 @@ def test_each_defect_is_still_caught_by_its_file_under_the_claims_it_needs(
 def test_run_refuses_a_claim_it_does_not_know(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", str(SCENARIOS / "happy-path.yaml"), "--drive", PLAIN, "--claims", "max_step"]) == 2
     assert (
-        "--claims: 'max_step' is not something a loop can claim; give any of abort, restarts, turns, approvals, max_steps, "
+        "--claims: 'max_step' is not something a loop can claim; give any of abort, restarts, turns, context, approvals, max_steps, "
         "deadline_s, max_total_tokens, max_tool_errors, max_writes, max_repeats (e.g. max_steps,deadline_s)"
     ) in capsys.readouterr().err
 
@@ -338,7 +338,7 @@ def test_plugin_refuses_an_unknown_claim(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines([("@pytest.mark.simloop(...): claims: 'max_step' is not something a loop can claim; "
-                                 "give any of abort, restarts, turns, approvals, max_steps, *")])
+                                 "give any of abort, restarts, turns, context, approvals, max_steps, *")])
     cli = pytester.runpytest("-p", "no:cacheprovider", "--simloop-claims=abort,bogus", "scenarios")
     cli.stdout.fnmatch_lines([("simloop: claims (--simloop-claims, simloop_claims, simloop_config): 'bogus' is not "
                               "something a loop can claim; *")])

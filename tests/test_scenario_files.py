@@ -17,7 +17,7 @@ from types import ModuleType
 
 import pytest
 
-from examples.catalogue import CORRECT, DEFECTS
+from examples.catalogue import CONTEXT, CORRECT, DEFECTS
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "scenarios"
@@ -106,8 +106,9 @@ def test_loop_module_exposes_drive_and_loop(name: str) -> None:
 
 
 def test_every_loop_module_is_catalogued() -> None:
-    assert sorted(LOOP_MODULES) == sorted([*CORRECT, *DEFECTS])
+    assert sorted(LOOP_MODULES) == sorted([*CORRECT, *DEFECTS, *CONTEXT])
     assert not set(CORRECT) & set(DEFECTS)
+    assert not set(CONTEXT) & ({*CORRECT} | set(DEFECTS))
 
 
 @pytest.mark.parametrize("defect", sorted(DEFECTS))

@@ -93,6 +93,7 @@ class Failure:
             followups=sim.scenario.followups[: max(sim.user_turns.started - 1, 0)],
             abort=sim.scenario.abort if sim.transcript.of(AbortEvent) else None,
             approvals=sim.scenario.approvals,
+            requires=["context"] if "context" in sim.scenario.requires else [],
         )
 
     def _message(self, scenario: Scenario, path: Path, timeline: str, replay: str, *, seed: int | None) -> str:

@@ -96,6 +96,7 @@ class World:
     restarts: int = 0
     server_tools: ServerTools = "request"
     approvals: bool = False
+    context: bool = False
 
     @classmethod
     def of(
@@ -103,6 +104,7 @@ class World:
         task: str, plan: st.SearchStrategy[Plan] | None, recorded: Any, turns: int, abort: bool, restarts: int,
         server_tools: ServerTools = "request",
         approvals: bool = False,
+        context: bool = False,
     ) -> World:
         """`verify`'s world arguments as a `World`; a wrong one is a `UsageError` saying what to give."""
         if isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
@@ -134,9 +136,12 @@ class World:
             recording = load_recording(recorded, kinds=kinds)
             base = recording.scenario.model_copy(update={"name": name, "limits": declared, "expect": None})
             specs = list(base.tools)
+        if context:  # the loop claims it keeps its requests inside the window: each run, and its saved failure, says so
+            base = base.model_copy(update={"requires": sorted({*base.requires, "context"})})
         return cls(
             name=name, task=task, tools=tuple(specs), limits=declared, scenario=base, plan=plan, recording=recording,
             turns=turns, abort=bool(abort), restarts=restarts, server_tools=server_tools, approvals=bool(approvals),
+            context=bool(context),
         )
 
     def stages(self, max_examples: int) -> list[Stage]:
@@ -170,6 +175,7 @@ class World:
             + ((self.restarts,) if self.restarts else ())
             + ((f"server_tools={self.server_tools}",) if self.server_tools != "request" else ())
             + (("approvals",) if self.approvals else ())
+            + (("context",) if self.context else ())
         ).encode()
 
     def draw(self, draw: Draw, strategy: st.SearchStrategy[Any]) -> Run:
@@ -212,6 +218,8 @@ class World:
             run.model.lives = functools.partial(getattr, sim, "lives")
         if self.turns > 1 and isinstance(run.model, GeneratedModel):
             run.model.turn = functools.partial(getattr, sim.user_turns, "started")
+        if self.recording is not None and not isinstance(run.model, GeneratedModel) and run.scenario.followups:
+            run.model.turn = functools.partial(getattr, sim.user_turns, "started")  # a recorded conversation
 
     def _policies(
         self, draw: Draw, chosen: Any, turns: list[tuple[Plan, bool]] | None

@@ -392,8 +392,13 @@ def _conversations(calls: list[RecordedCall]) -> list[list[RecordedCall]]:
 def _followups(calls: list[RecordedCall]) -> list[str]:
     """The user's messages after each finished turn: the text a request adds after the answer of a call that
     ended its turn (not ``tool_use`` or ``pause_turn``, whose next request carries results or a continuation)."""
-    out: list[str] = []
-    for before, call in pairwise(calls):
+    return [text for _, text in _turn_starts(calls)]
+
+
+def _turn_starts(calls: list[RecordedCall]) -> list[tuple[int, str]]:
+    """Where each later user turn begins: (the index in ``calls`` of its first call, the user's text)."""
+    out: list[tuple[int, str]] = []
+    for i, (before, call) in enumerate(pairwise(calls), start=1):
         finished = isinstance(before.answer, Turn) and before.answer.stop_reason not in ("tool_use", "pause_turn")
         messages = call.request.get("messages")
         last = messages[-1] if isinstance(messages, list) and messages else None
@@ -401,8 +406,16 @@ def _followups(calls: list[RecordedCall]) -> list[str]:
             continue
         text = _text_of(last.get("content"))
         if text:
-            out.append(text)
+            out.append((i, text))
     return out
+
+
+def replies_by_turn(recording: Recording) -> list[list[Reply]]:
+    """The recorded replies of the scenario's conversation, one list per user turn (the task's, then each
+    follow-up's, as `Scenario.followups` lists them): what `verify(recorded=...)` serves each turn."""
+    calls = recording.conversation or recording.calls
+    starts = [0, *(i for i, _ in _turn_starts(calls)), len(calls)]
+    return [[c.reply for c in calls[a:b] if c.reply is not None] for a, b in pairwise(starts)]
 
 
 def _stem(path: str | os.PathLike[str]) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from simloop.cassettes._convert import Source, load_recording
+from simloop.cassettes._convert import Source, load_recording, replies_by_turn
 from simloop.models import ModelRequest
 from simloop.scenario import MaxTokensBody, PauseTurnBody, Reply
 from simloop.strategies import Plan, api_faults, latencies
@@ -73,16 +73,29 @@ class FaultedRecording:
     at ``max_tokens``.  Replies are served in the scenario form (`RecordedCall.reply`), so ``served``
     is exactly the script that replays the run (`simloop.generated.to_scenario`).  Past the end of
     the recording it answers ``end_turn: "Done."``; requests are not compared (faults change them).
+
+    A recorded conversation (follow-up user turns) is served turn by turn: ``turn()`` (the Sim's turns begun)
+    says which turn the loop is in, and each turn gets that turn's recorded replies in order, then
+    ``end_turn: "Done."`` if it asks for more (a retry after a fault); a turn the loop begins before it used up
+    the last one's replies starts at its own first reply, so a loop that stopped early is never answered with
+    another turn's tool calls.
     """
 
-    def __init__(self, source: Source, draw: Draw, plan: FaultPlan) -> None:
+    def __init__(self, source: Source, draw: Draw, plan: FaultPlan, *, turn: Callable[[], int] | None = None) -> None:
         self.recording = load_recording(source)
-        self.replies = [c.reply for c in self.recording.calls if c.reply is not None]
+        self.turns = replies_by_turn(self.recording)
         self.draw = draw
         self.plan = plan
+        self.turn = turn
         self.served: list[Reply] = []
         self._burst: list[Reply] = []
-        self._pos = 0
+        self._turn = 0  # which of `turns` is being served (0-based)
+        self._pos = 0  # the next reply of that turn
+
+    @property
+    def replies(self) -> list[Reply]:
+        """Every recorded reply of the conversation, in order."""
+        return [r for turn in self.turns for r in turn]
 
     def reply(self, request: ModelRequest) -> Reply:
         reply = self._next()
@@ -99,6 +112,9 @@ class FaultedRecording:
         return bool(rate) and self.draw(_GATE) >= 10 - rate
 
     def _next(self) -> Reply:
+        begun = self.turn() - 1 if self.turn is not None else 0
+        if begun > self._turn:  # a new user turn: its own replies, from its first (none owed from the last)
+            self._turn, self._pos, self._burst = begun, 0, []
         if self._burst:
             return self._burst.pop()
         if self._gate(self.plan.api_fault_rate):
@@ -106,9 +122,10 @@ class FaultedRecording:
             one = fault.model_copy(update={"repeat": 1})
             self._burst = [one] * (int(fault.repeat) - 1)
             return one
-        if self._pos >= len(self.replies):
+        replies = self.turns[self._turn] if self._turn < len(self.turns) else []
+        if self._pos >= len(replies):
             return Reply(end_turn="Done.")
-        reply = self.replies[self._pos]
+        reply = replies[self._pos]
         self._pos += 1
         if reply.kind == "error":
             return reply

@@ -1,7 +1,7 @@
 """``simloop run``: replay scenario files through a loop, one line a file, and hold each to its ``expect:``.
 
-A file that needs what the loop does not claim (``--abort``, ``--restarts``, ``--turns``, ``--claims``) is
-skipped with its reason; a file that cannot be run is reported and the batch goes on.
+A file that needs what the loop does not claim (``--abort``, ``--restarts``, ``--turns``, ``--context``,
+``--claims``) is skipped with its reason; a file that cannot be run is reported and the batch goes on.
 """
 
 from __future__ import annotations
@@ -73,12 +73,18 @@ __all__ = ["run"]
     help="Your loop takes conversations of up to N user turns (2 or more: it takes follow-ups, sim.user_turns).",
 )
 @click.option(
+    "--context",
+    is_flag=True,
+    default=False,
+    help="Your loop keeps every request inside the model's context window (trims, summarizes or compacts).",
+)
+@click.option(
     "--claims",
     "claimed",
     multiple=True,
     metavar="NAMES",
     help="The stop policies your loop honours as sim.limits declares them, comma-separated: "
-    + ", ".join(LIMIT_NAMES) + " (abort, restarts and turns are accepted too).",
+    + ", ".join(LIMIT_NAMES) + " (abort, restarts, turns and context are accepted too).",
 )
 @TOOLS
 @NETWORK
@@ -86,7 +92,8 @@ __all__ = ["run"]
 @ends_commands
 def run(
     paths: Sequence[str], drive_spec: str | None, command: str | None, seed: int, trace: str | None, verbose: bool,
-    allow_functions: bool, abort: bool, restarts: int, turns: int, claimed: tuple[str, ...], tools_file: str | None,
+    allow_functions: bool, abort: bool, restarts: int, turns: int, context: bool, claimed: tuple[str, ...],
+    tools_file: str | None,
     network: str,
 ) -> int:
     """Replay scenario files (or folders of *.yaml) through DRIVE, one line each.
@@ -111,7 +118,7 @@ def run(
     else:
         assert drive_spec is not None
         fn = load_drive(drive_spec)
-    claims = _claims(abort=abort, restarts=restarts, turns=turns, claimed=claimed)
+    claims = _claims(abort=abort, restarts=restarts, turns=turns, context=context, claimed=claimed)
     tools = load_tools(tools_file)
     files = _scenario_files(paths)
     if not files:
@@ -175,8 +182,9 @@ def _trace_names(files: Sequence[Path]) -> dict[Path, Path]:
     return {p: name if taken[name] == 1 else name.with_name(p.name + ".jsonl") for p, name in names.items()}
 
 
-def _claims(*, abort: bool, restarts: int, turns: int, claimed: Sequence[str]) -> Claims:
-    """What ``simloop run``'s flags claim of the loop: --abort, --restarts N, --turns N and --claims NAMES."""
+def _claims(*, abort: bool, restarts: int, turns: int, context: bool, claimed: Sequence[str]) -> Claims:
+    """What ``simloop run``'s flags claim of the loop: --abort, --restarts N, --turns N, --context and --claims
+    NAMES."""
     from simloop._claims import Claims, claimed_names
 
     try:
@@ -187,6 +195,7 @@ def _claims(*, abort: bool, restarts: int, turns: int, claimed: Sequence[str]) -
         abort=abort or "abort" in names,
         restarts=max(restarts, 1 if "restarts" in names else 0),
         turns=max(turns, 2 if "turns" in names else 1),
+        context=context or "context" in names,
         limits=frozenset(n for n in names if n in LIMIT_NAMES),
         approvals="approvals" in names,
     )

@@ -115,6 +115,13 @@ __all__ = ["verify"]
     "whatever it declares (for server tools added on the way, e.g. by a gateway), or never.",
 )
 @click.option(
+    "--context",
+    is_flag=True,
+    default=False,
+    help="Your loop keeps every request inside the model's context window (it trims, summarizes or compacts): "
+    "a prompt the API refuses as too long is then a violation.",
+)
+@click.option(
     "--max-steps", type=click.IntRange(min=1, max=MAX_COUNT), default=None, help="The step cap your loop declares."
 )
 @click.option(
@@ -190,6 +197,7 @@ def verify(
     restarts: int,
     tools_file: str | None,
     server_tools: str,
+    context: bool,
     max_steps: int | None,
     deadline_s: float | None,
     max_total_tokens: int | None,
@@ -262,6 +270,7 @@ def verify(
                     abort=abort,
                     approvals=approvals,
                     restarts=restarts,
+                    context=context,
                     workers=workers,
                     database=database,
                     network=network,  # type: ignore[arg-type]

@@ -30,7 +30,10 @@ from simloop.transcript import (
     TurnStart,
 )
 
-__all__ = ["MESSAGES_PATH", "REASONS", "Invariant", "Split", "TurnSlice", "Violation", "per_turn", "result_text", "turn_slices"]
+__all__ = [
+    "MESSAGES_PATH", "REASONS", "Invariant", "Split", "TurnSlice", "Violation", "per_turn", "result_text", "too_large",
+    "turn_slices",
+]
 
 #: The outcome reasons a loop may declare (docs/design.md, Outcome reasons).
 REASONS = (
@@ -40,6 +43,13 @@ REASONS = (
 MESSAGES_PATH = "/v1/messages"
 _FINAL_STOPS = ("end_turn", "stop_sequence")
 _SIZE_HINTS = ("prompt is too long", "context window", "request_too_large", "too large")
+
+
+def too_large(resp: Response) -> bool:
+    """Whether the API refused this request for its size: the prompt over the context window, or a 413."""
+    rej = resp.rejection or {}
+    status = int(rej.get("status") or resp.status)
+    return status == 413 or any(h in f"{rej.get('message', '')} {rej.get('type', '')}".lower() for h in _SIZE_HINTS)
 
 
 @dataclass(frozen=True, slots=True)

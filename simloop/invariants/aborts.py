@@ -3,7 +3,7 @@ history the next turn can send)."""
 
 from __future__ import annotations
 
-from simloop.invariants._base import _FINAL_STOPS, MESSAGES_PATH, Violation, _is_reply, _view
+from simloop.invariants._base import _FINAL_STOPS, MESSAGES_PATH, Violation, _is_reply, _view, too_large
 from simloop.transcript import AbortEvent, OutcomeEvent, Request, Response, Restart, ToolStart, Transcript, TurnStart
 
 __all__ = ["abort"]
@@ -67,7 +67,8 @@ def _after_stop(t: Transcript, at: int, event: AbortEvent) -> list[Violation]:
     if nxt is not None and isinstance(t.events[nxt], TurnStart):
         first = next((e for e in t.events[nxt:] if isinstance(e, Request) and e.path == MESSAGES_PATH), None)
         answer = t.response_to(first.index) if first is not None else None
-        if first is not None and isinstance(answer, Response) and answer.kind == "rejected":
+        # (a prompt refused for its size is the window's, not the aborted turn's: see request_valid)
+        if first is not None and isinstance(answer, Response) and answer.kind == "rejected" and not too_large(answer):
             why = (answer.rejection or {}).get("message", "")
             message = (f"the history the aborted turn left was refused on the next turn (400: {why}); a correct loop "
                        "leaves no tool_use without its result and no empty assistant message when it stops")

@@ -7,8 +7,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from simloop.invariants._base import _SIZE_HINTS, Violation
-from simloop.transcript import Response, Transcript
+from simloop.invariants._base import MESSAGES_PATH, Violation, too_large
+from simloop.transcript import Request, Response, Restart, Transcript, TurnStart
 
 __all__ = ["pairing", "request_valid"]
 
@@ -203,7 +203,10 @@ def _api_path(path: Any) -> str | None:
 def request_valid(t: Transcript) -> list[Violation]:
     """No request is rejected by the API for a reason other than pairing (its own invariant) or size.
 
-    The same rejection coming back for later requests is reported once, with the count.
+    The same rejection coming back for later requests is reported once, with the count.  A request refused for
+    its size (the context window, a 413) is the API's honest answer to a history that outgrew the window: a
+    loop may stop there (reason ``error``), but not send the refused prompt again unchanged, and a loop that
+    claims it manages its context (the transcript's ``context``) never sends one at all (`_size_refusals`).
     """
     requests = {r.index: r for r in t.requests}
     groups: dict[tuple[str, str, str | None], list[Response]] = {}
@@ -212,9 +215,8 @@ def request_valid(t: Transcript) -> list[Violation]:
             continue
         rej = resp.rejection or {}
         text = str(rej.get("message", ""))
-        status = int(rej.get("status") or resp.status)
-        if status == 413 or any(h in f"{text} {rej.get('type', '')}".lower() for h in _SIZE_HINTS):
-            continue  # answered as the real API does; not a malformed request
+        if too_large(resp):
+            continue  # answered as the real API does; not a malformed request (see _size_refusals)
         req = requests.get(resp.index)
         if req is not None and _pairing_offences(req.conversation):
             continue  # reported (once) by `pairing`
@@ -231,5 +233,67 @@ def request_valid(t: Transcript) -> list[Violation]:
         )
         evidence = {"request": resp.index, "path": path, "status": status, "type": kind, "api_message": text}
         out.append(Violation("request_valid", message, req.call if req else resp.call, evidence))
-    return out
+    return out + _size_refusals(t, requests)
+
+
+#: What a correct loop does about a history that outgrows the model's context window.
+CONTEXT_FIX = "trim old tool results, summarize the history, or use compaction"
+
+
+def _prompt(req: Request) -> tuple[Any, Any, Any]:
+    """What a request asks the model to read: its messages, system prompt and tools (the settings left out)."""
+    body = req.body if isinstance(req.body, dict) else {}
+    return req.conversation, body.get("system"), body.get("tools")
+
+
+def _size_refusals(t: Transcript, requests: dict[int, Request]) -> list[Violation]:
+    """The requests refused for their size that a loop should not have sent.
+
+    With the ``context`` claim, the first one (and how many followed): the loop said it keeps every request
+    inside the window.  Without it, a refused prompt sent again unchanged within the same user turn and life
+    (it can only be refused again): the first resend, with the count.  The prompts are compared as the
+    transcript holds them (equal lists and strings), never serialised again.
+    """
+    refused = [resp for resp in t.responses if resp.kind == "rejected" and too_large(resp)]
+    if not refused:
+        return []
+    if t.header.context:
+        first = refused[0]
+        req = requests.get(first.index)
+        text = str((first.rejection or {}).get("message", ""))
+        more = f" ({len(refused) - 1} more request(s) refused so)" if len(refused) > 1 else ""
+        message = (
+            f'the API refused the request as too long ("{text}"){more}, and the loop claims it manages its context '
+            f"(context=True, requires: [context]); a correct loop keeps every request inside the model's window: "
+            f"{CONTEXT_FIX}"
+        )
+        evidence = {"request": first.index, "status": first.status, "api_message": text, "claim": "context"}
+        return [Violation("request_valid", message, req.call if req else first.call, evidence)]
+    refused_at = {resp.index for resp in refused}
+    seen: list[tuple[Request, tuple[Any, Any, Any], str]] = []  # this turn's refused prompts
+    resends: list[tuple[Request, Request, str]] = []
+    responses = {resp.index: resp for resp in refused}
+    for event in t.events:
+        if isinstance(event, (TurnStart, Restart)):
+            seen.clear()
+        elif isinstance(event, Request) and event.path == MESSAGES_PATH:
+            prompt = _prompt(event)
+            for earlier, sent, text in seen:
+                if sent == prompt:
+                    resends.append((earlier, event, text))
+                    break
+            if event.index in refused_at:
+                text = str((responses[event.index].rejection or {}).get("message", ""))
+                seen.append((event, prompt, text))
+    if not resends:
+        return []
+    earlier, again, text = resends[0]
+    more = f"; {len(resends) - 1} more resend(s)" if len(resends) > 1 else ""
+    message = (
+        f'the API refused the request as too long ("{text}") and the loop sent the same prompt again at model call '
+        f"{again.call}{more}: it can only be refused again; a correct loop stops (reason error) or makes the prompt "
+        f"fit: {CONTEXT_FIX}"
+    )
+    evidence = {"request": again.index, "refused": earlier.index, "api_message": text}
+    return [Violation("request_valid", message, again.call, evidence)]
 
