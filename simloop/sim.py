@@ -807,11 +807,15 @@ def _drop_resources(client: Any) -> None:
     client per run, and a collection of that garbage costs far more than freeing it as the run ends.
     """
     cached = vars(client)
-    for name, value in list(cached.items()):
-        if isinstance(getattr(type(client), name, None), functools.cached_property) and (
-            getattr(value, "_client", None) is client
-        ):
+    for name in _cached_properties(type(client)):
+        if getattr(cached.get(name), "_client", None) is client:
             del cached[name]
+
+
+@functools.cache
+def _cached_properties(cls: type) -> tuple[str, ...]:
+    """The names of ``cls``'s cached properties (an SDK client's resources), worked out once per class."""
+    return tuple(name for name in dir(cls) if isinstance(inspect.getattr_static(cls, name), functools.cached_property))
 
 
 @functools.cache
