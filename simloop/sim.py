@@ -807,13 +807,14 @@ def _drop_resources(client: Any) -> None:
     client per run, and a collection of that garbage costs far more than freeing it as the run ends.
     """
     cached = vars(client)
-    for name in _cached_properties(type(client)):
+    cls: Any = type(client)
+    for name in _cached_properties(cls):
         if getattr(cached.get(name), "_client", None) is client:
             del cached[name]
 
 
 @functools.cache
-def _cached_properties(cls: type) -> tuple[str, ...]:
+def _cached_properties(cls: Any) -> tuple[str, ...]:
     """The names of ``cls``'s cached properties (an SDK client's resources), worked out once per class."""
     return tuple(name for name in dir(cls) if isinstance(inspect.getattr_static(cls, name), functools.cached_property))
 
