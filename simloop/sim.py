@@ -706,6 +706,9 @@ class Sim:
         # Only the http clients hold anything (the transport holds the run); closing an SDK client too
         # would only close its http client, after a runtime protocol check that costs more than a request.
         http = self._clients.get("http")
+        for name in ("sync", "async"):
+            if name in self._clients:
+                _drop_resources(self._clients[name])
         self._clients.clear()
         if http is not None:
             http.close()
@@ -736,18 +739,18 @@ class UserTurns(Sequence[str]):
     twice) is not a new turn.
     """
 
-    __slots__ = ("_sim", "started")
+    # What it needs of the Sim, not the Sim: Sim -> UserTurns -> Sim would be a reference cycle that keeps every
+    # finished run alive until the garbage collector finds it (slow for runs made by the hundred).
+    __slots__ = ("_abort", "_clock", "_guard", "_server", "_texts", "_transcript", "started")
 
     def __init__(self, sim: Sim) -> None:
-        self._sim = sim
+        self._texts: list[str] = [sim.scenario.task, *sim.scenario.followups]
+        self._transcript, self._clock, self._guard = sim.transcript, sim.clock, sim._guard
+        self._server, self._abort = sim.server, sim.abort
         self.started = 0  # how many turns the drive has taken
 
-    @property
-    def _texts(self) -> list[str]:
-        return [self._sim.scenario.task, *self._sim.scenario.followups]
-
     def __len__(self) -> int:
-        return 1 + len(self._sim.scenario.followups)
+        return len(self._texts)
 
     @overload
     def __getitem__(self, index: int) -> str: ...
@@ -774,11 +777,10 @@ class UserTurns(Sequence[str]):
             yield self[n]
 
     def _begin(self, n: int, text: str) -> None:
-        sim = self._sim
         self.started = n + 1
-        sim.transcript.append(TurnStart(t=sim.clock.now(), turn=n, text=text))
-        sim._guard.turn_began(sim.server)
-        sim.abort.clear()  # Stop applies to the turn it was pressed in
+        self._transcript.append(TurnStart(t=self._clock.now(), turn=n, text=text))
+        self._guard.turn_began(self._server)
+        self._abort.clear()  # Stop applies to the turn it was pressed in
 
     def __repr__(self) -> str:
         return f"UserTurns({self._texts!r})"
@@ -937,6 +939,26 @@ def _sdk_client(cls: Any, http_client: Any) -> Any:
     client = copy.copy(proto)
     setattr(client, slot, http_client)
     return client
+
+
+def _drop_resources(client: Any) -> None:
+    """Forget the SDK client's cached resources (``client.messages``, ``client.beta``): built again if used.
+
+    Each holds the client's bound methods, and the client holds it: a reference cycle that keeps the client,
+    its http client and everything they hold alive until the garbage collector finds them.  A Sim builds a
+    client per run, and a collection of that garbage costs far more than freeing it as the run ends.
+    """
+    cached = vars(client)
+    cls: Any = type(client)
+    for name in _cached_properties(cls):
+        if getattr(cached.get(name), "_client", None) is client:
+            del cached[name]
+
+
+@functools.cache
+def _cached_properties(cls: Any) -> tuple[str, ...]:
+    """The names of ``cls``'s cached properties (an SDK client's resources), worked out once per class."""
+    return tuple(name for name in dir(cls) if isinstance(inspect.getattr_static(cls, name), functools.cached_property))
 
 
 @functools.cache

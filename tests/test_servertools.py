@@ -240,7 +240,9 @@ def test_an_empty_assistant_message_is_accepted_only_last(empty: Any) -> None:
 # ---------------------------------------------------------------- the incremental validator agrees
 
 
-def test_the_incremental_validator_agrees_along_a_conversation() -> None:
+@pytest.mark.parametrize("read_only", [False, True])
+def test_the_incremental_validator_agrees_along_a_conversation(read_only: bool) -> None:
+    """``read_only``: the simulator's own parses, shared between requests (kept as they are, not copied)."""
     history = [user(text("Research this."))]
     steps = [
         assistant(text("Searching."), server_use("srvtoolu_01A")),
@@ -249,7 +251,7 @@ def test_the_incremental_validator_agrees_along_a_conversation() -> None:
         assistant(server_use("srvtoolu_01B")),
         user(text("Continue.")),  # strands srvtoolu_01B
     ]
-    validator = ConversationValidator()
+    validator = ConversationValidator(read_only=read_only)
     answers = []
     for step in steps:
         history = [*history, step]

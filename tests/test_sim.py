@@ -334,3 +334,48 @@ def test_the_first_sdk_call_of_a_process_works_inside_a_sim() -> None:
         "['outside', 'outside', 'outside', 'outside']",
         "[]",  # nothing at all imported inside a run, sync or async
     ], out.stdout + out.stderr
+
+
+def _cyclic_garbage(make: Any) -> list[str]:
+    """The objects ``make()`` leaves for the garbage collector (reference cycles), by type, with collection off."""
+    import gc
+
+    gc.collect()
+    gc.disable()
+    try:
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        make()
+        gc.collect()
+        left = sorted({type(o).__qualname__ for o in gc.garbage})
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    return left
+
+
+def test_a_finished_run_is_freed_as_it_ends_not_by_the_garbage_collector() -> None:
+    """Every run builds a Sim, a transcript, a server and SDK clients; left in reference cycles, they wait for the
+    garbage collector, whose collections then cost a run more than its model calls (hundreds of µs each)."""
+    from tests.loops import readme
+
+    world = scenario(
+        {"tool_use": [{"name": "search", "input": {"q": "x"}}]}, {"end_turn": "one"}, {"end_turn": "two"},
+        followups=["And then?"],
+    )
+
+    def runs() -> None:
+        for drive in (readme.conversation, readme.async_stop, lambda sim: sync_loop(sim, sim.client)):
+            with Sim(world) as sim:
+                sim.run(drive)
+            assert sim.transcript.outcome is not None
+
+    runs()  # first imports and caches of the process
+    assert _cyclic_garbage(runs) == []
+
+    def cyclic() -> None:  # the defect this test catches: a run kept in a cycle (here, by the drive)
+        with Sim(world) as sim:
+            sim.store["sim"] = sim
+            sim.run(readme.plain)
+
+    assert "Sim" in _cyclic_garbage(cyclic)

@@ -166,6 +166,25 @@ def test_the_conversation_validator_sees_an_earlier_message_edited_in_place() ->
     assert validator.validate(request(messages=messages)) == expected
 
 
+def test_the_simulators_validator_keeps_the_history_it_walked_without_copying_it() -> None:
+    """The simulator's parses are shared between requests and never changed: its validator keeps them as they are
+    (no deep copy of each new message), and an unchanged history compares equal by identity."""
+    messages: list[Any] = [{"role": "user", "content": "hi"}]
+    validator = ConversationValidator(read_only=True)
+    for n in range(3):
+        body = request(messages=messages)
+        messages = body["messages"]
+        assert validator.validate(body) is None
+        kept = validator._resume[1] if validator._resume is not None else []
+        assert len(kept) == len(messages) and all(a is b for a, b in zip(kept, messages)), n
+        messages = [*messages, {"role": "assistant", "content": f"a{n}"}, {"role": "user", "content": f"u{n}"}]
+    copying = ConversationValidator()  # the default: a caller may edit what it sent, so a copy is kept
+    body = request(messages=messages)
+    copying.validate(body)
+    assert copying._resume is not None and copying._resume[1][0] is not body["messages"][0]
+    assert copying._resume[1] == body["messages"]
+
+
 def test_a_function_model_editing_the_conversation_does_not_rewrite_earlier_requests() -> None:
     scenario = Scenario.model_validate({"name": "edit", "task": "Say hi.", "model": []})
 

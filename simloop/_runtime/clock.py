@@ -670,6 +670,10 @@ class VirtualClock:
                     if adopted:
                         with _LOCK:
                             clock._unregister(tid)
+                    # thread -> run_on_clock -> thread: a reference cycle that would keep the finished thread
+                    # (and what its target holds) alive until the garbage collector finds it
+                    if getattr(vars(thread).get("run"), "__wrapped__", None) is run:  # (still this wrapper)
+                        del thread.run
 
             thread.run = run_on_clock  # type: ignore[method-assign]
         _saved["threading.Thread.start"](thread)

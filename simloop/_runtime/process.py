@@ -190,6 +190,10 @@ def release(clock: VirtualClock) -> None:
     for close in run.closers:
         with contextlib.suppress(Exception):
             close()
+    # The run is over: let go of its callbacks (bound methods of the Sim, whose run holds this Run: a reference
+    # cycle that would keep the whole finished run alive until the garbage collector finds it)
+    run.closers = []
+    run.on_spawn = None
     for name, old in run.env.items():
         if old is None:
             os.environ.pop(name, None)

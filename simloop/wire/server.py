@@ -209,7 +209,7 @@ class SimServer:
         self._calls_by_size: dict[int, list[tuple[bytes, int]]] = {}
         self._known_bodies = 0
         self._parser = _BodyParser()
-        self._validator = ConversationValidator(signed_by_sim=sign_thinking)
+        self._validator = ConversationValidator(signed_by_sim=sign_thinking, read_only=True)
         self._kinds: dict[int, tuple[Reply, str]] = {}  # id(reply) -> (reply, reply.kind): replies are frozen
 
     # -- entry point -----------------------------------------------------------
@@ -324,7 +324,7 @@ class SimServer:
             effective, history_bytes = body, 0
         validator = self._validator
         if validator.signed_by_sim != self.sign_thinking:
-            validator = self._validator = ConversationValidator(signed_by_sim=self.sign_thinking)
+            validator = self._validator = ConversationValidator(signed_by_sim=self.sign_thinking, read_only=True)
         rejection = validator.validate(effective)
         if rejection is None:  # valid: then the size, as the real API checks it last
             req.input_tokens = request_tokens(body, len(raw) + history_bytes)

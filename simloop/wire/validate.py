@@ -237,7 +237,9 @@ class ConversationValidator:
     resumes there.  Equal messages give the same state, so the answer is exactly `validate_messages_request`'s.
     What is compared is what was sent: the validator keeps its own copy of the messages it walked, so a
     caller that edits an earlier message in place (the same objects, new contents) gets a fresh walk, not
-    a stale answer.  The ``tools`` check is reused the same way (on a copy too).
+    a stale answer.  The ``tools`` check is reused the same way (on a copy too).  With ``read_only=True`` (the
+    simulator's parses, shared between requests and never changed) the same objects are kept instead of a copy,
+    and an unchanged history compares equal by identity.
 
     Example::
 
@@ -246,10 +248,14 @@ class ConversationValidator:
             rejection = validator.validate(body)
     """
 
-    __slots__ = ("_resume", "_servertools", "_tools", "signed_by_sim")
+    __slots__ = ("_resume", "_servertools", "_tools", "read_only", "signed_by_sim")
 
-    def __init__(self, *, signed_by_sim: bool = False) -> None:
+    def __init__(self, *, signed_by_sim: bool = False, read_only: bool = False) -> None:
         self.signed_by_sim = signed_by_sim
+        #: The bodies are never changed after they are validated (the simulator's own parses, which it shares
+        #: between requests): what was walked is kept as the same objects, not copied, and compared by identity
+        #: first.  The answers are the same; a caller that edits a validated body in place must leave it False.
+        self.read_only = read_only
         # (index, a copy of the messages before it as they were sent, the walk's state there)
         self._resume: tuple[int, list[Any], _WalkState] | None = None
         self._tools: tuple[Any, Rejection | None] | None = None  # (a copy of the tools, what _check_tools returned)
@@ -394,7 +400,7 @@ def _validate(
         message = messages[i]
         if i == snapshot_at and memo is not None:
             # fmt: off
-            memo._resume = (i, _sent_copy(messages, i, start, resume), (
+            memo._resume = (i, _sent_copy(messages, i, start, resume, memo.read_only), (
                 turns[:], role_now, first, uses[:], results[:], prefix_open, prev_uses, pairing_error,
                 block_error, set(seen_ids), any_tool_block, signature_error,
             ))
@@ -548,7 +554,7 @@ def _validate(
     if snapshot_at == count and memo is not None:
         # After the whole walk only closing the open turn (below) mutates anything: copy just the turns.
         # fmt: off
-        memo._resume = (count, _sent_copy(messages, count, start, resume), (
+        memo._resume = (count, _sent_copy(messages, count, start, resume, memo.read_only), (
             turns[:], role_now, first, uses, results, prefix_open, prev_uses, pairing_error, block_error,
             seen_ids, any_tool_block, signature_error,
         ))
@@ -569,7 +575,7 @@ def _validate(
     else:
         tool_names_error = _check_tools(tools)
         if memo is not None:
-            memo._tools = (_copy_json(tools), tool_names_error)
+            memo._tools = (tools if memo.read_only else _copy_json(tools), tool_names_error)
 
     # Request-level semantic rules, then the conversation's, in the real API's order.
     if not count:
@@ -762,8 +768,13 @@ def _copy_json(value: Any) -> Any:
     return value
 
 
-def _sent_copy(messages: list[Any], upto: int, start: int, resume: Any) -> list[Any]:
-    """A copy of ``messages[:upto]`` as sent: the previous copy's first ``start`` (proven equal), the rest new."""
+def _sent_copy(messages: list[Any], upto: int, start: int, resume: Any, read_only: bool = False) -> list[Any]:
+    """A copy of ``messages[:upto]`` as sent: the previous copy's first ``start`` (proven equal), the rest new.
+
+    ``read_only``: the messages are never changed after they are sent: the same objects are kept.
+    """
+    if read_only:
+        return messages[:upto]
     kept: list[Any] = resume[1][:start] if start and resume is not None else []
     return kept + [_copy_json(m) for m in messages[len(kept) : upto]]
 
