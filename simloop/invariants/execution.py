@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from simloop.invariants._base import Violation, _canon, _is_write, _View, _view, result_text
+from simloop.invariants._base import MESSAGES_PATH, Violation, _canon, _is_write, _View, _view, result_text
 from simloop.transcript import Request, Restart, ToolStart, Transcript
 
 __all__ = ["no_rerun", "results_real", "results_sent", "results_together", "tool_errors"]
@@ -261,9 +261,14 @@ def results_together(t: Transcript) -> list[Violation]:
     The API merges consecutive user messages, so a request that splits them is accepted (and `pairing`
     holds); but the model then learns from its history that parallel calls come back one by one.  Each
     split turn is reported once, at the first request that shows it.
+
+    A Messages-API rule only: on the Chat Completions wire each tool result is a message of its own by design
+    (recorded as one user message each), so its requests are not read here (docs/design.md, The OpenAI wire).
     """
     out: list[Violation] = []
     for split in _view(t).split_results:
+        if split.request.path != MESSAGES_PATH:
+            continue
         places = ", ".join(f"messages[{j}]" for j in split.carrying)
         message = (
             f"the results of the {len(split.uses)} tool call(s) of the assistant turn at messages[{split.index}] went "
