@@ -10,6 +10,8 @@ bare SDK cost of the same calls, and peak memory of a long run against a short o
 Besides the reference loops, the correct rows include the loops of ``tests/loops/readme.py`` (rows
 ``readme.*``), written from the README alone as a user writes them: the false-alarm table.
 
+The rows ``openai_loop:*`` are the same loops on the OpenAI wire (Chat Completions, examples/openai_loop.py).
+
     python bench/detect.py [--seeds 10] [--max-examples 200] [--only no_step_cap,readme.plain,...] [--skip-memory]
 """
 
@@ -83,6 +85,13 @@ class _Counter:
 
 #: The correct loops written from the README alone (``tests/loops/readme.py``), each verified with what it claims.
 README_ROWS = {f"readme.{name}": loop for name, loop in readme_loops.LOOPS.items()}
+#: The OpenAI wire (examples/openai_loop.py, Chat Completions): the correct loop, and each twin with what catches it.
+OPENAI_ROWS: dict[str, frozenset[str] | None] = {
+    "openai_loop:drive": None,
+    "openai_loop:drive_partial_answers": frozenset({"pairing"}),
+    "openai_loop:drive_tools_from_length": frozenset({"truncation"}),
+    "openai_loop:drive_rerun_after_500": frozenset({"no_rerun"}),
+}
 
 
 def _row(name: str) -> tuple[Any, simloop.Limits, dict[str, Any]]:
@@ -90,6 +99,9 @@ def _row(name: str) -> tuple[Any, simloop.Limits, dict[str, Any]]:
     if name in README_ROWS:
         drive, claims = README_ROWS[name]
         return drive, readme_loops.LIMITS, claims
+    if name in OPENAI_ROWS:
+        module, _, fn = name.partition(":")
+        return getattr(importlib.import_module(f"examples.{module}"), fn), LIMITS, {}
     module, declared = POLICY_ROWS.get(name, (name, VERIFY[name][0] if name in VERIFY else DECLARED))
     claims = {"turns": TURNS.get(name, 1), "abort": name in ABORTS, "restarts": RESTARTS.get(name, 0)}
     return importlib.import_module(f"examples.{module}").drive, simloop.Limits(**declared), claims
@@ -253,7 +265,8 @@ def main() -> None:
     only = set(filter(None, args.only.split(",")))
     out = Path(".simloop") / "bench"
     targets: list[tuple[str, frozenset[str] | None]] = [
-        *((n, VERIFY[n][1]) for n in DEFECTS), *((n, None) for n in [*CORRECT, *POLICY_ROWS, *README_ROWS])
+        *((n, VERIFY[n][1]) for n in DEFECTS), *((n, None) for n in [*CORRECT, *POLICY_ROWS, *README_ROWS]),
+        *OPENAI_ROWS.items(),
     ]
     # measured first, in a process that has only imported what verify needs: after the detection runs its
     # heap holds every loop and search they made, and each full garbage collection costs more
