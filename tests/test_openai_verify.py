@@ -9,9 +9,9 @@ import pytest
 
 pytest.importorskip("openai", reason="the OpenAI wire needs the openai SDK: pip install 'simloop[openai]'")
 
-import simloop  # noqa: E402
-from examples import openai_loop  # noqa: E402
-from examples.catalogue import DECLARED  # noqa: E402
+import simloop
+from examples import openai_loop
+from examples.catalogue import DECLARED
 
 LIMITS = simloop.Limits(**DECLARED)
 

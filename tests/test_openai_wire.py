@@ -10,10 +10,10 @@ import pytest
 
 openai = pytest.importorskip("openai", reason="the OpenAI wire needs the openai SDK: pip install 'simloop[openai]'")
 
-import simloop  # noqa: E402
-from simloop.transcript import Request, Response  # noqa: E402
-from simloop.wire import openai_chat  # noqa: E402
-from simloop.wire.render import Turn  # noqa: E402
+import simloop
+from simloop.transcript import Request, Response
+from simloop.wire import openai_chat
+from simloop.wire.render import Turn
 
 TOOLS: list[Any] = [
     {"type": "function", "function": {"name": "search", "description": "Search.",
@@ -86,9 +86,8 @@ def test_length_keeps_the_cut_arguments_and_refusal_is_content_filter() -> None:
 
 
 def test_a_500_burst_is_retried_by_the_sdk_then_raised_in_the_openai_envelope() -> None:
-    with simloop.Sim(scenario({"error": 500, "repeat": 3})) as sim:
-        with pytest.raises(openai.InternalServerError) as info:
-            sim.openai_client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
+    with simloop.Sim(scenario({"error": 500, "repeat": 3})) as sim, pytest.raises(openai.InternalServerError) as info:
+        sim.openai_client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
     assert info.value.status_code == 500
     assert info.value.body == {"message": "The server had an error while processing your request. Sorry about that!",
                                "type": "server_error", "param": None, "code": None}
@@ -118,9 +117,8 @@ def test_retry_headers_time_the_sdk_retry(status: int, wait: float, error: type[
 
 
 def _sent(messages: list[Any], **extra: Any) -> tuple[Any, Response]:
-    with simloop.Sim(scenario({"end_turn": "ok"})) as sim:
-        with pytest.raises(openai.BadRequestError) as info:
-            sim.openai_client.chat.completions.create(model="gpt-4o", messages=messages, **extra)
+    with simloop.Sim(scenario({"end_turn": "ok"})) as sim, pytest.raises(openai.BadRequestError) as info:
+        sim.openai_client.chat.completions.create(model="gpt-4o", messages=messages, **extra)
     assert len(sim.transcript.requests) == 1  # a 400 is not retried (x-should-retry: false)
     return info.value, sim.transcript.responses[0]
 

@@ -415,16 +415,17 @@ def stream_error_event(message: str = "The server had an error while processing 
 #: status -> (error.type, error.code, message) of the real API for the statuses a scenario can script.
 STATUS_ERRORS: dict[int, tuple[str, str | None, str]] = {
     400: (_INVALID, None, "Invalid request."),
-    401: (_INVALID, "invalid_api_key", "Incorrect API key provided. You can find your API key at "
-          "https://platform.openai.com/account/api-keys."),
+    401: (_INVALID, "invalid_api_key", ("Incorrect API key provided. You can find your API key at "
+                                        "https://platform.openai.com/account/api-keys.")),
     403: (_INVALID, "unsupported_country_region_territory", "Country, region, or territory not supported"),
     404: (_INVALID, "model_not_found", "The model does not exist or you do not have access to it."),
     408: ("timeout", None, "Request timed out."),
     409: (_INVALID, None, "Conflict."),
     413: (_INVALID, "request_too_large", "Request too large."),
-    429: ("tokens", "rate_limit_exceeded", "Rate limit reached for {model} in organization org-simloop on tokens "
-          "per min (TPM): Limit 30000, Used 29112, Requested 1543. Please try again in {wait}. Visit "
-          "https://platform.openai.com/account/rate-limits to learn more."),
+    429: ("tokens", "rate_limit_exceeded", (
+        "Rate limit reached for {model} in organization org-simloop on tokens per min (TPM): Limit 30000, Used 29112, "
+        "Requested 1543. Please try again in {wait}. Visit https://platform.openai.com/account/rate-limits to learn more."
+    )),
     500: ("server_error", None, "The server had an error while processing your request. Sorry about that!"),
     502: ("server_error", None, "Bad gateway."),
     503: ("server_error", None, "The engine is currently overloaded, please try again later."),
