@@ -3,7 +3,9 @@ one-bug twin is caught by the invariant named for it (the same world and verdict
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,3 +49,15 @@ def test_the_400_reaches_the_loop_and_the_transcript() -> None:
     report = sim.check(outcome)
     assert [v.invariant for v in report.violations] == ["pairing"]  # request_valid leaves pairing's 400 to pairing
     assert report.violations[0].evidence["kind"] == "missing_result"
+
+
+def test_the_readme_loop_passes(tmp_path: Path) -> None:
+    """The README's Chat Completions loop, as printed there, passes verify (no limits declared: its own cap)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Loops on the openai SDK", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, flags=re.DOTALL)
+    assert code is not None
+    namespace: dict[str, Any] = {}
+    exec(compile(code.group(1), "README.md", "exec"), namespace)  # noqa: S102 - the project's own README
+    report = simloop.verify(namespace["drive"], max_examples=40, seed=2, out_dir=tmp_path)
+    assert report.ok
