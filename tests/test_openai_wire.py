@@ -71,6 +71,19 @@ def test_streaming_chunks_carry_tool_call_deltas_and_done() -> None:
     assert raw[-1] == b"data: [DONE]\n\n" and all(e.startswith(b"data: ") for e in raw)
 
 
+def test_a_stream_cut_or_broken_midway_raises_what_the_sdk_raises() -> None:
+    with simloop.Sim(scenario({"error": "stream_cut"}, {"error": "stream_error"})) as sim:
+        client = sim.openai_client.with_options(max_retries=0)
+        for error in (openai.APIConnectionError, openai.APIError):
+            with pytest.raises(error) as info:
+                list(client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}],
+                                                    stream=True))
+            assert type(info.value) is error
+    assert [r.fault for r in sim.transcript.responses] == ["stream_cut", "stream_error"]
+    assert info.value.body == {"message": "The server had an error while processing your request. Sorry about that!",
+                               "type": "server_error", "param": None, "code": None}
+
+
 def test_length_keeps_the_cut_arguments_and_refusal_is_content_filter() -> None:
     cut = {"max_tokens": {"text": "Let me", "tool_use": [{"name": "search", "input": {"q": "abcdefgh"}}]}}
     with simloop.Sim(scenario(cut, {"refusal": "I can't help with that."})) as sim:

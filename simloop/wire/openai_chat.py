@@ -385,7 +385,9 @@ def render_chunks(
 
     text, calls = _parts(turn)
     reason = finish_reason(turn.stop_reason)
-    events = [chunk({"role": "assistant", "content": "" if reason != "content_filter" else None, "refusal": None})]
+    # the first delta: the role, and "" for the content a text reply streams (null for calls or a refusal only)
+    events = [chunk({"role": "assistant", "content": "" if text and reason != "content_filter" else None,
+                     "refusal": None})]
     if reason == "content_filter":
         events += [chunk({"refusal": piece}) for piece in _chunk_piece(text or DEFAULT_REFUSAL)]
     elif text:
