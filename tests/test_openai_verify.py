@@ -49,6 +49,7 @@ def test_the_400_reaches_the_loop_and_the_transcript() -> None:
     report = sim.check(outcome)
     assert [v.invariant for v in report.violations] == ["pairing"]  # request_valid leaves pairing's 400 to pairing
     assert report.violations[0].evidence["kind"] == "missing_result"
+    assert "has no tool message answering it before the next request" in report.violations[0].message  # its words
 
 
 def test_the_readme_loop_passes(tmp_path: Path) -> None:
