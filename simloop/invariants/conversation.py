@@ -40,13 +40,13 @@ _PAIRING_FIX = {
 #: tool messages.
 _PAIRING_CHAT = {
     "missing_result": ("the tool call {uid} ({tool}) has no tool message answering it before the next request",
-                       "a correct loop answers every tool call of a reply with a tool message (its tool_call_id) "
-                       "right after the assistant message, also when the tool failed or was not run"),
+                       ("a correct loop answers every tool call of a reply with a tool message (its tool_call_id) "
+                       "right after the assistant message, also when the tool failed or was not run")),
     "result_not_first": ("the tool message for {uid} comes after other content",
                          "a correct loop sends the tool messages right after the assistant message"),
     "orphan_result": ("a tool message answers {uid}, which is not a tool call of the previous assistant message",
-                      "a correct loop sends each tool message right after the assistant message that asked for it "
-                      "and keeps that assistant message in the history"),
+                      ("a correct loop sends each tool message right after the assistant message that asked for it "
+                      "and keeps that assistant message in the history")),
     "duplicate_result": ("a second tool message for {uid}", "a correct loop sends exactly one tool message per tool call"),
     "duplicate_tool_use": ("the tool call id {uid} appears twice",
                            "a correct loop appends each assistant reply to the history once, as received"),
