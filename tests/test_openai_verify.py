@@ -32,6 +32,8 @@ def test_each_twin_is_caught(twin: str, invariant: str, tmp_path: Path) -> None:
     with pytest.raises(simloop.InvariantViolation) as info:
         simloop.verify(getattr(openai_loop, twin), limits=LIMITS, max_examples=60, seed=0, out_dir=tmp_path)
     assert {v.invariant for v in info.value.violations} == {invariant}
+    if invariant == "truncation":  # in this wire's words
+        assert 'cut off at finish_reason "length"' in info.value.violations[0].message
     saved = list(tmp_path.glob("*.yaml"))
     assert len(saved) == 1  # the minimal run, a scenario file of the one world: it replays on this wire
     with pytest.raises(simloop.InvariantViolation, match=invariant):
