@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     import anthropic
     import httpx2
     import mcp.server.mcpserver
+    import openai
 
 __all__ = ["DEFAULT_MODEL", "ScriptExhaustedError", "Sim", "warm_up_sdk"]
 
@@ -399,6 +400,26 @@ class Sim:
 
                 self._clients["async"] = _sdk_client(anthropic.AsyncAnthropic, self.async_http_client)
         return self._clients["async"]  # type: ignore[no-any-return]
+
+    @property
+    def openai_client(self) -> openai.OpenAI:
+        """An `openai.OpenAI` client on the simulated API's Chat Completions wire (SDK defaults, retries included).
+
+        The same world as `client`: the model, the faults, the clock and the transcript are one, and the
+        invariants read both wires (docs/design.md, The OpenAI wire).  Needs ``pip install 'simloop[openai]'``.
+        """
+        if "openai" not in self._clients:
+            with self.watchdog.paused():
+                self._clients["openai"] = _openai_client(False, self.http_client)
+        return self._clients["openai"]  # type: ignore[no-any-return]
+
+    @property
+    def async_openai_client(self) -> openai.AsyncOpenAI:
+        """An `openai.AsyncOpenAI` client on the simulated API's Chat Completions wire (see `openai_client`)."""
+        if "aopenai" not in self._clients:
+            with self.watchdog.paused():
+                self._clients["aopenai"] = _openai_client(True, self.async_http_client)
+        return self._clients["aopenai"]  # type: ignore[no-any-return]
 
     # -- running and checking ------------------------------------------------------------
 
@@ -973,6 +994,22 @@ def _prototype(cls: Any) -> tuple[Any, str | None]:
     proto = cls(api_key=API_KEY, base_url=_base_url(), http_client=placeholder)
     slots = [name for name, value in vars(proto).items() if value is placeholder]
     return proto, slots[0] if len(slots) == 1 else None
+
+
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+OPENAI_API_KEY = "sk-simloop-000000000000000000000000000000000000000000000000"  # fake: the simulator takes any
+
+
+def _openai_client(is_async: bool, http_client: Any) -> Any:
+    """An ``openai`` SDK client (async or not) whose requests go through ``http_client`` to the simulated API."""
+    try:
+        import openai
+    except ImportError:
+        raise UsageError(
+            "sim.openai_client needs the openai SDK: pip install 'simloop[openai]' (or pip install 'openai>=3.50,<4')"
+        ) from None
+    cls = openai.AsyncOpenAI if is_async else openai.OpenAI
+    return cls(api_key=OPENAI_API_KEY, base_url=OPENAI_BASE_URL, http_client=http_client)
 
 
 def _as_scenario(scenario: ScenarioLike, *, allow_functions: bool = False) -> Scenario:

@@ -360,8 +360,8 @@ class Transcript:
 
     @property
     def model_calls(self) -> int:
-        """Logical model calls to ``/v1/messages`` (retries of one call count once)."""
-        return len({r.call for r in self.requests if r.path == "/v1/messages"})
+        """Logical model calls to ``/v1/messages`` or ``/v1/chat/completions`` (retries of one call count once)."""
+        return len({r.call for r in self.requests if r.path in ("/v1/messages", "/v1/chat/completions")})
 
     # -- JSONL -------------------------------------------------------------------
 

@@ -110,7 +110,7 @@ def verify(
         "verify", drive, tools=tools, limits=limits, max_examples=max_examples, seed=seed, invariants=invariants,
         task=task, plan=plan, out_dir=out_dir, settings=settings, recorded=recorded, turns=turns, abort=abort,
         restarts=restarts, workers=workers, database=database, network=network, server_tools=server_tools,
-        approvals=approvals,
+        approvals=approvals, context=context,
     ).run()
 
 
@@ -170,6 +170,7 @@ def property(drive: Drive | None = None, /, **options: Any) -> PropertyTest | Ca
 _OPTIONS = (
     "tools", "limits", "max_examples", "seed", "invariants", "task", "plan", "out_dir", "settings", "recorded",
     "turns", "abort", "restarts", "workers", "database", "network", "server_tools", "approvals",
+    "context",
 )
 
 
@@ -180,7 +181,7 @@ def _campaign(
     out_dir: str | Path = DEFAULT_OUT, settings: Settings | None = None,
     recorded: str | Path | Any = None, turns: int = 1, abort: bool = False, restarts: int = 0, workers: int = 1,
     database: str | Path | Any = None, network: NetworkPolicy = "block", server_tools: ServerTools = "request",
-    approvals: bool = False,
+    approvals: bool = False, context: bool = False,
 ) -> Campaign:
     """The `Campaign` of ``name`` (`verify` or `property`) with these options, checked."""
     if not callable(drive):

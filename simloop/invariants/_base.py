@@ -31,8 +31,8 @@ from simloop.transcript import (
 )
 
 __all__ = [
-    "MESSAGES_PATH", "REASONS", "Invariant", "Split", "TurnSlice", "Violation", "per_turn", "result_text", "too_large",
-    "turn_slices",
+    "MESSAGES_PATH", "MODEL_PATHS", "REASONS", "Invariant", "Split", "TurnSlice", "Violation", "per_turn", "result_text",
+    "too_large", "turn_slices",
 ]
 
 #: The outcome reasons a loop may declare (docs/design.md, Outcome reasons).
@@ -41,8 +41,11 @@ REASONS = (
     "repetition", "error",
 )
 MESSAGES_PATH = "/v1/messages"
+#: The paths of model calls: the Messages API, and the Chat Completions API (the OpenAI wire, recorded in the
+#: Messages shape: docs/design.md, The OpenAI wire).
+MODEL_PATHS = frozenset({MESSAGES_PATH, "/v1/chat/completions"})
 _FINAL_STOPS = ("end_turn", "stop_sequence")
-_SIZE_HINTS = ("prompt is too long", "context window", "request_too_large", "too large")
+_SIZE_HINTS = ("prompt is too long", "context window", "request_too_large", "too large", "maximum context length")
 
 
 def too_large(resp: Response) -> bool:
@@ -210,11 +213,11 @@ def _build_view(t: Transcript) -> _View:
     for pos, e in enumerate(t.events):
         if isinstance(e, Request):
             v.request_at[e.index] = e
-            if e.path == MESSAGES_PATH:
+            if e.path in MODEL_PATHS:
                 v.model_requests.append((pos, e))
         elif isinstance(e, Response) and _is_reply(e):
             req = v.request_at.get(e.index)
-            if req is None or req.path == MESSAGES_PATH:
+            if req is None or req.path in MODEL_PATHS:
                 v.replies.append((pos, e))
                 for block in e.tool_uses:
                     v.issued.setdefault(str(block.get("id")), (pos, e))
@@ -347,7 +350,7 @@ def turn_slices(t: Transcript) -> list[TurnSlice]:
         stop = marks[i + 1] if i + 1 < len(marks) else end
         events = t.events[0 if i == 0 else start : stop]
         t0 = mark.t if i else 0.0
-        first_call = next((e.call for e in events if isinstance(e, Request) and e.path == MESSAGES_PATH), None)
+        first_call = next((e.call for e in events if isinstance(e, Request) and e.path in MODEL_PATHS), None)
         base = calls_before if first_call is None else first_call - 1
         shifted: list[Event] = [_shift(e, t0, base) for e in events if not isinstance(e, TurnStart)]
         outcome = by_turn.get(mark.turn)
@@ -358,7 +361,7 @@ def turn_slices(t: Transcript) -> list[TurnSlice]:
         if outcome is not None:
             shifted.append(dataclasses.replace(outcome, t=outcome.t - t0))
         out.append(TurnSlice(mark.turn, base, t0, Transcript(header=t.header, events=shifted)))
-        calls_before = max((e.call for e in events if isinstance(e, Request) and e.path == MESSAGES_PATH),
+        calls_before = max((e.call for e in events if isinstance(e, Request) and e.path in MODEL_PATHS),
                            default=base)
     return out
 

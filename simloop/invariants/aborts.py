@@ -3,7 +3,7 @@ history the next turn can send)."""
 
 from __future__ import annotations
 
-from simloop.invariants._base import _FINAL_STOPS, MESSAGES_PATH, Violation, _is_reply, _view, too_large
+from simloop.invariants._base import _FINAL_STOPS, MODEL_PATHS, Violation, _is_reply, _view, too_large
 from simloop.transcript import AbortEvent, OutcomeEvent, Request, Response, Restart, ToolStart, Transcript, TurnStart
 
 __all__ = ["abort"]
@@ -37,7 +37,7 @@ def _after_stop(t: Transcript, at: int, event: AbortEvent) -> list[Violation]:
            "each reply), and returns reason 'aborted' at once")
     for pos in range(at + 1, end):
         e = t.events[pos]
-        if isinstance(e, Request) and e.path == MESSAGES_PATH and e.call > in_flight:
+        if isinstance(e, Request) and e.path in MODEL_PATHS and e.call > in_flight:
             message = f"the user pressed Stop ({event.trigger}, t={event.t:g}s) and the loop then made model call {e.call}; {fix}"
             out.append(Violation("abort", message, e.call, {"request": e.index, "abort_t": event.t}))
             break
@@ -65,7 +65,7 @@ def _after_stop(t: Transcript, at: int, event: AbortEvent) -> list[Violation]:
         out.append(Violation("abort", message, in_flight or None, {"reason": outcome.reason, "abort_t": event.t}))
     nxt = next((p for p in range(at + 1, len(t.events)) if isinstance(t.events[p], (TurnStart, Restart))), None)
     if nxt is not None and isinstance(t.events[nxt], TurnStart):
-        first = next((e for e in t.events[nxt:] if isinstance(e, Request) and e.path == MESSAGES_PATH), None)
+        first = next((e for e in t.events[nxt:] if isinstance(e, Request) and e.path in MODEL_PATHS), None)
         answer = t.response_to(first.index) if first is not None else None
         # (a prompt refused for its size is the window's, not the aborted turn's: see request_valid)
         if first is not None and isinstance(answer, Response) and answer.kind == "rejected" and not too_large(answer):

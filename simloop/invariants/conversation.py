@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from simloop.invariants._base import MESSAGES_PATH, Violation, too_large
+from simloop.invariants._base import MESSAGES_PATH, MODEL_PATHS, Violation, too_large
 from simloop.transcript import Request, Response, Restart, Transcript, TurnStart
 
 __all__ = ["pairing", "request_valid"]
@@ -33,6 +33,23 @@ _PAIRING_FIX = {
     "and keeps that assistant message in the history",
     "duplicate_result": "a correct loop sends exactly one tool_result per tool_use",
     "duplicate_tool_use": "a correct loop appends each assistant reply to the history once, as received",
+}
+
+
+#: The same offences as the Chat Completions wire words them (docs/design.md, The OpenAI wire): tool calls and
+#: tool messages.
+_PAIRING_CHAT = {
+    "missing_result": ("the tool call {uid} ({tool}) has no tool message answering it before the next request",
+                       ("a correct loop answers every tool call of a reply with a tool message (its tool_call_id) "
+                       "right after the assistant message, also when the tool failed or was not run")),
+    "result_not_first": ("the tool message for {uid} comes after other content",
+                         "a correct loop sends the tool messages right after the assistant message"),
+    "orphan_result": ("a tool message answers {uid}, which is not a tool call of the previous assistant message",
+                      ("a correct loop sends each tool message right after the assistant message that asked for it "
+                      "and keeps that assistant message in the history")),
+    "duplicate_result": ("a second tool message for {uid}", "a correct loop sends exactly one tool message per tool call"),
+    "duplicate_tool_use": ("the tool call id {uid} appears twice",
+                           "a correct loop appends each assistant reply to the history once, as received"),
 }
 
 
@@ -186,7 +203,12 @@ def pairing(t: Transcript) -> list[Violation]:
         evidence: dict[str, Any] = {"request": r.index, "path": o.path, "kind": o.kind, "tool_use_id": o.tool_use_id}
         if o.tool:
             evidence["tool"] = o.tool
-        out.append(Violation("pairing", f"{o.what}{more}; {_PAIRING_FIX[o.kind]}", r.call, evidence))
+        if r.path == MESSAGES_PATH:
+            text = f"{o.what}{more}; {_PAIRING_FIX[o.kind]}"
+        else:  # the Chat Completions wire: the same offence, in its words
+            what, fix = _PAIRING_CHAT[o.kind]
+            text = f"{what.format(uid=o.tool_use_id, tool=o.tool)}{more}; {fix}"
+        out.append(Violation("pairing", text, r.call, evidence))
     return out
 
 
@@ -276,7 +298,7 @@ def _size_refusals(t: Transcript, requests: dict[int, Request]) -> list[Violatio
     for event in t.events:
         if isinstance(event, (TurnStart, Restart)):
             seen.clear()
-        elif isinstance(event, Request) and event.path == MESSAGES_PATH:
+        elif isinstance(event, Request) and event.path in MODEL_PATHS:
             prompt = _prompt(event)
             for earlier, sent, text in seen:
                 if sent == prompt:

@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from simloop.invariants._base import Violation, _canon, _is_write, _View, _view, result_text
+from simloop.invariants._base import MESSAGES_PATH, Violation, _canon, _is_write, _View, _view, result_text
 from simloop.transcript import Request, Response, Restart, ToolStart, Transcript
 
 __all__ = ["no_rerun", "results_real", "results_sent", "results_together", "tool_errors"]
@@ -165,8 +165,19 @@ def _exc_parts(m: re.Match[str]) -> tuple[str, str]:
     return m.group(1).rsplit(".", 1)[-1], (m.group(2) or m.group(3) or "").strip().strip("'\"")
 
 
+def _says_error(block: dict[str, Any], error: str | None) -> bool:
+    """A tool message of the Chat Completions wire (which has no ``is_error``) that reports the failure: its text
+    holds the exception's message or the word "error"."""
+    text = result_text(block)
+    message = (error or "").split(": ", 1)[-1].strip()[:200]
+    return bool(message and message in text) or "error" in text.lower()
+
+
 def tool_errors(t: Transcript) -> list[Violation]:
     """A tool's exception becomes an is_error tool_result; it does not escape the loop.
+
+    On the Chat Completions wire, which has no ``is_error``, the tool message reports the failure in its text
+    (the exception's message, or the word "error").
 
     After a `Halt` the exception that ended the run is simloop's own unwinding, not a tool's.
     """
@@ -191,10 +202,10 @@ def tool_errors(t: Transcript) -> list[Violation]:
         if uid is None or not later:
             continue
         results = [
-            b for r in later for m in r.conversation if isinstance(m, dict) and isinstance(m.get("content"), list)
+            (r, b) for r in later for m in r.conversation if isinstance(m, dict) and isinstance(m.get("content"), list)
             for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result" and b.get("tool_use_id") == uid
         ]
-        if any(b.get("is_error") is True for b in results):
+        if any(b.get("is_error") is True or (r.path != MESSAGES_PATH and _says_error(b, end.error)) for r, b in results):
             continue
         if not results and any(isinstance(e, Restart) for e in t.events[pos:]):
             continue  # the process died before the loop could report it: gone with what it held in memory
@@ -270,9 +281,14 @@ def results_together(t: Transcript) -> list[Violation]:
     The API merges consecutive user messages, so a request that splits them is accepted (and `pairing`
     holds); but the model then learns from its history that parallel calls come back one by one.  Each
     split turn is reported once, at the first request that shows it.
+
+    A Messages-API rule only: on the Chat Completions wire each tool result is a message of its own by design
+    (recorded as one user message each), so its requests are not read here (docs/design.md, The OpenAI wire).
     """
     out: list[Violation] = []
     for split in _view(t).split_results:
+        if split.request.path != MESSAGES_PATH:
+            continue
         places = ", ".join(f"messages[{j}]" for j in split.carrying)
         message = (
             f"the results of the {len(split.uses)} tool call(s) of the assistant turn at messages[{split.index}] went "

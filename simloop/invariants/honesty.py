@@ -6,6 +6,7 @@ from typing import Any
 
 from simloop.invariants._base import (
     _FINAL_STOPS,
+    MESSAGES_PATH,
     REASONS,
     Violation,
     _canon,
@@ -28,9 +29,10 @@ def truncation(t: Transcript) -> list[Violation]:
     for _, s in v.starts:
         if s.matched in v.issued and v.issued[s.matched][1].stop_reason == "max_tokens":
             reply = v.issued[s.matched][1]
+            cut = _cut(v, reply)
             message = (
-                f"{s.tool} was executed (exec {s.exec}) from a reply cut off at max_tokens; its input may be "
-                "partial; a correct loop never runs tool calls from a max_tokens reply: it retries the turn with a "
+                f"{s.tool} was executed (exec {s.exec}) from a reply cut off at {cut}; its input may be "
+                f"partial; a correct loop never runs tool calls from a {cut} reply: it retries the turn with a "
                 "larger max_tokens or stops with reason 'truncated'"
             )
             evidence = {"request": reply.index, "exec": s.exec, "tool": s.tool, "tool_use_id": s.matched}
@@ -38,13 +40,20 @@ def truncation(t: Transcript) -> list[Violation]:
     last = _last_reply(v)
     outcome = v.outcome
     if outcome is not None and outcome.reason == "final" and last is not None and last.stop_reason == "max_tokens":
+        cut = _cut(v, last)
         message = (
-            "the loop reported 'final' but the last reply was cut off at max_tokens; a correct loop treats "
-            "max_tokens as unfinished: it continues or retries with more room, or stops with reason 'truncated'"
+            f"the loop reported 'final' but the last reply was cut off at {cut}; a correct loop treats "
+            f"{cut} as unfinished: it continues or retries with more room, or stops with reason 'truncated'"
         )
         evidence = {"request": last.index, "reason": "final", "last_stop_reason": "max_tokens"}
         out.append(Violation("truncation", message, last.call, evidence))
     return out
+
+
+def _cut(v: _View, reply: Response) -> str:
+    """How the reply's wire names a cut-off reply: ``max_tokens``, or ``finish_reason "length"`` (Chat Completions)."""
+    req = v.request_at.get(reply.index)
+    return "max_tokens" if req is None or req.path == MESSAGES_PATH else 'finish_reason "length"'
 
 
 def _last_reply(v: _View) -> Response | None:

@@ -7,7 +7,7 @@ import bisect
 from collections import Counter
 from typing import Any
 
-from simloop.invariants._base import MESSAGES_PATH, Violation, _canon, _is_reply, _is_write, _View, _view, per_turn
+from simloop.invariants._base import MODEL_PATHS, Violation, _canon, _is_reply, _is_write, _View, _view, per_turn
 from simloop.transcript import Halt, Request, Response, Restart, ToolEnd, ToolStart, Transcript
 
 __all__ = ["FORK_FIX", "limits", "stops"]
@@ -125,7 +125,7 @@ def _limits(t: Transcript) -> list[Violation]:
             used += e.input_tokens + e.output_tokens
         elif isinstance(e, Response) and e.fault == "crash":
             lost.add(e.call)
-        if not isinstance(e, Request) or e.path != MESSAGES_PATH or e.call in calls_seen:
+        if not isinstance(e, Request) or e.path not in MODEL_PATHS or e.call in calls_seen:
             continue
         calls_seen.add(e.call)  # the first attempt of a logical call; SDK retries are the same call
         if max_steps is not None and e.call - len(lost) > max_steps and "max_steps" not in done:
@@ -218,7 +218,7 @@ def _policies(t: Transcript, v: _View) -> list[Violation]:
                 writes += 1
                 if max_writes is not None and writes == max_writes:
                     spent["max_writes"] = s
-        elif isinstance(e, Request) and e.path == MESSAGES_PATH and e.call not in calls_seen:
+        elif isinstance(e, Request) and e.path in MODEL_PATHS and e.call not in calls_seen:
             calls_seen.add(e.call)
             if "max_tool_errors" in spent and "max_tool_errors" not in done:
                 done.add("max_tool_errors")

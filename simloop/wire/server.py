@@ -34,6 +34,7 @@ from pydantic_core import from_json, to_json
 from simloop.models import Ids, ModelPolicy, ModelRequest, RecordedError, _turn, turn_from_reply
 from simloop.scenario import Reply
 from simloop.transcript import Request, Response, Transcript
+from simloop.wire import openai_chat
 from simloop.wire.errors import error_body, error_headers
 from simloop.wire.render import Turn, render_error_event, render_message, render_sse
 from simloop.wire.validate import (
@@ -247,9 +248,13 @@ class SimServer:
             parsed = (self._parser.parse(body) if path == MESSAGES else from_json(body)) if body else None
         except ValueError:
             parsed = None
+        chat: _Chat | None = None
+        if path == openai_chat.CHAT_COMPLETIONS:  # the OpenAI wire: recorded as the Messages request it stands for
+            chat = _Chat(parsed, openai_chat.validate_chat(parsed), self.now())
         req = Request(
             t=self.now(), index=index, call=call, attempt=attempt, path=path,
-            stream=isinstance(parsed, dict) and bool(parsed.get("stream")), body=parsed, input_tokens=0,
+            stream=isinstance(parsed, dict) and bool(parsed.get("stream")),
+            body=chat.internal if chat is not None else parsed, input_tokens=0,
         )
         # A thread continuation stands for its whole history: record that before the budgets may halt the
         # run here, so that the transcript never shows a request as only the messages it added.
@@ -260,6 +265,8 @@ class SimServer:
         if self.on_request is not None:
             self.on_request(self)
         request_id = self.ids.request()
+        if chat is not None:
+            return self._chat(req, chat, method, headers, body, request_id)
         if method != "POST" or path not in (MESSAGES, COUNT_TOKENS):
             return self._error(req, 404, request_id, message=f"Not found: {method} {path}", type="not_found_error")
         if not (headers.get("x-api-key") or headers.get("authorization", "").startswith("Bearer ")):
@@ -274,7 +281,7 @@ class SimServer:
 
     def _call_number(self, path: str, attempt: int, body: bytes) -> int:
         """SDK retries (retry count > 0) belong to the call whose body they repeat."""
-        if path != MESSAGES:
+        if path != MESSAGES and path != openai_chat.CHAT_COMPLETIONS:
             return self.calls
         size = len(body)
         same_size = self._calls_by_size.get(size)
@@ -313,7 +320,7 @@ class SimServer:
 
     def _messages(
         self, req: Request, body: dict[str, Any], raw: bytes, request_id: str,
-        expanded: tuple[dict[str, Any], int, Rejection | None] | None, *, betas: str = "",
+        expanded: tuple[dict[str, Any], int, Rejection | None] | None, *, betas: str = "", chat: _Chat | None = None,
     ) -> Planned:
         threaded = expanded is not None
         if expanded is not None:  # a thread: see _handle
@@ -325,7 +332,9 @@ class SimServer:
         validator = self._validator
         if validator.signed_by_sim != self.sign_thinking:
             validator = self._validator = ConversationValidator(signed_by_sim=self.sign_thinking, read_only=True)
-        rejection = validator.validate(effective)
+        # the OpenAI wire's rules were checked on its own request (`openai_chat.validate_chat`): the Messages API's
+        # own (cache breakpoints, thinking signatures, server tools, ...) are not the Chat Completions API's
+        rejection = validator.validate(effective) if chat is None else None
         if rejection is None:  # valid: then the size, as the real API checks it last
             req.input_tokens = request_tokens(body, len(raw) + history_bytes)
             window = context_window(effective.get("model"), betas)
@@ -359,7 +368,7 @@ class SimServer:
                     self._kinds.clear()
                 self._kinds[id(answer)] = (answer, kind)
             if kind == "error":
-                return self._fault(req, answer, mreq, request_id)
+                return self._fault(req, answer, mreq, request_id, chat=chat)
             turn = _turn(answer, kind, mreq, self.ids)
         else:
             reply = None
@@ -382,12 +391,14 @@ class SimServer:
         if reply is not None and reply.crash:  # answered, and the process dies before the loop reads it
             rec.fault = "crash"
             return Planned(headers=[_JSON, ("request-id", request_id)], latency=latency, record=rec, raise_="crash")
+        if chat is not None:
+            return chat.planned(turn, message, rec, request_id, latency, stream=req.stream)
         if req.stream:
             events = render_sse(turn, id=msg_id, model=model, input_tokens=input_tokens, output_tokens=output_tokens)
             return Planned(headers=[_SSE, ("request-id", request_id)], events=events, latency=latency, record=rec)
         return Planned(headers=[_JSON, ("request-id", request_id)], body=to_json(message), latency=latency, record=rec)
 
-    def _fault(self, req: Request, reply: Reply, mreq: ModelRequest, request_id: str) -> Planned:
+    def _fault(self, req: Request, reply: Reply, mreq: ModelRequest, request_id: str, *, chat: _Chat | None = None) -> Planned:
         err = reply.error
         rec = Response(t=0.0, index=req.index, call=req.call, status=0, kind="error", latency=reply.latency)
         if isinstance(err, int):
@@ -413,6 +424,8 @@ class SimServer:
             )
         # A stream that starts well and then fails: the model was writing an answer.
         partial = turn_from_reply(Reply(end_turn="Let me look into that and get back with the details."), mreq, self.ids)
+        if chat is not None:
+            return chat.broken_stream(partial, self.ids.message(), rec, request_id, reply.latency, error=err == "stream_error")
         events = render_sse(partial, id=self.ids.message(), model=str(mreq.body.get("model")), input_tokens=req.input_tokens)
         cut = min(4, len(events) - 2)
         rec.status = 200
@@ -422,6 +435,20 @@ class SimServer:
             rec.error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
             planned.error_event = render_error_event("overloaded_error", "Overloaded", request_id)
         return planned
+
+    def _chat(
+        self, req: Request, chat: _Chat, method: str, headers: Mapping[str, str], raw: bytes, request_id: str,
+    ) -> Planned:
+        """``POST /v1/chat/completions``: the OpenAI wire's own checks, then the one world, then its own rendering."""
+        if method != "POST":
+            return chat.error(req, 404, request_id, message=f"Invalid URL ({method} {req.path})")
+        if not headers.get("authorization", "").startswith("Bearer "):
+            return chat.error(req, 401, request_id, message="You didn't provide an API key. You need to provide your "
+                              "API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).")
+        if chat.rejection is not None:
+            return chat.reject(req, chat.rejection, request_id)
+        planned = self._messages(req, chat.internal, raw, request_id, None, chat=chat)
+        return chat.converted(planned, request_id)
 
     def _recorded_error(self, req: Request, answer: RecordedError) -> Planned:
         """A recorded error, served with its recorded headers and body (framing headers left to the transport)."""
@@ -558,3 +585,89 @@ def _int(value: str | None) -> int:
         return int(value) if value is not None else 0
     except ValueError:
         return 0
+
+
+class _Chat:
+    """One Chat Completions request: what it stands for in the Messages shape, and how its answer is rendered.
+
+    The world (policy, faults, transcript, invariants) sees ``internal``; the loop sees the Chat Completions
+    wire (`simloop.wire.openai_chat`).  ``rejection`` is the real API's 400 for the request as sent, if any.
+    """
+
+    __slots__ = ("created", "include_usage", "internal", "model", "rejection")
+
+    def __init__(self, sent: Any, rejection: Rejection | None, now: float) -> None:
+        self.rejection = rejection
+        self.internal: Any = sent
+        if type(sent) is dict:
+            try:  # a request refused for its pairing still stands for a conversation: the invariants read it
+                self.internal = openai_chat.to_internal(sent)
+            except (KeyError, TypeError, AttributeError):
+                self.internal = sent
+        self.model = str(sent.get("model")) if type(sent) is dict else "gpt-4o"
+        options = sent.get("stream_options") if type(sent) is dict else None
+        self.include_usage = isinstance(options, dict) and options.get("include_usage") is True
+        self.created = openai_chat.CREATED_EPOCH + int(now)
+
+    def planned(
+        self, turn: Turn, message: dict[str, Any], rec: Response, request_id: str, latency: float, *, stream: bool,
+    ) -> Planned:
+        headers = [_JSON, ("x-request-id", request_id)]
+        if stream:
+            events = openai_chat.render_chunks(turn, message, model=self.model, created=self.created,
+                                               include_usage=self.include_usage)
+            return Planned(headers=[_SSE, ("x-request-id", request_id)], events=events, latency=latency, record=rec)
+        payload = openai_chat.render_completion(turn, message, model=self.model, created=self.created)
+        return Planned(headers=headers, body=to_json(payload), latency=latency, record=rec)
+
+    def broken_stream(
+        self, partial: Turn, message_id: str, rec: Response, request_id: str, latency: float, *, error: bool,
+    ) -> Planned:
+        """A stream that starts well and then breaks: cut, or an error line (``stream_error``)."""
+        cut_turn = Turn(content=partial.content, stop_reason=None)
+        events = openai_chat.render_chunks(cut_turn, {"id": message_id, "usage": {}}, model=self.model,
+                                           created=self.created)
+        rec.status = 200
+        planned = Planned(headers=[_SSE, ("x-request-id", request_id)], events=events, cut_after=min(3, len(events)),
+                          latency=latency, record=rec)
+        if error:
+            planned.error_event = openai_chat.stream_error_event()
+            rec.error = json.loads(planned.error_event[6:])
+        return planned
+
+    def error(self, req: Request, status: int, request_id: str, *, message: str) -> Planned:
+        body = openai_chat.chat_error_body(status, message=message)
+        rec = Response(t=0.0, index=req.index, call=req.call, status=status, kind="rejected",
+                       error=json.loads(body), fault="http")
+        return Planned(status=status, headers=openai_chat.chat_error_headers(status, request_id=request_id),
+                       body=body, record=rec)
+
+    def reject(self, req: Request, rejection: Rejection, request_id: str) -> Planned:
+        status, body, headers = openai_chat.chat_error(rejection.status, rejection=rejection, request_id=request_id,
+                                                       model=self.model)
+        rec = Response(t=0.0, index=req.index, call=req.call, status=status, kind="rejected",
+                       error=json.loads(body), fault="http")
+        rec.rejection = {"status": status, "type": rejection.type, "message": rejection.message,
+                         "path": rejection.path}
+        return Planned(status=status, headers=headers, body=body, record=rec)
+
+    def converted(self, planned: Planned, request_id: str) -> Planned:
+        """An error the one world decided (a scripted fault, the context window), in this wire's envelope."""
+        rec = planned.record
+        if planned.status < 400 or planned.raise_ is not None or rec is None:
+            return planned
+        retry_after = next((float(v) for k, v in planned.headers if k.lower() == "retry-after"), None)
+        rejection = None
+        if rec.rejection is not None and str(rec.rejection.get("message", "")).startswith("prompt is too long"):
+            tokens = str(rec.rejection["message"]).split(": ", 1)[1].split(" ", 1)[0]
+            limit = str(rec.rejection["message"]).rsplit("> ", 1)[1].split(" ", 1)[0]
+            text = (f"This model's maximum context length is {limit} tokens. However, your messages resulted in "
+                    f"{tokens} tokens. Please reduce the length of the messages.")
+            rejection = Rejection(400, "invalid_request_error", text, {"param": "messages",
+                                                                       "code": "context_length_exceeded"}, "messages")
+            rec.rejection = {**rec.rejection, "message": text}
+        status, body, headers = openai_chat.chat_error(planned.status, rejection=rejection, request_id=request_id,
+                                                       model=self.model, retry_after=retry_after)
+        rec.status = status
+        rec.error = json.loads(body)
+        return Planned(status=status, headers=headers, body=body, latency=planned.latency, record=rec)
