@@ -9,7 +9,7 @@ This module is plain data so it imports without simloop's runtime.
 
 from __future__ import annotations
 
-__all__ = ["ABORTS", "CORRECT", "DECLARED", "DEFECTS", "POLICY_ROWS", "RESTARTS", "TURNS", "TWIN", "VERIFY"]
+__all__ = ["ABORTS", "CORRECT", "COST_BUDGET", "DECLARED", "DEFECTS", "POLICY_ROWS", "RESTARTS", "TURNS", "TWIN", "VERIFY"]
 
 CORRECT: list[str] = ["correct_sync", "correct_async", "correct_stream", "correct_policies", "correct_typed"]
 
@@ -52,13 +52,16 @@ DEFECTS: dict[str, tuple[str, str]] = {
     "cut_retried_once": ("max-tokens-again.yaml", "truncation"),
     "cache_control_every_block": ("wide-turn-cached.yaml", "request_valid"),
     "fabricated_results": ("happy-path.yaml", "results_real"),
+    "cost_budget_dropped": ("cost-budget.yaml", "limits"),
 }
 
 #: Under `simloop.verify` (generated runs rather than one scenario) a defect may show first as another
 #: honest violation.  Per defect: the limits the loop declares, and the invariant ids that are a
 #: correct report of it.  ``bench/detect.py`` and the tests hold verify to this table.
-DECLARED = {"max_steps": 10, "deadline_s": 300, "max_total_tokens": 200_000}  # the example loops' defaults
-VERIFY: dict[str, tuple[dict[str, int], frozenset[str]]] = {
+DECLARED: dict[str, float] = {"max_steps": 10, "deadline_s": 300, "max_total_tokens": 200_000}  # the loops' defaults
+#: The small cost budget (US dollars) the cost rows declare: a few calls' worth at the default model's price.
+COST_BUDGET = 0.01
+VERIFY: dict[str, tuple[dict[str, float], frozenset[str]]] = {
     name: (DECLARED, frozenset({invariant})) for name, (_, invariant) in DEFECTS.items()
 }
 VERIFY.update({
@@ -84,6 +87,8 @@ VERIFY.update({
     "durable_resend": (DECLARED, frozenset({"no_rerun", "limits"})),
     # retries a failing tool until it gives up and lets the last exception out, as tool_retry_on_error
     "typed_write_retried": (DECLARED, frozenset({"no_rerun", "tool_errors"})),
+    # verified declaring a small cost budget, which the loop never receives
+    "cost_budget_dropped": ({**DECLARED, "max_cost_usd": COST_BUDGET}, frozenset({"limits"})),
 })
 
 #: The rows `verify` tries as conversations (``verify(drive, turns=N)``): row -> the most user turns.  The
@@ -104,10 +109,10 @@ RESTARTS: dict[str, int] = {"durable_resend": 1, **{loop: 1 for loop in CORRECT}
 
 #: The correct loops verified under each declared stop policy as well: row name -> (module, declared limits).
 #: ``bench/detect.py`` holds them to no violation, like `CORRECT` under `DECLARED`.
-POLICY_ROWS: dict[str, tuple[str, dict[str, int]]] = {
+POLICY_ROWS: dict[str, tuple[str, dict[str, float]]] = {
     f"{loop}+{policy}": (loop, {**DECLARED, policy: n})
     for loop in ("correct_sync", "correct_async")
-    for policy, n in (("max_tool_errors", 1), ("max_writes", 1), ("max_repeats", 2))
+    for policy, n in (("max_tool_errors", 1), ("max_writes", 1), ("max_repeats", 2), ("max_cost_usd", COST_BUDGET))
 }
 
 #: Each defect loop's correct twin: the loop it is a one-bug variant of.  A failure `verify` saves for the

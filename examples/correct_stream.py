@@ -12,8 +12,8 @@ executed, so no tool runs twice when the caller retries the whole task.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import anthropic
 import httpx2
@@ -22,6 +22,7 @@ from anthropic.types import MessageParam, ToolParam
 from simloop import Outcome
 
 from ._common import (
+    CostMeter,
     DEFAULT_MODEL,
     MAX_TOKENS,
     THINKING,
@@ -59,6 +60,7 @@ def run_agent(
     writes: frozenset[str] = frozenset(),
     history: list[MessageParam] | None = None,
     stop: Callable[[], bool] = lambda: False,
+    prices: Mapping[str, Any] | None = None,
 ) -> Outcome:
     """Run the task to an honest stop, streaming every reply; returns why it stopped and the last text."""
     max_steps, deadline_s, token_budget = budgets(limits)
@@ -66,6 +68,7 @@ def run_agent(
     started = time.monotonic()
     messages = start_turn(history, task)  # a new conversation, or the next turn of one
     used = 0
+    cost = CostMeter(limits, prices)  # the declared max_cost_usd, if any (prices: the scenario's, sim.prices)
     for step in range(max_steps):
         if stop():  # the user pressed Stop: no further model call
             return Outcome(reason="aborted", text="stopped by the user")
@@ -73,6 +76,8 @@ def run_agent(
             return Outcome(reason="deadline", text=f"deadline of {deadline_s:g}s reached after {step} model calls")
         if used >= token_budget:
             return Outcome(reason="token_budget", text=f"{used} tokens used of a budget of {token_budget}")
+        if (spent := cost.stop()) is not None:
+            return spent
         try:
             with client.messages.stream(
                 model=model,
@@ -86,6 +91,7 @@ def run_agent(
         except (anthropic.APIError, httpx2.HTTPError) as exc:  # includes a stream cut mid-reply
             return Outcome(reason="error", text=error_text(exc))
         used += tokens_used(reply)
+        cost.add(reply)
         messages.append({"role": "assistant", "content": reply.content})
         if stop():  # Stop pressed while the model answered: run none of its tool calls
             return Outcome(reason="aborted", text="stopped by the user")
@@ -118,5 +124,5 @@ def drive(sim: Sim) -> list[Outcome]:
     run_tool = durable_run_tool(sim)  # a write runs once, also across a crash and restart
     return converse(sim.user_turns, lambda text, history: run_agent(
         sim.client, with_web_search(sim.tool_schemas), run_tool, text, sim.limits, model=sim.model, system=sim.system,
-        writes=writes_of(sim), history=history, stop=sim.abort.is_set,
+        writes=writes_of(sim), history=history, stop=sim.abort.is_set, prices=sim.prices,
     ))

@@ -40,7 +40,8 @@ _OPTIONS = (
     ("restarts", "N", ("your loop resumes from sim.store after a crash: simloop.verify kills it up to N times a run, "
                        "and scenario files with a crash fault run")),
     ("claims", "NAMES", ("the stop policies your loop honours as sim.limits declares them, comma-separated "
-                         "(max_steps, deadline_s, max_total_tokens, max_tool_errors, max_writes, max_repeats): "
+                         "(max_steps, deadline_s, max_total_tokens, max_tool_errors, max_writes, max_repeats, "
+                         "max_cost_usd): "
                          "scenario files that declare them run (the simloop_config limits count too)")),
     ("profile", "|".join(PROFILE_CHOICES), ("Hypothesis settings for simloop.verify: dev (50 runs a test), ci "
                                             "(200, no example database), nightly (5000, long fuzzing)")),

@@ -143,6 +143,7 @@ class Sim:
                 limits=self.limits.model_dump(exclude_none=True),
                 limits_from=dict.fromkeys(self.limits.model_dump(exclude_none=True), declared_by),
                 tools={t.name: t.kind for t in self.scenario.tools},
+                prices={name: p.model_dump() for name, p in self.scenario.prices.items()},
             )
         )
         guard = self._guard
@@ -213,6 +214,12 @@ class Sim:
     @property
     def system(self) -> str | None:
         return self.scenario.system
+
+    @property
+    def prices(self) -> dict[str, dict[str, float]]:
+        """The scenario's price overrides (``prices:``), for a loop that prices its replies for ``max_cost_usd``:
+        ``simloop.pricing.cost_usd(reply.usage.model_dump(), reply.model, sim.prices)``."""
+        return {name: p.model_dump() for name, p in self.scenario.prices.items()}
 
     @property
     def tool_schemas(self) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from simloop.pricing import cost_usd
 from simloop.transcript import (
     AbortEvent,
     Halt,
@@ -83,6 +84,7 @@ class Step:
     turn: int | None = None  # the user turn (0-based) that begins with this step, in a conversation
     turn_text: str = ""  # that turn's user message
     aborts: list[str] = field(default_factory=list)  # the user's Stop, pressed during this step
+    cost_usd: float = 0.0  # what the run's replies had cost by this step's reply, in US dollars (`simloop.pricing`)
 
 
 def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
@@ -95,6 +97,7 @@ def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
     # turn marks are shown only for a conversation (more than one turn)
     turn: TurnStart | None = None
     conversation = sum(isinstance(e, TurnStart) for e in transcript.events) > 1
+    spent = 0.0
     for e in transcript.events:
         if isinstance(e, TurnStart) and conversation:
             turn = e
@@ -121,6 +124,8 @@ def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
                 step.kind = e.kind
                 step.output_tokens = e.output_tokens
                 step.input_tokens = e.input_tokens or step.input_tokens
+                spent += cost_usd(e.message.get("usage"), e.message.get("model"), transcript.header.prices)
+                step.cost_usd = spent
             elif e.kind == "rejected":
                 step.attempts.append(f"400 {(e.rejection or {}).get('message', '')[:70]}")
             else:
@@ -171,15 +176,20 @@ def render_timeline(
     marks: dict[int | None, list[str]] = {}
     for v in violations:
         marks.setdefault(v.step, []).append(v.invariant)
-    lines = [f"{'step':>4}  {'time':>9}  {'in':>7} {'out':>6}  reply"]
+    # the cost so far is a column when the run declared a cost budget (other timelines read as they always did)
+    priced = "max_cost_usd" in transcript.header.limits
+    lines = [f"{'step':>4}  {'time':>9}  {'in':>7} {'out':>6}  {'cost':>8}  reply" if priced else
+             f"{'step':>4}  {'time':>9}  {'in':>7} {'out':>6}  reply"]
     for s in rows:
         if s.turn is not None:
             lines.append(_clip(f"-- user turn {s.turn + 1}: {json.dumps(s.turn_text, ensure_ascii=False)}", width))
         retry = f"  [{', '.join(s.attempts)}]" if s.attempts else ""
         flag = f"  <-- {', '.join(marks[s.call])}" if s.call in marks else ""
-        line = f"{s.call:>4}  {s.t:>8.3f}s  {s.input_tokens:>7} {s.output_tokens:>6}  {s.reply or '(no reply)'}{retry}{flag}"
+        cost = f"{'$' + format(s.cost_usd, '.4f'):>8}  " if priced else ""
+        line = (f"{s.call:>4}  {s.t:>8.3f}s  {s.input_tokens:>7} {s.output_tokens:>6}  {cost}"
+                f"{s.reply or '(no reply)'}{retry}{flag}")
         lines.append(_clip(line, width))
-        lines.extend(_clip(f"{'':>33}{tool}", width) for tool in s.tools)
+        lines.extend(_clip(f"{'':>{43 if priced else 33}}{tool}", width) for tool in s.tools)
     outcome = transcript.outcome
     halt = transcript.of(Halt)
     if halt:

@@ -54,6 +54,7 @@ VERSION = 1
 class Header:
     """What the run was: scenario name, seed, the declared limits and who declared each, the tools' kinds.
 
+    ``prices`` holds the scenario's price overrides (``prices:``) that a cost budget is counted with.
     ``limits_from`` maps each declared limit to ``"loop"`` (given by the run: `simloop.verify`'s ``limits``,
     ``Sim(limits=...)``) or ``"scenario"`` (the scenario's own ``limits:``); older transcripts have none.
     """
@@ -64,6 +65,8 @@ class Header:
     limits_from: dict[str, str] = field(default_factory=dict)
     tools: dict[str, str] = field(default_factory=dict)  # name -> "read" | "write"
     version: int = VERSION
+    # the scenario's ``prices:`` (model -> USD per million tokens; `simloop.pricing`), written only when given
+    prices: dict[str, Any] = field(default_factory=dict)
     type: str = "header"
 
 
@@ -375,7 +378,10 @@ class Transcript:
 
 
 def _line(obj: Any) -> str:
-    text = json.dumps(asdict(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    data = asdict(obj)
+    if isinstance(obj, Header) and not obj.prices:
+        del data["prices"]  # the common case, and every transcript written before prices existed, stays the same
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     # Escaped, though JSON allows them raw: readers that split lines the Unicode way would cut the line there.
     return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").replace("\x85", "\\u0085") + "\n"
 
