@@ -9,9 +9,11 @@ This module is plain data so it imports without simloop's runtime.
 
 from __future__ import annotations
 
-__all__ = ["ABORTS", "CORRECT", "COST_BUDGET", "DECLARED", "DEFECTS", "POLICY_ROWS", "RESTARTS", "TURNS", "TWIN", "VERIFY"]
+__all__ = ["ABORTS", "CORRECT", "COST_BUDGET", "DECLARED", "DEFECTS", "OWN_TOOLS", "POLICY_ROWS", "RESTARTS", "TURNS", "TWIN", "VERIFY"]
 
-CORRECT: list[str] = ["correct_sync", "correct_async", "correct_stream", "correct_policies", "correct_typed"]
+CORRECT: list[str] = [
+    "correct_sync", "correct_async", "correct_stream", "correct_policies", "correct_typed", "correct_delegate",
+]
 
 DEFECTS: dict[str, tuple[str, str]] = {
     "stop_not_tool_use_as_done": ("max-tokens-thinking.yaml", "truncation"),
@@ -53,6 +55,7 @@ DEFECTS: dict[str, tuple[str, str]] = {
     "cache_control_every_block": ("wide-turn-cached.yaml", "request_valid"),
     "fabricated_results": ("happy-path.yaml", "results_real"),
     "cost_budget_dropped": ("cost-budget.yaml", "limits"),
+    "subagent_partial_as_done": ("subagent-truncated.yaml", "subagent_honest"),
 }
 
 #: Under `simloop.verify` (generated runs rather than one scenario) a defect may show first as another
@@ -115,11 +118,16 @@ POLICY_ROWS: dict[str, tuple[str, dict[str, float]]] = {
     for policy, n in (("max_tool_errors", 1), ("max_writes", 1), ("max_repeats", 2), ("max_cost_usd", COST_BUDGET))
 }
 
+#: The rows verified with a toolset of their own (the module's ``TOOLS``: ``verify(drive, tools=module.TOOLS)``):
+#: the loops whose delegate tool runs a sub-agent.  ``bench/detect.py`` and the tests pass them.
+OWN_TOOLS: frozenset[str] = frozenset({"correct_delegate", "subagent_partial_as_done"})
+
 #: Each defect loop's correct twin: the loop it is a one-bug variant of.  A failure `verify` saves for the
 #: defect must replay cleanly on its twin (the saved file is a regression test that passes once fixed).
 TWIN: dict[str, str] = {name: "correct_sync" for name in DEFECTS}
 TWIN["async_tasks_left_running"] = "correct_async"
 TWIN["abort_streaming_continued"] = "correct_stream"
+TWIN["subagent_partial_as_done"] = "correct_delegate"
 TWIN.update({name: "correct_typed" for name in (
     "typed_write_retried", "cut_calls_run", "cut_retried_once", "cache_control_every_block",
 )})

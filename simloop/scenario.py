@@ -93,6 +93,7 @@ INVARIANT_IDS = (
     "results_together",
     "abort",
     "results_real",
+    "subagent_honest",
 )
 #: The stop policies and limits a loop may declare: the fields of `Limits`.
 LIMIT_NAMES = (
@@ -128,6 +129,7 @@ InvariantId = Literal[
     "results_together",
     "abort",
     "results_real",
+    "subagent_honest",
 ]
 
 

@@ -37,6 +37,7 @@ from simloop._runtime.process import ProcessExit, Run, forked_call, running
 from simloop._runtime.stack import on_fresh_stack
 from simloop._runtime.watchdog import Watchdog, park, where_in, where_of
 from simloop._runtime.worker import Abandoned, run_on_worker
+from simloop._subagent import SubAgent
 from simloop.errors import SimloopInternalError, SimulatedCrash, UsageError
 from simloop.invariants import Report, check
 from simloop.models import Ids, ModelPolicy, Script, ScriptExhausted
@@ -171,6 +172,7 @@ class Sim:
         self.store: dict[str, Any] = {}
         self.lives = 1  # the drive's runs: 1, plus one per restart after a crash
         self._clients: dict[str, Any] = {}
+        self._subagents = 0  # sub-agent runs started (`subagent`)
         self._ran = False
         self._halted_at: float | None = None  # REAL.monotonic() when the run was first seen halted
         self._turns = UserTurns(self)
@@ -229,6 +231,27 @@ class Sim:
     def run_tool(self, name: str, input: Any, *, tool_use_id: str | None = None) -> str:
         """Run a tool as the scenario defines it (faults included); may raise what the tool raises."""
         return self.tools.run(name, input, tool_use_id=tool_use_id)
+
+    def bind_tool(self, name: str, fn: Callable[..., Any]) -> None:
+        """Make ``fn`` tool ``name``'s implementation for the rest of the run, from inside the drive: a tool that
+        needs the run itself, such as a delegate tool that starts a `subagent` (``Sim(tools=...)`` binds before)."""
+        self.tools.bind(name, fn)
+
+    def subagent(
+        self, task: str, *, tools: Sequence[str] | None = None, limits: Limits | Mapping[str, Any] | None = None
+    ) -> SubAgent:
+        """A sub-agent run: a loop a tool runs on this run's simulated API and tools, with a fresh context.
+
+        ``tools``: the names of the tools it gets (default: every tool but the one it runs in); ``limits``: what
+        its loop declares (held by ``limits`` inside the sub-run).  ``.run(drive)`` runs ``drive(sub)`` and
+        returns its `Outcome`; the transcript and the timeline show it as a nested run, the invariants hold
+        inside it, and ``subagent_honest`` holds the parent's tool_result to what it did (docs/design.md,
+        Sub-agents).
+        """
+        if limits is not None and not isinstance(limits, Limits):
+            limits = Limits.model_validate(limits)
+        self._subagents += 1
+        return SubAgent(self, self._subagents, str(task), tools=tools, limits=limits)
 
     async def arun_tool(self, name: str, input: Any, *, tool_use_id: str | None = None) -> str:
         """Async twin of `run_tool`: latency is a timer on the (virtual) event loop, so calls can overlap."""

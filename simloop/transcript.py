@@ -13,6 +13,8 @@ scenario's name, seed, declared limits and tool kinds) and a list of events:
 * `TurnStart` — a user turn of a conversation began (the drive took it from ``sim.user_turns``)
 * `AbortEvent` — the user pressed Stop: ``sim.abort`` fired
 * `Restart`   — the process died (a ``crash`` fault) and the drive was run again
+* `SubagentStart` / `SubagentEnd` — a sub-agent run (``sim.subagent``) began and ended: the model calls and
+  tool executions between them are the sub-run's, a nested run checked on its own
 
 Times ``t`` are virtual seconds since the run started, so a transcript is a
 pure function of the scenario and seed: it serialises to JSONL byte for byte
@@ -39,6 +41,8 @@ __all__ = [
     "Request",
     "Response",
     "Restart",
+    "SubagentEnd",
+    "SubagentStart",
     "ThreadLeft",
     "ToolEnd",
     "ToolStart",
@@ -269,11 +273,40 @@ class Restart:
     type: str = "restart"
 
 
-Event = Request | Response | ToolStart | ToolEnd | OutcomeEvent | Halt | ThreadLeft | TurnStart | AbortEvent | Restart
+@dataclass(slots=True)
+class SubagentStart:
+    """Sub-agent run ``run`` (1-based in the run) began (``sim.subagent``): the model calls and tool executions
+    until its `SubagentEnd` are its own.  ``exec`` is the tool execution it runs in (the parent's delegate call;
+    None when it was started outside one), ``limits`` what the sub-agent's loop declares."""
+
+    t: float
+    run: int
+    task: str = ""
+    exec: int | None = None
+    tool: str | None = None
+    limits: dict[str, Any] = field(default_factory=dict)
+    type: str = "subagent_start"
+
+
+@dataclass(slots=True)
+class SubagentEnd:
+    """Sub-agent run ``run`` ended: the reason its loop gave (None when none is known: it was unwound by a halt
+    or a process death), its text, or the exception that escaped it."""
+
+    t: float
+    run: int
+    reason: str | None = None
+    text: str = ""
+    exception: str | None = None
+    type: str = "subagent_end"
+
+
+Event = (Request | Response | ToolStart | ToolEnd | OutcomeEvent | Halt | ThreadLeft | TurnStart | AbortEvent | Restart
+         | SubagentStart | SubagentEnd)
 _TYPES: dict[str, type[Any]] = {
     str(c.__dataclass_fields__["type"].default): c
     for c in (Header, Request, Response, ToolStart, ToolEnd, OutcomeEvent, Halt, ThreadLeft, TurnStart, AbortEvent,
-              Restart)
+              Restart, SubagentStart, SubagentEnd)
 }
 
 

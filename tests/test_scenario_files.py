@@ -41,6 +41,7 @@ INVARIANT_IDS = (
     "results_together",
     "abort",
     "results_real",
+    "subagent_honest",
 )
 
 
