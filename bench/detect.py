@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import simloop
 
 verify_module = importlib.import_module("simloop.verify")
-from examples.catalogue import ABORTS, CORRECT, DECLARED, DEFECTS, POLICY_ROWS, RESTARTS, TURNS, VERIFY
+from examples.catalogue import ABORTS, CORRECT, DECLARED, DEFECTS, OWN_TOOLS, POLICY_ROWS, RESTARTS, TURNS, VERIFY
 from simloop._runtime.clock import REAL
 from tests.loops import readme as readme_loops
 
@@ -91,8 +91,11 @@ def _row(name: str) -> tuple[Any, simloop.Limits, dict[str, Any]]:
         drive, claims = README_ROWS[name]
         return drive, readme_loops.LIMITS, claims
     module, declared = POLICY_ROWS.get(name, (name, VERIFY[name][0] if name in VERIFY else DECLARED))
-    claims = {"turns": TURNS.get(name, 1), "abort": name in ABORTS, "restarts": RESTARTS.get(name, 0)}
-    return importlib.import_module(f"examples.{module}").drive, simloop.Limits(**declared), claims
+    claims: dict[str, Any] = {"turns": TURNS.get(name, 1), "abort": name in ABORTS, "restarts": RESTARTS.get(name, 0)}
+    loop = importlib.import_module(f"examples.{module}")
+    if name in OWN_TOOLS:
+        claims = {"tools": loop.TOOLS}  # verified with its own tools (a delegate that runs a sub-agent), one turn
+    return loop.drive, simloop.Limits(**declared), claims
 
 
 def run(name: str, expected: frozenset[str] | None, seeds: int, max_examples: int, out: Path) -> Row:

@@ -117,10 +117,12 @@ POLICY_ROWS: dict[str, tuple[str, dict[str, float]]] = {
     for loop in ("correct_sync", "correct_async")
     for policy, n in (("max_tool_errors", 1), ("max_writes", 1), ("max_repeats", 2), ("max_cost_usd", COST_BUDGET))
 }
+# the delegating loop, verified with its delegate tool (`OWN_TOOLS`): its sub-agents are checked as runs of their own
+POLICY_ROWS["correct_delegate+delegate"] = ("correct_delegate", DECLARED)
 
 #: The rows verified with a toolset of their own (the module's ``TOOLS``: ``verify(drive, tools=module.TOOLS)``):
 #: the loops whose delegate tool runs a sub-agent.  ``bench/detect.py`` and the tests pass them.
-OWN_TOOLS: frozenset[str] = frozenset({"correct_delegate", "subagent_partial_as_done"})
+OWN_TOOLS: frozenset[str] = frozenset({"correct_delegate+delegate", "subagent_partial_as_done"})
 
 #: Each defect loop's correct twin: the loop it is a one-bug variant of.  A failure `verify` saves for the
 #: defect must replay cleanly on its twin (the saved file is a regression test that passes once fixed).

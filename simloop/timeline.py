@@ -24,6 +24,8 @@ from simloop.transcript import (
     Request,
     Response,
     Restart,
+    SubagentEnd,
+    SubagentStart,
     ToolEnd,
     ToolStart,
     Transcript,
@@ -84,6 +86,7 @@ class Step:
     turn: int | None = None  # the user turn (0-based) that begins with this step, in a conversation
     turn_text: str = ""  # that turn's user message
     aborts: list[str] = field(default_factory=list)  # the user's Stop, pressed during this step
+    subagent: int | None = None  # the sub-agent run (``sim.subagent``) this call belongs to, None: the main run
     cost_usd: float = 0.0  # what the run's replies had cost by this step's reply, in US dollars (`simloop.pricing`)
 
 
@@ -98,7 +101,26 @@ def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
     turn: TurnStart | None = None
     conversation = sum(isinstance(e, TurnStart) for e in transcript.events) > 1
     spent = 0.0
+    parents: list[Step | None] = []  # the step each open sub-agent run was started from
+    inside: list[int] = []  # the open sub-agent runs, innermost last
     for e in transcript.events:
+        if isinstance(e, SubagentStart):
+            where = f" in {e.tool} (exec {e.exec})" if e.tool else ""
+            line = f"sub-agent {e.run} starts{where}: {json.dumps(e.task[:50], ensure_ascii=False)}"
+            if current is not None:
+                current.tools.append(line)
+            parents.append(current)
+            inside.append(e.run)
+            continue
+        if isinstance(e, SubagentEnd):
+            told = e.exception or json.dumps(e.text[:40], ensure_ascii=False)
+            line = f"sub-agent {e.run} returned {e.reason or '(no outcome)'} {told}"
+            if current is not None:
+                current.tools.append(line)
+            if inside:
+                inside.pop()
+                current = parents.pop()
+            continue
         if isinstance(e, TurnStart) and conversation:
             turn = e
         elif isinstance(e, AbortEvent) and current is not None:
@@ -109,7 +131,8 @@ def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
         elif isinstance(e, Request) and e.path.endswith("/messages"):
             current = by_call.get(e.call)
             if current is None:
-                current = by_call[e.call] = Step(call=e.call, t=e.t, input_tokens=e.input_tokens)
+                current = by_call[e.call] = Step(call=e.call, t=e.t, input_tokens=e.input_tokens,
+                                                 subagent=inside[-1] if inside else None)
                 if turn is not None:
                     current.turn, current.turn_text, turn = turn.turn, turn.text, None
                 out.append(current)
@@ -186,8 +209,9 @@ def render_timeline(
         retry = f"  [{', '.join(s.attempts)}]" if s.attempts else ""
         flag = f"  <-- {', '.join(marks[s.call])}" if s.call in marks else ""
         cost = f"{'$' + format(s.cost_usd, '.4f'):>8}  " if priced else ""
+        nested = f"[sub-agent {s.subagent}] " if s.subagent is not None else ""
         line = (f"{s.call:>4}  {s.t:>8.3f}s  {s.input_tokens:>7} {s.output_tokens:>6}  {cost}"
-                f"{s.reply or '(no reply)'}{retry}{flag}")
+                f"{nested}{s.reply or '(no reply)'}{retry}{flag}")
         lines.append(_clip(line, width))
         lines.extend(_clip(f"{'':>{43 if priced else 33}}{tool}", width) for tool in s.tools)
     outcome = transcript.outcome
