@@ -36,7 +36,7 @@ from examples.catalogue import ABORTS, CORRECT, DECLARED, DEFECTS, OWN_TOOLS, PO
 from simloop._runtime.clock import REAL
 from tests.loops import readme as readme_loops
 
-LIMITS = simloop.Limits(**DECLARED)  # what the example loops declare
+LIMITS = simloop.Limits.model_validate(DECLARED)  # what the example loops declare
 
 
 @dataclass
@@ -91,11 +91,11 @@ def _row(name: str) -> tuple[Any, simloop.Limits, dict[str, Any]]:
         drive, claims = README_ROWS[name]
         return drive, readme_loops.LIMITS, claims
     module, declared = POLICY_ROWS.get(name, (name, VERIFY[name][0] if name in VERIFY else DECLARED))
-    claims: dict[str, Any] = {"turns": TURNS.get(name, 1), "abort": name in ABORTS, "restarts": RESTARTS.get(name, 0)}
     loop = importlib.import_module(f"examples.{module}")
+    options: dict[str, Any] = {"turns": TURNS.get(name, 1), "abort": name in ABORTS, "restarts": RESTARTS.get(name, 0)}
     if name in OWN_TOOLS:
-        claims = {"tools": loop.TOOLS}  # verified with its own tools (a delegate that runs a sub-agent), one turn
-    return loop.drive, simloop.Limits(**declared), claims
+        options = {"tools": loop.TOOLS}  # verified with its own tools (a delegate that runs a sub-agent), one turn
+    return loop.drive, simloop.Limits.model_validate(declared), options
 
 
 def run(name: str, expected: frozenset[str] | None, seeds: int, max_examples: int, out: Path) -> Row:

@@ -22,11 +22,11 @@ from anthropic.types import MessageParam, ToolParam, ToolResultBlockParam, ToolU
 from simloop import Outcome
 
 from ._common import (
-    CostMeter,
     DEFAULT_MODEL,
     MAX_TOKENS,
     THINKING,
     ARunTool,
+    CostMeter,
     StopPolicies,
     aconverse,
     budgets,

@@ -30,10 +30,10 @@ from anthropic.types import MessageParam, ToolParam, ToolResultBlockParam, ToolU
 from simloop import Outcome
 
 from ._common import (
-    CostMeter,
     DEFAULT_MODEL,
     MAX_TOKENS,
     THINKING,
+    CostMeter,
     RunTool,
     StopPolicies,
     budgets,

@@ -27,10 +27,10 @@ from anthropic.types import MessageParam, ToolParam
 from simloop import Outcome
 
 from ._common import (
-    CostMeter,
     DEFAULT_MODEL,
     MAX_TOKENS,
     THINKING,
+    CostMeter,
     RunTool,
     StopPolicies,
     budgets,

@@ -9,7 +9,7 @@ own (docs/design.md, Sub-agents) and the parent's tool_result can be held to wha
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Self
 
 from simloop.errors import UsageError
 from simloop.outcome import Outcome
@@ -110,7 +110,7 @@ class SubAgent:
         """Say how the sub-agent's loop stopped (recorded when the context ends)."""
         self.outcome = Outcome.coerce(outcome)
 
-    def __enter__(self) -> SubAgent:
+    def __enter__(self) -> Self:
         if self._started:
             raise UsageError("a sim.subagent(...) runs once; start another for another run")
         self._started = True

@@ -16,10 +16,10 @@ import click
 
 from simloop.cli._options import (
     HARD_TIMEOUT,
+    MAX_COST_USD,
     MAX_COUNT,
     MAX_DEADLINE_S,
     MAX_TIMEOUT_S,
-    MAX_COST_USD,
     MAX_TOKENS,
     NETWORK,
     Seconds,
