@@ -18,6 +18,7 @@ from simloop.transcript import Transcript
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 COST = SCENARIOS / "cost-budget.yaml"
+pytest_plugins = ["pytester"]
 
 
 def test_prices_by_the_longest_prefix_and_the_overrides_first() -> None:
@@ -102,3 +103,29 @@ def test_the_command_line_declares_a_cost_budget(tmp_path: Path, capsys: pytest.
     assert code == 1
     assert "max_cost_usd=0.01" in capsys.readouterr().out
     assert main(["verify", "examples.correct_sync:drive", "--max-cost-usd", "0", "--max-examples", "1"]) == 2
+
+
+def test_the_plugin_takes_a_cost_budget_in_its_limits(pytester: pytest.Pytester) -> None:
+    pytester.syspathinsert(Path(__file__).resolve().parents[1])
+    pytester.makeconftest("""
+        import pytest
+
+        @pytest.fixture
+        def simloop_config():
+            return {"limits": {"max_steps": 10, "max_cost_usd": 0.01}, "max_examples": 100}
+    """)
+    pytester.makepyfile(test_budget="""
+        import pytest
+        import simloop as sl
+        from examples import correct_sync, cost_budget_dropped
+
+        def test_the_reference_loop_stops_in_budget(simloop):
+            assert simloop.verify(correct_sync.drive).ok
+
+        def test_the_dropped_budget_is_caught(simloop):
+            with pytest.raises(sl.InvariantViolation) as caught:
+                simloop.verify(cost_budget_dropped.drive)
+            assert "reaching the declared max_cost_usd=0.01" in str(caught.value)
+    """)
+    result = pytester.runpytest("--simloop-seed=3")
+    result.assert_outcomes(passed=2)
