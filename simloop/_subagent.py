@@ -114,6 +114,7 @@ class SubAgent:
         if self._started:
             raise UsageError("a sim.subagent(...) runs once; start another for another run")
         self._started = True
+        self._sim._guard.sub_began(self._sim.server, self.limits)
         self._sim.transcript.append(SubagentStart(
             t=self._sim.clock.now(), run=self.number, task=self.task,
             exec=self._in.exec if self._in is not None else None, tool=self._in.tool if self._in is not None else None,
@@ -123,6 +124,7 @@ class SubAgent:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         self._ended = True
+        self._sim._guard.sub_ended(self._sim.server)
         end = SubagentEnd(t=self._sim.clock.now(), run=self.number)
         if exc is not None and isinstance(exc, Exception):
             end.reason, end.exception = "error", f"{type(exc).__name__}: {exc}"

@@ -682,7 +682,7 @@ class _Guard:
 
     __slots__ = (
         "abandoned", "abort_at", "budget", "calls_before", "clock", "halts", "max_virtual_s", "on_time",
-        "requests_before", "t_before", "transcript", "watchdog",
+        "requests_before", "sub_calls", "sub_requests", "subs", "t_before", "transcript", "watchdog",
     )
 
     def __init__(self, clock: VirtualClock, watchdog: Watchdog, budget: Budget, max_virtual_s: float) -> None:
@@ -695,6 +695,10 @@ class _Guard:
         self.transcript: Transcript | None = None  # where a blocked connection is recorded (set by the Sim)
         # the budgets are per user turn: what earlier turns of a conversation spent is left out
         self.calls_before = self.requests_before = 0
+        # sub-agent runs (`Sim.subagent`) have runaway budgets of their own: each open one's [calls and requests
+        # at its start, its budget, its nested runs' calls and requests]; the run's own count leaves theirs out
+        self.subs: list[list[Any]] = []
+        self.sub_calls = self.sub_requests = 0
         self.t_before = 0.0
         self.on_time: Callable[[], None] | None = None  # the abort trigger's clock check
         self.abort_at: float | None = None  # when it fires (virtual seconds), for a wait that spans it
@@ -703,17 +707,23 @@ class _Guard:
         if not server.requests:  # the first turn: the run's own budgets
             return
         self.calls_before, self.requests_before = server.calls, server.requests
+        self.sub_calls = self.sub_requests = 0
         self.t_before = self.clock.now()
         self.clock.end_at(self.t_before + self.max_virtual_s)
 
     def on_request(self, server: SimServer) -> None:
         if _process._FORKED:  # in a child forked during the run: its copy of the simulator is not the run's
             raise forked_call("a model call")
-        budget = self.budget
-        calls, requests = server.calls - self.calls_before, server.requests - self.requests_before
+        if self.subs:
+            began_calls, began_requests, budget, nested_calls, nested_requests = self.subs[-1]
+            calls, requests = server.calls - began_calls - nested_calls, server.requests - began_requests - nested_requests
+        else:
+            budget = self.budget
+            calls = server.calls - self.calls_before - self.sub_calls
+            requests = server.requests - self.requests_before - self.sub_requests
         if self.halts or calls > budget.model_calls or requests > budget.requests:
             # a halted loop that calls again caught the halt: no feeding the watchdog, count it (MAX_HALTS)
-            where = " in one user turn" if self.calls_before else ""
+            where = " in a sub-agent run" if self.subs else " in one user turn" if self.calls_before else ""
             raise self._halt(
                 "model_calls",
                 f"the loop made {calls} model calls ({requests} requests){where} without stopping; "
@@ -721,6 +731,22 @@ class _Guard:
             )
         self.watchdog.feed()
         self.check_time()
+
+    def sub_began(self, server: SimServer, limits: Limits) -> None:
+        """A sub-agent run began: its model calls count against a runaway budget of its own."""
+        self.subs.append([server.calls, server.requests, _default_budget(limits), 0, 0])
+
+    def sub_ended(self, server: SimServer) -> None:
+        if not self.subs:
+            return
+        began_calls, began_requests = self.subs.pop()[:2]
+        calls, requests = server.calls - began_calls, server.requests - began_requests
+        if self.subs:
+            self.subs[-1][3] += calls
+            self.subs[-1][4] += requests
+        else:
+            self.sub_calls += calls
+            self.sub_requests += requests
 
     def on_tool(self) -> None:
         if _process._FORKED:

@@ -143,3 +143,19 @@ def test_verify_passes_the_delegating_loop_and_catches_its_twin(tmp_path: Path) 
         simloop.verify(subagent_partial_as_done.drive, tools=correct_delegate.TOOLS, max_examples=200, seed=2,
                        out_dir=tmp_path)
     assert {v.invariant for v in caught.value.violations} == {"subagent_honest"}
+
+
+def test_sub_agent_calls_count_against_their_own_runaway_budget() -> None:
+    # the parent's cap is 10 and its runaway budget 51 calls; ten delegations of five sub-agent calls each (50 in
+    # sub-runs, 10 in the parent's: 60) are a bounded run, not a runaway
+    replies = [DELEGATE, *([SEARCH] * 5)] * 10
+    scenario = _scenario(*replies, limits={"max_steps": 10})
+
+    def five_steps(sub: Any) -> Outcome:
+        return correct_delegate.run_agent(sub.client, tool_params(sub.tool_schemas), sub.run_tool, sub.task,
+                                          sub.limits)
+
+    with Sim(scenario) as sim:
+        report = sim.check(sim.run(_drive(five_steps, sub_limits={"max_steps": 5})))
+    assert report.ok, report.violations
+    assert sim.transcript.model_calls == 60
