@@ -44,6 +44,7 @@ from examples.catalogue import (
     CORRECT,
     DECLARED,
     DEFECTS,
+    OWN_TOOLS,
     POLICY_ROWS,
     RESTARTS,
     TURNS,
@@ -52,7 +53,7 @@ from examples.catalogue import (
 from simloop._runtime.clock import REAL
 from tests.loops import readme as readme_loops
 
-LIMITS = simloop.Limits(**DECLARED)  # what the example loops declare
+LIMITS = simloop.Limits.model_validate(DECLARED)  # what the example loops declare
 
 
 @dataclass
@@ -114,16 +115,19 @@ def _row(name: str) -> tuple[Any, simloop.Limits, dict[str, Any]]:
         drive, claims = README_ROWS[name]
         return drive, readme_loops.LIMITS, claims
     if name in CONTEXT:  # the loops held to the context claim, with a budget past the window
-        return importlib.import_module(f"examples.{name}").drive, simloop.Limits(**CONTEXT_DECLARED), {"context": True}
+        return importlib.import_module(f"examples.{name}").drive, simloop.Limits.model_validate(CONTEXT_DECLARED), {"context": True}
     if name in OPENAI_ROWS:
         module, _, fn = name.partition(":")
         return getattr(importlib.import_module(f"examples.{module}"), fn), LIMITS, {}
     module, declared = POLICY_ROWS.get(name, (name, VERIFY[name][0] if name in VERIFY else DECLARED))
-    claims = {
+    loop = importlib.import_module(f"examples.{module}")
+    options: dict[str, Any] = {
         "turns": TURNS.get(name, 1), "abort": name in ABORTS, "restarts": RESTARTS.get(name, 0),
         "approvals": name in APPROVALS,
     }
-    return importlib.import_module(f"examples.{module}").drive, simloop.Limits(**declared), claims
+    if name in OWN_TOOLS:
+        options = {"tools": loop.TOOLS}  # verified with its own tools (a delegate that runs a sub-agent), one turn
+    return loop.drive, simloop.Limits.model_validate(declared), options
 
 
 def run(name: str, expected: frozenset[str] | None, seeds: int, max_examples: int, out: Path) -> Row:

@@ -27,6 +27,7 @@ from anthropic.types import (
 )
 
 from simloop.outcome import Outcome
+from simloop.pricing import cost_usd
 
 if TYPE_CHECKING:
     from simloop import Sim
@@ -41,6 +42,7 @@ __all__ = [
     "THINKING",
     "WEB_SEARCH",
     "ARunTool",
+    "CostMeter",
     "Denied",
     "RunTool",
     "StopPolicies",
@@ -145,6 +147,27 @@ def with_web_search(tools: Sequence[Mapping[str, Any]]) -> list[ToolParam]:
 def writes_of(sim: Sim) -> frozenset[str]:
     """The names of the scenario's write tools (what a loop's author knows: which tools have side effects)."""
     return frozenset(t.name for t in sim.scenario.tools if t.kind == "write")
+
+
+class CostMeter:
+    """The declared cost budget (``max_cost_usd``), if any: each reply's ``usage`` priced at its model's list
+    price (`simloop.pricing`; ``prices``: the scenario's overrides, ``sim.prices``).  A loop asks `stop`
+    before each model call and tells `add` each reply."""
+
+    def __init__(self, limits: Limits | None, prices: Mapping[str, Any] | None = None) -> None:
+        self.budget = limits.max_cost_usd if limits is not None else None
+        self.prices = prices
+        self.spent = 0.0  # US dollars
+
+    def add(self, reply: Message) -> None:
+        """Count what one reply cost."""
+        self.spent += cost_usd(reply.usage.model_dump(), reply.model, self.prices)
+
+    def stop(self) -> Outcome | None:
+        """The outcome to stop with instead of calling the model again (the budget is spent), or None."""
+        if self.budget is not None and self.spent >= self.budget:
+            return Outcome(reason="cost_budget", text=f"${self.spent:.4f} spent of a budget of ${self.budget:g}")
+        return None
 
 
 class StopPolicies:

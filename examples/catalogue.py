@@ -10,11 +10,13 @@ This module is plain data so it imports without simloop's runtime.
 from __future__ import annotations
 
 __all__ = [
-    "ABORTS", "APPROVALS", "CONTEXT", "CONTEXT_DECLARED", "CORRECT", "DECLARED", "DEFECTS", "POLICY_ROWS", "RESTARTS",
-    "TURNS", "TWIN", "VERIFY",
+    "ABORTS", "APPROVALS", "CONTEXT", "CONTEXT_DECLARED", "CORRECT", "COST_BUDGET", "DECLARED", "DEFECTS", "OWN_TOOLS",
+    "POLICY_ROWS", "RESTARTS", "TURNS", "TWIN", "VERIFY",
 ]
 
-CORRECT: list[str] = ["correct_sync", "correct_async", "correct_stream", "correct_policies", "correct_typed"]
+CORRECT: list[str] = [
+    "correct_sync", "correct_async", "correct_stream", "correct_policies", "correct_typed", "correct_delegate",
+]
 
 DEFECTS: dict[str, tuple[str, str]] = {
     "stop_not_tool_use_as_done": ("max-tokens-thinking.yaml", "truncation"),
@@ -59,16 +61,20 @@ DEFECTS: dict[str, tuple[str, str]] = {
     "approval_reused": ("approval-two-emails.yaml", "approval"),
     "denial_swallowed": ("approval-denied.yaml", "approval"),
     "context_retried": ("context-window.yaml", "request_valid"),
+    "cost_budget_dropped": ("cost-budget.yaml", "limits"),
+    "subagent_partial_as_done": ("subagent-truncated.yaml", "subagent_honest"),
 }
 
 #: Under `simloop.verify` (generated runs rather than one scenario) a defect may show first as another
 #: honest violation.  Per defect: the limits the loop declares, and the invariant ids that are a
 #: correct report of it.  ``bench/detect.py`` and the tests hold verify to this table.
-DECLARED = {"max_steps": 10, "deadline_s": 300, "max_total_tokens": 200_000}  # the example loops' defaults
+DECLARED: dict[str, float] = {"max_steps": 10, "deadline_s": 300, "max_total_tokens": 200_000}  # the loops' defaults
 #: A token budget past the model's window (claude-sonnet-5's 1M, several times over): the loops declared so reach
 #: the window in a long run instead of stopping at their budget first.
-CONTEXT_DECLARED = {"max_steps": 10, "deadline_s": 300, "max_total_tokens": 10_000_000}
-VERIFY: dict[str, tuple[dict[str, int], frozenset[str]]] = {
+CONTEXT_DECLARED: dict[str, float] = {"max_steps": 10, "deadline_s": 300, "max_total_tokens": 10_000_000}
+#: The small cost budget (US dollars) the cost rows declare: a few calls' worth at the default model's price.
+COST_BUDGET = 0.01
+VERIFY: dict[str, tuple[dict[str, float], frozenset[str]]] = {
     name: (DECLARED, frozenset({invariant})) for name, (_, invariant) in DEFECTS.items()
 }
 VERIFY.update({
@@ -96,6 +102,8 @@ VERIFY.update({
     "typed_write_retried": (DECLARED, frozenset({"no_rerun", "tool_errors"})),
     # its history reaches the window only with a budget past it (a long run's outputs)
     "context_retried": (CONTEXT_DECLARED, frozenset({"request_valid"})),
+    # verified declaring a small cost budget, which the loop never receives
+    "cost_budget_dropped": ({**DECLARED, "max_cost_usd": COST_BUDGET}, frozenset({"limits"})),
 })
 
 #: The loops `verify` holds to the context claim (``verify(drive, context=True)``: every request inside the
@@ -129,17 +137,24 @@ RESTARTS: dict[str, int] = {"durable_resend": 1, **{loop: 1 for loop in CORRECT}
 
 #: The correct loops verified under each declared stop policy as well: row name -> (module, declared limits).
 #: ``bench/detect.py`` holds them to no violation, like `CORRECT` under `DECLARED`.
-POLICY_ROWS: dict[str, tuple[str, dict[str, int]]] = {
+POLICY_ROWS: dict[str, tuple[str, dict[str, float]]] = {
     f"{loop}+{policy}": (loop, {**DECLARED, policy: n})
     for loop in ("correct_sync", "correct_async")
-    for policy, n in (("max_tool_errors", 1), ("max_writes", 1), ("max_repeats", 2))
+    for policy, n in (("max_tool_errors", 1), ("max_writes", 1), ("max_repeats", 2), ("max_cost_usd", COST_BUDGET))
 }
+# the delegating loop, verified with its delegate tool (`OWN_TOOLS`): its sub-agents are checked as runs of their own
+POLICY_ROWS["correct_delegate+delegate"] = ("correct_delegate", DECLARED)
+
+#: The rows verified with a toolset of their own (the module's ``TOOLS``: ``verify(drive, tools=module.TOOLS)``):
+#: the loops whose delegate tool runs a sub-agent.  ``bench/detect.py`` and the tests pass them.
+OWN_TOOLS: frozenset[str] = frozenset({"correct_delegate+delegate", "subagent_partial_as_done"})
 
 #: Each defect loop's correct twin: the loop it is a one-bug variant of.  A failure `verify` saves for the
 #: defect must replay cleanly on its twin (the saved file is a regression test that passes once fixed).
 TWIN: dict[str, str] = {name: "correct_sync" for name in DEFECTS}
 TWIN["async_tasks_left_running"] = "correct_async"
 TWIN["abort_streaming_continued"] = "correct_stream"
+TWIN["subagent_partial_as_done"] = "correct_delegate"
 TWIN.update({name: "correct_typed" for name in (
     "typed_write_retried", "cut_calls_run", "cut_retried_once", "cache_control_every_block",
 )})

@@ -13,7 +13,7 @@ Same rules as `examples.correct_sync`, with two async habits done right:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anthropic
@@ -26,6 +26,7 @@ from ._common import (
     MAX_TOKENS,
     THINKING,
     ARunTool,
+    CostMeter,
     StopPolicies,
     aconverse,
     budgets,
@@ -60,6 +61,7 @@ async def run_agent(
     writes: frozenset[str] = frozenset(),
     history: list[MessageParam] | None = None,
     stop: Callable[[], bool] = lambda: False,
+    prices: Mapping[str, Any] | None = None,
 ) -> Outcome:
     """Run the task to an honest stop; returns why it stopped and the last text."""
     max_steps, deadline_s, token_budget = budgets(limits)
@@ -68,6 +70,7 @@ async def run_agent(
     deadline = loop.time() + deadline_s
     messages = start_turn(history, task)  # a new conversation, or the next turn of one
     used = 0
+    cost = CostMeter(limits, prices)  # the declared max_cost_usd, if any (prices: the scenario's, sim.prices)
     for step in range(max_steps):
         if stop():  # the user pressed Stop: no further model call
             return Outcome(reason="aborted", text="stopped by the user")
@@ -75,6 +78,8 @@ async def run_agent(
             return Outcome(reason="deadline", text=f"deadline of {deadline_s:g}s reached after {step} model calls")
         if used >= token_budget:
             return Outcome(reason="token_budget", text=f"{used} tokens used of a budget of {token_budget}")
+        if (spent := cost.stop()) is not None:
+            return spent
         try:
             reply = await client.messages.create(
                 model=model,
@@ -87,6 +92,7 @@ async def run_agent(
         except anthropic.APIError as exc:  # the SDK has already retried what is worth retrying
             return Outcome(reason="error", text=str(exc))
         used += tokens_used(reply)
+        cost.add(reply)
         messages.append({"role": "assistant", "content": reply.content})
         if stop():  # Stop pressed while the model answered: run none of its tool calls
             return Outcome(reason="aborted", text="stopped by the user")
@@ -165,7 +171,7 @@ async def drive(sim: Sim) -> list[Outcome]:
     arun_tool = gated_arun_tool(sim, arun_tool)  # a call that needs approval runs only on the person's yes
     return await aconverse(sim.user_turns, lambda text, history: stoppable(sim.abort, run_agent(
         sim.async_client, with_web_search(sim.tool_schemas), arun_tool, text, sim.limits, model=sim.model, system=sim.system,
-        writes=writes_of(sim), history=history, stop=sim.abort.is_set,
+        writes=writes_of(sim), history=history, stop=sim.abort.is_set, prices=sim.prices,
     )))
 
 

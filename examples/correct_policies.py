@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import anthropic
 from anthropic.types import MessageParam, ToolParam, ToolUseBlock
@@ -38,6 +38,7 @@ from ._common import (
     DEFAULT_MODEL,
     MAX_TOKENS,
     THINKING,
+    CostMeter,
     RunTool,
     StopPolicies,
     budgets,
@@ -84,6 +85,7 @@ def run_agent(
     writes: frozenset[str] = frozenset(),
     history: list[MessageParam] | None = None,
     stop: Callable[[], bool] = lambda: False,
+    prices: Mapping[str, Any] | None = None,
 ) -> Outcome:
     """Run the task to an honest stop; returns why it stopped and the last text.
 
@@ -95,6 +97,7 @@ def run_agent(
     started = time.monotonic()
     messages = start_turn(history, task)  # a new conversation, or the next turn of one
     used = errors = cut = 0
+    cost = CostMeter(limits, prices)  # the declared max_cost_usd, if any (prices: the scenario's, sim.prices)
     max_tokens = MAX_TOKENS
     recent: list[str] = []
     for step in range(max_steps):
@@ -104,6 +107,8 @@ def run_agent(
             return Outcome(reason="deadline", text=f"deadline of {deadline_s:g}s reached after {step} model calls")
         if used >= token_budget:
             return Outcome(reason="token_budget", text=f"{used} tokens used of a budget of {token_budget}")
+        if (spent := cost.stop()) is not None:
+            return spent
         try:
             reply = client.messages.create(
                 model=model,
@@ -122,6 +127,7 @@ def run_agent(
             time.sleep(min(2.0**errors, 30.0))  # back off, then send the same request again
             continue
         used += tokens_used(reply)
+        cost.add(reply)
         if stop():  # Stop pressed while the model answered: run none of its tool calls, retry nothing
             return Outcome(reason="aborted", text="stopped by the user")
 
@@ -164,5 +170,5 @@ def drive(sim: Sim) -> list[Outcome]:
     run_tool = gated_run_tool(sim, run_tool)  # a call that needs approval runs only on the person's yes
     return converse(sim.user_turns, lambda text, history: run_agent(
         sim.client, with_web_search(sim.tool_schemas), run_tool, text, sim.limits, model=sim.model, system=sim.system,
-        writes=writes_of(sim), history=history, stop=sim.abort.is_set,
+        writes=writes_of(sim), history=history, stop=sim.abort.is_set, prices=sim.prices,
     ))

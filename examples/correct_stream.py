@@ -12,8 +12,8 @@ executed, so no tool runs twice when the caller retries the whole task.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import anthropic
 import httpx2
@@ -25,6 +25,7 @@ from ._common import (
     DEFAULT_MODEL,
     MAX_TOKENS,
     THINKING,
+    CostMeter,
     RunTool,
     StopPolicies,
     budgets,
@@ -60,6 +61,7 @@ def run_agent(
     writes: frozenset[str] = frozenset(),
     history: list[MessageParam] | None = None,
     stop: Callable[[], bool] = lambda: False,
+    prices: Mapping[str, Any] | None = None,
 ) -> Outcome:
     """Run the task to an honest stop, streaming every reply; returns why it stopped and the last text."""
     max_steps, deadline_s, token_budget = budgets(limits)
@@ -67,6 +69,7 @@ def run_agent(
     started = time.monotonic()
     messages = start_turn(history, task)  # a new conversation, or the next turn of one
     used = 0
+    cost = CostMeter(limits, prices)  # the declared max_cost_usd, if any (prices: the scenario's, sim.prices)
     for step in range(max_steps):
         if stop():  # the user pressed Stop: no further model call
             return Outcome(reason="aborted", text="stopped by the user")
@@ -74,6 +77,8 @@ def run_agent(
             return Outcome(reason="deadline", text=f"deadline of {deadline_s:g}s reached after {step} model calls")
         if used >= token_budget:
             return Outcome(reason="token_budget", text=f"{used} tokens used of a budget of {token_budget}")
+        if (spent := cost.stop()) is not None:
+            return spent
         try:
             with client.messages.stream(
                 model=model,
@@ -87,6 +92,7 @@ def run_agent(
         except (anthropic.APIError, httpx2.HTTPError) as exc:  # includes a stream cut mid-reply
             return Outcome(reason="error", text=error_text(exc))
         used += tokens_used(reply)
+        cost.add(reply)
         messages.append({"role": "assistant", "content": reply.content})
         if stop():  # Stop pressed while the model answered: run none of its tool calls
             return Outcome(reason="aborted", text="stopped by the user")
@@ -120,5 +126,5 @@ def drive(sim: Sim) -> list[Outcome]:
     run_tool = gated_run_tool(sim, run_tool)  # a call that needs approval runs only on the person's yes
     return converse(sim.user_turns, lambda text, history: run_agent(
         sim.client, with_web_search(sim.tool_schemas), run_tool, text, sim.limits, model=sim.model, system=sim.system,
-        writes=writes_of(sim), history=history, stop=sim.abort.is_set,
+        writes=writes_of(sim), history=history, stop=sim.abort.is_set, prices=sim.prices,
     ))

@@ -21,8 +21,8 @@ The reference every defect module is a one-bug variant of.  Per step it:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import anthropic
 from anthropic.types import MessageParam, ToolParam, ToolResultBlockParam, ToolUseBlock
@@ -33,6 +33,7 @@ from ._common import (
     DEFAULT_MODEL,
     MAX_TOKENS,
     THINKING,
+    CostMeter,
     RunTool,
     StopPolicies,
     budgets,
@@ -107,6 +108,7 @@ def run_agent(
     history: list[MessageParam] | None = None,
     stop: Callable[[], bool] = lambda: False,
     fit: Callable[[list[MessageParam]], None] | None = None,
+    prices: Mapping[str, Any] | None = None,
 ) -> Outcome:
     """Run the task to an honest stop; returns why it stopped and the last text.
 
@@ -118,6 +120,7 @@ def run_agent(
     started = time.monotonic()
     messages = start_turn(history, task)  # a new conversation, or the next turn of one
     used = 0
+    cost = CostMeter(limits, prices)  # the declared max_cost_usd, if any (prices: the scenario's, sim.prices)
     for step in range(max_steps):
         if stop():  # the user pressed Stop: no further model call
             return Outcome(reason="aborted", text="stopped by the user")
@@ -125,6 +128,8 @@ def run_agent(
             return Outcome(reason="deadline", text=f"deadline of {deadline_s:g}s reached after {step} model calls")
         if used >= token_budget:
             return Outcome(reason="token_budget", text=f"{used} tokens used of a budget of {token_budget}")
+        if (spent := cost.stop()) is not None:
+            return spent
         if fit is not None:
             fit(messages)
         try:
@@ -139,6 +144,7 @@ def run_agent(
         except anthropic.APIError as exc:  # the SDK has already retried what is worth retrying
             return Outcome(reason="error", text=str(exc))
         used += tokens_used(reply)
+        cost.add(reply)
         messages.append({"role": "assistant", "content": reply.content})
         if stop():  # Stop pressed while the model answered: run none of its tool calls
             return Outcome(reason="aborted", text="stopped by the user")
@@ -172,5 +178,5 @@ def drive(sim: Sim) -> list[Outcome]:
     run_tool = gated_run_tool(sim, run_tool)  # a call that needs approval runs only on the person's yes
     return converse(sim.user_turns, lambda text, history: run_agent(
         sim.client, with_web_search(sim.tool_schemas), run_tool, text, sim.limits, model=sim.model, system=sim.system,
-        writes=writes_of(sim), history=history, stop=sim.abort.is_set,
+        writes=writes_of(sim), history=history, stop=sim.abort.is_set, prices=sim.prices,
     ))

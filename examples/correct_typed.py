@@ -18,7 +18,7 @@ The twin of the defect loops `typed_write_retried`, `cut_calls_run`, `cut_retrie
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anthropic
@@ -30,6 +30,7 @@ from ._common import (
     DEFAULT_MODEL,
     MAX_TOKENS,
     THINKING,
+    CostMeter,
     RunTool,
     StopPolicies,
     budgets,
@@ -67,6 +68,7 @@ def run_agent(
     writes: frozenset[str] = frozenset(),
     history: list[MessageParam] | None = None,
     stop: Callable[[], bool] = lambda: False,
+    prices: Mapping[str, Any] | None = None,
 ) -> Outcome:
     """Run the task to an honest stop; returns why it stopped and the last text.
 
@@ -82,6 +84,7 @@ def run_agent(
             if isinstance(block, dict):
                 block.pop("cache_control", None)
     used = 0
+    cost = CostMeter(limits, prices)  # the declared max_cost_usd, if any (prices: the scenario's, sim.prices)
     marked: dict[str, Any] | None = None  # the block that carries the cache breakpoint
     for step in range(max_steps):
         if stop():  # the user pressed Stop: no further model call
@@ -90,6 +93,8 @@ def run_agent(
             return Outcome(reason="deadline", text=f"deadline of {deadline_s:g}s reached after {step} model calls")
         if used >= token_budget:
             return Outcome(reason="token_budget", text=f"{used} tokens used of a budget of {token_budget}")
+        if (spent := cost.stop()) is not None:
+            return spent
         try:
             reply = client.messages.create(
                 model=model,
@@ -102,6 +107,7 @@ def run_agent(
         except anthropic.APIError as exc:  # the SDK has already retried what is worth retrying
             return Outcome(reason="error", text=str(exc))
         used += tokens_used(reply)
+        cost.add(reply)
         if stop():  # Stop pressed while the model answered: nothing of the reply runs
             return Outcome(reason="aborted", text="stopped by the user")
         if reply.stop_reason == "max_tokens":
@@ -139,5 +145,5 @@ def drive(sim: Sim) -> list[Outcome]:
     run_tool = typed(gated_run_tool(sim, durable_run_tool(sim)))  # once, and only on the person's yes
     return converse(sim.user_turns, lambda text, history: run_agent(
         sim.client, with_web_search(typed_tool_params(sim.tool_schemas)), run_tool, text, sim.limits, model=sim.model,
-        system=sim.system, writes=writes_of(sim), history=history, stop=sim.abort.is_set,
+        system=sim.system, writes=writes_of(sim), history=history, stop=sim.abort.is_set, prices=sim.prices,
     ))

@@ -49,7 +49,8 @@ _OPTIONS = (
     ("context", None, ("your loop keeps every request inside the model's context window (it trims, summarizes or "
                        "compacts): simloop.verify holds it to that, and scenario files with requires: [context] run")),
     ("claims", "NAMES", ("the stop policies your loop honours as sim.limits declares them, comma-separated "
-                         "(max_steps, deadline_s, max_total_tokens, max_tool_errors, max_writes, max_repeats): "
+                         "(max_steps, deadline_s, max_total_tokens, max_tool_errors, max_writes, max_repeats, "
+                         "max_cost_usd): "
                          "scenario files that declare them run (the simloop_config limits count too)")),
     ("profile", "|".join(PROFILE_CHOICES), ("Hypothesis settings for simloop.verify: dev (50 runs a test), ci "
                                             "(200, no example database), nightly (5000, long fuzzing)")),

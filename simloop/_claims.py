@@ -36,6 +36,7 @@ _WHAT = {
     "max_tool_errors": "an error budget",
     "max_writes": "a write budget",
     "max_repeats": "repetition detection",
+    "max_cost_usd": "a cost budget",
 }
 
 

@@ -17,6 +17,7 @@ REASONS = (
     "aborted",
     "error_budget",
     "token_budget",
+    "cost_budget",
     "refusal",
     "truncated",
     "repetition",

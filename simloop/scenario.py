@@ -61,6 +61,7 @@ __all__ = [
     "Limits",
     "MaxTokensBody",
     "PauseTurnBody",
+    "PriceSpec",
     "Reply",
     "Scenario",
     "ServerToolCall",
@@ -95,9 +96,12 @@ INVARIANT_IDS = (
     "abort",
     "results_real",
     "approval",
+    "subagent_honest",
 )
 #: The stop policies and limits a loop may declare: the fields of `Limits`.
-LIMIT_NAMES = ("max_steps", "deadline_s", "max_total_tokens", "max_tool_errors", "max_writes", "max_repeats")
+LIMIT_NAMES = (
+    "max_steps", "deadline_s", "max_total_tokens", "max_tool_errors", "max_writes", "max_repeats", "max_cost_usd",
+)
 #: What a scenario may need of the loop under test (``requires:``), named as `simloop.verify`'s arguments:
 #: ``abort`` (a Stop button), ``restarts`` (a durable store that survives a crash), ``turns`` (follow-up user
 #: turns), ``context`` (it keeps every request inside the model's context window: it trims, summarizes or
@@ -107,8 +111,10 @@ LIMIT_NAMES = ("max_steps", "deadline_s", "max_total_tokens", "max_tool_errors",
 CAPABILITIES = ("abort", "restarts", "turns", "context", "approvals", *LIMIT_NAMES)
 Capability = Literal[
     "abort", "restarts", "turns", "context", "approvals",
-    "max_steps", "deadline_s", "max_total_tokens", "max_tool_errors", "max_writes", "max_repeats",
+    "max_steps", "deadline_s", "max_total_tokens", "max_tool_errors", "max_writes", "max_repeats", "max_cost_usd",
 ]
+#: The largest cost budget or price, in US dollars.
+MAX_COST_USD = 1_000_000.0
 _TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
 
 ApiError = Literal[401, 404, 429, 500, 503, 529, "connection", "timeout", "stream_error", "stream_cut"]
@@ -130,6 +136,7 @@ InvariantId = Literal[
     "abort",
     "results_real",
     "approval",
+    "subagent_honest",
 ]
 
 
@@ -208,8 +215,11 @@ class Usage(_Model):
 
     input_tokens: int | None = Field(default=None, ge=0)
     output_tokens: int | None = Field(default=None, ge=0)
+    # prompt caching: the tokens written to the cache and read from it (0 when not given; priced apart)
+    cache_creation_input_tokens: int | None = Field(default=None, ge=0)
+    cache_read_input_tokens: int | None = Field(default=None, ge=0)
 
-    @field_validator("input_tokens", "output_tokens")
+    @field_validator("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
     @classmethod
     def _tokens(cls, v: int | None) -> int | None:
         return _capped(v, MAX_TOKENS, "a token count")
@@ -412,7 +422,9 @@ class Limits(_Model):
     * ``max_tool_errors``: after N failed tool executions, no further model call (stop with ``error_budget``);
     * ``max_writes``: after N successful write executions, no further write and no further model call
       (the write is terminal; ``max_writes=1`` is "one write");
-    * ``max_repeats``: the same tool never runs with the same input more than N times (stop with ``repetition``).
+    * ``max_repeats``: the same tool never runs with the same input more than N times (stop with ``repetition``);
+    * ``max_cost_usd``: no model call once the replies cost N US dollars (`simloop.pricing`: each reply's
+      ``usage`` at its model's list price; stop with ``cost_budget``).
     """
 
     max_steps: int | None = Field(default=None, ge=1)
@@ -421,6 +433,14 @@ class Limits(_Model):
     max_tool_errors: int | None = Field(default=None, ge=1)
     max_writes: int | None = Field(default=None, ge=1)
     max_repeats: int | None = Field(default=None, ge=1)
+    max_cost_usd: float | None = Field(default=None, gt=0)
+
+    @field_validator("max_cost_usd")
+    @classmethod
+    def _cost(cls, v: float | None) -> float | None:
+        if v is not None and not (math.isfinite(v) and v <= MAX_COST_USD):
+            raise ValueError(f"max_cost_usd is a finite number of US dollars up to {MAX_COST_USD:,}, got {v!r}")
+        return v
 
     @field_validator("max_steps")
     @classmethod
@@ -436,6 +456,23 @@ class Limits(_Model):
     @classmethod
     def _budget(cls, v: int | None) -> int | None:
         return _capped(v, MAX_TOKENS, "max_total_tokens")
+
+
+class PriceSpec(_Model):
+    """A model's price in a scenario's ``prices:``: US dollars per million tokens of uncached input, output,
+    cache writes and cache reads (`simloop.pricing.Price`)."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cache_write: float = Field(default=0.0, ge=0)
+    cache_read: float = Field(default=0.0, ge=0)
+
+    @field_validator("input", "output", "cache_write", "cache_read")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if not (math.isfinite(v) and v <= MAX_COST_USD):
+            raise ValueError(f"a price is a finite number of US dollars up to {MAX_COST_USD:,}, got {v!r}")
+        return v
 
 
 class Expect(_Model):
@@ -553,6 +590,8 @@ class Scenario(_Model):
     then: Literal["end_turn", "repeat_last", "fail"] = "fail"
     faults: list[Fault] = Field(default_factory=list)
     limits: Limits = Field(default_factory=Limits)
+    # the models' prices for ``max_cost_usd``, over `simloop.pricing.PRICES`: model name (or prefix, or "*") -> price
+    prices: dict[str, PriceSpec] = Field(default_factory=dict)
     abort: Abort | None = None
     # The person at the permission gate (docs/design.md, Approvals): given (even empty), the run has the approval
     # policy: each call of a tool that needs approval waits for a yes (``sim.approve``).

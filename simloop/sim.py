@@ -38,6 +38,7 @@ from simloop._runtime.process import ProcessExit, Run, forked_call, running
 from simloop._runtime.stack import on_fresh_stack
 from simloop._runtime.watchdog import Watchdog, park, where_in, where_of
 from simloop._runtime.worker import Abandoned, run_on_worker
+from simloop._subagent import SubAgent
 from simloop.errors import SimloopInternalError, SimulatedCrash, UsageError
 from simloop.invariants import Report, check
 from simloop.models import Ids, ModelPolicy, Script, ScriptExhausted
@@ -164,6 +165,7 @@ class Sim:
                 tools={t.name: t.kind for t in self.scenario.tools},
                 approval=list(self.scenario.gated_tools) if self.scenario.approval_policy else None,
                 context="context" in self.scenario.requires,
+                prices={name: p.model_dump() for name, p in self.scenario.prices.items()},
             )
         )
         guard = self._guard
@@ -197,6 +199,7 @@ class Sim:
         self.lives = 1  # the drive's runs: 1, plus one per restart after a crash
         self._life_began = 0  # where this life's events begin in the transcript
         self._clients: dict[str, Any] = {}
+        self._subagents = 0  # sub-agent runs started (`subagent`)
         self._ran = False
         self._halted_at: float | None = None  # REAL.monotonic() when the run was first seen halted
         self._turns = UserTurns(self)
@@ -244,6 +247,12 @@ class Sim:
         return self.scenario.system
 
     @property
+    def prices(self) -> dict[str, dict[str, float]]:
+        """The scenario's price overrides (``prices:``), for a loop that prices its replies for ``max_cost_usd``:
+        ``simloop.pricing.cost_usd(reply.usage.model_dump(), reply.model, sim.prices)``."""
+        return {name: p.model_dump() for name, p in self.scenario.prices.items()}
+
+    @property
     def tool_schemas(self) -> list[dict[str, Any]]:
         """The tools as the API's ``tools`` parameter takes them."""
         return [t.schema_dict() for t in self.scenario.tools]
@@ -251,6 +260,27 @@ class Sim:
     def run_tool(self, name: str, input: Any, *, tool_use_id: str | None = None) -> str:
         """Run a tool as the scenario defines it (faults included); may raise what the tool raises."""
         return self.tools.run(name, input, tool_use_id=tool_use_id)
+
+    def bind_tool(self, name: str, fn: Callable[..., Any]) -> None:
+        """Make ``fn`` tool ``name``'s implementation for the rest of the run, from inside the drive: a tool that
+        needs the run itself, such as a delegate tool that starts a `subagent` (``Sim(tools=...)`` binds before)."""
+        self.tools.bind(name, fn)
+
+    def subagent(
+        self, task: str, *, tools: Sequence[str] | None = None, limits: Limits | Mapping[str, Any] | None = None
+    ) -> SubAgent:
+        """A sub-agent run: a loop a tool runs on this run's simulated API and tools, with a fresh context.
+
+        ``tools``: the names of the tools it gets (default: every tool but the one it runs in); ``limits``: what
+        its loop declares (held by ``limits`` inside the sub-run).  ``.run(drive)`` runs ``drive(sub)`` and
+        returns its `Outcome`; the transcript and the timeline show it as a nested run, the invariants hold
+        inside it, and ``subagent_honest`` holds the parent's tool_result to what it did (docs/design.md,
+        Sub-agents).
+        """
+        if limits is not None and not isinstance(limits, Limits):
+            limits = Limits.model_validate(limits)
+        self._subagents += 1
+        return SubAgent(self, self._subagents, str(task), tools=tools, limits=limits)
 
     async def arun_tool(self, name: str, input: Any, *, tool_use_id: str | None = None) -> str:
         """Async twin of `run_tool`: latency is a timer on the (virtual) event loop, so calls can overlap."""
@@ -817,7 +847,7 @@ class _Guard:
 
     __slots__ = (
         "abandoned", "abort_at", "budget", "calls_before", "clock", "halts", "max_virtual_s", "on_time",
-        "requests_before", "t_before", "transcript", "watchdog",
+        "requests_before", "sub_calls", "sub_requests", "subs", "t_before", "transcript", "watchdog",
     )
 
     def __init__(self, clock: VirtualClock, watchdog: Watchdog, budget: Budget, max_virtual_s: float) -> None:
@@ -830,6 +860,10 @@ class _Guard:
         self.transcript: Transcript | None = None  # where a blocked connection is recorded (set by the Sim)
         # the budgets are per user turn: what earlier turns of a conversation spent is left out
         self.calls_before = self.requests_before = 0
+        # sub-agent runs (`Sim.subagent`) have runaway budgets of their own: each open one's [calls and requests
+        # at its start, its budget, its nested runs' calls and requests]; the run's own count leaves theirs out
+        self.subs: list[list[Any]] = []
+        self.sub_calls = self.sub_requests = 0
         self.t_before = 0.0
         self.on_time: Callable[[], None] | None = None  # the abort trigger's clock check
         self.abort_at: float | None = None  # when it fires (virtual seconds), for a wait that spans it
@@ -838,17 +872,23 @@ class _Guard:
         if not server.requests:  # the first turn: the run's own budgets
             return
         self.calls_before, self.requests_before = server.calls, server.requests
+        self.sub_calls = self.sub_requests = 0
         self.t_before = self.clock.now()
         self.clock.end_at(self.t_before + self.max_virtual_s)
 
     def on_request(self, server: SimServer) -> None:
         if _process._FORKED:  # in a child forked during the run: its copy of the simulator is not the run's
             raise forked_call("a model call")
-        budget = self.budget
-        calls, requests = server.calls - self.calls_before, server.requests - self.requests_before
+        if self.subs:
+            began_calls, began_requests, budget, nested_calls, nested_requests = self.subs[-1]
+            calls, requests = server.calls - began_calls - nested_calls, server.requests - began_requests - nested_requests
+        else:
+            budget = self.budget
+            calls = server.calls - self.calls_before - self.sub_calls
+            requests = server.requests - self.requests_before - self.sub_requests
         if self.halts or calls > budget.model_calls or requests > budget.requests:
             # a halted loop that calls again caught the halt: no feeding the watchdog, count it (MAX_HALTS)
-            where = " in one user turn" if self.calls_before else ""
+            where = " in a sub-agent run" if self.subs else " in one user turn" if self.calls_before else ""
             raise self._halt(
                 "model_calls",
                 f"the loop made {calls} model calls ({requests} requests){where} without stopping; "
@@ -856,6 +896,22 @@ class _Guard:
             )
         self.watchdog.feed()
         self.check_time()
+
+    def sub_began(self, server: SimServer, limits: Limits) -> None:
+        """A sub-agent run began: its model calls count against a runaway budget of its own."""
+        self.subs.append([server.calls, server.requests, _default_budget(limits), 0, 0])
+
+    def sub_ended(self, server: SimServer) -> None:
+        if not self.subs:
+            return
+        began_calls, began_requests = self.subs.pop()[:2]
+        calls, requests = server.calls - began_calls, server.requests - began_requests
+        if self.subs:
+            self.subs[-1][3] += calls
+            self.subs[-1][4] += requests
+        else:
+            self.sub_calls += calls
+            self.sub_requests += requests
 
     def on_tool(self) -> None:
         if _process._FORKED:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from simloop.pricing import cost_usd
 from simloop.transcript import (
     AbortEvent,
     ApprovalEvent,
@@ -24,6 +25,8 @@ from simloop.transcript import (
     Request,
     Response,
     Restart,
+    SubagentEnd,
+    SubagentStart,
     ToolEnd,
     ToolStart,
     Transcript,
@@ -85,6 +88,8 @@ class Step:
     turn_text: str = ""  # that turn's user message
     aborts: list[str] = field(default_factory=list)  # the user's Stop, pressed during this step
     restarts: list[str] = field(default_factory=list)  # the process died during this step, and the loop restarted
+    subagent: int | None = None  # the sub-agent run (``sim.subagent``) this call belongs to, None: the main run
+    cost_usd: float = 0.0  # what the run's replies had cost by this step's reply, in US dollars (`simloop.pricing`)
 
 
 def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
@@ -97,7 +102,27 @@ def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
     # turn marks are shown only for a conversation (more than one turn)
     turn: TurnStart | None = None
     conversation = sum(isinstance(e, TurnStart) for e in transcript.events) > 1
+    spent = 0.0
+    parents: list[Step | None] = []  # the step each open sub-agent run was started from
+    inside: list[int] = []  # the open sub-agent runs, innermost last
     for e in transcript.events:
+        if isinstance(e, SubagentStart):
+            where = f" in {e.tool} (exec {e.exec})" if e.tool else ""
+            line = f"sub-agent {e.run} starts{where}: {json.dumps(e.task[:50], ensure_ascii=False)}"
+            if current is not None:
+                current.tools.append(line)
+            parents.append(current)
+            inside.append(e.run)
+            continue
+        if isinstance(e, SubagentEnd):
+            told = e.exception or json.dumps(e.text[:40], ensure_ascii=False)
+            line = f"sub-agent {e.run} returned {e.reason or '(no outcome)'} {told}"
+            if current is not None:
+                current.tools.append(line)
+            if inside:
+                inside.pop()
+                current = parents.pop()
+            continue
         if isinstance(e, TurnStart) and conversation:
             turn = e
         elif isinstance(e, AbortEvent) and current is not None:
@@ -116,7 +141,8 @@ def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
         elif isinstance(e, Request) and e.path.endswith(("/messages", "/chat/completions")):
             current = by_call.get(e.call)
             if current is None:
-                current = by_call[e.call] = Step(call=e.call, t=e.t, input_tokens=e.input_tokens)
+                current = by_call[e.call] = Step(call=e.call, t=e.t, input_tokens=e.input_tokens,
+                                                 subagent=inside[-1] if inside else None)
                 if turn is not None:
                     current.turn, current.turn_text, turn = turn.turn, turn.text, None
                 out.append(current)
@@ -133,6 +159,8 @@ def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
                 step.input_tokens = e.input_tokens or step.input_tokens
                 if e.fault == "crash":
                     step.attempts.append("never read: the process died")
+                spent += cost_usd(e.message.get("usage"), e.message.get("model"), transcript.header.prices)
+                step.cost_usd = spent
             elif e.kind == "rejected":
                 step.attempts.append(f"400 {(e.rejection or {}).get('message', '')[:70]}")
             else:
@@ -183,15 +211,21 @@ def render_timeline(
     marks: dict[int | None, list[str]] = {}
     for v in violations:
         marks.setdefault(v.step, []).append(v.invariant)
-    lines = [f"{'step':>4}  {'time':>9}  {'in':>7} {'out':>6}  reply"]
+    # the cost so far is a column when the run declared a cost budget (other timelines read as they always did)
+    priced = "max_cost_usd" in transcript.header.limits
+    lines = [f"{'step':>4}  {'time':>9}  {'in':>7} {'out':>6}  {'cost':>8}  reply" if priced else
+             f"{'step':>4}  {'time':>9}  {'in':>7} {'out':>6}  reply"]
     for s in rows:
         if s.turn is not None:
             lines.append(_clip(f"-- user turn {s.turn + 1}: {json.dumps(s.turn_text, ensure_ascii=False)}", width))
         retry = f"  [{', '.join(s.attempts)}]" if s.attempts else ""
         flag = f"  <-- {', '.join(marks[s.call])}" if s.call in marks else ""
-        line = f"{s.call:>4}  {s.t:>8.3f}s  {s.input_tokens:>7} {s.output_tokens:>6}  {s.reply or '(no reply)'}{retry}{flag}"
+        cost = f"{'$' + format(s.cost_usd, '.4f'):>8}  " if priced else ""
+        nested = f"[sub-agent {s.subagent}] " if s.subagent is not None else ""
+        line = (f"{s.call:>4}  {s.t:>8.3f}s  {s.input_tokens:>7} {s.output_tokens:>6}  {cost}"
+                f"{nested}{s.reply or '(no reply)'}{retry}{flag}")
         lines.append(_clip(line, width))
-        lines.extend(_clip(f"{'':>33}{tool}", width) for tool in s.tools)
+        lines.extend(_clip(f"{'':>{43 if priced else 33}}{tool}", width) for tool in s.tools)
     outcome = transcript.outcome
     halt = transcript.of(Halt)
     if halt:

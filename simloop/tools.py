@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextvars
 import json
 import threading
 from collections.abc import Callable
@@ -46,6 +47,10 @@ _RAISABLE = {
     "ConnectionError", "TimeoutError", "ValueError", "KeyError", "PermissionError", "RuntimeError", "OSError",
     "FileNotFoundError", "LookupError", "ConnectionResetError",
 }
+
+
+# The tool execution running in this context (thread or task): where a sub-agent started inside a tool runs.
+_RUNNING: contextvars.ContextVar[ToolStart | None] = contextvars.ContextVar("simloop_tool_running", default=None)
 
 
 class UnknownToolError(LookupError):
@@ -118,6 +123,20 @@ class ToolBox:
             raise
         return self._finish(start, spec, fault, input)
 
+    def running(self) -> ToolStart | None:
+        """The tool execution in progress in the caller's context (a tool's own code calls this), or None."""
+        return _RUNNING.get()
+
+    def bind(self, name: str, fn: Callable[..., Any]) -> None:
+        """Make ``fn`` the implementation of tool ``name`` from now on (`simloop.Sim.bind_tool`)."""
+        spec = self._specs.get(name)
+        if spec is None:
+            known = ", ".join(self._specs) or "none"
+            raise UsageError(f"bind_tool: {name!r} is not a tool of this run (its tools: {known})")
+        if not callable(fn):
+            raise UsageError(f"bind_tool: the implementation of {name!r} must be callable, got {fn!r}")
+        self._specs[name] = spec.model_copy(update={"function": fn})
+
     def unfired_faults(self) -> list[str]:
         """Faults for a given execution number that never fired (strict teardown reports them)."""
         return [
@@ -150,6 +169,7 @@ class ToolBox:
 
     def _finish(self, start: ToolStart, spec: ToolSpec | None, fault: Fault | None, input: Any) -> str:
         end = ToolEnd(t=0.0, exec=start.exec, status="ok")
+        running = _RUNNING.set(start)
         try:
             if spec is None:
                 known = ", ".join(t.name for t in self.scenario.tools) or "none"
@@ -182,6 +202,7 @@ class ToolBox:
             end.error = f"{type(e).__name__}: {e}"
             raise
         finally:
+            _RUNNING.reset(running)
             end.t = self.now()
             if self.on_end is not None:
                 self.on_end(start)  # the effect is done, the result not yet returned: where a Stop may land

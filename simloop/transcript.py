@@ -14,6 +14,8 @@ scenario's name, seed, declared limits and tool kinds) and a list of events:
 * `AbortEvent` — the user pressed Stop: ``sim.abort`` fired
 * `Restart`   — the process died (a ``crash`` fault) and the drive was run again
 * `ApprovalEvent` — the loop asked the person to approve a tool call (``sim.approve``), and what came of it
+* `SubagentStart` / `SubagentEnd` — a sub-agent run (``sim.subagent``) began and ended: the model calls and
+  tool executions between them are the sub-run's, a nested run checked on its own
 
 Times ``t`` are virtual seconds since the run started, so a transcript is a
 pure function of the scenario and seed: it serialises to JSONL byte for byte
@@ -41,6 +43,8 @@ __all__ = [
     "Request",
     "Response",
     "Restart",
+    "SubagentEnd",
+    "SubagentStart",
     "ThreadLeft",
     "ToolEnd",
     "ToolStart",
@@ -56,6 +60,7 @@ VERSION = 1
 class Header:
     """What the run was: scenario name, seed, the declared limits and who declared each, the tools' kinds.
 
+    ``prices`` holds the scenario's price overrides (``prices:``) that a cost budget is counted with.
     ``limits_from`` maps each declared limit to ``"loop"`` (given by the run: `simloop.verify`'s ``limits``,
     ``Sim(limits=...)``) or ``"scenario"`` (the scenario's own ``limits:``); older transcripts have none.
     ``context``: the loop claims it keeps its requests inside the model's context window (the scenario
@@ -71,6 +76,8 @@ class Header:
     approval: list[str] | None = None
     context: bool = False
     version: int = VERSION
+    # the scenario's ``prices:`` (model -> USD per million tokens; `simloop.pricing`), written only when given
+    prices: dict[str, Any] = field(default_factory=dict)
     type: str = "header"
 
 
@@ -299,14 +306,42 @@ class ApprovalEvent:
         return self.answer == "approved"
 
 
+@dataclass(slots=True)
+class SubagentStart:
+    """Sub-agent run ``run`` (1-based in the run) began (``sim.subagent``): the model calls and tool executions
+    until its `SubagentEnd` are its own.  ``exec`` is the tool execution it runs in (the parent's delegate call;
+    None when it was started outside one), ``limits`` what the sub-agent's loop declares."""
+
+    t: float
+    run: int
+    task: str = ""
+    exec: int | None = None
+    tool: str | None = None
+    limits: dict[str, Any] = field(default_factory=dict)
+    type: str = "subagent_start"
+
+
+@dataclass(slots=True)
+class SubagentEnd:
+    """Sub-agent run ``run`` ended: the reason its loop gave (None when none is known: it was unwound by a halt
+    or a process death), its text, or the exception that escaped it."""
+
+    t: float
+    run: int
+    reason: str | None = None
+    text: str = ""
+    exception: str | None = None
+    type: str = "subagent_end"
+
+
 Event = (
     Request | Response | ToolStart | ToolEnd | OutcomeEvent | Halt | ThreadLeft | TurnStart | AbortEvent | Restart
-    | ApprovalEvent
+    | ApprovalEvent | SubagentStart | SubagentEnd
 )
 _TYPES: dict[str, type[Any]] = {
     str(c.__dataclass_fields__["type"].default): c
     for c in (Header, Request, Response, ToolStart, ToolEnd, OutcomeEvent, Halt, ThreadLeft, TurnStart, AbortEvent,
-              Restart, ApprovalEvent)
+              Restart, ApprovalEvent, SubagentStart, SubagentEnd)
 }
 
 
@@ -414,6 +449,8 @@ def _line(obj: Any) -> str:
     data = asdict(obj)
     if isinstance(obj, Header) and obj.approval is None:
         del data["approval"]  # a run without the approval policy writes the header it always wrote
+    if isinstance(obj, Header) and not obj.prices:
+        del data["prices"]  # the common case, and every transcript written before prices existed, stays the same
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     # Escaped, though JSON allows them raw: readers that split lines the Unicode way would cut the line there.
     return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").replace("\x85", "\\u0085") + "\n"

@@ -67,7 +67,7 @@ def test_an_unknown_requirement_is_reported_with_its_line() -> None:
         Scenario.from_yaml("version: 1\ntask: x\nrequires: [abort, stop_button]\n", path="s.yaml")
     assert str(info.value) == (
         "s.yaml:3: requires[1]: expected one of abort, restarts, turns, context, approvals, max_steps, deadline_s, max_total_tokens, "
-        "max_tool_errors, max_writes, max_repeats, got 'stop_button'"
+        "max_tool_errors, max_writes, max_repeats, max_cost_usd, got 'stop_button'"
     )
 
 
@@ -160,7 +160,7 @@ def test_run_refuses_a_claim_it_does_not_know(capsys: pytest.CaptureFixture[str]
     assert main(["run", str(SCENARIOS / "happy-path.yaml"), "--drive", PLAIN, "--claims", "max_step"]) == 2
     assert (
         "--claims: 'max_step' is not something a loop can claim; give any of abort, restarts, turns, context, approvals, max_steps, "
-        "deadline_s, max_total_tokens, max_tool_errors, max_writes, max_repeats (e.g. max_steps,deadline_s)"
+        "deadline_s, max_total_tokens, max_tool_errors, max_writes, max_repeats, max_cost_usd (e.g. max_steps,deadline_s)"
     ) in capsys.readouterr().err
 
 
@@ -221,7 +221,7 @@ def test_replay_refuses_a_limit_it_does_not_know() -> None:
         simloop.replay(_example("correct_sync"), SCENARIOS / "happy-path.yaml", limits=["steps"])
     assert str(info.value) == (
         "replay(limits=...): 'steps' is not a limit; the limits a loop may claim are max_steps, deadline_s, "
-        "max_total_tokens, max_tool_errors, max_writes, max_repeats"
+        "max_total_tokens, max_tool_errors, max_writes, max_repeats, max_cost_usd"
     )
 
 
@@ -286,7 +286,7 @@ def test_plugin_skips_a_scenario_item_the_loop_does_not_claim(pytester: pytest.P
     _project(pytester, "happy-path.yaml", "stop-button-during-tool.yaml", "one-write.yaml")
     result = pytester.runpytest("-p", "no:cacheprovider", "-rs")
     result.assert_outcomes(passed=1, skipped=2)
-    result.stdout.fnmatch_lines(["simloop: 0 examples and 1 scenario replay run in 1 test, 16 invariants checked, *"])
+    result.stdout.fnmatch_lines(["simloop: 0 examples and 1 scenario replay run in 1 test, 17 invariants checked, *"])
     result.stdout.fnmatch_lines([
         ("SKIPPED [[]1[]] scenarios/one-write.yaml:1: needs a write budget (max_writes: 1): pass "
         "--simloop-claims=max_writes if your loop has one"),

@@ -136,8 +136,8 @@ def test_verify_clean_exits_0_with_a_summary_table(capsys: pytest.CaptureFixture
     assert "simloop verify: " in out and " runs in " in out
     for inv in CATALOGUE:
         assert inv in out
-    assert out.count("holds") == 16 and "VIOLATED" not in out
-    assert "ok: " in out and "runs of examples.correct_sync:drive, 16 invariants hold" in out
+    assert out.count("holds") == len(CATALOGUE) and "VIOLATED" not in out
+    assert "ok: " in out and "runs of examples.correct_sync:drive, 17 invariants hold" in out
 
 
 def test_verify_violation_exits_1_with_report_table_trace_and_progress(

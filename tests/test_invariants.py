@@ -181,7 +181,7 @@ def test_check_all_on_clean_run() -> None:
     report = check(clean_run())
     assert report.ok and report.checked == INVARIANT_IDS
     report.raise_for_violations()  # does not raise
-    assert str(report).startswith("simloop: all 16 invariants hold in scenario 'hand-built' (seed 0): stops, pairing")
+    assert str(report).startswith("simloop: all 17 invariants hold in scenario 'hand-built' (seed 0): stops, pairing")
 
 
 def test_unknown_invariant_is_a_usage_error_listing_the_ids() -> None:
@@ -190,7 +190,7 @@ def test_unknown_invariant_is_a_usage_error_listing_the_ids() -> None:
     assert str(info.value) == (
         "unknown invariant id 'nope'; the known ids are: stops, pairing, request_valid, no_rerun, truncation, "
         "refusal, honest_outcome, limits, tool_errors, no_work_after_return, crash, results_sent, "
-        "results_together, abort, results_real, approval. "
+        "results_together, abort, results_real, approval, subagent_honest. "
         "Pass a subset of them as invariants=, or None to check all."
     )
 

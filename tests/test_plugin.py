@@ -62,7 +62,7 @@ def simloop_config():
 QUICKSTART_TEST = '''\
 def test_reference_loop_keeps_every_invariant(simloop):
     # The bug-free twin: 50 generated runs (API errors, tool faults, refusals, cut-off
-    # replies, slow tools...) and all fifteen invariants hold.
+    # replies, slow tools...) and all seventeen invariants hold.
     simloop.verify("examples.correct_sync:drive")
 
 
@@ -159,7 +159,7 @@ def test_scenario_files_are_collected_and_replayed_with_a_drive(pytester: pytest
         "scenarios/refusal.yaml::refusal PASSED*",
         "scenarios/stuck-search.yaml::stuck-search PASSED*",
         "scenarios/nested/tool-raises.yaml::tool-raises PASSED*",
-        "simloop: 0 examples and 4 scenario replays run in 4 tests, 16 invariants checked, seed=5",
+        "simloop: 0 examples and 4 scenario replays run in 4 tests, 17 invariants checked, seed=5",
     ])
 
     without_drive = pytester.runpytest("-v")
@@ -266,7 +266,7 @@ def simloop_config():
     assert got[ids["test_plain"]] == {"seed": 99, "max_examples": 3, "examples": 3, "profile": "ci"}
     assert got[ids["test_marked"]] == {"seed": 7, "max_examples": 4, "examples": 4, "profile": "dev"}
     assert got[ids["test_call_arguments_win"]] == {"seed": 99, "examples": 2}
-    config_only.stdout.fnmatch_lines(["simloop: 9 examples run in 3 tests, 16 invariants checked, seed=*"])
+    config_only.stdout.fnmatch_lines(["simloop: 9 examples run in 3 tests, 17 invariants checked, seed=*"])
 
     pytester.makeini("""
         [pytest]
@@ -457,7 +457,7 @@ def test_a_failing_loop_reports_violations_timeline_minimal_scenario_and_replay(
         f" --seed {seed}"),
         "re-run the test: pytest 'test_agent.py::test_loop_stops' --simloop-seed=5",
         "(two seeds: * is this test's own, derived from the session seed 5 and the test's id; *",
-        "simloop: [1-9]* examples run in 1 test, 16 invariants checked; 1 failed: reproduce with --simloop-seed=5",
+        "simloop: [1-9]* examples run in 1 test, 17 invariants checked; 1 failed: reproduce with --simloop-seed=5",
         "FAILED test_agent.py::test_loop_stops - *InvariantViolation*",
     ])
     [saved] = (pytester.path / ".simloop" / "failures").glob("no_step_cap-stops-*.yaml")
@@ -496,7 +496,7 @@ def test_async_drives_in_sync_and_async_tests(pytester: pytest.Pytester) -> None
     """)
     result = pytester.runpytest("-p", "anyio")
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["simloop: 10 examples and 1 scenario replay run in 2 tests, 16 invariants checked*"])
+    result.stdout.fnmatch_lines(["simloop: 10 examples and 1 scenario replay run in 2 tests, 17 invariants checked*"])
 
 
 # -- xdist -----------------------------------------------------------------------------------------------------------
@@ -567,7 +567,7 @@ def test_the_readme_quick_start_catches_the_bug(pytester: pytest.Pytester) -> No
         ("replay it:       simloop run .simloop/failures/assistant_not_appended-pairing-????????.yaml "
         "--drive examples.assistant_not_appended:drive --seed *"),
         "re-run the test: pytest 'test_agent.py::test_loop_under_test' --simloop-seed=2",
-        "simloop: [5-9][0-9]* examples run in 2 tests, 16 invariants checked; 1 failed: reproduce with --simloop-seed=2",
+        "simloop: [5-9][0-9]* examples run in 2 tests, 17 invariants checked; 1 failed: reproduce with --simloop-seed=2",
     ])
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import simloop
-from examples.catalogue import ABORTS, APPROVALS, RESTARTS, TURNS, TWIN, VERIFY
+from examples.catalogue import ABORTS, APPROVALS, OWN_TOOLS, RESTARTS, TURNS, TWIN, VERIFY
 from simloop.scenario import load_scenario
 
 
@@ -28,6 +28,7 @@ def test_saved_failure_fails_on_the_defect_and_passes_on_its_twin(defect: str, t
         simloop.verify(
             _drive(defect), limits=declared, max_examples=200, seed=0, out_dir=tmp_path, turns=TURNS.get(defect, 1),
             abort=defect in ABORTS, restarts=RESTARTS.get(defect, 0), approvals=defect in APPROVALS,
+            tools=importlib.import_module(f"examples.{defect}").TOOLS if defect in OWN_TOOLS else None,
         )
     path = Path(found.value.scenario_path or "")
     assert path.parent == tmp_path and path.is_file()

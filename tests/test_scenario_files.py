@@ -42,6 +42,7 @@ INVARIANT_IDS = (
     "abort",
     "results_real",
     "approval",
+    "subagent_honest",
 )
 
 

@@ -146,7 +146,7 @@ def test_the_wheel_ships_the_loops_the_scenarios_and_py_typed(installed: Install
 def test_simloop_demo_from_the_wheel(installed: Installed) -> None:
     out = installed.simloop("simloop demo")
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "all 16 invariants hold" in out.stdout
+    assert "all 17 invariants hold" in out.stdout
     assert re.search(r"written to \.simloop/failures/rerun_after_api_error-no_rerun-[0-9a-f]{8}\.yaml", out.stdout)
     assert "replay it: simloop run .simloop/failures/" in out.stdout
 

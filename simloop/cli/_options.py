@@ -22,7 +22,10 @@ if TYPE_CHECKING:
 MAX_COUNT = 10_000
 MAX_DEADLINE_S = 7 * 86_400.0
 MAX_TOKENS = 100_000_000
-LIMIT_NAMES = ("max_steps", "deadline_s", "max_total_tokens", "max_tool_errors", "max_writes", "max_repeats")
+LIMIT_NAMES = (
+    "max_steps", "deadline_s", "max_total_tokens", "max_tool_errors", "max_writes", "max_repeats", "max_cost_usd",
+)
+MAX_COST_USD = 1_000_000.0  # simloop.scenario.MAX_COST_USD
 MAX_TIMEOUT_S = 604_800.0  # simloop.command.MAX_TIMEOUT_S (a test checks that they agree)
 
 DRIVE_HELP = (

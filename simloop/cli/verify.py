@@ -16,6 +16,7 @@ import click
 
 from simloop.cli._options import (
     HARD_TIMEOUT,
+    MAX_COST_USD,
     MAX_COUNT,
     MAX_DEADLINE_S,
     MAX_TIMEOUT_S,
@@ -153,6 +154,12 @@ __all__ = ["verify"]
     help="Your loop runs a tool with the same input at most N times (then stops: reason repetition).",
 )
 @click.option(
+    "--max-cost-usd",
+    type=click.FloatRange(min=0, min_open=True, max=MAX_COST_USD),
+    default=None,
+    help="The cost budget your loop declares, in US dollars at the model's list price (then it stops: cost_budget).",
+)
+@click.option(
     "-i",
     "--invariant",
     "invariants",
@@ -204,6 +211,7 @@ def verify(
     max_tool_errors: int | None,
     max_writes: int | None,
     max_repeats: int | None,
+    max_cost_usd: float | None,
     invariants: tuple[str, ...],
     out_dir: str,
     trace: str | None,
@@ -246,6 +254,7 @@ def verify(
     limits = simloop.Limits(
         max_steps=max_steps, deadline_s=deadline_s, max_total_tokens=max_total_tokens,
         max_tool_errors=max_tool_errors, max_writes=max_writes, max_repeats=max_repeats,
+        max_cost_usd=max_cost_usd,
     )
     base = _profile(profile)
     checked = list(invariants) or None

@@ -39,6 +39,7 @@ from simloop.invariants.execution import no_rerun, results_real, results_sent, r
 from simloop.invariants.exits import crash, no_work_after_return
 from simloop.invariants.honesty import honest_outcome, refusal, truncation
 from simloop.invariants.stopping import limits, stops
+from simloop.invariants.subagents import split_runs, subagent_honest
 from simloop.scenario import INVARIANT_IDS
 from simloop.transcript import Transcript
 
@@ -104,6 +105,7 @@ CATALOGUE: dict[str, Invariant] = {
     "abort": abort,
     "results_real": results_real,
     "approval": approval,
+    "subagent_honest": subagent_honest,
 }
 if tuple(CATALOGUE) != INVARIANT_IDS:  # pragma: no cover - a development-time consistency check
     raise SimloopInternalError("simloop.invariants.CATALOGUE is out of step with scenario.INVARIANT_IDS")
@@ -146,12 +148,32 @@ def check(transcript: Transcript, *, invariants: Iterable[str] | None = None) ->
     # fallout in the others too (a tool's escaped exception is tool_errors', never crash's), so a known finding can
     # be set aside without it coming back under another id
     claimants = [i for i in _CLAIMANTS if i not in ids]
+    # sub-agent runs (sim.subagent) are checked as runs of their own, the parent without their calls
+    parent, calls, subs = split_runs(transcript) if _has_subruns(transcript) else (transcript, None, [])
     try:
-        found = [v for i in (*ids, *claimants) for v in CATALOGUE[i](transcript)]
-        violations = [v for v in _fold_overlaps(found) if v.invariant in ids]
+        found = [v for i in (*ids, *claimants) for v in CATALOGUE[i](parent)]
+        violations = [_renumber(v, calls) for v in _fold_overlaps(found) if v.invariant in ids]
     finally:
         _base._LAST_VIEW[0] = None  # the view holds the transcript: keep it no longer than the caller does
+    for s in subs:
+        label = f"in sub-agent run {s.start.run} ({s.start.task[:60]!r}, in {s.start.tool or 'no tool'})"
+        for v in check(s.transcript, invariants=ids).violations:
+            at = s.calls.get(v.step) if v.step is not None else None
+            step = calls.get(at, at) if calls is not None and at is not None else at
+            out = Violation(v.invariant, f"{label}: {v.message}", step, {**v.evidence, "subagent": s.start.run})
+            violations.append(out)
     return Report(violations, ids, transcript)
+
+
+def _has_subruns(t: Transcript) -> bool:
+    return any(type(e).__name__ == "SubagentStart" for e in t.events)
+
+
+def _renumber(v: Violation, calls: dict[int, int] | None) -> Violation:
+    """A violation of the parent's run (its calls numbered without the sub-runs') with the run's call number."""
+    if calls is None or v.step is None or v.step not in calls:
+        return v
+    return Violation(v.invariant, v.message, calls[v.step], v.evidence)
 
 
 #: The invariants whose violations decide what `_fold_overlaps` drops from the others.

@@ -37,7 +37,8 @@ __all__ = [
 
 #: The outcome reasons a loop may declare (docs/design.md, Outcome reasons).
 REASONS = (
-    "final", "max_steps", "deadline", "aborted", "error_budget", "token_budget", "refusal", "truncated",
+    "final", "max_steps", "deadline", "aborted", "error_budget", "token_budget", "cost_budget", "refusal",
+    "truncated",
     "repetition", "error",
 )
 MESSAGES_PATH = "/v1/messages"

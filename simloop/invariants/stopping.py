@@ -8,9 +8,10 @@ from collections import Counter
 from typing import Any
 
 from simloop.invariants._base import MODEL_PATHS, Violation, _canon, _is_reply, _is_write, _View, _view, per_turn
+from simloop.pricing import cost_usd
 from simloop.transcript import Halt, Request, Response, Restart, ToolEnd, ToolStart, Transcript
 
-__all__ = ["FORK_FIX", "limits", "stops"]
+__all__ = ["FORK_FIX", "limits", "reply_cost", "stops"]
 
 #: How a loop runs tools in another process and keeps them in the run (the message of a fork failure).
 FORK_FIX = (
@@ -103,7 +104,7 @@ def _runaway(v: _View, until: int) -> str:
 
 
 def limits(t: Transcript) -> list[Violation]:
-    """The loop honours the limits it declared: max_steps, deadline_s, max_total_tokens, and the stop policies
+    """The loop honours the limits it declared: max_steps, deadline_s, max_total_tokens, max_cost_usd, and the stop policies
     max_tool_errors, max_writes, max_repeats (each only if declared; see `simloop.Limits`); in a conversation,
     per user turn (a turn's steps, time and tokens count from its start)."""
     return _limits_each(t)
@@ -114,15 +115,19 @@ def _limits(t: Transcript) -> list[Violation]:
     v = _view(t)
     declared = t.header.limits
     max_steps, deadline, budget = declared.get("max_steps"), declared.get("deadline_s"), declared.get("max_total_tokens")
+    max_cost = declared.get("max_cost_usd")
     out: list[Violation] = []
     done: set[str] = set()
     calls_seen: set[int] = set()
     lost: set[int] = set()  # calls in flight when the process died: forgiven (the loop never saw them answered)
     used = 0
+    spent = 0.0
     reply_positions = {pos for pos, _ in v.replies}
     for pos, e in enumerate(t.events):
         if isinstance(e, Response) and pos in reply_positions:
             used += e.input_tokens + e.output_tokens
+            if max_cost is not None:
+                spent += reply_cost(e, t.header.prices)
         elif isinstance(e, Response) and e.fault == "crash":
             lost.add(e.call)
         if not isinstance(e, Request) or e.path not in MODEL_PATHS or e.call in calls_seen:
@@ -156,12 +161,28 @@ def _limits(t: Transcript) -> list[Violation]:
             )
             evidence = {"request": e.index, "max_total_tokens": budget, "used": used}
             out.append(Violation("limits", message, e.call, evidence))
+        if max_cost is not None and spent >= max_cost and "max_cost_usd" not in done:
+            done.add("max_cost_usd")
+            message = (
+                f"model call {e.call} started after the replies had cost ${spent:.4f}, reaching "
+                f"{_the(t, 'max_cost_usd', f'{max_cost:g}')}; a correct loop prices each reply's usage (input, "
+                "output, cache writes and cache reads, each at the model's price per million tokens) and stops with "
+                "reason 'cost_budget' once the budget is reached"
+            )
+            evidence = {"request": e.index, "max_cost_usd": max_cost, "cost_usd": round(spent, 6)}
+            out.append(Violation("limits", message, e.call, evidence))
     if any(declared.get(k) is not None for k in _POLICIES):
         out.extend(_policies(t, v))
     return out
 
 
 _POLICIES = ("max_tool_errors", "max_writes", "max_repeats")
+
+
+def reply_cost(r: Response, prices: dict[str, Any] | None = None) -> float:
+    """What one reply cost in US dollars: its usage at its model's price (`simloop.pricing`)."""
+    msg = r.message or {}
+    return cost_usd(msg.get("usage"), msg.get("model"), prices)
 _limits_each = per_turn(_limits)
 
 

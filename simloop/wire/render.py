@@ -153,7 +153,9 @@ def _estimate_tokens(chars: int) -> int:
     return -(-chars // 4)
 
 
-def _computed_usage(content: list[dict[str, Any]], input_tokens: int, output_tokens: int | None) -> dict[str, Any]:
+def _computed_usage(
+    content: list[dict[str, Any]], input_tokens: int, output_tokens: int | None, cache: tuple[int, int] = (0, 0)
+) -> dict[str, Any]:
     thinking_chars = 0
     searches = fetches = -1  # -1: no server tool block in the reply (then no server_tool_use usage)
     for block in content:
@@ -172,9 +174,9 @@ def _computed_usage(content: list[dict[str, Any]], input_tokens: int, output_tok
         output_tokens = _estimate_tokens(len(to_json(content))) if content else 0
     usage: dict[str, Any] = {
         "input_tokens": input_tokens,
-        "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": 0,
-        "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
+        "cache_creation_input_tokens": cache[0],
+        "cache_read_input_tokens": cache[1],
+        "cache_creation": {"ephemeral_5m_input_tokens": cache[0], "ephemeral_1h_input_tokens": 0},
         "output_tokens": output_tokens,
         "output_tokens_details": {"thinking_tokens": min(output_tokens, _estimate_tokens(thinking_chars))},
         "service_tier": "standard",
@@ -187,7 +189,8 @@ def _computed_usage(content: list[dict[str, Any]], input_tokens: int, output_tok
 
 
 def render_message(
-    turn: Turn, *, id: str, model: str, input_tokens: int, output_tokens: int | None = None
+    turn: Turn, *, id: str, model: str, input_tokens: int, output_tokens: int | None = None,
+    cache: tuple[int, int] = (0, 0),
 ) -> dict[str, Any]:
     """The complete Message dict the real API returns for ``turn``.
 
@@ -208,7 +211,7 @@ def render_message(
         "stop_reason": turn.stop_reason,
         "stop_sequence": turn.stop_sequence,
         "stop_details": turn.stop_details,
-        "usage": turn.usage if turn.usage is not None else _computed_usage(content, input_tokens, output_tokens),
+        "usage": turn.usage if turn.usage is not None else _computed_usage(content, input_tokens, output_tokens, cache),
     }
     if turn.extra:
         message.update(turn.extra)
@@ -289,13 +292,17 @@ def _block_events(index: int, block: dict[str, Any]) -> list[bytes]:
     return events
 
 
-def render_sse(turn: Turn, *, id: str, model: str, input_tokens: int, output_tokens: int | None = None) -> list[bytes]:
+def render_sse(
+    turn: Turn, *, id: str, model: str, input_tokens: int, output_tokens: int | None = None,
+    cache: tuple[int, int] = (0, 0),
+) -> list[bytes]:
     """The streaming response for ``turn``: one ``event: X\\ndata: {...}\\n\\n`` bytes item per SSE event.
 
     The items come in the real order, so a transport can cut the stream or inject an error between
     any two of them.  The SDK accumulates them into the same Message :func:`render_json` gives.
     """
-    message = render_message(turn, id=id, model=model, input_tokens=input_tokens, output_tokens=output_tokens)
+    message = render_message(turn, id=id, model=model, input_tokens=input_tokens, output_tokens=output_tokens,
+                             cache=cache)
     usage: dict[str, Any] = message["usage"]
     cut = turn.stop_reason is None
     if cut:

@@ -375,12 +375,15 @@ class SimServer:
             turn = answer if isinstance(answer, Turn) else turn_from_reply(answer, mreq, self.ids)
         input_tokens = req.input_tokens
         output_tokens: int | None = None
+        cache = (0, 0)
         if reply is not None and reply.usage is not None:
             input_tokens = reply.usage.input_tokens if reply.usage.input_tokens is not None else input_tokens
             output_tokens = reply.usage.output_tokens
+            cache = (reply.usage.cache_creation_input_tokens or 0, reply.usage.cache_read_input_tokens or 0)
         msg_id = turn.id or self.ids.message()
         model = turn.model or str(effective.get("model", "claude-sonnet-5"))
-        message = render_message(turn, id=msg_id, model=model, input_tokens=input_tokens, output_tokens=output_tokens)
+        message = render_message(turn, id=msg_id, model=model, input_tokens=input_tokens, output_tokens=output_tokens,
+                                 cache=cache)
         latency = reply.latency if reply else 0.0
         rec = Response(
             t=0.0, index=req.index, call=req.call, status=200, kind=str(turn.stop_reason),
@@ -394,7 +397,8 @@ class SimServer:
         if chat is not None:
             return chat.planned(turn, message, rec, request_id, latency, stream=req.stream)
         if req.stream:
-            events = render_sse(turn, id=msg_id, model=model, input_tokens=input_tokens, output_tokens=output_tokens)
+            events = render_sse(turn, id=msg_id, model=model, input_tokens=input_tokens, output_tokens=output_tokens,
+                                cache=cache)
             return Planned(headers=[_SSE, ("request-id", request_id)], events=events, latency=latency, record=rec)
         return Planned(headers=[_JSON, ("request-id", request_id)], body=to_json(message), latency=latency, record=rec)
 

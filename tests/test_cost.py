@@ -1,0 +1,131 @@
+"""Cost budgets (issue 32 item 3): list prices, ``Limits(max_cost_usd=...)`` checked by ``limits``, the scenario's
+``prices:``, the cost in the report and the timeline, ``--max-cost-usd``, a defect caught and its twin passing."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+import simloop
+from examples import correct_sync, cost_budget_dropped
+from simloop.cli import main
+from simloop.pricing import DEFAULT, PRICES, Price, cost_usd, price_for
+from simloop.scenario import Limits, Scenario
+from simloop.timeline import render_timeline
+from simloop.transcript import Transcript
+
+SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
+COST = SCENARIOS / "cost-budget.yaml"
+pytest_plugins = ["pytester"]
+
+
+def test_prices_by_the_longest_prefix_and_the_overrides_first() -> None:
+    assert price_for("claude-sonnet-4-5-20250929") == PRICES["claude-sonnet-4"] == Price(3.0, 15.0, 3.75, 0.3)
+    assert price_for("claude-opus-4-1") == Price(15.0, 75.0, 18.75, 1.5)
+    assert price_for("claude-opus-4-5") == Price(5.0, 25.0, 6.25, 0.5)  # not the older Opus 4's price
+    assert price_for("claude-sonnet-5") == Price(2.0, 10.0, 2.5, 0.2)
+    assert price_for("someone-elses-model") == DEFAULT
+    override = {"claude-sonnet-5": {"input": 1, "output": 2}, "*": {"input": 7, "output": 8}}
+    assert price_for("claude-sonnet-5", override) == Price(1.0, 2.0, 0.0, 0.0)
+    assert price_for("claude-haiku-4-5", override) == Price(7.0, 8.0, 0.0, 0.0)
+
+
+def test_cost_prices_each_kind_of_token_at_its_own_rate() -> None:
+    usage = {"input_tokens": 1_000, "output_tokens": 200, "cache_creation_input_tokens": 4_000,
+             "cache_read_input_tokens": 10_000}
+    # 1000 * 3 + 200 * 15 + 4000 * 3.75 + 10000 * 0.3, per million
+    assert math.isclose(cost_usd(usage, "claude-sonnet-4-5"), (3_000 + 3_000 + 15_000 + 3_000) / 1e6)
+    assert cost_usd(None, "claude-sonnet-4-5") == 0.0
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, math.inf, math.nan, 2e6])
+def test_a_cost_budget_is_a_positive_finite_number_of_dollars(bad: float) -> None:
+    with pytest.raises(ValueError, match="max_cost_usd"):
+        Limits(max_cost_usd=bad)
+
+
+def test_the_defect_is_caught_with_the_cost_so_far() -> None:
+    with pytest.raises(simloop.InvariantViolation) as caught:
+        simloop.replay(cost_budget_dropped.drive, COST)
+    (v,) = caught.value.violations
+    assert (v.invariant, v.step) == ("limits", 4)
+    assert v.evidence == {"request": 3, "max_cost_usd": 0.25, "cost_usd": 0.2823}
+    assert v.message.startswith(
+        "model call 4 started after the replies had cost $0.2823, reaching the max_cost_usd=0.25 the scenario "
+        "declares (its limits:); a correct loop prices each reply's usage"
+    )
+    assert "$0.2823  tool_use" in (caught.value.timeline or "")
+
+
+def test_the_twin_stops_with_cost_budget_and_the_timeline_shows_the_cost() -> None:
+    report = simloop.replay(correct_sync.drive, COST)
+    assert report.ok
+    assert report.transcript is not None
+    outcome = report.transcript.outcome
+    assert outcome is not None and outcome.reason == "cost_budget"
+    lines = render_timeline(report.transcript).splitlines()
+    assert lines[0].split() == ["step", "time", "in", "out", "cost", "reply"]
+    assert [line.split()[4] for line in lines[1::2][:3]] == ["$0.2175", "$0.2475", "$0.2823"]
+
+
+def test_prices_and_cache_tokens_reach_the_transcript_and_read_back(tmp_path: Path) -> None:
+    report = simloop.replay(correct_sync.drive, COST)
+    assert report.transcript is not None
+    assert report.transcript.header.prices == {"*": {"input": 3.0, "output": 15.0, "cache_write": 3.75,
+                                                     "cache_read": 0.3}}
+    usage = report.transcript.responses[0].message["usage"]  # type: ignore[index]
+    assert (usage["cache_creation_input_tokens"], usage["cache_read_input_tokens"]) == (40_000, 0)
+    back = Transcript.read(report.transcript.write(tmp_path / "t.jsonl"))
+    assert back.header.prices == report.transcript.header.prices
+    assert simloop.invariants.check(back).ok
+
+
+def test_a_run_without_prices_writes_the_header_it_always_wrote() -> None:
+    with simloop.Sim(Scenario(model=[{"end_turn": "hi"}])) as sim:  # type: ignore[list-item]
+        assert '"prices"' not in sim.transcript.to_jsonl()
+        assert "cost" not in render_timeline(sim.transcript).splitlines()[0]
+
+
+def test_verify_holds_the_reference_loop_to_a_small_budget_and_catches_the_defect(tmp_path: Path) -> None:
+    limits = Limits(max_steps=10, deadline_s=300, max_cost_usd=0.01)
+    assert simloop.verify(correct_sync.drive, limits=limits, max_examples=40, seed=1).ok
+    with pytest.raises(simloop.InvariantViolation) as caught:
+        simloop.verify(cost_budget_dropped.drive, limits=limits, max_examples=200, seed=1, out_dir=tmp_path)
+    assert {v.invariant for v in caught.value.violations} == {"limits"}
+    assert "max_cost_usd" in caught.value.violations[0].message
+
+
+def test_the_command_line_declares_a_cost_budget(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["verify", "examples.cost_budget_dropped:drive", "--max-cost-usd", "0.01", "--max-examples", "100",
+                 "--seed", "0", "--out", str(tmp_path), "--no-progress"])
+    assert code == 1
+    assert "max_cost_usd=0.01" in capsys.readouterr().out
+    assert main(["verify", "examples.correct_sync:drive", "--max-cost-usd", "0", "--max-examples", "1"]) == 2
+
+
+def test_the_plugin_takes_a_cost_budget_in_its_limits(pytester: pytest.Pytester) -> None:
+    pytester.syspathinsert(Path(__file__).resolve().parents[1])
+    pytester.makeconftest("""
+        import pytest
+
+        @pytest.fixture
+        def simloop_config():
+            return {"limits": {"max_steps": 10, "max_cost_usd": 0.01}, "max_examples": 100}
+    """)
+    pytester.makepyfile(test_budget="""
+        import pytest
+        import simloop as sl
+        from examples import correct_sync, cost_budget_dropped
+
+        def test_the_reference_loop_stops_in_budget(simloop):
+            assert simloop.verify(correct_sync.drive).ok
+
+        def test_the_dropped_budget_is_caught(simloop):
+            with pytest.raises(sl.InvariantViolation) as caught:
+                simloop.verify(cost_budget_dropped.drive)
+            assert "reaching the declared max_cost_usd=0.01" in str(caught.value)
+    """)
+    result = pytester.runpytest("--simloop-seed=3")
+    result.assert_outcomes(passed=2)
