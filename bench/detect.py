@@ -44,6 +44,7 @@ from examples.catalogue import (
     CORRECT,
     DECLARED,
     DEFECTS,
+    OPENAI,
     OWN_TOOLS,
     POLICY_ROWS,
     RESTARTS,
@@ -101,12 +102,6 @@ class _Counter:
 #: The correct loops written from the README alone (``tests/loops/readme.py``), each verified with what it claims.
 README_ROWS = {f"readme.{name}": loop for name, loop in readme_loops.LOOPS.items()}
 #: The OpenAI wire (examples/openai_loop.py, Chat Completions): the correct loop, and each twin with what catches it.
-OPENAI_ROWS: dict[str, frozenset[str] | None] = {
-    "openai_loop:drive": None,
-    "openai_loop:drive_partial_answers": frozenset({"pairing"}),
-    "openai_loop:drive_tools_from_length": frozenset({"truncation"}),
-    "openai_loop:drive_rerun_after_500": frozenset({"no_rerun"}),
-}
 
 
 def _row(name: str) -> tuple[Any, simloop.Limits, dict[str, Any]]:
@@ -116,7 +111,7 @@ def _row(name: str) -> tuple[Any, simloop.Limits, dict[str, Any]]:
         return drive, readme_loops.LIMITS, claims
     if name in CONTEXT:  # the loops held to the context claim, with a budget past the window
         return importlib.import_module(f"examples.{name}").drive, simloop.Limits.model_validate(CONTEXT_DECLARED), {"context": True}
-    if name in OPENAI_ROWS:
+    if name in OPENAI:
         module, _, fn = name.partition(":")
         return getattr(importlib.import_module(f"examples.{module}"), fn), LIMITS, {}
     module, declared = POLICY_ROWS.get(name, (name, VERIFY[name][0] if name in VERIFY else DECLARED))
@@ -289,7 +284,7 @@ def main() -> None:
     out = Path(".simloop") / "bench"
     targets: list[tuple[str, frozenset[str] | None]] = [
         *((n, VERIFY[n][1]) for n in DEFECTS), *CONTEXT.items(),
-        *((n, None) for n in [*CORRECT, *POLICY_ROWS, *README_ROWS]), *OPENAI_ROWS.items(),
+        *((n, None) for n in [*CORRECT, *POLICY_ROWS, *README_ROWS]), *OPENAI.items(),
     ]
     # measured first, in a process that has only imported what verify needs: after the detection runs its
     # heap holds every loop and search they made, and each full garbage collection costs more

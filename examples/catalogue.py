@@ -10,7 +10,8 @@ This module is plain data so it imports without simloop's runtime.
 from __future__ import annotations
 
 __all__ = [
-    "ABORTS", "APPROVALS", "CONTEXT", "CONTEXT_DECLARED", "CORRECT", "COST_BUDGET", "DECLARED", "DEFECTS", "OWN_TOOLS",
+    "ABORTS", "APPROVALS", "CONTEXT", "CONTEXT_DECLARED", "CORRECT", "COST_BUDGET", "DECLARED", "DEFECTS", "OPENAI",
+    "OWN_TOOLS",
     "POLICY_ROWS", "RESTARTS", "TURNS", "TWIN", "VERIFY",
 ]
 
@@ -158,3 +159,13 @@ TWIN["subagent_partial_as_done"] = "correct_delegate"
 TWIN.update({name: "correct_typed" for name in (
     "typed_write_retried", "cut_calls_run", "cut_retried_once", "cache_control_every_block",
 )})
+
+
+#: The loops on the openai SDK's Chat Completions wire: one module, `examples.openai_loop`, whose reference
+#: ``drive`` and one-bug twins are functions of it ("module:function" -> the ids that catch it; None: correct).
+OPENAI: dict[str, frozenset[str] | None] = {
+    "openai_loop:drive": None,
+    "openai_loop:drive_partial_answers": frozenset({"pairing"}),
+    "openai_loop:drive_tools_from_length": frozenset({"truncation"}),
+    "openai_loop:drive_rerun_after_500": frozenset({"no_rerun"}),
+}

@@ -219,7 +219,7 @@ def test_raise_for_violations_lists_each_violation() -> None:
     assert err.violations == report.violations
     lines = str(err).splitlines()
     assert lines[0] == (
-        "simloop: 1 violation(s) of 1 invariant(s) in scenario 'hand-built' (seed 0) (pairing; 16 checked)"
+        "simloop: 1 violation(s) of 1 invariant(s) in scenario 'hand-built' (seed 0) (pairing; 17 checked)"
     )
     assert lines[1].startswith("  [pairing] step 2, messages[1].content[0]: the tool_use toolu_1 (search) has no")
     assert len(lines) == 2

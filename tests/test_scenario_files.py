@@ -17,7 +17,7 @@ from types import ModuleType
 
 import pytest
 
-from examples.catalogue import CONTEXT, CORRECT, DEFECTS
+from examples.catalogue import CONTEXT, CORRECT, DEFECTS, OPENAI
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "scenarios"
@@ -107,7 +107,7 @@ def test_loop_module_exposes_drive_and_loop(name: str) -> None:
 
 
 def test_every_loop_module_is_catalogued() -> None:
-    assert sorted(LOOP_MODULES) == sorted([*CORRECT, *DEFECTS, *CONTEXT])
+    assert sorted(LOOP_MODULES) == sorted([*CORRECT, *DEFECTS, *CONTEXT, *{n.partition(":")[0] for n in OPENAI}])
     assert not set(CORRECT) & set(DEFECTS)
     assert not set(CONTEXT) & ({*CORRECT} | set(DEFECTS))
 
