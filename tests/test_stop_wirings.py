@@ -2,7 +2,9 @@
 
 Each framework is tried twice: the one-liner a user first writes from the README's old wording ("break when
 ``sim.abort.is_set()``"), which simloop shows to be wrong (the finished tools' results are lost and the next
-turn fails), and the wiring the README now gives, which holds under scripted Stops and `verify(abort=True)`.
+turn fails), and the wiring the README now gives (simloop's helpers: ``pai.run_until_stop``,
+``lg.stop_aware_tool_node`` and ``lg.stream_until_stop``), which holds under scripted Stops and
+`verify(abort=True)`, as do the adapters' ready drives built on them.
 """
 
 from __future__ import annotations
@@ -22,16 +24,14 @@ from simloop.scenario import Abort
 
 try:  # each framework is an extra: its tests are skipped with the reason when it is missing
     from pydantic_ai import Agent
-    from pydantic_ai.exceptions import AgentRunError
     from pydantic_ai.messages import repair_messages
 
     from simloop.adapters import pydantic_ai as pai
 except ImportError:
     pai = None
 try:
-    from langchain_core.messages import AIMessage, ToolMessage
     from langgraph.checkpoint.memory import InMemorySaver
-    from langgraph.prebuilt import ToolNode, create_react_agent
+    from langgraph.prebuilt import create_react_agent
 
     from simloop.adapters import langgraph as lg
 except ImportError:
@@ -85,31 +85,14 @@ async def pai_break_only(sim: Sim) -> list[Outcome]:
 
 
 async def pai_stop(sim: Sim) -> list[Outcome]:
-    """The README's wiring: break when Stop is set, then keep the pending request (the finished tools' results)
-    and close what never ran (``repair_messages``)."""
+    """The README's wiring: each turn run with ``pai.run_until_stop``, which leaves ``agent.iter`` at Stop and
+    returns the history that keeps the finished tools' results."""
     agent = Agent(pai.model(sim), tools=pai.tools(sim))
     history: list[Any] = []
     outcomes = []
     for text in sim.user_turns:
-        try:
-            async with agent.iter(text, message_history=history) as agent_run:
-                async for node in agent_run:
-                    if sim.abort.is_set():
-                        break
-        except AgentRunError as exc:  # a limit, a refusal, the API failed past its retries
-            outcomes.append(pai.outcome_of_error(exc))
-            continue
-        except (anthropic.APIError, httpx2.HTTPError) as exc:
-            outcomes.append(Outcome("error", f"{type(exc).__name__}: {exc}"))
-            continue
-        if sim.abort.is_set():
-            done = [node.request] if Agent.is_model_request_node(node) else []
-            history = repair_messages(agent_run.all_messages() + done)
-            outcomes.append(Outcome("aborted"))
-        else:
-            history = agent_run.all_messages()
-            ending = {"length": "truncated", "content_filter": "refusal"}.get(agent_run.result.response.finish_reason or "")
-            outcomes.append(Outcome(ending or "final", str(agent_run.result.output)))
+        outcome, history = await pai.run_until_stop(agent, text, history, stop=sim.abort.is_set)
+        outcomes.append(outcome)
     return outcomes
 
 
@@ -130,48 +113,22 @@ def lg_break_only(sim: Sim) -> list[Outcome]:
 
 
 def lg_stop(sim: Sim) -> list[Outcome]:
-    """The README's wiring: a ToolNode that starts no call after Stop, the stream left once Stop is set and the
-    tools' step is over, and that step's results written back to the thread (a closed stream drops them)."""
-
-    def unless_stopped(request: Any, execute: Any) -> Any:
-        if sim.abort.is_set():
-            return ToolMessage("Not run: the user pressed Stop.", tool_call_id=request.tool_call["id"], status="error")
-        return execute(request)
-
-    tool_node = ToolNode(lg.tools(sim), wrap_tool_call=unless_stopped, handle_tool_errors=True)
-    agent = create_react_agent(lg.chat_model(sim), tool_node, checkpointer=InMemorySaver())
+    """The README's wiring: the tools in ``lg.stop_aware_tool_node`` (no call starts after Stop) and each turn
+    streamed with ``lg.stream_until_stop`` (left cleanly at Stop, the finished results written to the thread)."""
+    model, tools, saver = lg.chat_model(sim), lg.tools(sim), InMemorySaver()
+    agent = create_react_agent(model, lg.stop_aware_tool_node(tools, stop=sim.abort.is_set), checkpointer=saver)
     config: Any = {"configurable": {"thread_id": "chat"}}
     outcomes = []
     for text in sim.user_turns:
-        seen: list[Any] = []  # the messages the stream gave
-        failed: Outcome | None = None
+        inputs = {"messages": [("user", text)]}
         try:
-            for update in agent.stream({"messages": [("user", text)]}, config, stream_mode="updates"):
-                seen += [m for node in update.values() for m in (node or {}).get("messages", [])]
-                if sim.abort.is_set() and not open_calls(seen):
-                    break
-        except Exception as exc:  # noqa: BLE001 (the API failed past its retries: the turn's error)
-            failed = Outcome("error", f"{type(exc).__name__}: {exc}")
-        if sim.abort.is_set():  # the Stop first, whatever else went wrong in the step it stopped
-            ids = {c["id"] for c in last_calls(seen)}
-            if ids:
-                tool_messages = [m for m in seen if isinstance(m, ToolMessage) and m.tool_call_id in ids]
-                agent.update_state(config, {"messages": tool_messages}, as_node="tools")
-            outcomes.append(Outcome("aborted"))
-        else:
-            outcomes.append(failed or lg.outcome_of(seen[-1] if seen else None))  # from its stop_reason
+            for _update in lg.stream_until_stop(agent, inputs, config, stop=sim.abort.is_set): ...
+        except (anthropic.APIError, httpx2.HTTPError) as exc:  # the API failed past its retries
+            outcomes.append(Outcome("aborted") if sim.abort.is_set() else Outcome("error", str(exc)))
+            continue
+        last = agent.get_state(config).values["messages"][-1]
+        outcomes.append(Outcome("aborted") if sim.abort.is_set() else lg.outcome_of(last))
     return outcomes
-
-
-def last_calls(seen: list[Any]) -> list[Any]:
-    """The tool calls of the last reply the stream gave."""
-    asked = [m for m in seen if isinstance(m, AIMessage)][-1:]
-    return asked[0].tool_calls if asked else []
-
-
-def open_calls(seen: list[Any]) -> set[str]:
-    """The ids of the last reply's calls the stream has given no result for yet."""
-    return {c["id"] for c in last_calls(seen)} - {m.tool_call_id for m in seen if isinstance(m, ToolMessage)}
 
 
 # --- the tests -------------------------------------------------------------------------------------------------
@@ -230,3 +187,24 @@ def test_langgraph_wiring_holds_under_verify(tmp_path: Path) -> None:
     report = simloop.verify(lg_stop, abort=True, turns=2, max_examples=30, seed=31, out_dir=tmp_path,
                             invariants=STOP_INVARIANTS)
     assert report.ok and report.examples == 30
+
+
+@needs_pai
+def test_pydantic_ai_ready_drive_honours_stop(tmp_path: Path) -> None:
+    outcomes, report = run(pai.drive, {"tool_call": 1})
+    assert report.ok and [o.reason for o in outcomes] == ["aborted", "final"], held(report)
+    report = simloop.verify(pai.drive, abort=True, turns=2, max_examples=30, seed=31, out_dir=tmp_path,
+                            invariants=STOP_INVARIANTS)
+    assert report.ok and report.examples == 30
+
+
+@needs_lg
+@pytest.mark.parametrize("name", ["drive", "async_drive"])
+def test_langgraph_ready_drives_honour_stop(name: str, tmp_path: Path) -> None:
+    drive = getattr(lg, name)
+    outcomes, report = run(drive, {"tool_call": 1})
+    assert report.ok and [o.reason for o in outcomes] == ["aborted", "final"], held(report)
+    report = simloop.verify(drive, abort=True, turns=2, max_examples=30, seed=31, out_dir=tmp_path,
+                            invariants=STOP_INVARIANTS)
+    assert report.ok and report.examples == 30
+

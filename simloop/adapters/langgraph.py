@@ -33,6 +33,11 @@ fails, so the drive catches them; anything else that escapes is a ``crash``).  `
 graph that returned as ``final``, as a caller that reads the last message does;
 ``drive_handle_tool_errors`` runs the tools in ``ToolNode(handle_tool_errors=True)``.
 
+Stop: the drives run the tools in `stop_aware_tool_node` (a call not yet started when ``sim.abort`` is set is
+answered "not run") and stream each turn with `stream_until_stop`, which leaves the stream once the last
+reply's calls all have results and writes those back to the thread (a stream closed mid-step drops them:
+docs/findings.md, "Stopping a run"); the turn returns ``aborted``.
+
 Example::
 
     from simloop.adapters import langgraph as lg
@@ -43,7 +48,7 @@ Example::
 from __future__ import annotations
 
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import aclosing, closing
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -57,7 +62,7 @@ from simloop.outcome import Outcome
 
 try:
     from langchain_anthropic import ChatAnthropic
-    from langchain_core.messages import AIMessage, BaseMessage
+    from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
     from langchain_core.tools import StructuredTool
     from langgraph.errors import GraphRecursionError
 except ModuleNotFoundError as e:  # the harness is an extra: say which one
@@ -79,6 +84,8 @@ __all__ = [
     "make_drive",
     "outcome_of",
     "recursion_limit",
+    "stop_aware_tool_node",
+    "stream_until_stop",
     "tools",
 ]
 
@@ -177,6 +184,119 @@ def outcome_of(last: BaseMessage | None, *, check_stop_reason: bool = True) -> O
     return Outcome("error", f"the agent stopped on stop_reason {stop!r}: {text}")
 
 
+_NOT_RUN = "Not run: the user pressed Stop."
+
+
+def stop_aware_tool_node(
+    tools: Sequence[Any], *, stop: Callable[[], bool], **tool_node_kwargs: Any
+) -> Any:
+    """A ``ToolNode(tools, ...)`` that starts no tool call once ``stop()`` is true: each is answered with an error
+    ``ToolMessage`` saying it was not run (LangGraph's own ``ToolNode`` runs every call of the reply).
+
+    ``tool_node_kwargs`` go to ``ToolNode`` (``handle_tool_errors=``, ...).  Give the node to
+    ``create_react_agent`` (or your graph) in place of the tool list, and stream it with `stream_until_stop`.
+
+    Example::
+
+        agent = create_react_agent(model, stop_aware_tool_node(tools, stop=sim.abort.is_set), checkpointer=saver)
+    """
+    from langgraph.prebuilt import ToolNode
+
+    def not_run(request: Any) -> ToolMessage:
+        return ToolMessage(_NOT_RUN, tool_call_id=request.tool_call["id"], name=request.tool_call["name"],
+                           status="error")
+
+    def unless_stopped(request: Any, execute: Callable[[Any], Any]) -> Any:
+        return not_run(request) if stop() else execute(request)
+
+    async def aunless_stopped(request: Any, execute: Callable[[Any], Awaitable[Any]]) -> Any:
+        return not_run(request) if stop() else await execute(request)
+
+    return ToolNode(tools, wrap_tool_call=unless_stopped, awrap_tool_call=aunless_stopped, **tool_node_kwargs)
+
+
+def stream_until_stop(
+    agent: Any, inputs: Any, config: Any, *, stop: Callable[[], bool]
+) -> Iterator[dict[str, Any]]:
+    """``agent.stream(inputs, config, stream_mode="updates")``, left cleanly at Stop: the updates are yielded as
+    they come; once ``stop()`` is true the stream is left as soon as every call of the last reply has a result,
+    and those results are written back to the thread (``update_state(..., as_node="tools")``: a stream closed
+    mid-step drops its step's results from the thread, and the next message on it then fails).
+
+    Run the tools in a `stop_aware_tool_node`, so that no call starts after Stop, and do not ``break`` at Stop
+    yourself: the tools of one reply run as parallel tasks, and a stream left before the last of them reports
+    drops its call unanswered (the generator ends by itself once they all have).
+
+    Example::
+
+        inputs = {"messages": [("user", text)]}
+        for update in stream_until_stop(agent, inputs, config, stop=sim.abort.is_set):
+            ...
+        last = agent.get_state(config).values["messages"][-1]
+        outcome = Outcome("aborted") if sim.abort.is_set() else outcome_of(last)
+    """
+    seen: list[BaseMessage] = []
+    ended = False
+    try:
+        with closing(agent.stream(inputs, config, stream_mode="updates")) as updates:
+            for update in updates:
+                seen += _messages_of(update)
+                yield update
+                if stop() and not _open_calls(seen):
+                    return
+        ended = True
+    finally:
+        written = _written_back(seen) if not ended and stop() else None
+        if written is not None:
+            agent.update_state(config, written, as_node="tools")
+
+
+async def _astream_until_stop(
+    agent: Any, inputs: Any, config: Any, *, stop: Callable[[], bool]
+) -> AsyncIterator[dict[str, Any]]:
+    """`stream_until_stop` for ``astream`` (the async drive's)."""
+    seen: list[BaseMessage] = []
+    ended = False
+    try:
+        async with aclosing(agent.astream(inputs, config, stream_mode="updates")) as updates:
+            async for update in updates:
+                seen += _messages_of(update)
+                yield update
+                if stop() and not _open_calls(seen):
+                    return
+        ended = True
+    finally:
+        written = _written_back(seen) if not ended and stop() else None
+        if written is not None:
+            await agent.aupdate_state(config, written, as_node="tools")
+
+
+def _messages_of(update: Any) -> list[BaseMessage]:
+    """The messages one ``stream_mode="updates"`` update carries."""
+    if not isinstance(update, dict):
+        return []
+    return [m for node in update.values() if isinstance(node, dict) for m in node.get("messages", [])]
+
+
+def _last_calls(seen: list[BaseMessage]) -> list[Any]:
+    """The tool calls of the last reply the stream gave."""
+    asked = [m for m in seen if isinstance(m, AIMessage)]
+    return list(asked[-1].tool_calls) if asked else []
+
+
+def _open_calls(seen: list[BaseMessage]) -> set[str]:
+    """The ids of the last reply's calls the stream has given no result for yet."""
+    answered = {m.tool_call_id for m in seen if isinstance(m, ToolMessage)}
+    return {c["id"] for c in _last_calls(seen)} - answered
+
+
+def _written_back(seen: list[BaseMessage]) -> dict[str, Any] | None:
+    """The results of the last reply's calls the stream gave, as the tools' state update (None: none)."""
+    ids = {c["id"] for c in _last_calls(seen)}
+    results = [m for m in seen if isinstance(m, ToolMessage) and m.tool_call_id in ids]
+    return {"messages": results} if results else None
+
+
 def make_drive(
     *, is_async: bool = False, streaming: bool = False, check_stop_reason: bool = True,
     handle_tool_errors: bool = False,
@@ -197,13 +317,14 @@ def make_drive(
 
     def setup(sim: Sim) -> tuple[Any, dict[str, Any]]:
         from langgraph.checkpoint.memory import InMemorySaver
-        from langgraph.prebuilt import ToolNode, create_react_agent
+        from langgraph.prebuilt import create_react_agent
 
         # one thread per conversation, its checkpoints in the store a restart keeps: the graph a LangGraph user
         # builds for a chat, which resumes the same thread after the process died
         saver = sim.store.setdefault(CHECKPOINTER, InMemorySaver())
         thread_id = sim.store.setdefault(THREAD, THREAD_ID)
-        bridged: Any = ToolNode(tools(sim), handle_tool_errors=True) if handle_tool_errors else tools(sim)
+        node_kwargs: dict[str, Any] = {"handle_tool_errors": True} if handle_tool_errors else {}
+        bridged = stop_aware_tool_node(tools(sim), stop=sim.abort.is_set, **node_kwargs)
         with warnings.catch_warnings():
             # LangGraph 1.x points at langchain.agents.create_agent; the prebuilt agent is what is tested here
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -245,7 +366,8 @@ def make_drive(
                 guard, messages = Guard(sim.limits), list[BaseMessage]()
                 outcome: Outcome | None = None
                 try:
-                    async with aclosing(agent.astream(inputs, config, stream_mode="updates")) as updates:
+                    stream = _astream_until_stop(agent, inputs, config, stop=sim.abort.is_set)
+                    async with aclosing(stream) as updates:
                         async for update in updates:
                             outcome = step(update, guard, messages)
                             if outcome is not None:
@@ -254,6 +376,8 @@ def make_drive(
                     outcome = Outcome("max_steps", f"GraphRecursionError: {exc}")
                 except _API_ERRORS as exc:
                     outcome = Outcome("error", f"{type(exc).__name__}: {exc}")
+                if sim.abort.is_set():  # the Stop first, whatever else ended the step it stopped
+                    outcome = Outcome("aborted")
                 turns.done(outcome or finish(messages))
             return turns.outcomes()
 
@@ -274,7 +398,8 @@ def make_drive(
             guard, messages = Guard(sim.limits), list[BaseMessage]()
             outcome: Outcome | None = None
             try:
-                with closing(agent.stream(inputs, config, stream_mode="updates")) as updates:
+                stream = stream_until_stop(agent, inputs, config, stop=sim.abort.is_set)
+                with closing(stream) as updates:
                     for update in updates:
                         outcome = step(update, guard, messages)
                         if outcome is not None:
@@ -283,6 +408,8 @@ def make_drive(
                 outcome = Outcome("max_steps", f"GraphRecursionError: {exc}")
             except _API_ERRORS as exc:
                 outcome = Outcome("error", f"{type(exc).__name__}: {exc}")
+            if sim.abort.is_set():  # the Stop first, whatever else ended the step it stopped
+                outcome = Outcome("aborted")
             turns.done(outcome or finish(messages))
         return turns.outcomes()
 

@@ -30,6 +30,10 @@ agent as an MCP tool error, which ``MCPToolset`` turns into a retry prompt by de
 (``tool_error_behavior="retry"``); ``"error"`` lets it escape the run.  Needs ``simloop[mcp]`` and
 ``pydantic-ai-slim[mcp]``.
 
+Stop: every drive runs a turn with `run_until_stop`, which leaves the run when ``sim.abort`` is set and
+returns ``aborted`` with the history that keeps the finished tools' results (a bare ``break`` out of
+``agent.iter`` loses them: docs/findings.md, "Stopping a run").
+
 A tool's exception propagates as it would from a plain pydantic-ai tool
 (pydantic-ai only turns `ModelRetry` and `ToolFailed` into results the model
 sees); ``on_tool_error="tool_failed"`` wraps it in `ToolFailed`, the way
@@ -45,7 +49,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import anthropic
@@ -64,7 +68,7 @@ try:
         ToolFailed,
         UsageLimitExceeded,
     )
-    from pydantic_ai.messages import ModelMessage
+    from pydantic_ai.messages import ModelMessage, repair_messages
     from pydantic_ai.models.anthropic import AnthropicModel
     from pydantic_ai.providers.anthropic import AnthropicProvider
     from pydantic_ai.usage import UsageLimits
@@ -77,7 +81,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "drive", "drive_mcp", "drive_tool_failed", "drive_trusting_output", "make_drive", "mcp_toolset", "model",
-    "outcome_of_error", "tools", "usage_limits",
+    "outcome_of_error", "run_until_stop", "tools", "usage_limits",
 ]
 
 ToolErrorPolicy = Literal["raise", "tool_failed"]
@@ -177,6 +181,50 @@ def outcome_of_error(exc: AgentRunError) -> Outcome:
     return Outcome("error", text)
 
 
+async def run_until_stop(
+    agent: Agent[Any, Any],
+    user_prompt: str,
+    message_history: Sequence[ModelMessage] = (),
+    *,
+    stop: Callable[[], bool],
+    check_finish_reason: bool = True,
+    **run_kwargs: Any,
+) -> tuple[Outcome, list[ModelMessage]]:
+    """Run one turn of ``agent`` (``agent.iter``) and leave it at the first node after ``stop()`` turns true.
+
+    Returns the turn's `Outcome` and the history to pass as the next turn's ``message_history``.  At Stop the
+    outcome is ``aborted`` and the history keeps the finished tools' results (the pending request node's, which
+    a bare ``break`` loses) with every call that never ran closed by ``repair_messages``.  A run error maps
+    through `outcome_of_error` (an API error pydantic-ai lets through: ``error``), the history left as it was.
+    ``run_kwargs`` go to ``agent.iter`` (``usage_limits=``, ``timeout=``, ``deps=``, ...).
+
+    Example::
+
+        history = []
+        for text in sim.user_turns:
+            outcome, history = await run_until_stop(agent, text, history, stop=sim.abort.is_set)
+    """
+    history = list(message_history)
+    node: Any = None
+    try:
+        async with agent.iter(user_prompt, message_history=history, **run_kwargs) as agent_run:
+            async for node in agent_run:
+                if stop():
+                    break
+    except AgentRunError as exc:  # a limit, a refusal, the API failed past its retries
+        return outcome_of_error(exc), history
+    except (anthropic.APIError, httpx2.HTTPError) as exc:  # the API failed and pydantic-ai let it through
+        return Outcome("error", f"{type(exc).__name__}: {exc}"), history
+    if stop():
+        pending = [node.request] if Agent.is_model_request_node(node) else []  # the finished tools' results
+        return Outcome("aborted"), repair_messages(agent_run.all_messages() + pending)
+    result = agent_run.result
+    if result is None:  # the run ended without a result and without Stop: pydantic-ai's own contract broke
+        return Outcome("error", "agent.iter ended without a result"), agent_run.all_messages()
+    reason = result.response.finish_reason if check_finish_reason else None
+    return Outcome(_RETURNED.get(reason or "", "final"), str(result.output)), result.all_messages()
+
+
 def make_drive(
     *,
     on_tool_error: ToolErrorPolicy = "raise",
@@ -216,19 +264,11 @@ def make_drive(
         history: list[ModelMessage] = []  # the conversation so far: pydantic-ai's message_history
         outcomes = []
         for text in sim.user_turns:
-            try:
-                result = await agent.run(
-                    text, message_history=history, usage_limits=usage_limits(limits), timeout=timeout
-                )
-            except AgentRunError as exc:
-                outcomes.append(outcome_of_error(exc))
-                continue  # the turn failed: the history stays as it was before it
-            except (anthropic.APIError, httpx2.HTTPError) as exc:  # the API failed and pydantic-ai let it through
-                outcomes.append(Outcome("error", f"{type(exc).__name__}: {exc}"))
-                continue
-            history = result.all_messages()
-            reason = result.response.finish_reason if check_finish_reason else None
-            outcomes.append(Outcome(_RETURNED.get(reason or "", "final"), result.output))
+            outcome, history = await run_until_stop(
+                agent, text, history, stop=sim.abort.is_set, check_finish_reason=check_finish_reason,
+                usage_limits=usage_limits(limits), timeout=timeout,
+            )
+            outcomes.append(outcome)
         return outcomes
 
     return adrive
