@@ -120,9 +120,8 @@ def lg_stop(sim: Sim) -> list[Outcome]:
     config: Any = {"configurable": {"thread_id": "chat"}}
     outcomes = []
     for text in sim.user_turns:
-        inputs = {"messages": [("user", text)]}
         try:
-            for _update in lg.stream_until_stop(agent, inputs, config, stop=sim.abort.is_set): ...
+            for update in lg.stream_until_stop(agent, {"messages": [("user", text)]}, config, stop=sim.abort.is_set): ...
         except (anthropic.APIError, httpx2.HTTPError) as exc:  # the API failed past its retries
             outcomes.append(Outcome("aborted") if sim.abort.is_set() else Outcome("error", str(exc)))
             continue
@@ -208,3 +207,13 @@ def test_langgraph_ready_drives_honour_stop(name: str, tmp_path: Path) -> None:
                             invariants=STOP_INVARIANTS)
     assert report.ok and report.examples == 30
 
+
+
+def test_the_readme_lines_are_the_ones_tested_here() -> None:
+    # the README's pydantic-ai and LangGraph Stop lines are run as written by pai_stop and lg_stop above
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## The Stop button", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    lines = [line.strip() for line in section.splitlines() if "pai." in line or "lg." in line]
+    lines = [line for line in lines if not line.startswith("#")]
+    source = Path(__file__).read_text(encoding="utf-8")
+    assert len(lines) == 3 and all(line in source for line in lines), lines
