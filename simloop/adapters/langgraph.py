@@ -48,7 +48,7 @@ Example::
 from __future__ import annotations
 
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Sequence
 from contextlib import aclosing, closing
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -217,7 +217,7 @@ def stop_aware_tool_node(
 
 def stream_until_stop(
     agent: Any, inputs: Any, config: Any, *, stop: Callable[[], bool]
-) -> Iterator[dict[str, Any]]:
+) -> Generator[dict[str, Any], None, None]:
     """``agent.stream(inputs, config, stream_mode="updates")``, left cleanly at Stop: the updates are yielded as
     they come; once ``stop()`` is true the stream is left as soon as every call of the last reply has a result,
     and those results are written back to the thread (``update_state(..., as_node="tools")``: a stream closed
@@ -253,7 +253,7 @@ def stream_until_stop(
 
 async def _astream_until_stop(
     agent: Any, inputs: Any, config: Any, *, stop: Callable[[], bool]
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncGenerator[dict[str, Any], None]:
     """`stream_until_stop` for ``astream`` (the async drive's)."""
     seen: list[BaseMessage] = []
     ended = False

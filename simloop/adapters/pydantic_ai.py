@@ -216,7 +216,7 @@ async def run_until_stop(
     except (anthropic.APIError, httpx2.HTTPError) as exc:  # the API failed and pydantic-ai let it through
         return Outcome("error", f"{type(exc).__name__}: {exc}"), history
     if stop():
-        pending = [node.request] if Agent.is_model_request_node(node) else []  # the finished tools' results
+        pending: list[ModelMessage] = [node.request] if Agent.is_model_request_node(node) else []  # tools' results
         return Outcome("aborted"), repair_messages(agent_run.all_messages() + pending)
     result = agent_run.result
     if result is None:  # the run ended without a result and without Stop: pydantic-ai's own contract broke
