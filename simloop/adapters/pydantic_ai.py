@@ -32,10 +32,10 @@ agent as an MCP tool error, which ``MCPToolset`` turns into a retry prompt by de
 
 Stop: every drive runs a turn with `run_until_stop`, which leaves the run when ``sim.abort`` is set and
 returns ``aborted`` with the history that keeps the finished tools' results (a bare ``break`` out of
-``agent.iter`` loses them: docs/findings.md, "Stopping a run").  Not yet for ``drive_mcp``: with Stop pressed
-during the first call of a reply, the next call of that reply still starts after it (``abort``; open: the SDK's
-and FastMCP's clients run two calls sent together at once against ``sim.mcp_server()``, so the calls are put in
-sequence on pydantic-ai's MCP path).
+``agent.iter`` loses them: docs/findings.md, "Stopping a run").  Not yet for ``drive_mcp``: the agent sends a
+reply's calls together, and when they take no time the in-memory MCP server finishes the first (in which Stop
+fires) before it starts the next; the transcript cannot tell that from a loop that ignores Stop between calls
+(``abort``; open: the server would have to record when each request arrived).
 
 A tool's exception propagates as it would from a plain pydantic-ai tool
 (pydantic-ai only turns `ModelRetry` and `ToolFailed` into results the model
