@@ -18,7 +18,6 @@ from typing import Any
 
 import anthropic  # noqa: F401 - imported once here, not by each in-process pytester run
 import pytest
-import yaml  # type: ignore[import-untyped]  # noqa: F401 - kept: an in-process run re-importing it mismatches its C parser's events
 
 import simloop
 from simloop.cli import main

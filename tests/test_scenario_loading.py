@@ -9,6 +9,7 @@ ruamel's reading of the curated scenarios and of YAML's corner cases: same value
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -185,3 +186,18 @@ def test_a_scenario_written_as_yaml_reads_back_any_text(text: str) -> None:
         "model": [{"tool_use": [{"name": "t", "input": {text: text}}]}, {"end_turn": text}],
     })
     assert Scenario.from_yaml(scenario.to_yaml()) == scenario
+
+
+def test_the_fast_path_survives_a_reimported_yaml(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytester's in-process runs restore sys.modules, so `yaml` is imported afresh while libyaml's C module keeps
+    the first import's event and error classes: a scenario file then read as empty, and a syntax error escaped."""
+    import yaml
+
+    assert load("a: 1\n") == {"a": 1}  # the C module is loaded, with this import's classes
+    for name in [n for n in sys.modules if n == "yaml" or n.startswith("yaml.")]:
+        monkeypatch.delitem(sys.modules, name)
+    import yaml as fresh
+
+    assert fresh is not yaml
+    assert load("a: 1\nb: [x, y]\n") == {"a": 1, "b": ["x", "y"]}
+    assert load("a: [") is DEFER  # ruamel reads it and names the line

@@ -81,12 +81,16 @@ def load(text: str) -> Any:
     if loader is None or "%YAML" in text or "%TAG" in text:
         return DEFER
     try:
-        return _compose(yaml.parse(text, Loader=loader), yaml)
-    except (_Defer, yaml.YAMLError, RecursionError, ValueError):
+        return _compose(yaml.parse(text, Loader=loader))
+    except (_Defer, RecursionError, ValueError):
         return DEFER
+    except Exception as e:
+        if any(c.__name__ == "YAMLError" for c in type(e).__mro__):  # by name, as the events (see _compose)
+            return DEFER
+        raise
 
 
-def _compose(events: Any, yaml: Any) -> Any:
+def _compose(events: Any) -> Any:
     """Build the tree from libyaml's events with an explicit stack (no recursion), checking the caps."""
     guard = Guard()
     anchors: dict[str, tuple[Any, int, int]] = {}
@@ -114,10 +118,14 @@ def _compose(events: Any, yaml: Any) -> Any:
             container[top[2]] = value
             top[2] = _NO_KEY
 
+    # events are told apart by their class's name, not by isinstance: libyaml's C module keeps the event classes of
+    # the first `import yaml`, and a later re-import (pytest's pytester restores sys.modules after an in-process
+    # run) makes new ones, which the old events are no instances of
     for event in events:
         mark = event.start_mark
         line, column = mark.line, mark.column
-        if isinstance(event, yaml.ScalarEvent):
+        kind = type(event).__name__
+        if kind == "ScalarEvent":
             plain = event.style in ("", None) and event.implicit[0]
             guard.scalar(event.value, anchor=event.anchor, tag=event.tag, plain=plain, line=line + 1)
             key = bool(stack) and isinstance(stack[-1][0], CommentedMap) and stack[-1][2] is _NO_KEY
@@ -127,23 +135,23 @@ def _compose(events: Any, yaml: Any) -> Any:
             if event.anchor is not None:
                 anchors[event.anchor] = (value, line, column)
             put(value, line, column)
-        elif isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+        elif kind in ("MappingStartEvent", "SequenceStartEvent"):
             guard.start(anchor=event.anchor, tag=event.tag, line=line + 1)
-            container: Any = CommentedMap() if isinstance(event, yaml.MappingStartEvent) else CommentedSeq()
+            container: Any = CommentedMap() if kind == "MappingStartEvent" else CommentedSeq()
             container._yaml_set_line_col(line, column)
             if event.anchor is not None:
                 anchors[event.anchor] = (container, line, column)
             put(container, line, column)
             stack.append([container, event.anchor, _NO_KEY, 0, 0])
-        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+        elif kind in ("MappingEndEvent", "SequenceEndEvent"):
             guard.end(line=line + 1)
             stack.pop()
-        elif isinstance(event, yaml.AliasEvent):
+        elif kind == "AliasEvent":
             guard.alias(event.anchor, line=line + 1)
             if event.anchor not in anchors:
                 raise _Defer  # an undefined alias: ruamel's error
             put(*anchors[event.anchor])  # at the anchored value's place, as ruamel shares the node
-        elif isinstance(event, yaml.DocumentStartEvent):
+        elif kind == "DocumentStartEvent":
             documents += 1
             if documents > 1:
                 raise _Defer  # several documents: ruamel's error
