@@ -3,6 +3,7 @@ example database feeds, and what it raises is simloop's report."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import os
@@ -228,14 +229,19 @@ def test_settings_on_top_keep_simloop_s_part():
 """
 
 
-def _user_project(pytester: pytest.Pytester) -> None:
+def _user_project(pytester: pytest.Pytester, request: pytest.FixtureRequest) -> None:
+    # the user's conftest loads its Hypothesis profile in this process (an in-process run): put ours back after,
+    # or every later test here would use its database, in the folder pytest was started from
+    request.addfinalizer(functools.partial(settings.load_profile, settings.get_current_profile_name()))
     pytester.syspathinsert(ROOT)
     pytester.makeconftest(USER_CONFTEST)
     pytester.makepyfile(test_user=USER_TESTS)
 
 
-def test_pytest_runs_property_tests_and_a_failure_replays_first_from_the_database(pytester: pytest.Pytester) -> None:
-    _user_project(pytester)
+def test_pytest_runs_property_tests_and_a_failure_replays_first_from_the_database(
+    pytester: pytest.Pytester, request: pytest.FixtureRequest
+) -> None:
+    _user_project(pytester, request)
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=3, failed=1)
     result.stdout.fnmatch_lines([
@@ -267,13 +273,15 @@ def _found_at_line(result: pytest.RunResult) -> int:
     raise AssertionError("no 'first failing run' line in:\n" + "\n".join(result.outlines))
 
 
-def test_hypothesis_fuzz_finds_the_failure_and_saves_it_where_pytest_replays_it(pytester: pytest.Pytester) -> None:
+def test_hypothesis_fuzz_finds_the_failure_and_saves_it_where_pytest_replays_it(
+    pytester: pytest.Pytester, request: pytest.FixtureRequest
+) -> None:
     """``hypothesis fuzz`` (HypoFuzz: AGPL, so simloop does not depend on it) collects the property tests as pytest does,
     fuzzes them, and saves what it finds to the profile's database, where the next pytest run replays it first."""
     pytest.importorskip("hypofuzz", reason="HypoFuzz is not installed (simloop does not depend on it: it is AGPL); "
                                            "pip install hypofuzz to run this test")
     cli = Path(sys.executable).parent / "hypothesis"
-    _user_project(pytester)
+    _user_project(pytester, request)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     # with one test selected, it stops once it found a failing input for it (and exits 1, as it does then)
     fuzz = subprocess.run(
