@@ -231,7 +231,7 @@ def test_a_file_at_the_gate_is_skipped_for_a_loop_that_does_not_claim_one() -> N
 
 
 def test_pydantic_ai_deferred_approvals_are_answered_by_the_person() -> None:
-    pytest.importorskip("pydantic_ai")
+    pytest.importorskip("pydantic_ai", reason="pydantic-ai is not installed (pip install 'simloop[pydantic-ai]')")
     from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
 
     from simloop.adapters import pydantic_ai as pai
@@ -257,7 +257,7 @@ def test_pydantic_ai_deferred_approvals_are_answered_by_the_person() -> None:
 
 
 def test_langgraph_interrupt_is_resumed_with_the_persons_answer() -> None:
-    pytest.importorskip("langgraph")
+    pytest.importorskip("langgraph", reason="LangGraph is not installed (pip install 'simloop[langgraph]')")
     from langchain_core.tools import tool
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.types import Command, interrupt
