@@ -10,6 +10,7 @@ falls back to ``simloop.examples``.
 from __future__ import annotations
 
 import importlib
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -28,7 +29,13 @@ def installed_name(module_name: str) -> str | None:
 
 
 def import_drive_module(module_name: str) -> ModuleType:
-    """Import a drive's module; ``examples.*`` falls back to the installed ``simloop.examples.*``."""
+    """Import a drive's module; ``examples.*`` falls back to the installed ``simloop.examples.*``.
+
+    A file path (``loops/agent.py``) is imported as ``python loops/agent.py`` would find it: under its
+    dotted name from the first folder above it that is not a package, which goes first on ``sys.path``.
+    """
+    if module_name.endswith(".py"):
+        module_name = _module_of_file(Path(module_name))
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as e:
@@ -39,6 +46,21 @@ def import_drive_module(module_name: str) -> ModuleType:
             return importlib.import_module(fallback)
         except ModuleNotFoundError:
             raise e from None
+
+
+def _module_of_file(path: Path) -> str:
+    """``examples/openai_loop.py`` -> ``examples.openai_loop``, with the folder that holds ``examples`` importable."""
+    path = path.resolve()
+    if not path.is_file():
+        raise ModuleNotFoundError(f"no file {path}", name=str(path))
+    parts = [path.stem]
+    root = path.parent
+    while (root / "__init__.py").is_file() and root.parent != root:
+        parts.insert(0, root.name)
+        root = root.parent
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    return ".".join(parts)
 
 
 def examples_module(name: str) -> ModuleType:

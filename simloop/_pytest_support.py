@@ -241,9 +241,9 @@ def load_drive(spec: Any, *, search: Iterable[Path] = ()) -> Drive:
         return getattr(spec, "simloop_drive", spec)  # type: ignore[no-any-return]
     if not isinstance(spec, str):
         raise UsageError(f"a drive is a function or 'package.module:function', got {spec!r}")
-    module_name, _, attr = spec.partition(":")
+    module_name, _, attr = spec.rpartition(":")
     if not module_name or not attr:
-        raise UsageError(f"a drive spec is 'package.module:function', got {spec!r}")
+        raise UsageError(f"a drive spec is 'package.module:function' or 'path/to/file.py:function', got {spec!r}")
     try:
         target: Any = _import(module_name, search)
         for part in attr.split("."):

@@ -89,10 +89,28 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 # -- verify ----------------------------------------------------------------------------------------------------------
 
 
+def test_a_drive_is_also_named_by_its_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``path/file.py:fn`` imports the file as python would: dotted through packages, else from its folder."""
+    from simloop.cli import load_drive
+
+    assert load_drive("examples/correct_sync.py:drive").__module__ == "examples.correct_sync"
+    loops = tmp_path / "loops"
+    loops.mkdir()
+    (loops / "my_agent_loop_probe.py").write_text("def drive(sim):\n    return 'ran'\n")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    fn = load_drive(f"{loops / 'my_agent_loop_probe.py'}:drive")
+    assert fn.__module__ == "my_agent_loop_probe" and fn(None) == "ran"
+    assert str(loops) == sys.path[0]
+
+
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("examples.correct_sync", "DRIVE takes 'package.module:function', got 'examples.correct_sync'"),
+        (
+            "examples.correct_sync",
+            "DRIVE takes 'package.module:function' or 'path/to/file.py:function', got 'examples.correct_sync'",
+        ),
+        ("no/such/loop.py:drive", "cannot import 'no/such/loop.py' for drive no/such/loop.py:drive: ModuleNotFoundError"),
         (
             "no_such_pkg.loop:drive",
             "cannot import 'no_such_pkg.loop' for drive no_such_pkg.loop:drive: ModuleNotFoundError",

@@ -110,10 +110,10 @@ def load_tools(path: str | None) -> list[Any] | None:
 
 
 def load_drive(spec: str) -> Callable[..., Any]:
-    """``pkg.module:function`` -> the function (a `click.UsageError` naming what is wrong otherwise)."""
-    module_name, _, attr = spec.partition(":")
+    """``pkg.module:function`` or ``path/file.py:function`` -> the function (a `click.UsageError` naming what is wrong otherwise)."""
+    module_name, _, attr = spec.rpartition(":")
     if not module_name or not attr:
-        raise click.UsageError(f"DRIVE takes 'package.module:function', got {spec!r}")
+        raise click.UsageError(f"DRIVE takes 'package.module:function' or 'path/to/file.py:function', got {spec!r}")
     if "" not in sys.path and "." not in sys.path:
         sys.path.insert(0, "")  # like `python -m`: the current directory's packages are importable
     from simloop._library import import_drive_module
