@@ -19,6 +19,7 @@ from typing import Any
 import anthropic
 
 import simloop
+import simloop.strategies
 
 MODEL = "claude-sonnet-4-5"
 MAX_STEPS = 10
@@ -28,6 +29,17 @@ TOKEN_BUDGET = 200_000
 LIMITS = simloop.Limits(max_steps=MAX_STEPS, deadline_s=DEADLINE_S, max_total_tokens=TOKEN_BUDGET)
 
 RunTool = Callable[[str, Any], str]
+#: USD per million tokens for MODEL, from Anthropic's pricing page: input, output, cache write (5 min), cache read.
+PRICE = {"input": 3.00, "output": 15.00, "cache_write": 3.75, "cache_read": 0.30}
+#: What the budgeted loop declares (``verify(drive, limits=BUDGETED)``): a cent a task.
+BUDGETED = LIMITS.model_copy(update={"max_cost_usd": 0.01})
+
+
+def _cost(usage: Any) -> float:
+    """What one reply cost, in USD."""
+    return (usage.input_tokens * PRICE["input"] + usage.output_tokens * PRICE["output"]
+            + (usage.cache_creation_input_tokens or 0) * PRICE["cache_write"]
+            + (usage.cache_read_input_tokens or 0) * PRICE["cache_read"]) / 1_000_000
 
 
 def _blocks(content: Any) -> list[Any]:
@@ -61,6 +73,8 @@ def run_agent(
     stop: Callable[[], bool] | None = None,
     resume: bool = False,
     budget: dict[str, Any] | None = None,
+    max_cost_usd: float | None = None,
+    max_steps: int = MAX_STEPS,
 ) -> tuple[str, str]:
     """One user turn: call the model, run the tools it asks for, repeat until it answers or a limit stops it.
 
@@ -80,18 +94,21 @@ def run_agent(
     while True:
         if stop is not None and stop():
             return "aborted", ""
-        if kept.get("steps", 0) >= MAX_STEPS:
+        if kept.get("steps", 0) >= max_steps:
             return "max_steps", ""
         if monotonic() - kept["started"] >= DEADLINE_S:
             return "deadline", ""
         if kept.get("tokens", 0) >= TOKEN_BUDGET:
             return "token_budget", ""
+        if max_cost_usd is not None and kept.get("usd", 0.0) >= max_cost_usd:
+            return "cost_budget", ""
         kept["steps"] = kept.get("steps", 0) + 1
         try:
             reply = client.messages.create(model=MODEL, max_tokens=1024, tools=tools, messages=messages)
         except anthropic.APIError as e:
             return "error", str(e)
         kept["tokens"] = kept.get("tokens", 0) + reply.usage.input_tokens + reply.usage.output_tokens
+        kept["usd"] = kept.get("usd", 0.0) + _cost(reply.usage)
         if reply.stop_reason == "max_tokens":
             return "truncated", _text(reply)  # never run the calls of a cut reply, never keep it
         if reply.stop_reason == "refusal":
@@ -206,7 +223,6 @@ async def async_stop(sim: simloop.Sim) -> simloop.Outcome:
         return simloop.Outcome("aborted")
 
 
-#: name -> (drive, the verify options it claims: what the loop can do).
 def gated(sim: simloop.Sim) -> simloop.Outcome:
     """The five-line adapter with the permission gate (README: A person at the permission gate): a call that needs
     approval asks the person first, and a no is the tool's error, which the loop reports to the model."""
@@ -220,10 +236,42 @@ def gated(sim: simloop.Sim) -> simloop.Outcome:
     return simloop.Outcome(reason=reason, text=text)
 
 
+def budgeted(sim: simloop.Sim) -> simloop.Outcome:
+    """The five-line adapter with a cost budget (README: the limits, ``max_cost_usd``): the loop adds up what each
+    reply cost at its model's list price and makes no call once the task has spent a cent."""
+    reason, text = run_agent(sim.client, sim.tool_schemas, sim.run_tool, sim.task,
+                             max_cost_usd=BUDGETED.max_cost_usd)
+    return simloop.Outcome(reason=reason, text=text)
+
+
+def delegating(sim: simloop.Sim) -> simloop.Outcome:
+    """README: Sub-agents, as written there: the delegate tool runs the same loop as a sub-agent, and a sub-run that
+    did not finish is the tool's error, never its result."""
+
+    def delegate(task: str) -> str:
+        outcome = sim.subagent(task, limits=simloop.Limits(max_steps=4)).run(
+            lambda sub: simloop.Outcome(*run_agent(sub.client, sub.tool_schemas, sub.run_tool, sub.task, max_steps=4)))
+        if outcome.reason != "final":   # cut, capped or failed: an error, never a result
+            raise RuntimeError(f"the sub-agent stopped early ({outcome.reason})")
+        return outcome.text
+
+    if any(t["name"] == "delegate" for t in sim.tool_schemas):
+        sim.bind_tool("delegate", delegate)
+    reason, text = run_agent(sim.client, sim.tool_schemas, sim.run_tool, sim.task)
+    return simloop.Outcome(reason=reason, text=text)
+
+
+#: The delegate tool the delegating loop is verified with, beside verify's default tools (README: Sub-agents).
+DELEGATE = {"name": "delegate", "kind": "read", "description": "Hand a self-contained research task to a sub-agent.",
+            "input_schema": {"type": "object", "properties": {"task": {"type": "string"}}, "required": ["task"]}}
+
+#: name -> (drive, the verify options it claims: what the loop can do, and what it declares beyond LIMITS).
 LOOPS: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
     "plain": (plain, {}),
     "conversation": (conversation, {"turns": 3, "abort": True}),
     "durable": (durable, {"restarts": 1}),
     "async_stop": (async_stop, {"abort": True}),
     "gated": (gated, {"approvals": True}),
+    "budgeted": (budgeted, {"limits": BUDGETED}),
+    "delegating": (delegating, {"tools": [*simloop.strategies.DEFAULT_TOOLS, DELEGATE]}),
 }
