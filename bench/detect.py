@@ -108,8 +108,8 @@ def _row(name: str) -> tuple[Any, simloop.Limits, dict[str, Any]]:
     """A row's drive, declared limits and the verify options it claims (turns, abort, restarts, context)."""
     if name in README_ROWS:
         drive, claims = README_ROWS[name]
-        options = dict(claims)
-        return drive, options.pop("limits", readme_loops.LIMITS), options
+        given = dict(claims)
+        return drive, given.pop("limits", readme_loops.LIMITS), given
     if name in CONTEXT:  # the loops held to the context claim, with a budget past the window
         return importlib.import_module(f"examples.{name}").drive, simloop.Limits.model_validate(CONTEXT_DECLARED), {"context": True}
     if name in OPENAI:
