@@ -19,7 +19,7 @@ from simloop.scenario import CAPABILITIES, LIMIT_NAMES, Limits
 if TYPE_CHECKING:
     from simloop.scenario import Scenario
 
-__all__ = ["Claims", "Surface", "claim_flags", "claimed_names", "limit_names", "skip_reason"]
+__all__ = ["Claims", "Surface", "claim_flags", "claimed_names", "limit_names", "other_wire", "skip_reason"]
 
 #: Where the claims were stated, so that a skip says what to pass there.
 Surface = Literal["cli", "plugin", "python"]
@@ -147,6 +147,23 @@ def skip_reason(scenario: Scenario, missing: Iterable[str], *, surface: Surface)
     what = whats[0] if len(whats) == 1 else ", ".join(whats[:-1]) + " and " + whats[-1]
     them = "them" if len(missing) > 1 or missing == ("turns",) else "one"
     return f"needs {what}: pass {how} if your loop has {them}"
+
+
+def other_wire(scenario: Scenario, paths: Iterable[str]) -> str | None:
+    """Why a file that scripts what only the Messages API has proves nothing about a loop on another wire.
+
+    A ``pause_turn`` (the API paused a long server-tool turn: send it back to continue) has no form on the
+    OpenAI wires, where it arrives as a plain finish; a correct loop there reports ``final`` and never sends
+    it back, so the file's ``expect:`` and the rest of its script cannot hold.  ``paths``: the run's
+    request paths.  None when the file applies.
+    """
+    others = sorted({p for p in paths if p.startswith("/v1/") and p != "/v1/messages" and "count_tokens" not in p})
+    if not others or not any(r.pause_turn is not None for r in scenario.model):
+        return None
+    return (
+        f"scripts a pause_turn, which only the Messages API has: the loop called {others[0]}, where it is a plain "
+        "finish (the file is for loops on the anthropic SDK)"
+    )
 
 
 def _declared(scenario: Scenario, name: str) -> str:

@@ -35,7 +35,7 @@ from simloop._campaign.schedule import split as _split  # noqa: F401
 from simloop._campaign.schedule import test_settings
 from simloop._campaign.search import DEFAULT_OUT, REDIS_TIMEOUT_S, example_database, invariant_ids
 from simloop._campaign.world import DEFAULT_TASK, FOLLOWUPS
-from simloop._claims import Claims, limit_names, skip_reason
+from simloop._claims import Claims, limit_names, other_wire, skip_reason
 from simloop._offer import ServerTools
 from simloop._runtime.netguard import NetworkPolicy
 from simloop.errors import InvariantViolation, UsageError
@@ -255,6 +255,9 @@ def replay(
         return Report(violations=[], checked=tuple(invariant_ids(invariants)), skipped=reason)
     with Sim(scenario, seed=seed, network=network, allow_functions=allow_functions) as sim:
         outcome = sim.run(drive)
+    elsewhere = other_wire(scenario, (r.path for r in sim.transcript.requests))
+    if elsewhere:
+        return Report(violations=[], checked=tuple(invariant_ids(invariants)), skipped=elsewhere)
     report: Report = sim.check(invariants=invariants)
     unexpected, problems = _mismatches(sim, report, outcome)
     if unexpected or problems:

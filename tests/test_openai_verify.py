@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("openai", reason="the OpenAI wire needs the openai SDK: pip install 'simloop[openai]'")
 
 import simloop
-from examples import openai_loop
+from examples import correct_sync, openai_loop
 from examples.catalogue import DECLARED
 
 LIMITS = simloop.Limits(**DECLARED)
@@ -39,6 +39,7 @@ def test_each_twin_is_caught(twin: str, invariant: str, tmp_path: Path) -> None:
     with pytest.raises(simloop.InvariantViolation, match=invariant):
         simloop.replay(getattr(openai_loop, twin), saved[0])
     assert simloop.replay(openai_loop.drive, saved[0]).ok  # and the correct loop passes it
+    assert simloop.replay(correct_sync.drive, saved[0]).ok  # as does the Anthropic one: one world, two wires
 
 
 def test_the_400_reaches_the_loop_and_the_transcript() -> None:
@@ -64,3 +65,20 @@ def test_the_readme_loop_passes(tmp_path: Path) -> None:
     exec(compile(code.group(1), "README.md", "exec"), namespace)  # noqa: S102 - the project's own README
     report = simloop.verify(namespace["drive"], max_examples=40, seed=2, out_dir=tmp_path)
     assert report.ok
+
+
+def test_the_curated_library_passes_the_correct_loop_and_skips_what_only_the_messages_api_has(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The library's files replay on this wire; a scripted ``pause_turn`` has no form here, so its files say so."""
+    from simloop.cli import main
+
+    code = main(["run", "scenarios", "--drive", "examples.openai_loop:drive"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert re.search(r"skip  scenarios/pause-turn\.yaml +scripts a pause_turn, which only the Messages API has", out)
+    assert not re.search(r"^ok +scenarios/pause-turn", out, flags=re.MULTILINE)
+    library = Path(__file__).resolve().parents[1] / "scenarios"
+    report = simloop.replay(openai_loop.drive, library / "pause-turn.yaml")
+    assert report.skipped is not None and "/v1/chat/completions" in report.skipped
+    assert simloop.replay(correct_sync.drive, library / "pause-turn.yaml").skipped is None  # the wire it is for

@@ -166,6 +166,16 @@ def test_scenario_files_are_collected_and_replayed_with_a_drive(pytester: pytest
     assert without_drive.ret == pytest.ExitCode.NO_TESTS_COLLECTED
 
 
+def test_a_file_only_the_messages_api_can_play_is_skipped_for_a_loop_on_the_openai_wire(
+    pytester: pytest.Pytester,
+) -> None:
+    pytest.importorskip("openai", reason="the OpenAI wire needs the openai SDK: pip install 'simloop[openai]'")
+    _project(pytester, "pause-turn.yaml", "happy-path.yaml")
+    result = pytester.runpytest("-rs", "--simloop-drive=examples.openai_loop:drive", "--simloop-seed=5")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*pause-turn.yaml*scripts a pause_turn, which only the Messages API has*"])
+
+
 def test_scenario_folder_and_drive_come_from_the_ini_file(pytester: pytest.Pytester) -> None:
     _project(pytester)
     (pytester.path / "regressions").mkdir()

@@ -208,7 +208,7 @@ def _run_one(
     """Run one scenario file (with ``tools`` when it declares none); returns the transcript, the problems
     (violations, unmet expectations) and a summary, or, when the file needs what ``claims`` lacks, why it is
     skipped."""
-    from simloop._claims import skip_reason
+    from simloop._claims import other_wire, skip_reason
     from simloop.scenario import load_scenario
     from simloop.sim import Sim
     from simloop.verify import unreached_model
@@ -221,6 +221,9 @@ def _run_one(
         return skip_reason(scenario, unclaimed, surface="cli")
     with Sim(scenario, seed=seed, network=network, allow_functions=allow_functions) as sim:  # type: ignore[arg-type]
         outcome = sim.run(drive)
+    elsewhere = other_wire(scenario, (r.path for r in sim.transcript.requests))
+    if elsewhere:
+        return elsewhere
     report = sim.check()
     expect = scenario.expect
     expected = set(expect.violations) if expect else set()
