@@ -132,7 +132,11 @@ class ToolBox:
         spec = self._specs.get(name)
         if spec is None:
             known = ", ".join(self._specs) or "none"
-            raise UsageError(f"bind_tool: {name!r} is not a tool of this run (its tools: {known})")
+            raise UsageError(
+                f"bind_tool: {name!r} is not a tool of this run (its tools: {known}); a drive shared by runs with "
+                f"other tools binds it only where the run has it: if any(t['name'] == {name!r} for t in "
+                "sim.tool_schemas): ..."
+            )
         if not callable(fn):
             raise UsageError(f"bind_tool: the implementation of {name!r} must be callable, got {fn!r}")
         self._specs[name] = spec.model_copy(update={"function": fn})
