@@ -9,12 +9,13 @@ own (docs/design.md, Sub-agents) and the parent's tool_result can be held to wha
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextvars import Token
 from typing import Any, Self
 
 from simloop.errors import UsageError
 from simloop.outcome import Outcome
 from simloop.scenario import Limits
-from simloop.transcript import SubagentEnd, SubagentStart
+from simloop.transcript import SUBRUN, SubagentEnd, SubagentStart
 
 __all__ = ["SubAgent"]
 
@@ -55,6 +56,7 @@ class SubAgent:
         self.outcome: Outcome | None = None
         self._started = False
         self._ended = False
+        self._token: Token[int | None] | None = None
 
     # -- what the sub-agent's loop uses (the Sim's names) --------------------------------------------------------
 
@@ -90,11 +92,20 @@ class SubAgent:
         return self._sim.abort
 
     def run_tool(self, name: str, input: Any, *, tool_use_id: str | None = None) -> str:
-        """Run one of the sub-agent's tools (the run's `ToolBox`: faults, ledger, virtual time)."""
-        return str(self._sim.run_tool(name, input, tool_use_id=tool_use_id))
+        """Run one of the sub-agent's tools (the run's `ToolBox`: faults, ledger, virtual time), as the sub-run's
+        from whatever thread its loop runs it on."""
+        token = SUBRUN.set(self.number)
+        try:
+            return str(self._sim.run_tool(name, input, tool_use_id=tool_use_id))
+        finally:
+            SUBRUN.reset(token)
 
     async def arun_tool(self, name: str, input: Any, *, tool_use_id: str | None = None) -> str:
-        return str(await self._sim.arun_tool(name, input, tool_use_id=tool_use_id))
+        token = SUBRUN.set(self.number)
+        try:
+            return str(await self._sim.arun_tool(name, input, tool_use_id=tool_use_id))
+        finally:
+            SUBRUN.reset(token)
 
     # -- the run -------------------------------------------------------------------------------------------------
 
@@ -118,12 +129,18 @@ class SubAgent:
         self._sim.transcript.append(SubagentStart(
             t=self._sim.clock.now(), run=self.number, task=self.task,
             exec=self._in.exec if self._in is not None else None, tool=self._in.tool if self._in is not None else None,
-            limits=self.limits.model_dump(exclude_none=True),
+            limits=self.limits.model_dump(exclude_none=True), parent=SUBRUN.get() or 0,
         ))
+        self._token = SUBRUN.set(self.number)  # what the loop does in this context from here is the sub-run's
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         self._ended = True
+        if self._token is not None:
+            try:
+                SUBRUN.reset(self._token)
+            except ValueError:  # ended in another context than it began in: that one is left as it was
+                pass
         self._sim._guard.sub_ended(self._sim.server)
         end = SubagentEnd(t=self._sim.clock.now(), run=self.number)
         if exc is not None and isinstance(exc, Exception):

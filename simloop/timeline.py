@@ -105,6 +105,9 @@ def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
     spent = 0.0
     parents: list[Step | None] = []  # the step each open sub-agent run was started from
     inside: list[int] = []  # the open sub-agent runs, innermost last
+    # calls and tools that name their sub-run (``subrun``) go under its latest step, even when sub-runs overlap
+    tagged = any(isinstance(e, SubagentStart) and e.parent is not None for e in transcript.events)
+    latest: dict[int | None, Step] = {}
     for e in transcript.events:
         if isinstance(e, SubagentStart):
             where = f" in {e.tool} (exec {e.exec})" if e.tool else ""
@@ -142,13 +145,14 @@ def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
             current = by_call.get(e.call)
             if current is None:
                 current = by_call[e.call] = Step(call=e.call, t=e.t, input_tokens=e.input_tokens,
-                                                 subagent=inside[-1] if inside else None)
+                                                 subagent=e.subrun if tagged else inside[-1] if inside else None)
                 if turn is not None:
                     current.turn, current.turn_text, turn = turn.turn, turn.text, None
                 out.append(current)
             else:
                 current.retries += 1
             current.requests.append(e)
+            latest[current.subagent] = current
         elif isinstance(e, Response) and e.index is not None and current is not None:
             step = by_call.get(e.call, current)
             step.responses.append(e)
@@ -167,6 +171,8 @@ def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
                 step.attempts.append(_fault(e))
         elif isinstance(e, ToolStart):
             starts[e.exec] = e
+            if tagged:
+                current = latest.get(e.subrun, current)
             if current is not None:
                 runs[e.exec] = started = ToolRun(
                     exec=e.exec, tool=e.tool, input=e.input, kind=e.kind, outcome="running", t=e.t, fault=e.fault,
@@ -175,6 +181,8 @@ def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
                 current.runs.append(started)
         elif isinstance(e, ToolEnd) and current is not None:
             start = starts.get(e.exec)
+            if start is not None and tagged:
+                current = latest.get(start.subrun, current)
             if start is not None:
                 current.tools.append(_tool(start, e))
                 ended = runs.get(e.exec)

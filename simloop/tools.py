@@ -33,7 +33,7 @@ from typing import Any
 
 from simloop.errors import SimulatedCrash, UsageError
 from simloop.scenario import Fault, Scenario, ToolSpec
-from simloop.transcript import AbortEvent, ApprovalEvent, Response, Restart, ToolEnd, ToolStart, Transcript
+from simloop.transcript import SUBRUN, AbortEvent, ApprovalEvent, Response, Restart, ToolEnd, ToolStart, Transcript
 
 __all__ = ["FaultSource", "ToolBox", "UnknownToolError"]
 
@@ -166,7 +166,7 @@ class ToolBox:
             start = ToolStart(
                 t=self.now(), exec=self.executions, tool=name, input=_jsonable(input), nth=nth,
                 kind=spec.kind if spec else "read", tool_use_id=tool_use_id,
-                matched=matched, fault=fault.kind if fault else None,
+                matched=matched, fault=fault.kind if fault else None, subrun=SUBRUN.get(),
             )
             self.transcript.append(start)
         return start, spec, fault

@@ -27,11 +27,17 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Iterator
+from contextvars import ContextVar
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from simloop.errors import UsageError
+
+#: The sub-agent run (`simloop.Sim.subagent`) the code running here works for: set by the sub-run in the context
+#: its loop runs in (and around ``sub.run_tool``), None in the top run.  Model calls and tool executions record
+#: it, so sub-runs that overlap in time (delegate tools run on threads at once) are told apart.
+SUBRUN: ContextVar[int | None] = ContextVar("simloop_subrun", default=None)
 
 __all__ = [
     "AbortEvent",
@@ -101,6 +107,7 @@ class Request:
     body: Any
     messages: list[Any] | None = None
     input_tokens: int = 0
+    subrun: int | None = None  # the sub-agent run it was made in (`SUBRUN`), None: the top run
     type: str = "request"
 
     @property
@@ -179,6 +186,7 @@ class ToolStart:
     tool_use_id: str | None = None
     matched: str | None = None
     fault: str | None = None
+    subrun: int | None = None  # the sub-agent run it ran in (`SUBRUN`), None: the top run
     type: str = "tool_start"
 
 
@@ -318,6 +326,7 @@ class SubagentStart:
     exec: int | None = None
     tool: str | None = None
     limits: dict[str, Any] = field(default_factory=dict)
+    parent: int | None = None  # the run it was started in: 0 the top run (None: a transcript from before the tags)
     type: str = "subagent_start"
 
 
@@ -447,6 +456,8 @@ class Transcript:
 
 def _line(obj: Any) -> str:
     data = asdict(obj)
+    if data.get("subrun", 0) is None:
+        del data["subrun"]  # the top run's calls and tools write what they always wrote
     if isinstance(obj, Header) and obj.approval is None:
         del data["approval"]  # a run without the approval policy writes the header it always wrote
     if isinstance(obj, Header) and not obj.prices:

@@ -15,7 +15,7 @@ from examples._common import tool_params
 from simloop import Outcome, Scenario, Sim, UsageError
 from simloop.invariants import check
 from simloop.timeline import render_timeline
-from simloop.transcript import SubagentEnd, SubagentStart, Transcript
+from simloop.transcript import SubagentEnd, SubagentStart, ToolStart, Transcript
 
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "subagent-truncated.yaml"
 TOOLS = [
@@ -159,3 +159,92 @@ def test_sub_agent_calls_count_against_their_own_runaway_budget() -> None:
         report = sim.check(sim.run(_drive(five_steps, sub_limits={"max_steps": 5})))
     assert report.ok, report.violations
     assert sim.transcript.model_calls == 60
+
+
+# -- sub-runs that overlap in time --------------------------------------------------------------------------------
+
+
+def _overlapping(partial_as_done: bool) -> Any:
+    """A loop that runs a turn's two tools at once on threads, a delegate and a search, as frameworks run sync
+    tools.  To make the overlap certain, the search runs (start to end) on its own thread while the delegate's
+    sub-run is open; ``partial_as_done`` is the delegate's bug (a cut sub-run told to the parent as done)."""
+    import threading
+
+    def drive(sim: Sim) -> Outcome:
+        beside: list[threading.Thread] = []
+
+        def delegate(task: str = "") -> str:
+            with sim.subagent(task, limits={"max_steps": 4}) as sub:
+                for thread in beside:
+                    thread.start()
+                    thread.join()  # the parent's search, from start to end, while the sub-run is open
+                sub.finish(correct_delegate.run_agent(sub.client, tool_params(sub.tool_schemas), sub.run_tool,
+                                                      sub.task, sub.limits))
+            assert sub.outcome is not None
+            if sub.outcome.reason != "final" and not partial_as_done:
+                raise RuntimeError(f"the sub-agent stopped early ({sub.outcome.reason})")
+            return sub.outcome.text or "done"
+
+        sim.bind_tool("delegate", delegate)
+        messages: list[Any] = [{"role": "user", "content": sim.task}]
+        out: dict[str, Any] = {}
+
+        def run(c: Any) -> None:
+            try:
+                out[c.id] = sim.run_tool(c.name, c.input)
+            except Exception as e:  # noqa: BLE001 - the tool's failure, told to the model
+                out[c.id] = e
+
+        for _ in range(4):
+            reply = sim.client.messages.create(model=sim.model, max_tokens=512, tools=tool_params(sim.tool_schemas),
+                                               messages=messages)
+            messages.append({"role": "assistant", "content": reply.content})
+            calls = [b for b in reply.content if b.type == "tool_use"]
+            if reply.stop_reason != "tool_use":
+                return Outcome("final", "".join(b.text for b in reply.content if b.type == "text"))
+            beside[:] = [threading.Thread(target=run, args=(c,)) for c in calls if c.name != "delegate"]
+            for c in calls:
+                if c.name == "delegate":
+                    run(c)
+            messages.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": c.id, "is_error": True, "content": str(out[c.id])}
+                if isinstance(out[c.id], Exception) else
+                {"type": "tool_result", "tool_use_id": c.id, "content": out[c.id]} for c in calls]})
+        return Outcome("max_steps")
+
+    return drive
+
+
+#: The parent asks for a delegate and a search at once; the sub-agent searches too, then answers (or is cut).
+_OVERLAP = (
+    {"tool_use": [{"name": "delegate", "input": {"task": "dig"}}, {"name": "search", "input": {"q": "top"}}]},
+    {"tool_use": [{"name": "search", "input": {"q": "deep"}}]},
+)
+
+
+@pytest.mark.parametrize("cut", [False, True])
+def test_sub_runs_overlapping_a_parent_tool_on_threads_are_told_apart(cut: bool) -> None:
+    last = {"max_tokens": "Two outages in Ma"} if cut else {"end_turn": "Found two outages."}
+    scenario = _scenario(*_OVERLAP, last, {"end_turn": "All done."})
+    with Sim(scenario) as sim:
+        outcome = sim.run(_overlapping(partial_as_done=False))
+    assert outcome.reason == "final"
+    events = sim.transcript.events
+    top = next(e for e in sim.transcript.of(ToolStart) if e.input == {"q": "top"})
+    assert events.index(sim.transcript.of(SubagentStart)[0]) < events.index(top)  # inside the sub-run's window
+    assert top.subrun is None and sim.transcript.of(SubagentStart)[0].parent == 0  # yet the parent's
+    assert {e.subrun for e in sim.transcript.of(ToolStart) if e.input == {"q": "deep"}} == {1}
+    assert check(sim.transcript).violations == []  # no false alarm: each run's results went where they belong
+    with Sim(scenario) as sim:
+        sim.run(_overlapping(partial_as_done=True))
+    assert {v.invariant for v in check(sim.transcript).violations} == ({"subagent_honest"} if cut else set())
+
+
+def test_a_transcript_without_subrun_tags_is_split_by_the_order_of_its_events() -> None:
+    """Transcripts written before the tags: what happened between a sub-run's start and end is the sub-run's."""
+    with Sim(_scenario(*_OVERLAP, {"end_turn": "Found two outages."}, {"end_turn": "All done."})) as sim:
+        sim.run(_overlapping(partial_as_done=False))
+    old = Transcript.from_jsonl(sim.transcript.to_jsonl().replace('"parent":0,', ""))
+    assert all(e.parent is None for e in old.events if isinstance(e, SubagentStart))
+    # read by order, the parent's search inside the window is taken for the sub-run's: what the tags fix
+    assert {v.invariant for v in check(old).violations} and not check(sim.transcript).violations

@@ -13,7 +13,7 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-from simloop.invariants._base import MESSAGES_PATH, Violation, _view, result_text
+from simloop.invariants._base import MODEL_PATHS, Violation, _view, result_text
 from simloop.transcript import (
     Event,
     OutcomeEvent,
@@ -48,7 +48,56 @@ class SubRun:
 
 def split_runs(t: Transcript) -> tuple[Transcript, dict[int, int], list[SubRun]]:
     """The parent's run without its sub-runs' calls and executions (call numbers made consecutive again: ``calls``
-    maps them back), and each top-level sub-run (a nested one stays inside its parent sub-run, split in turn)."""
+    maps them back), and each top-level sub-run (a nested one stays inside its parent sub-run, split in turn).
+
+    Each call and execution names the sub-run it was made in (``subrun``), so sub-runs that overlap in time (a
+    loop running two delegate calls on threads at once, beside a plain tool) are told apart; a transcript written
+    before those tags is split by the order of its events."""
+    starts = {e.run: e for e in t.events if isinstance(e, SubagentStart)}
+    if any(s.parent is None for s in starts.values()):
+        return _assemble(t, *_by_order(t))
+    parent_of = {run: s.parent or 0 for run, s in starts.items()}
+    root = min(set(parent_of.values()) - set(parent_of), default=0)  # the run this transcript is
+
+    def top(run: int) -> int | None:
+        """The sub-run directly under ``root`` that ``run`` is, or is nested in; None for root's own."""
+        while run != root and run in parent_of:
+            if parent_of[run] == root:
+                return run
+            run = parent_of[run]
+        return None
+
+    main: list[Event] = []
+    runs: dict[int, tuple[SubagentStart, list[Event], SubagentEnd | None]] = {}
+    of_request: dict[int, int | None] = {}
+    of_exec: dict[int, int | None] = {}
+    for e in t.events:
+        where: int | None
+        if isinstance(e, Request):
+            where = of_request[e.index] = top(e.subrun or 0)
+        elif isinstance(e, Response):
+            where = of_request.get(e.index)
+        elif isinstance(e, ToolStart):
+            where = of_exec[e.exec] = top(e.subrun or 0)
+        elif isinstance(e, ToolEnd):
+            where = of_exec.get(e.exec)
+        elif isinstance(e, SubagentStart):
+            where = top(parent_of[e.run])
+            if where is None:
+                runs[e.run] = (e, [], None)
+        elif isinstance(e, SubagentEnd):
+            where = top(parent_of.get(e.run, root))
+            if where is None and e.run in runs:
+                start, events, _ = runs[e.run]
+                runs[e.run] = (start, events, e)
+        else:
+            where = None
+        (main if where is None else runs[where][1]).append(e)
+    return _assemble(t, main, list(runs.values()))
+
+
+def _by_order(t: Transcript) -> tuple[list[Event], list[tuple[SubagentStart, list[Event], SubagentEnd | None]]]:
+    """The split of a transcript with no ``subrun`` tags: what happens between a sub-run's start and end is its."""
     main: list[Event] = []
     runs: list[tuple[SubagentStart, list[Event], SubagentEnd | None]] = []
     depth = 0
@@ -74,6 +123,12 @@ def split_runs(t: Transcript) -> tuple[Transcript, dict[int, int], list[SubRun]]
             runs[-1][1].append(e)
         else:
             main.append(e)
+    return main, runs
+
+
+def _assemble(
+    t: Transcript, main: list[Event], runs: list[tuple[SubagentStart, list[Event], SubagentEnd | None]]
+) -> tuple[Transcript, dict[int, int], list[SubRun]]:
     parent, back = _renumbered(main, 0.0)
     subs: list[SubRun] = []
     for start, events, end in runs:
@@ -89,7 +144,7 @@ def _renumbered(events: list[Event], t0: float) -> tuple[list[Event], dict[int, 
     """``events`` with their model calls numbered 1, 2, ... in order and times from ``t0``; and new -> old call."""
     new: dict[int, int] = {}
     for e in events:
-        if isinstance(e, Request) and e.path == MESSAGES_PATH and e.call not in new:
+        if isinstance(e, Request) and e.path in MODEL_PATHS and e.call not in new:
             new[e.call] = len(new) + 1
     out: list[Event] = []
     for e in events:

@@ -33,7 +33,7 @@ from pydantic_core import from_json, to_json
 
 from simloop.models import Ids, ModelPolicy, ModelRequest, RecordedError, _turn, turn_from_reply
 from simloop.scenario import Reply
-from simloop.transcript import Request, Response, Transcript
+from simloop.transcript import SUBRUN, Request, Response, Transcript
 from simloop.wire import openai_chat
 from simloop.wire.errors import error_body, error_headers
 from simloop.wire.render import Turn, render_error_event, render_message, render_sse
@@ -254,7 +254,7 @@ class SimServer:
         req = Request(
             t=self.now(), index=index, call=call, attempt=attempt, path=path,
             stream=isinstance(parsed, dict) and bool(parsed.get("stream")),
-            body=chat.internal if chat is not None else parsed, input_tokens=0,
+            body=chat.internal if chat is not None else parsed, input_tokens=0, subrun=SUBRUN.get(),
         )
         # A thread continuation stands for its whole history: record that before the budgets may halt the
         # run here, so that the transcript never shows a request as only the messages it added.
