@@ -450,6 +450,49 @@ def test_executor_jobs_sleeping_overlap_like_real_threads() -> None:
     assert clock.now() == 3.0
 
 
+def test_jobs_queued_behind_a_pool_whose_threads_all_sleep_do_not_hold_time_still() -> None:
+    """Five hour-long sleeps on a pool of two threads: the queued jobs run no code until a sleeper wakes, so the
+    loop moves time on (they once held it still, and virtual time then followed the real clock)."""
+    clock = VirtualClock()
+    pool = concurrent.futures.ThreadPoolExecutor(2)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(loop.run_in_executor(pool, clock.sleep, 3600) for _ in range(5)))
+
+    try:
+        clock.run(main())
+    finally:
+        pool.shutdown()
+    assert clock.now() == 3 * 3600.0  # three rounds of two threads, as in production
+
+
+def test_an_async_loop_running_slow_tools_on_threads_is_no_runaway() -> None:
+    """``asyncio.to_thread(sim.run_tool, ...)`` for more slow tools at once than the default pool has threads: a
+    correct loop, once halted by the watchdog as a spin (a false `stops`)."""
+    import simloop
+
+    calls = [{"name": "search", "input": {"q": str(i)}} for i in range(12)]
+    scenario = {"tools": [{"name": "search"}], "model": [{"tool_use": calls}, {"end_turn": "done"}],
+                "faults": [{"tool": "search", "kind": "slow", "latency": 600}]}
+
+    async def drive(sim: simloop.Sim) -> simloop.Outcome:
+        reply = await sim.async_client.messages.create(model="m", max_tokens=64, tools=sim.tool_schemas,
+                                                       messages=[{"role": "user", "content": sim.task}])
+        outs = await asyncio.gather(*(asyncio.to_thread(sim.run_tool, b.name, b.input) for b in reply.content))
+        messages: list[Any] = [{"role": "user", "content": sim.task}, {"role": "assistant", "content": reply.content},
+                               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": b.id, "content": o}
+                                                            for b, o in zip(reply.content, outs)]}]
+        final = await sim.async_client.messages.create(model="m", max_tokens=64, tools=sim.tool_schemas,
+                                                       messages=messages)
+        return simloop.Outcome("final", final.content[0].text)
+
+    with simloop.Sim(scenario) as sim:
+        outcome = sim.run(drive)
+    assert sim.check(outcome).violations == []
+    assert sim.clock.now() >= 600.0 * 2  # more jobs than threads: the pool ran them in rounds
+
+
 def test_job_sleeps_of_any_length_wake_exactly() -> None:
     clock = VirtualClock()
 

@@ -388,13 +388,18 @@ def _to_ns(seconds: float, what: str) -> int:
 
 
 class _Job:
-    """One executor job of a virtual loop; ``wake`` (ns) is set while it waits in `VirtualClock.sleep`."""
+    """One executor job of a virtual loop; ``wake`` (ns) is set while it waits in `VirtualClock.sleep`.
 
-    __slots__ = ("loop", "wake")
+    ``started``: its thread took it up (a job queued behind a pool whose every thread sleeps virtually runs
+    no real code, and must not hold virtual time still); ``pool``: the thread pool it was queued on."""
+
+    __slots__ = ("loop", "pool", "started", "wake")
 
     def __init__(self, loop: VirtualTimeEventLoop) -> None:
         self.loop: VirtualTimeEventLoop = loop
         self.wake: int | None = None
+        self.started = True
+        self.pool: concurrent.futures.ThreadPoolExecutor | None = None
 
 
 class VirtualClock:
@@ -801,7 +806,10 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
             func = self._as_job(func, job)  # (a process pool must get the picklable original)
             with self.simloop_clock._cond:
                 self._unfinished.add(job)
+                job.started = False
         future = super().run_in_executor(executor, func, *args)
+        pool = executor if executor is not None else getattr(self, "_default_executor", None)
+        job.pool = pool if isinstance(pool, concurrent.futures.ThreadPoolExecutor) else None
         self._job_done(job, add=True)
         # Dropped on the loop thread once the result is delivered, never before: else the loop could jump
         # past a timeout while the result is on its way.
@@ -838,6 +846,7 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
         def run_as_job(*args: P.args, **kwargs: P.kwargs) -> T:
             previous = getattr(_TLS, "job", None)
             _TLS.job = job  # clock.sleep() in this thread becomes a timer of the job's loop
+            job.started = True
             try:
                 return func(*args, **kwargs)
             finally:
@@ -868,7 +877,7 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
         if self._jobs or clock._sleepers or self._draining:
             with clock._cond:
                 wake = clock._next_wake(self)
-                running = sum(job.wake is None for job in self._jobs)
+                running = sum(job.wake is None and (job.started or not self._full(job.pool)) for job in self._jobs)
                 if self._draining:
                     running += sum(job.wake is None for job in self._unfinished)
         if timeout is not None:  # the next timer (asyncio caps the timeout at one day: we then jump twice)
@@ -900,6 +909,14 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
             raise self.simloop_clock._deadlock(self)
         clock._jump_to(wake)
         return []
+
+    def _full(self, pool: concurrent.futures.ThreadPoolExecutor | None) -> bool:  # with the clock's lock held
+        """Whether every thread of ``pool`` holds a job of this loop, so a job queued on it cannot start before
+        one of them ends (one sleeping virtually ends only when the loop moves time on)."""
+        if pool is None:
+            return False
+        taken = sum(job.started and job.pool is pool for job in self._unfinished)
+        return taken >= getattr(pool, "_max_workers", taken + 1)
 
     def _flow(self, sel: selectors.BaseSelector, now: int, wake: int | None, cap: float | None) -> _Events:
         """Wait in real time and let virtual time follow it, up to ``wake`` (nanoseconds of the clock)."""
