@@ -458,3 +458,24 @@ def test_simloop_reports_a_process_left_running_and_ends(tmp_path: Path) -> None
     assert done.returncode == 1, done.stdout + done.stderr
     assert "[no_work_after_return]" in done.stdout and "was still running when the loop returned (simloop killed it)" in (
         done.stdout)
+
+
+def test_a_stream_cut_that_escapes_a_loop_catching_only_api_errors_says_what_to_catch() -> None:
+    """The SDK raises the HTTP library's own error when a stream breaks mid-read (research: libs.md, mid-stream
+    faults); a loop catching ``anthropic.APIError`` alone crashes, and the report says what it missed."""
+    world = {**WORLD, "model": [{"error": "stream_cut"}, {"end_turn": "done"}]}
+
+    def drive(sim: Sim) -> Outcome:
+        try:
+            with sim.client.messages.stream(model="m", max_tokens=64,
+                                            messages=[{"role": "user", "content": sim.task}]) as stream:
+                reply = stream.get_final_message()
+        except anthropic.APIError as e:
+            return Outcome("error", str(e))
+        return Outcome("final", reply.content[0].text)  # type: ignore[union-attr]
+
+    with Sim(world) as sim:
+        outcome = sim.run(drive)
+    [violation] = sim.check(outcome).violations
+    assert violation.invariant == "crash" and "RemoteProtocolError" in violation.message
+    assert "catch httpx.TransportError (httpx2.TransportError) too" in violation.message

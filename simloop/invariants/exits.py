@@ -44,8 +44,17 @@ def crash(t: Transcript) -> list[Violation]:
             "; an async loop that cancels its task on Stop (sim.abort.add_callback(asyncio.current_task().cancel)) "
             "catches the CancelledError around every await of its turn and returns Outcome(reason='aborted')"
         )
+    elif raised.startswith(_TRANSPORT_ERRORS):
+        message += (
+            "; a stream cut off mid-reply raises the HTTP library's own error, not an APIError (the SDK does not "
+            "wrap errors met while a stream is read): catch httpx.TransportError (httpx2.TransportError) too"
+        )
     evidence = {"exception": outcome.exception, "where": outcome.where, "t": outcome.t}
     return [Violation("crash", message, step, evidence)]
+
+
+#: What the SDKs raise, unwrapped, when a stream breaks while it is read (httpx's and httpx2's names).
+_TRANSPORT_ERRORS = ("RemoteProtocolError", "ReadError", "ReadTimeout", "LocalProtocolError")
 
 
 # -- no_work_after_return ---------------------------------------------------------------------------------------
