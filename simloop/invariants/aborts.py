@@ -43,9 +43,12 @@ def _after_stop(t: Transcript, at: int, event: AbortEvent) -> list[Violation]:
             break
     for pos in range(at + 1, end):
         e = t.events[pos]
-        if isinstance(e, ToolStart):
+        # an MCP call whose request the loop had sent before Stop (a reply's calls sent together) is not the loop's
+        # doing: it could not have known; one whose request arrived after Stop is
+        if isinstance(e, ToolStart) and not (e.arrived is not None and e.arrived <= at):
+            sent = " (its MCP request arrived after Stop)" if e.arrived is not None else ""
             message = (f"the user pressed Stop ({event.trigger}, t={event.t:g}s) and the loop then ran {e.tool} "
-                       f"(exec {e.exec}); {fix}")
+                       f"(exec {e.exec}){sent}; {fix}")
             out.append(Violation("abort", message, v.step_at(pos),
                                  {"exec": e.exec, "tool": e.tool, "tool_use_id": v.bound(e), "abort_t": event.t}))
             break
