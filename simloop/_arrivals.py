@@ -24,7 +24,7 @@ import contextlib
 import contextvars
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 __all__ = ["ARRIVED", "Arrivals"]
 
@@ -102,7 +102,7 @@ class _Reader:
         self.last_context = ctx
         return item
 
-    def __aiter__(self) -> _Reader:
+    def __aiter__(self) -> Self:
         return self
 
     async def __anext__(self) -> Any:
@@ -119,7 +119,7 @@ class _Reader:
     async def aclose(self) -> None:
         await self._inner.aclose()
 
-    async def __aenter__(self) -> _Reader:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

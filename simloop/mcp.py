@@ -112,9 +112,10 @@ def tool_server(
 
     if arrivals is None:
         return Server(name, get_tool_input_schema=schemas.get, on_list_tools=list_tools, on_call_tool=call_tool)
-    return _stamping_server()(
+    stamping: Server[Any] = _stamping_server()(
         arrivals, name, get_tool_input_schema=schemas.get, on_list_tools=list_tools, on_call_tool=call_tool
     )
+    return stamping
 
 
 _STAMPING: list[type[Any]] = []

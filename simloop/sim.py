@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 
 from simloop._abort import AbortSignal, _AbortTrigger, recorder
-from simloop._arrivals import Arrivals
 from simloop._approvals import Gate
+from simloop._arrivals import Arrivals
 from simloop._runtime import process as _process
 from simloop._runtime.clock import REAL, VirtualClock
 from simloop._runtime.frames import loop_frame
