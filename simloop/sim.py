@@ -180,7 +180,8 @@ class Sim:
             fault_source=fault_source, allow_functions=allow_functions,
         )
         #: The user's Stop button: ``sim.abort.is_set()``; ``sim.abort.add_callback(task.cancel)`` for async loops.
-        self._arrivals = Arrivals(lambda: len(self.transcript.events))  # when each MCP request arrived
+        transcript = self.transcript  # (not self: a finished run is freed by reference counting, no cycle through it)
+        self._arrivals = Arrivals(lambda: len(transcript.events))  # when each MCP request arrived
         self.abort = AbortSignal(recorder(self.transcript, self.clock.now, self._arrivals))
         if self.scenario.abort is not None:
             trigger = _AbortTrigger(self.scenario.abort, self.abort, self.clock.now)

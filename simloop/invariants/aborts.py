@@ -17,6 +17,9 @@ def abort(t: Transcript) -> list[Violation]:
 
     Each Stop holds the turn of the life it was pressed in: a restart after it begins a life that never saw it
     (``sim.abort`` is clear there), so the new life is judged by a Stop of its own, if one fires.
+
+    A tool execution that came over MCP and whose request arrived before the Stop (``ToolStart.arrived``: the client
+    had sent it, e.g. a reply's calls sent together) is not the loop's doing, even when it begins after the Stop.
     """
     out: list[Violation] = []
     for at, event in enumerate(t.events):
