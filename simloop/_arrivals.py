@@ -66,7 +66,7 @@ class Arrivals:
             yield at
             for server in list(self.servers):
                 if not server.serves_here():  # (a sync client's call runs on the server's thread: nothing to wait for)
-                    server.settle(1.0)
+                    server.settle(2.0)
         finally:
             self._held = None
 

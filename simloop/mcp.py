@@ -281,7 +281,7 @@ class HTTPServer:
         for fd in {self._socket.fileno(), *(key.fd for key in keys)}:
             poll.register(fd, select.POLLIN)
         try:
-            if poll.poll(0):
+            if any(events & select.POLLIN for _, events in poll.poll(0)):  # (a closed fd's POLLNVAL is no work)
                 return False
         except OSError:
             return True  # (a socket closed under the look: the server is shutting down)
