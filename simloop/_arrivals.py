@@ -84,18 +84,31 @@ class _Reader:
     def __init__(self, inner: Any, arrivals: Arrivals) -> None:
         self._inner = inner
         self._arrivals = arrivals
-        self._early: list[int] = []  # the arrivals of the next messages, fixed by a Stop they were waiting at
+        # fixed by a Stop they were waiting at: the message handed to the read in progress, and those in the pipe
+        # (by identity, held: a blocked sender cancelled later never delivers its message, and takes no other's stamp)
+        self._handed: int | None = None
+        self._early: dict[int, tuple[object, int]] = {}
+        self._reading = False
         self.last_context: contextvars.Context | None = None
 
     def hold(self, at: int) -> None:
         """Stop at ``at``: the messages waiting in the pipe arrived before it."""
-        waiting = _waiting(self._inner)
-        self._early[:waiting] = [min(x, at) for x in self._early[:waiting]]
-        self._early += [at] * (waiting - len(self._early))
+        handed, waiting = _waiting(self._inner)
+        if handed and self._reading:
+            self._handed = at if self._handed is None else min(self._handed, at)
+        for message in waiting:
+            kept = self._early.get(id(message))
+            self._early[id(message)] = (message, at if kept is None else min(kept[1], at))
 
     async def receive(self) -> Any:
-        item = await self._inner.receive()
-        arrived = self._early.pop(0) if self._early else self._arrivals.now()
+        self._reading = True
+        try:
+            item = await self._inner.receive()
+        finally:
+            self._reading = False
+        early = self._early.pop(id(item), None)
+        arrived = self._handed if self._handed is not None else early[1] if early else self._arrivals.now()
+        self._handed = None
         sender = getattr(self._inner, "last_context", None)
         ctx = sender.copy() if sender is not None else contextvars.copy_context()
         ctx.run(ARRIVED.set, arrived)
@@ -126,12 +139,15 @@ class _Reader:
         await self.aclose()
 
 
-def _waiting(stream: Any) -> int:
-    """How many messages wait in an in-memory pipe for its reader: one already handed to a pending read, those in the
-    buffer, those of blocked senders (anyio's memory object stream; 0 for a stream of another kind)."""
+def _waiting(stream: Any) -> tuple[bool, list[object]]:
+    """What waits in an in-memory pipe for its reader: whether a message was already handed to a pending read, and
+    the messages in the buffer and of blocked senders (anyio's memory object stream; nothing for another kind)."""
     inner = getattr(stream, "_inner", stream)  # the SDK's ContextReceiveStream wraps anyio's stream
     state = getattr(inner, "_state", None)
     if state is None:
-        return 0
-    handed = sum(1 for event in (getattr(inner, "_waiters", None) or ()) if event.is_set())
-    return handed + len(getattr(state, "buffer", ())) + len(getattr(state, "waiting_senders", ()))
+        return False, []
+    handed = any(event.is_set() for event in (getattr(inner, "_waiters", None) or ()))
+    queued = [*getattr(state, "buffer", ()), *getattr(state, "waiting_senders", {}).values()]
+    # (the SDK's pipe carries (sender's context, message) pairs: the reader gets the message)
+    return handed, [m[1] if isinstance(m, tuple) and len(m) == 2 and isinstance(m[0], contextvars.Context) else m
+                    for m in queued]

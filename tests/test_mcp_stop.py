@@ -224,6 +224,35 @@ def test_a_stop_stamps_what_waits_in_the_in_memory_pipe_as_arrived_before_it() -
     assert anyio.run(main) == [("handed", 3), ("buffered", 8), ("blocked", 8), ("after", 20)]
 
 
+def test_a_message_withdrawn_after_the_stop_lends_its_stamp_to_no_later_one() -> None:
+    # a sender blocked at the Stop, then cancelled (its message never arrives): the next message, sent after the
+    # Stop, is stamped when it arrives, not as the withdrawn one would have been
+    position = [0]
+    arrivals = Arrivals(lambda: position[0])
+
+    async def main() -> list[tuple[str, int | None]]:
+        async with create_client_server_memory_streams() as ((_, client_write), (server_read, _)):
+            reader = arrivals.reader(server_read)
+            await client_write.send("first")
+            with anyio.CancelScope() as blocked:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(client_write.send, "withdrawn")
+                    await anyio.wait_all_tasks_blocked()
+                    position[0] = 4
+                    with arrivals.stop():
+                        position[0] += 1
+                    blocked.cancel()
+            got = []
+            for item in ("first", "later"):
+                if item == "later":
+                    position[0] = 9
+                    await client_write.send("later")
+                got.append((await reader.receive(), reader.last_context.run(ARRIVED.get)))  # type: ignore[union-attr]
+            return got
+
+    assert anyio.run(main) == [("first", 4), ("later", 9)]
+
+
 def _post(host: str, port: int, body: dict[str, Any]) -> bytes:
     data = json.dumps(body).encode()
     return (f"POST /mcp HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
