@@ -8,7 +8,7 @@ known), and holds one whose request arrived after it (docs/design.md, Abort).
 
 "Arrived" means the client had sent it, never only that the server got round to reading it:
 
-* in memory, the request stamps itself when the server's read stream yields it (`stamped_reader`), and a Stop marks
+* in memory, the request stamps itself when the server's read stream yields it (`Arrivals.reader`), and a Stop marks
   what is still waiting in the client-to-server pipe at that moment (its buffer, its blocked senders, a message
   already handed to the server's pending read) as arrived before it: those were written before the Stop;
 * over HTTP (``sim.mcp_url``), a request stamps itself when the server's handler takes it, and a Stop fired on
