@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from simloop._arrivals import Arrivals
 from simloop.scenario import Abort
 from simloop.transcript import AbortEvent, Response, ToolStart, Transcript
 
@@ -114,10 +115,15 @@ class _AbortTrigger:
             self._fire()
 
 
-def recorder(transcript: Transcript, now: Callable[[], float]) -> Callable[[str], None]:
-    """The ``on_fire`` of a Sim's signal: an `AbortEvent` in the transcript."""
+def recorder(transcript: Transcript, now: Callable[[], float], arrivals: Arrivals | None = None) -> Callable[[str], None]:
+    """The ``on_fire`` of a Sim's signal: an `AbortEvent` in the transcript (with ``arrivals``, the run's MCP
+    requests already sent are stamped as arrived before it: `simloop._arrivals`)."""
 
     def record(trigger: str) -> None:
-        transcript.append(AbortEvent(t=now(), trigger=trigger))
+        if arrivals is None:
+            transcript.append(AbortEvent(t=now(), trigger=trigger))
+            return
+        with arrivals.stop():
+            transcript.append(AbortEvent(t=now(), trigger=trigger))
 
     return record

@@ -35,10 +35,12 @@ import select
 import selectors
 import socket
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from simloop._runtime.clock import RealTimeThread, unsent
+from simloop._arrivals import ARRIVED, Arrivals
+from simloop._runtime.clock import REAL, RealTimeThread, unsent
 from simloop.errors import UsageError
 
 if TYPE_CHECKING:
@@ -47,7 +49,8 @@ if TYPE_CHECKING:
 
 __all__ = ["META_TOOL_USE_ID", "HTTPServer", "require_mcp", "sdk_server", "serve_stdio", "tool_server"]
 
-#: ``call(name, arguments)``, or ``call(name, arguments, tool_use_id=ID)`` when the MCP call names its tool_use.
+#: ``call(name, arguments)``, with ``tool_use_id=ID`` when the MCP call names its tool_use and ``arrived=N`` when the
+#: server stamps arrivals.
 ToolCall = Callable[..., Awaitable[str]]
 #: The key of an MCP call's ``_meta`` that names the tool_use it answers.
 META_TOOL_USE_ID = "tool_use_id"
@@ -64,11 +67,16 @@ def require_mcp() -> None:
         ) from None
 
 
-def tool_server(tools: Sequence[dict[str, Any]], call: ToolCall, *, name: str = SERVER_NAME) -> Server[Any]:
+def tool_server(
+    tools: Sequence[dict[str, Any]], call: ToolCall, *, name: str = SERVER_NAME, arrivals: Arrivals | None = None
+) -> Server[Any]:
     """A low-level MCP ``Server`` listing ``tools`` (API tool schemas) and running each call with ``call``.
 
     ``call(name, arguments)`` returns the tool's text; what it raises is answered as an MCP tool error.  A call
-    whose ``_meta`` holds ``tool_use_id`` passes it on: ``call(name, arguments, tool_use_id=ID)``.
+    whose ``_meta`` holds ``tool_use_id`` passes it on: ``call(name, arguments, tool_use_id=ID)``.  With
+    ``arrivals`` (a run's), each call also passes when its request arrived, ``arrived=N`` (a transcript position:
+    `simloop._arrivals`): read from the message in memory (the server's read stream stamps it), else taken when
+    the handler starts (over HTTP).
     """
     require_mcp()
     import mcp_types as types
@@ -91,15 +99,45 @@ def tool_server(tools: Sequence[dict[str, Any]], call: ToolCall, *, name: str = 
         try:
             uid = (params.meta or {}).get(META_TOOL_USE_ID)
             arguments = dict(params.arguments or {})
-            text = await (call(params.name, arguments, tool_use_id=uid) if isinstance(uid, str) and uid
-                          else call(params.name, arguments))
+            kwargs: dict[str, Any] = {"tool_use_id": uid} if isinstance(uid, str) and uid else {}
+            if arrivals is not None:
+                stamped = ARRIVED.get()
+                kwargs["arrived"] = stamped if stamped is not None else arrivals.now()
+            text = await call(params.name, arguments, **kwargs)
         except Exception as exc:  # noqa: BLE001 - a tool failure is the client's to see, as an MCP tool error
             return types.CallToolResult(
                 content=[types.TextContent(text=f"{type(exc).__name__}: {exc}")], is_error=True
             )
         return types.CallToolResult(content=[types.TextContent(text=text)])
 
-    return Server(name, get_tool_input_schema=schemas.get, on_list_tools=list_tools, on_call_tool=call_tool)
+    if arrivals is None:
+        return Server(name, get_tool_input_schema=schemas.get, on_list_tools=list_tools, on_call_tool=call_tool)
+    stamping: Server[Any] = _stamping_server()(
+        arrivals, name, get_tool_input_schema=schemas.get, on_list_tools=list_tools, on_call_tool=call_tool
+    )
+    return stamping
+
+
+_STAMPING: list[type[Any]] = []
+
+
+def _stamping_server() -> type[Any]:
+    """The SDK's low-level ``Server`` whose in-memory connections stamp each request's arrival as the client sent it
+    (`simloop._arrivals`): ``run(read, write, ...)``, the entry every in-memory transport uses, reads through
+    `Arrivals.reader` (streamable HTTP serves its requests another way, stamped in the handler)."""
+    if not _STAMPING:
+        from mcp.server import Server
+
+        class StampingServer(Server[Any]):
+            def __init__(self, arrivals: Arrivals, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                self._simloop_arrivals = arrivals
+
+            async def run(self, read_stream: Any, write_stream: Any, *args: Any, **kwargs: Any) -> None:
+                await super().run(self._simloop_arrivals.reader(read_stream), write_stream, *args, **kwargs)
+
+        _STAMPING.append(StampingServer)
+    return _STAMPING[0]
 
 
 _SDK_SERVER: list[type[Any]] = []
@@ -219,6 +257,39 @@ class HTTPServer:
         if not self._selector.blocked:
             return True  # handling a request (or starting)
         return any(unsent(key.fd) for key in keys if key.fd != listening)
+
+    def settle(self, timeout: float) -> None:
+        """Wait (up to ``timeout`` real seconds) until the server has taken in every request whose bytes have reached
+        it: called when Stop fires on the loop's thread (`simloop._arrivals`), so that a request the loop sent before
+        the Stop reaches its handler, and is stamped, while the loop can send nothing new.  Settled: two looks in a
+        row find no connection to accept and no bytes to read, with the server's loop blocked in ``select`` (its
+        handlers are then waiting on the loop, or done).  Linux only; elsewhere it returns at once."""
+        if self._closed or not self._thread.is_alive() or not sys.platform.startswith("linux"):
+            return
+        deadline = REAL.monotonic() + timeout  # real time: the loop's thread is blocked, its clock stands still
+        calm = 0
+        while calm < 2 and REAL.monotonic() < deadline:
+            calm = calm + 1 if self._taken_in() else 0
+            if calm < 2:
+                REAL.sleep(0.0005)
+
+    def _taken_in(self) -> bool:
+        """One look: nothing to accept or read on the server's sockets, then its loop blocked (in that order: the
+        order work moves through them)."""
+        keys = list(self._selector._fd_to_key.values()) if not self._selector.closed else []  # type: ignore[attr-defined]
+        poll = select.poll()
+        for fd in {self._socket.fileno(), *(key.fd for key in keys)}:
+            poll.register(fd, select.POLLIN)
+        try:
+            if any(events & select.POLLIN for _, events in poll.poll(0)):  # (a closed fd's POLLNVAL is no work)
+                return False
+        except OSError:
+            return True  # (a socket closed under the look: the server is shutting down)
+        return self._selector.blocked
+
+    def serves_here(self) -> bool:
+        """Whether the calling thread is the server's own (a sync client's call runs there)."""
+        return threading.current_thread() is self._thread
 
     def close(self) -> None:
         """Stop serving (idempotent)."""

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 
 from simloop._abort import AbortSignal, _AbortTrigger, recorder
 from simloop._approvals import Gate
+from simloop._arrivals import Arrivals
 from simloop._runtime import process as _process
 from simloop._runtime.clock import REAL, VirtualClock
 from simloop._runtime.frames import loop_frame
@@ -179,7 +180,9 @@ class Sim:
             fault_source=fault_source, allow_functions=allow_functions,
         )
         #: The user's Stop button: ``sim.abort.is_set()``; ``sim.abort.add_callback(task.cancel)`` for async loops.
-        self.abort = AbortSignal(recorder(self.transcript, self.clock.now))
+        transcript = self.transcript  # (not self: a finished run is freed by reference counting, no cycle through it)
+        self._arrivals = Arrivals(lambda: len(transcript.events))  # when each MCP request arrived
+        self.abort = AbortSignal(recorder(self.transcript, self.clock.now, self._arrivals))
         if self.scenario.abort is not None:
             trigger = _AbortTrigger(self.scenario.abort, self.abort, self.clock.now)
             self.server.on_deliver = trigger.on_deliver
@@ -329,7 +332,7 @@ class Sim:
         with self.watchdog.paused():  # simloop's own set-up (a first import of the MCP SDK), not the loop's time
             from simloop.mcp import sdk_server, tool_server
 
-            return sdk_server(tool_server(self.tool_schemas, self.tools.arun))
+            return sdk_server(tool_server(self.tool_schemas, self.tools.arun, arrivals=self._arrivals))
 
     @property
     def mcp_url(self) -> str:
@@ -354,12 +357,14 @@ class Sim:
             from simloop._runtime.netguard import allow_own_port
             from simloop.mcp import HTTPServer, tool_server
 
-            server = HTTPServer(tool_server(self.tool_schemas, self._mcp_call))
+            server = HTTPServer(tool_server(self.tool_schemas, self._mcp_call, arrivals=self._arrivals))
         forget = allow_own_port(server.port)
         self.clock.own_servers.append(server)
+        self._arrivals.servers.append(server)
 
         def close() -> None:
             self.clock.own_servers.remove(server)
+            self._arrivals.servers.remove(server)
             forget()
             server.close()
 
@@ -367,14 +372,17 @@ class Sim:
         self._mcp_http = server
         return server.url
 
-    async def _mcp_call(self, name: str, input: dict[str, Any], *, tool_use_id: str | None = None) -> str:
+    async def _mcp_call(
+        self, name: str, input: dict[str, Any], *, tool_use_id: str | None = None, arrived: int | None = None
+    ) -> str:
         """One MCP call over HTTP (on the server's thread): run on the loop's virtual-time event loop, as in memory;
         with no single such loop running (a sync client), run here, its latency spent on the virtual clock."""
         loop = self.clock.running_loop()
         try:
             if loop is None:
-                return self.tools.run(name, input, tool_use_id=tool_use_id)
-            future = asyncio.run_coroutine_threadsafe(self.tools.arun(name, input, tool_use_id=tool_use_id), loop)
+                return self.tools.run(name, input, tool_use_id=tool_use_id, arrived=arrived)
+            call = self.tools.arun(name, input, tool_use_id=tool_use_id, arrived=arrived)
+            future = asyncio.run_coroutine_threadsafe(call, loop)
             return await asyncio.wrap_future(future)
         except LoopHalted as halted:  # recorded when raised; the loop sees a tool error, its next call is halted
             raise RuntimeError(f"simloop stopped the run: {halted}") from None

@@ -103,16 +103,17 @@ class ToolBox:
 
     # -- public -----------------------------------------------------------------
 
-    def run(self, name: str, input: Any, *, tool_use_id: str | None = None) -> str:
-        """Execute one tool call now (sync); returns its output or raises its fault."""
-        start, spec, fault = self._begin(name, input, tool_use_id)
+    def run(self, name: str, input: Any, *, tool_use_id: str | None = None, arrived: int | None = None) -> str:
+        """Execute one tool call now (sync); returns its output or raises its fault.  ``arrived``: when the MCP
+        request for it reached simloop's server (a transcript position: `simloop._arrivals`)."""
+        start, spec, fault = self._begin(name, input, tool_use_id, arrived)
         if fault is not None and fault.kind in ("slow", "timeout"):
             self.sleep(fault.latency if fault.latency is not None else DEFAULT_LATENCY)
         return self._finish(start, spec, fault, input)
 
-    async def arun(self, name: str, input: Any, *, tool_use_id: str | None = None) -> str:
+    async def arun(self, name: str, input: Any, *, tool_use_id: str | None = None, arrived: int | None = None) -> str:
         """Execute one tool call on the running event loop; latency is a (virtual) timer, so calls overlap."""
-        start, spec, fault = self._begin(name, input, tool_use_id)
+        start, spec, fault = self._begin(name, input, tool_use_id, arrived)
         try:
             if fault is not None and fault.kind in ("slow", "timeout"):
                 await asyncio.sleep(fault.latency if fault.latency is not None else DEFAULT_LATENCY)
@@ -152,7 +153,9 @@ class ToolBox:
 
     # -- internals ------------------------------------------------------------------
 
-    def _begin(self, name: str, input: Any, tool_use_id: str | None) -> tuple[ToolStart, ToolSpec | None, Fault | None]:
+    def _begin(
+        self, name: str, input: Any, tool_use_id: str | None, arrived: int | None = None
+    ) -> tuple[ToolStart, ToolSpec | None, Fault | None]:
         if self.on_call is not None:
             self.on_call()
         if not isinstance(name, str):
@@ -166,7 +169,7 @@ class ToolBox:
             start = ToolStart(
                 t=self.now(), exec=self.executions, tool=name, input=_jsonable(input), nth=nth,
                 kind=spec.kind if spec else "read", tool_use_id=tool_use_id,
-                matched=matched, fault=fault.kind if fault else None, subrun=SUBRUN.get(),
+                matched=matched, fault=fault.kind if fault else None, subrun=SUBRUN.get(), arrived=arrived,
             )
             self.transcript.append(start)
         return start, spec, fault

@@ -175,6 +175,10 @@ class ToolStart:
     reply's first, the latest first), None if it answers nothing the model asked
     for; the invariants' view may rebind identical calls by where their outputs
     went (docs/design.md, How an execution is bound to its tool_use).
+    ``arrived``, for a call that came over MCP to a `Sim`'s server, is where its
+    request arrived: the number of events recorded before the client sent it
+    (``abort`` forgives a call whose request arrived before the Stop); None
+    otherwise, and then not written.
     """
 
     t: float
@@ -187,6 +191,7 @@ class ToolStart:
     matched: str | None = None
     fault: str | None = None
     subrun: int | None = None  # the sub-agent run it ran in (`SUBRUN`), None: the top run
+    arrived: int | None = None
     type: str = "tool_start"
 
 
@@ -462,6 +467,8 @@ def _line(obj: Any) -> str:
         del data["approval"]  # a run without the approval policy writes the header it always wrote
     if isinstance(obj, Header) and not obj.prices:
         del data["prices"]  # the common case, and every transcript written before prices existed, stays the same
+    if isinstance(obj, ToolStart) and obj.arrived is None:
+        del data["arrived"]  # a call that did not come over MCP is written as it always was
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     # Escaped, though JSON allows them raw: readers that split lines the Unicode way would cut the line there.
     return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").replace("\x85", "\\u0085") + "\n"

@@ -32,10 +32,10 @@ agent as an MCP tool error, which ``MCPToolset`` turns into a retry prompt by de
 
 Stop: every drive runs a turn with `run_until_stop`, which leaves the run when ``sim.abort`` is set and
 returns ``aborted`` with the history that keeps the finished tools' results (a bare ``break`` out of
-``agent.iter`` loses them: docs/findings.md, "Stopping a run").  Not yet for ``drive_mcp``: the agent sends a
-reply's calls together, and when they take no time the in-memory MCP server finishes the first (in which Stop
-fires) before it starts the next; the transcript cannot tell that from a loop that ignores Stop between calls
-(``abort``; open: the server would have to record when each request arrived).
+``agent.iter`` loses them: docs/findings.md, "Stopping a run").  ``drive_mcp`` too: the agent sends a reply's calls
+together, so when they take no time the in-memory MCP server may start the second after Stop fired in the first;
+the server records that its request had arrived before the Stop (``ToolStart.arrived``), and ``abort`` does not
+hold it against the loop (docs/design.md, Abort).
 
 A tool's exception propagates as it would from a plain pydantic-ai tool
 (pydantic-ai only turns `ModelRetry` and `ToolFailed` into results the model

@@ -17,6 +17,9 @@ def abort(t: Transcript) -> list[Violation]:
 
     Each Stop holds the turn of the life it was pressed in: a restart after it begins a life that never saw it
     (``sim.abort`` is clear there), so the new life is judged by a Stop of its own, if one fires.
+
+    A tool execution that came over MCP and whose request arrived before the Stop (``ToolStart.arrived``: the client
+    had sent it, e.g. a reply's calls sent together) is not the loop's doing, even when it begins after the Stop.
     """
     out: list[Violation] = []
     for at, event in enumerate(t.events):
@@ -43,9 +46,12 @@ def _after_stop(t: Transcript, at: int, event: AbortEvent) -> list[Violation]:
             break
     for pos in range(at + 1, end):
         e = t.events[pos]
-        if isinstance(e, ToolStart):
+        # an MCP call whose request the loop had sent before Stop (a reply's calls sent together) is not the loop's
+        # doing: it could not have known; one whose request arrived after Stop is
+        if isinstance(e, ToolStart) and not (e.arrived is not None and e.arrived <= at):
+            sent = " (its MCP request arrived after Stop)" if e.arrived is not None else ""
             message = (f"the user pressed Stop ({event.trigger}, t={event.t:g}s) and the loop then ran {e.tool} "
-                       f"(exec {e.exec}); {fix}")
+                       f"(exec {e.exec}){sent}; {fix}")
             out.append(Violation("abort", message, v.step_at(pos),
                                  {"exec": e.exec, "tool": e.tool, "tool_use_id": v.bound(e), "abort_t": event.t}))
             break
