@@ -56,8 +56,8 @@ _PAIRING_CHAT = {
 #: The same offences as the Responses API words them: function_call items and their function_call_output items
 #: (over the whole conversation, a ``previous_response_id`` chain included).
 _PAIRING_RESPONSES = {
-    "missing_result": ("the function_call {uid} ({tool}) has no function_call_output answering it before the next "
-                       "request",
+    "missing_result": (("the function_call {uid} ({tool}) has no function_call_output answering it before the next "
+                       "request"),
                        ("a correct loop appends a function_call_output (its call_id) for every function_call of a "
                         "response before it calls the model again, also when the tool failed or was not run")),
     "result_not_first": ("the function_call_output for {uid} comes after other input",

@@ -7,8 +7,8 @@ from typing import Any
 from simloop.invariants._base import (
     _FINAL_STOPS,
     MESSAGES_PATH,
-    RESPONSES_PATH,
     REASONS,
+    RESPONSES_PATH,
     Violation,
     _canon,
     _is_write,

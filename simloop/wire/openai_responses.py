@@ -322,7 +322,8 @@ def _usage(message: Mapping[str, Any]) -> dict[str, Any]:
 
 def _frame(body: dict[str, Any], *, rid: str, created: int, model: str) -> dict[str, Any]:
     """The fields of a ``response`` object that echo its request and its settings."""
-    tools = body.get("tools") if isinstance(body.get("tools"), list) else []
+    sent = body.get("tools")
+    tools: list[Any] = sent if isinstance(sent, list) else []
     return {
         "id": rid, "object": "response", "created_at": created, "status": "in_progress", "background": False,
         "billing": {"payer": "developer"}, "completed_at": None, "error": None, "frequency_penalty": 0.0,

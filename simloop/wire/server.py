@@ -664,8 +664,8 @@ class _Chat:
 
     def context_error(self, tokens: str, limit: str) -> tuple[str, str]:
         """The context window's 400 text and ``param`` on this wire."""
-        return (f"This model's maximum context length is {limit} tokens. However, your messages resulted in "
-                f"{tokens} tokens. Please reduce the length of the messages.", "messages")
+        return ((f"This model's maximum context length is {limit} tokens. However, your messages resulted in "
+                f"{tokens} tokens. Please reduce the length of the messages."), "messages")
 
     def converted(self, planned: Planned, request_id: str) -> Planned:
         """An error the one world decided (a scripted fault, the context window), in this wire's envelope."""
