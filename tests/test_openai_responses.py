@@ -5,6 +5,7 @@ and the loops of examples/openai_responses_loop.py under `simloop.verify` (docs/
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -282,3 +283,15 @@ def test_each_twin_is_caught_and_its_scenario_replays_on_either_wire(twin: str, 
         simloop.replay(getattr(openai_loop, chat_twin), saved[0])
     for correct in (openai_responses_loop.drive, openai_responses_loop.drive_chained, openai_loop.drive):
         assert simloop.replay(correct, saved[0]).ok
+
+
+def test_the_readme_responses_loop_passes(tmp_path: Path) -> None:
+    """The README's Responses loop, as printed there, passes verify (no limits declared: its own cap)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Loops on the openai SDK", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
+    code = next(b for b in blocks if "responses.create" in b)
+    namespace: dict[str, Any] = {}
+    exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 - the project's own README
+    report = simloop.verify(namespace["drive"], max_examples=40, seed=2, out_dir=tmp_path)
+    assert report.ok
