@@ -121,6 +121,9 @@ def test_an_output_answering_no_call_and_an_unknown_previous_response_get_the_re
     err, _ = _refused({"input": "x", "previous_response_id": "resp_nope"})
     assert err.body == {"message": "Previous response with id 'resp_nope' not found.", "type": "invalid_request_error",
                         "param": "previous_response_id", "code": "previous_response_not_found"}
+    # the output both chained and sent again: its items twice
+    err, _ = _refused({"input": "x"}, {"input": lambda prev: [*prev.output, *outputs(prev)], "previous_response_id": "$prev"})
+    assert err.body["message"].startswith("Duplicate item found with id fc_") and err.body["param"] == "input"
     # store: false: the response is not kept, so it cannot be chained
     err, _ = _refused({"input": "x", "store": False}, {"input": lambda prev: outputs(prev), "previous_response_id": "$prev"})
     assert err.body["code"] == "previous_response_not_found"

@@ -56,6 +56,10 @@ _ROLES = ("user", "assistant", "system", "developer")
 NO_OUTPUT = "No tool output found for function call {id}."
 #: A ``function_call_output`` whose ``call_id`` matches no ``function_call`` before it.
 NO_CALL = "No tool call found for function call output with call_id {id}."
+#: An item id (``msg_...``, ``fc_...``) twice in the conversation: the output of a response both chained with
+#: ``previous_response_id`` and sent again in ``input`` ("param": "input", "code": null; continuedev/continue#10200,
+#: earendil-works/pi#5149).
+DUPLICATE_ITEM = "Duplicate item found with id {id}. Remove duplicate items from your input and try again."
 #: A ``previous_response_id`` the server does not hold (never made, or made with ``store: false``).
 NO_PREVIOUS = "Previous response with id '{id}' not found."
 #: The context window, as the Responses API words it (``code: context_length_exceeded``, ``param: input``).
@@ -131,10 +135,15 @@ def _validate(body: Any, items: list[Any]) -> None:
                       f"{type(value).__name__} instead.", "input", "invalid_type")
     calls: set[str] = set()
     answered: set[str] = set()
+    ids: set[str] = set()
     for i, item in enumerate(items):
         where = f"input[{i}]"
         if not isinstance(item, dict):
             raise _Refuse(f"Invalid type for '{where}': expected an object.", where, "invalid_type")
+        if isinstance(item.get("id"), str):
+            if item["id"] in ids:
+                raise _Refuse(DUPLICATE_ITEM.format(id=item["id"]), "input")
+            ids.add(item["id"])
         kind = _kind(item)
         if kind == "message":
             role = item.get("role")
