@@ -159,3 +159,41 @@ def test_recorded_responses_hold_no_field_the_simulator_lacks() -> None:
         pytest.skip("the corpus holds no recorded response")
     assert missing == {}
     print(f"\n{seen} recorded responses ({items} message and function_call items): every field rendered")
+
+
+def test_recorded_event_streams_hold_no_field_the_simulator_lacks() -> None:
+    """Each recorded streamed event of a kind the simulator sends (``response.created`` ... ``response.completed``)
+    has no field the simulator's event of that kind lacks; the kinds of features it does not offer (reasoning
+    summaries, built-in tool calls, annotations, ``response.queued`` of background mode) are counted apart."""
+    ours: dict[str, set[str]] = {}
+    for turn in (Turn([{"type": "text", "text": "x"}, {"type": "tool_use", "id": "c", "name": "f", "input": {}}],
+                      "tool_use"), Turn([{"type": "text", "text": "no"}], "refusal")):
+        for raw in openai_responses.render_events(turn, {"id": "msg_01x", "usage": {}}, {}, model="m", created=0):
+            event = json.loads(raw.split(b"data: ", 1)[1])
+            ours.setdefault(event["type"], set()).update(event)
+    streams, checked, other = 0, 0, 0
+    missing: dict[str, set[str]] = {}
+    for path in sorted(Path(str(CORPUS)).glob("*.yaml")):
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        for k, it in enumerate(data.get("interactions") or []):
+            body = (it.get("response") or {}).get("body")
+            text = body.get("string") if isinstance(body, dict) else body
+            if not isinstance(text, str) or "event: response." not in text:
+                continue
+            streams += 1
+            for line in text.splitlines():
+                if not line.startswith("data: "):
+                    continue
+                event = json.loads(line[6:])
+                if event.get("type") not in ours:
+                    other += 1
+                    continue
+                checked += 1
+                extra = set(event) - ours[event["type"]]
+                if extra:
+                    missing.setdefault(f"{path.name}#{k}", set()).update(f"{event['type']}.{f}" for f in extra)
+    if not streams:
+        pytest.skip("the corpus holds no recorded Responses event stream")
+    assert missing == {}
+    print(f"\n{streams} recorded streams: {checked} events of the kinds the simulator sends, every field rendered "
+          f"({other} events of features it does not offer)")

@@ -379,6 +379,9 @@ def render_events(
 
     def emit(kind: str, payload: dict[str, Any]) -> None:
         data = {"type": kind, "sequence_number": len(events), **payload}
+        if kind.endswith(".delta"):  # the padding the live API adds to deltas (``stream_options.include_obfuscation``)
+            data["obfuscation"] = hashlib.blake2b(f"{rid}/{len(events)}".encode(), digest_size=8).hexdigest()[
+                : 16 - min(len(payload["delta"]), 12)]
         events.append(b"event: " + kind.encode() + b"\ndata: " + to_json(data) + b"\n\n")
 
     emit("response.created", {"response": frame})
