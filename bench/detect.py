@@ -12,7 +12,8 @@ Besides the reference loops, the correct rows include the loops of ``tests/loops
 ``examples/catalogue.py``'s ``CONTEXT`` are verified claiming context management (``context=True``) with a token
 budget past the window: the defect that never trims, and the loop that does.
 
-The rows ``openai_loop:*`` are the same loops on the OpenAI wire (Chat Completions, examples/openai_loop.py).
+The rows ``openai_loop:*`` and ``openai_responses_loop:*`` are the same loops on the OpenAI wire (Chat Completions,
+examples/openai_loop.py; the Responses API, examples/openai_responses_loop.py).
 
     python bench/detect.py [--seeds 10] [--max-examples 200] [--only no_step_cap,readme.plain,...] [--skip-memory]
 """
@@ -101,7 +102,8 @@ class _Counter:
 
 #: The correct loops written from the README alone (``tests/loops/readme.py``), each verified with what it claims.
 README_ROWS = {f"readme.{name}": loop for name, loop in readme_loops.LOOPS.items()}
-#: The OpenAI wire (examples/openai_loop.py, Chat Completions): the correct loop, and each twin with what catches it.
+#: The OpenAI wire (examples/openai_loop.py, Chat Completions; examples/openai_responses_loop.py, Responses): the
+#: correct loops, and each twin with what catches it (catalogue.OPENAI).
 
 
 def _row(name: str) -> tuple[Any, simloop.Limits, dict[str, Any]]:

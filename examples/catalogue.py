@@ -161,11 +161,18 @@ TWIN.update({name: "correct_typed" for name in (
 )})
 
 
-#: The loops on the openai SDK's Chat Completions wire: one module, `examples.openai_loop`, whose reference
-#: ``drive`` and one-bug twins are functions of it ("module:function" -> the ids that catch it; None: correct).
+#: The loops on the openai SDK's wires: `examples.openai_loop` (Chat Completions) and `examples.openai_responses_loop`
+#: (Responses), whose reference loops and one-bug twins are functions of them ("module:function" -> the ids that
+#: catch it; None: correct).
 OPENAI: dict[str, frozenset[str] | None] = {
     "openai_loop:drive": None,
     "openai_loop:drive_partial_answers": frozenset({"pairing"}),
     "openai_loop:drive_tools_from_length": frozenset({"truncation"}),
     "openai_loop:drive_rerun_after_500": frozenset({"no_rerun"}),
+    # the Responses API (`examples.openai_responses_loop`): a plain list of input items, and a previous_response_id chain
+    "openai_responses_loop:drive": None,
+    "openai_responses_loop:drive_chained": None,
+    "openai_responses_loop:drive_partial_answers": frozenset({"pairing"}),
+    "openai_responses_loop:drive_tools_from_incomplete": frozenset({"truncation"}),
+    "openai_responses_loop:drive_rerun_after_500": frozenset({"no_rerun"}),
 }

@@ -234,6 +234,9 @@ class Ids:
 
     rng: random.Random
     counts: dict[str, int] = field(default_factory=dict)
+    #: The shape of tool call ids: ``toolu_01`` + 22 characters (the Messages API), or ``call_`` + 24 (the OpenAI
+    #: wires, `for_openai`).  Both draw the same bits, so one seed makes the same world on either wire.
+    tool_prefix: str = "toolu_01"
 
     def make(self, prefix: str, n: int = 24) -> str:
         # one draw, base64 with digits for '+' and '/': alphanumeric like the real ids, and cheap (hot path)
@@ -248,7 +251,13 @@ class Ids:
 
     def tool_use(self) -> str:
         raw = self.rng.getrandbits(144).to_bytes(18, "big")
-        return "toolu_01" + b2a_base64(raw, newline=False).translate(_ALTCHARS).decode("ascii")[:22]
+        text = b2a_base64(raw, newline=False).translate(_ALTCHARS).decode("ascii")
+        return "toolu_01" + text[:22] if self.tool_prefix == "toolu_01" else self.tool_prefix + text[:24]
+
+    def for_openai(self) -> Ids:
+        """The same draws (one random stream, one set of counts), with tool call ids shaped as the OpenAI API's
+        (``call_`` + 24 characters): the OpenAI wires' replies carry them, and loops send them back as they are."""
+        return Ids(self.rng, self.counts, "call_")
 
     def server_tool_use(self) -> str:
         """A ``srvtoolu_01...`` id, as the real API gives server tool calls."""

@@ -141,7 +141,7 @@ def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
                 f"PROCESS DIED at {e.t:.3f}s{during}: the loop restarts (life {e.life}), sim.store kept"
             )
             current.tools.append(current.restarts[-1])
-        elif isinstance(e, Request) and e.path.endswith(("/messages", "/chat/completions")):
+        elif isinstance(e, Request) and e.path.endswith(("/messages", "/chat/completions", "/responses")):
             current = by_call.get(e.call)
             if current is None:
                 current = by_call[e.call] = Step(call=e.call, t=e.t, input_tokens=e.input_tokens,

@@ -409,8 +409,10 @@ class Transcript:
 
     @property
     def model_calls(self) -> int:
-        """Logical model calls to ``/v1/messages`` or ``/v1/chat/completions`` (retries of one call count once)."""
-        return len({r.call for r in self.requests if r.path in ("/v1/messages", "/v1/chat/completions")})
+        """Logical model calls to ``/v1/messages``, ``/v1/chat/completions`` or ``/v1/responses`` (retries of one call
+        count once)."""
+        return len({r.call for r in self.requests if r.path in ("/v1/messages", "/v1/chat/completions",
+                                                                "/v1/responses")})
 
     # -- JSONL -------------------------------------------------------------------
 

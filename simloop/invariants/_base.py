@@ -31,7 +31,7 @@ from simloop.transcript import (
 )
 
 __all__ = [
-    "MESSAGES_PATH", "MODEL_PATHS", "REASONS", "Invariant", "Split", "TurnSlice", "Violation", "per_turn", "result_text",
+    "MESSAGES_PATH", "MODEL_PATHS", "REASONS", "RESPONSES_PATH", "Invariant", "Split", "TurnSlice", "Violation", "per_turn", "result_text",
     "too_large", "turn_slices",
 ]
 
@@ -42,9 +42,10 @@ REASONS = (
     "repetition", "error",
 )
 MESSAGES_PATH = "/v1/messages"
-#: The paths of model calls: the Messages API, and the Chat Completions API (the OpenAI wire, recorded in the
-#: Messages shape: docs/design.md, The OpenAI wire).
-MODEL_PATHS = frozenset({MESSAGES_PATH, "/v1/chat/completions"})
+#: The paths of model calls: the Messages API, and the OpenAI wire's Chat Completions and Responses APIs (recorded in
+#: the Messages shape, a Responses request with its ``previous_response_id`` chain: docs/design.md, The OpenAI wire).
+RESPONSES_PATH = "/v1/responses"
+MODEL_PATHS = frozenset({MESSAGES_PATH, "/v1/chat/completions", RESPONSES_PATH})
 _FINAL_STOPS = ("end_turn", "stop_sequence")
 _SIZE_HINTS = ("prompt is too long", "context window", "request_too_large", "too large", "maximum context length")
 

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from simloop.invariants._base import MESSAGES_PATH, MODEL_PATHS, Violation, too_large
+from simloop.invariants._base import MESSAGES_PATH, MODEL_PATHS, RESPONSES_PATH, Violation, too_large
 from simloop.transcript import Request, Response, Restart, Transcript, TurnStart
 
 __all__ = ["pairing", "request_valid"]
@@ -52,6 +52,25 @@ _PAIRING_CHAT = {
                            "a correct loop appends each assistant reply to the history once, as received"),
 }
 
+
+#: The same offences as the Responses API words them: function_call items and their function_call_output items
+#: (over the whole conversation, a ``previous_response_id`` chain included).
+_PAIRING_RESPONSES = {
+    "missing_result": (("the function_call {uid} ({tool}) has no function_call_output answering it before the next "
+                       "request"),
+                       ("a correct loop appends a function_call_output (its call_id) for every function_call of a "
+                        "response before it calls the model again, also when the tool failed or was not run")),
+    "result_not_first": ("the function_call_output for {uid} comes after other input",
+                         "a correct loop appends the function_call_output items right after the response's output"),
+    "orphan_result": ("a function_call_output answers {uid}, which is not a function_call of the previous response",
+                      ("a correct loop keeps the response's output (its function_call items) in the input, or chains "
+                       "it with previous_response_id, and answers only the calls it holds")),
+    "duplicate_result": ("a second function_call_output for {uid}",
+                         "a correct loop sends exactly one function_call_output per function_call"),
+    "duplicate_tool_use": ("the call_id {uid} appears twice",
+                           ("a correct loop appends each response's output once, and does not both append it and "
+                            "chain it with previous_response_id")),
+}
 
 Block = tuple[tuple[int, int], dict[str, Any]]  # (message index, block index or -1 for string content), block
 
@@ -205,8 +224,8 @@ def pairing(t: Transcript) -> list[Violation]:
             evidence["tool"] = o.tool
         if r.path == MESSAGES_PATH:
             text = f"{o.what}{more}; {_PAIRING_FIX[o.kind]}"
-        else:  # the Chat Completions wire: the same offence, in its words
-            what, fix = _PAIRING_CHAT[o.kind]
+        else:  # an OpenAI wire: the same offence, in its words
+            what, fix = (_PAIRING_RESPONSES if r.path == RESPONSES_PATH else _PAIRING_CHAT)[o.kind]
             text = f"{what.format(uid=o.tool_use_id, tool=o.tool)}{more}; {fix}"
         out.append(Violation("pairing", text, r.call, evidence))
     return out

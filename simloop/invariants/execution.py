@@ -166,8 +166,8 @@ def _exc_parts(m: re.Match[str]) -> tuple[str, str]:
 
 
 def _says_error(block: dict[str, Any], error: str | None) -> bool:
-    """A tool message of the Chat Completions wire (which has no ``is_error``) that reports the failure: its text
-    holds the exception's message or the word "error"."""
+    """A tool message or function_call_output of an OpenAI wire (which has no ``is_error``) that reports the
+    failure: its text holds the exception's message or the word "error"."""
     text = result_text(block)
     message = (error or "").split(": ", 1)[-1].strip()[:200]
     return bool(message and message in text) or "error" in text.lower()
@@ -176,8 +176,8 @@ def _says_error(block: dict[str, Any], error: str | None) -> bool:
 def tool_errors(t: Transcript) -> list[Violation]:
     """A tool's exception becomes an is_error tool_result; it does not escape the loop.
 
-    On the Chat Completions wire, which has no ``is_error``, the tool message reports the failure in its text
-    (the exception's message, or the word "error").
+    On the OpenAI wires, which have no ``is_error``, the tool message or function_call_output reports the failure
+    in its text (the exception's message, or the word "error").
 
     After a `Halt` the exception that ended the run is simloop's own unwinding, not a tool's.
     """

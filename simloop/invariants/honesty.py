@@ -8,6 +8,7 @@ from simloop.invariants._base import (
     _FINAL_STOPS,
     MESSAGES_PATH,
     REASONS,
+    RESPONSES_PATH,
     Violation,
     _canon,
     _is_write,
@@ -51,9 +52,12 @@ def truncation(t: Transcript) -> list[Violation]:
 
 
 def _cut(v: _View, reply: Response) -> str:
-    """How the reply's wire names a cut-off reply: ``max_tokens``, or ``finish_reason "length"`` (Chat Completions)."""
+    """How the reply's wire names a cut-off reply: ``max_tokens``, ``finish_reason "length"`` (Chat Completions) or
+    ``status "incomplete"`` (Responses)."""
     req = v.request_at.get(reply.index)
-    return "max_tokens" if req is None or req.path == MESSAGES_PATH else 'finish_reason "length"'
+    if req is None or req.path == MESSAGES_PATH:
+        return "max_tokens"
+    return 'status "incomplete" (max_output_tokens)' if req.path == RESPONSES_PATH else 'finish_reason "length"'
 
 
 def _last_reply(v: _View) -> Response | None:

@@ -34,7 +34,7 @@ from pydantic_core import from_json, to_json
 from simloop.models import Ids, ModelPolicy, ModelRequest, RecordedError, _turn, turn_from_reply
 from simloop.scenario import Reply
 from simloop.transcript import SUBRUN, Request, Response, Transcript
-from simloop.wire import openai_chat
+from simloop.wire import openai_chat, openai_responses
 from simloop.wire.errors import error_body, error_headers
 from simloop.wire.render import Turn, render_error_event, render_message, render_sse
 from simloop.wire.validate import (
@@ -212,6 +212,8 @@ class SimServer:
         self._parser = _BodyParser()
         self._validator = ConversationValidator(signed_by_sim=sign_thinking, read_only=True)
         self._kinds: dict[int, tuple[Reply, str]] = {}  # id(reply) -> (reply, reply.kind): replies are frozen
+        # the Responses API's stored responses of this run: id -> the input and output items it chains
+        self.stored_responses: dict[str, list[Any]] = {}
 
     # -- entry point -----------------------------------------------------------
 
@@ -251,6 +253,8 @@ class SimServer:
         chat: _Chat | None = None
         if path == openai_chat.CHAT_COMPLETIONS:  # the OpenAI wire: recorded as the Messages request it stands for
             chat = _Chat(parsed, openai_chat.validate_chat(parsed), self.now())
+        elif path == openai_responses.RESPONSES:  # the same, with its previous_response_id chain prepended
+            chat = _Responses(parsed, self.stored_responses, self.now())
         req = Request(
             t=self.now(), index=index, call=call, attempt=attempt, path=path,
             stream=isinstance(parsed, dict) and bool(parsed.get("stream")),
@@ -281,7 +285,7 @@ class SimServer:
 
     def _call_number(self, path: str, attempt: int, body: bytes) -> int:
         """SDK retries (retry count > 0) belong to the call whose body they repeat."""
-        if path != MESSAGES and path != openai_chat.CHAT_COMPLETIONS:
+        if path != MESSAGES and path != openai_chat.CHAT_COMPLETIONS and path != openai_responses.RESPONSES:
             return self.calls
         size = len(body)
         same_size = self._calls_by_size.get(size)
@@ -354,6 +358,8 @@ class SimServer:
             call=req.call, attempt=req.attempt, body=effective, conversation=effective["messages"], stream=req.stream
         )
         answer = self.policy.reply(mreq)
+        # the OpenAI wires' tool call ids are shaped as theirs (``call_...``), drawn from the same random stream
+        ids = self.ids if chat is None else self.ids.for_openai()
         if isinstance(answer, RecordedError):
             return self._recorded_error(req, answer)
         reply: Reply | None
@@ -369,10 +375,10 @@ class SimServer:
                 self._kinds[id(answer)] = (answer, kind)
             if kind == "error":
                 return self._fault(req, answer, mreq, request_id, chat=chat)
-            turn = _turn(answer, kind, mreq, self.ids)
+            turn = _turn(answer, kind, mreq, ids)
         else:
             reply = None
-            turn = answer if isinstance(answer, Turn) else turn_from_reply(answer, mreq, self.ids)
+            turn = answer if isinstance(answer, Turn) else turn_from_reply(answer, mreq, ids)
         input_tokens = req.input_tokens
         output_tokens: int | None = None
         cache = (0, 0)
@@ -443,7 +449,8 @@ class SimServer:
     def _chat(
         self, req: Request, chat: _Chat, method: str, headers: Mapping[str, str], raw: bytes, request_id: str,
     ) -> Planned:
-        """``POST /v1/chat/completions``: the OpenAI wire's own checks, then the one world, then its own rendering."""
+        """``POST /v1/chat/completions`` or ``/v1/responses``: the OpenAI wire's own checks, then the one world, then
+        its own rendering."""
         if method != "POST":
             return chat.error(req, 404, request_id, message=f"Invalid URL ({method} {req.path})")
         if not headers.get("authorization", "").startswith("Bearer "):
@@ -655,6 +662,11 @@ class _Chat:
                          "path": rejection.path}
         return Planned(status=status, headers=headers, body=body, record=rec)
 
+    def context_error(self, tokens: str, limit: str) -> tuple[str, str]:
+        """The context window's 400 text and ``param`` on this wire."""
+        return ((f"This model's maximum context length is {limit} tokens. However, your messages resulted in "
+                f"{tokens} tokens. Please reduce the length of the messages."), "messages")
+
     def converted(self, planned: Planned, request_id: str) -> Planned:
         """An error the one world decided (a scripted fault, the context window), in this wire's envelope."""
         rec = planned.record
@@ -665,13 +677,68 @@ class _Chat:
         if rec.rejection is not None and str(rec.rejection.get("message", "")).startswith("prompt is too long"):
             tokens = str(rec.rejection["message"]).split(": ", 1)[1].split(" ", 1)[0]
             limit = str(rec.rejection["message"]).rsplit("> ", 1)[1].split(" ", 1)[0]
-            text = (f"This model's maximum context length is {limit} tokens. However, your messages resulted in "
-                    f"{tokens} tokens. Please reduce the length of the messages.")
-            rejection = Rejection(400, "invalid_request_error", text, {"param": "messages",
-                                                                       "code": "context_length_exceeded"}, "messages")
+            text, param = self.context_error(tokens, limit)
+            rejection = Rejection(400, "invalid_request_error", text, {"param": param,
+                                                                       "code": "context_length_exceeded"}, param)
             rec.rejection = {**rec.rejection, "message": text}
         status, body, headers = openai_chat.chat_error(planned.status, rejection=rejection, request_id=request_id,
                                                        model=self.model, retry_after=retry_after)
         rec.status = status
         rec.error = json.loads(body)
         return Planned(status=status, headers=headers, body=body, latency=planned.latency, record=rec)
+
+
+class _Responses(_Chat):
+    """One Responses API request (`simloop.wire.openai_responses`): the conversation it stands for (its
+    ``previous_response_id`` chain, then its ``input``) in the Messages shape, and its answer rendered as a
+    ``response`` or its events.  A response the loop did not send with ``store: false`` is kept for chaining."""
+
+    __slots__ = ("body", "items", "stored")
+
+    def __init__(self, sent: Any, stored: dict[str, list[Any]], now: float) -> None:
+        items, rejection = openai_responses.expand(sent, stored)
+        if rejection is None:
+            rejection = openai_responses.validate_responses(sent, items)
+        super().__init__(None, rejection, now)
+        self.body: dict[str, Any] = sent if type(sent) is dict else {}
+        self.items = items
+        self.stored = stored
+        self.internal = sent
+        if type(sent) is dict:
+            try:  # a request refused for its pairing still stands for a conversation: the invariants read it
+                self.internal = openai_responses.to_internal(sent, items)
+            except (KeyError, TypeError, AttributeError):
+                self.internal = sent
+            self.model = str(sent.get("model"))
+        self.created = openai_responses.created_at(now)
+
+    def planned(
+        self, turn: Turn, message: dict[str, Any], rec: Response, request_id: str, latency: float, *, stream: bool,
+    ) -> Planned:
+        payload = openai_responses.render_response(turn, message, self.body, model=self.model, created=self.created)
+        if self.body.get("store", True) is not False:
+            self.stored[payload["id"]] = [*self.items, *payload["output"]]
+        if stream:
+            events = openai_responses.render_events(turn, message, self.body, model=self.model, created=self.created)
+            return Planned(headers=[_SSE, ("x-request-id", request_id)], events=events, latency=latency, record=rec)
+        return Planned(headers=[_JSON, ("x-request-id", request_id)], body=to_json(payload), latency=latency,
+                       record=rec)
+
+    def broken_stream(
+        self, partial: Turn, message_id: str, rec: Response, request_id: str, latency: float, *, error: bool,
+    ) -> Planned:
+        """A stream that starts well and then breaks: cut, or an ``error`` event (``stream_error``)."""
+        cut_turn = Turn(content=partial.content, stop_reason=None)
+        events = openai_responses.render_events(cut_turn, {"id": message_id, "usage": {}}, self.body,
+                                                model=self.model, created=self.created)
+        rec.status = 200
+        cut = min(5, len(events))
+        planned = Planned(headers=[_SSE, ("x-request-id", request_id)], events=events, cut_after=cut,
+                          latency=latency, record=rec)
+        if error:
+            planned.error_event = openai_responses.stream_error_event(cut)
+            rec.error = json.loads(planned.error_event.split(b"data: ", 1)[1])
+        return planned
+
+    def context_error(self, tokens: str, limit: str) -> tuple[str, str]:
+        return openai_responses.CONTEXT_EXCEEDED, "input"
