@@ -69,6 +69,7 @@ from simloop.scenario import Scenario, load_scenario
 from simloop.tools import ToolBox
 from simloop.transcript import Header, Request, ToolEnd, ToolStart, Transcript
 from simloop.wire.errors import STATUS_ERRORS, error_body
+from simloop.wire.openai_chat import FAKE_OPENAI_KEY
 from simloop.wire.server import InternalFailure, Planned, SimServer
 
 __all__ = ["LoopbackServer", "export_lines", "run", "serve"]
@@ -640,10 +641,8 @@ def export_lines(server: LoopbackServer) -> list[str]:
     as their default ``https://api.openai.com/v1``) and will not start without an ``OPENAI_API_KEY``: a fake
     one (the server takes any key).
     """
-    from simloop.sim import OPENAI_API_KEY
-
     lines = [f"export ANTHROPIC_BASE_URL={server.base_url}", f"export OPENAI_BASE_URL={server.openai_base_url}",
-             f"export OPENAI_API_KEY={OPENAI_API_KEY}"]
+             f"export OPENAI_API_KEY={FAKE_OPENAI_KEY}"]
     if server.mcp_url:
         lines.append(f"export SIMLOOP_MCP_URL={server.mcp_url}")
     return lines
