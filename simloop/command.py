@@ -3,7 +3,8 @@
 `command_drive(command)` is a drive like any other, so `simloop.verify` searches, checks and shrinks a
 loop written in TypeScript, Go or bash exactly as it does a Python one.  Per run it serves the run's
 world (its generated model and tool faults, its transcript) on a loopback socket
-(`simloop.wire.loopback.LoopbackServer`: the Messages API, and the tools over MCP and plain JSON), runs
+(`simloop.wire.loopback.LoopbackServer`: the Messages API and the OpenAI Chat Completions wire, one world,
+and the tools over MCP and plain JSON), runs
 the command with that world in its environment, and reads how the loop says it stopped.
 
 The command's environment (docs/design.md, Loops in any language):
@@ -11,6 +12,8 @@ The command's environment (docs/design.md, Loops in any language):
 ==========================  ==========================================================================
 ``ANTHROPIC_BASE_URL``      the simulated Messages API (the official SDKs read it); ``ANTHROPIC_API_KEY``
                             is a fake key
+``OPENAI_BASE_URL``         the same world on the Chat Completions wire, ``BASE/v1`` (the ``openai`` SDKs,
+                            Python and TypeScript, read it); ``OPENAI_API_KEY`` is a fake key
 ``SIMLOOP_MCP_URL``         the tools over MCP streamable HTTP (when ``simloop[mcp]`` is installed)
 ``SIMLOOP_TOOLS_URL``       the tools as plain JSON: ``POST $SIMLOOP_TOOLS_URL/NAME`` with the input as
                             the body answers ``{"content": TEXT, "is_error": BOOL}``
@@ -60,7 +63,7 @@ from simloop._runtime.prepare import once
 from simloop._runtime.proctree import Tree
 from simloop.errors import UsageError
 from simloop.outcome import REASONS, Outcome
-from simloop.sim import API_KEY, Sim
+from simloop.sim import API_KEY, OPENAI_API_KEY, Sim
 
 __all__ = ["CommandFailed", "command_drive", "outcome_of"]
 
@@ -197,6 +200,8 @@ def _environment(sim: Sim, server: Any, env: Mapping[str, str] | None, tree: Tre
         **(env or {}),
         "ANTHROPIC_BASE_URL": server.base_url,
         "ANTHROPIC_API_KEY": API_KEY,
+        "OPENAI_BASE_URL": server.openai_base_url,
+        "OPENAI_API_KEY": OPENAI_API_KEY,
         "SIMLOOP_TOOLS_URL": server.base_url + "/simloop/tools",
         "SIMLOOP_TOOLS": json.dumps(sim.tool_schemas),
         "SIMLOOP_TASK": sim.task,

@@ -58,6 +58,7 @@ from simloop.transcript import (
     Transcript,
     TurnStart,
 )
+from simloop.wire.openai_chat import FAKE_OPENAI_KEY
 from simloop.wire.server import Budget, InternalFailure, SimServer
 
 if TYPE_CHECKING:
@@ -1061,7 +1062,7 @@ def _prototype(cls: Any) -> tuple[Any, str | None]:
 
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
-OPENAI_API_KEY = "sk-simloop-000000000000000000000000000000000000000000000000"  # fake: the simulator takes any
+OPENAI_API_KEY = FAKE_OPENAI_KEY  # fake: the simulator takes any
 
 
 def _openai_client(is_async: bool, http_client: Any) -> Any:

@@ -351,12 +351,39 @@ def test_serve_prints_the_base_url_answers_and_writes_its_trace(
     assert reply["type"] == "message" and reply["stop_reason"] == "tool_use"
     base_url = str(printed["stdout"]).strip()
     assert printed["stdout"] == base_url + "\n"  # the URL alone on stdout, for scripts to read
-    assert (
-        printed["stderr"]
-        == f"simloop: serving scenario 'happy-path'; Ctrl-C stops\n  export ANTHROPIC_BASE_URL={base_url}\n"
+    assert printed["stderr"] == (
+        f"simloop: serving scenario 'happy-path'; Ctrl-C stops\n  export ANTHROPIC_BASE_URL={base_url}\n"
+        f"  export OPENAI_BASE_URL={base_url}/v1\n  export OPENAI_API_KEY=sk-simloop-{'0' * 48}\n"
     )
     assert capsys.readouterr().err == f"simloop: stopped after 1 request(s)\ntranscript written to {trace}\n"
     assert len(Transcript.read(trace).requests) == 1
+
+
+def test_serve_tells_both_sdks_where_it_is(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The lines simloop serve prints to export are what the official SDKs read: each reaches the one world."""
+    openai = pytest.importorskip("openai", reason="the OpenAI wire needs the openai SDK: pip install 'simloop[openai]'")
+    import anthropic
+
+    said: list[str] = []
+
+    def both_sdks_then_ctrl_c() -> None:
+        exports = [line.split()[1] for line in capsys.readouterr().err.splitlines() if line.startswith("  export ")]
+        env = dict(pair.split("=", 1) for pair in exports)
+        assert sorted(env) == ["ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL"]
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-anything")
+        ask = [{"role": "user", "content": "Where is order 7?"}]
+        reply = anthropic.Anthropic(max_retries=0).messages.create(model="claude-sonnet-5", max_tokens=64, messages=ask)
+        said.append(str(reply.stop_reason))
+        chat = openai.OpenAI(max_retries=0).chat.completions.create(model="gpt-4o", messages=ask)  # from the env alone
+        said.append(str(chat.choices[0].finish_reason))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_serve, "_wait_for_interrupt", both_sdks_then_ctrl_c)
+    assert main(["serve", "--scenario", str(SCENARIOS / "happy-path.yaml"), "--port", "0"]) == 0
+    assert said == ["tool_use", "stop"]  # the script's first two replies (a tool call, then its answer), one a wire
+    assert capsys.readouterr().err.startswith("simloop: stopped after 2 request(s)")
 
 
 def test_serve_with_a_stand_in_server(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -367,6 +394,8 @@ def test_serve_with_a_stand_in_server(monkeypatch: pytest.MonkeyPatch, capsys: p
 
     class StandIn:
         base_url = "http://127.0.0.1:9"
+        openai_base_url = "http://127.0.0.1:9/v1"
+        mcp_url = None
         transcript = Transcript.from_jsonl('{"type": "header", "scenario": "s", "seed": 0, "version": 1}\n')
         errors = ()
         warning = None

@@ -1,9 +1,10 @@
-"""Loops in any language (`simloop.command`, ``simloop verify --command``): a TypeScript loop on the official
-``@anthropic-ai/sdk`` and a bash/curl/jq loop, each passing and its one-bug twin caught.
+"""Loops in any language (`simloop.command`, ``simloop verify --command``): TypeScript loops on the official
+``@anthropic-ai/sdk`` and ``openai`` packages, a Python loop on the ``openai`` SDK as a process of its own and
+a bash/curl/jq loop, each passing and its one-bug twin caught: both wires of the one world.
 
-Real processes on real time, on 127.0.0.1 only, so the budgets are a handful of runs.  The TypeScript test
-installs the SDK and the compiler with npm into a temporary folder (skipped with its reason when node, npm
-or the registry is unavailable); the bash test needs bash, curl and jq.
+Real processes on real time, on 127.0.0.1 only, so the budgets are a handful of runs.  The TypeScript tests
+install the SDK and the compiler with npm into a temporary folder (skipped with its reason when node, npm
+or the registry is unavailable); the bash test needs bash, curl and jq; the Python one the ``openai`` SDK.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from simloop import cli as cli_module
 from simloop import command
 from simloop.cli import main
 from simloop.command import CommandFailed, _Capped, command_drive, outcome_of
+from simloop.sim import OPENAI_API_KEY
 from simloop.strategies import plans
 from simloop.transcript import ToolStart
 
@@ -40,6 +42,8 @@ CALM = {"slow": ((False, 1),), "heavy": ((False, 1),), "personas": (("finishes",
 TOOL_FAULTS = plans(min_steps=1, tool_fault_rates=((5, 1),), fault_rates=((0, 1),), outages=((None, 1),), **CALM)
 #: runs that meet an API outage after their tool calls: where a loop that retries without limit runs away
 OUTAGE = plans(outages=((simloop.Reply(error=529), 1),), fault_rates=((0, 1),), tool_fault_rates=((0, 1),), **CALM)
+#: runs of two steps or more, without faults: where parallel tool calls come (and a loop answering one of them shows)
+TOOL_CALLS = plans(min_steps=2, fault_rates=((0, 1),), tool_fault_rates=((0, 1),), outages=((None, 1),), **CALM)
 NO_SHRINK = Settings(phases=[Phase.explicit, Phase.generate])  # caught is enough here; the bash test shrinks
 
 
@@ -283,15 +287,14 @@ def test_a_crash_report_names_the_error_line_of_a_real_command(tmp_path: Path) -
 # -- TypeScript on @anthropic-ai/sdk -----------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def ts_agent(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """examples/any_language/agent.ts compiled against the official SDK, installed with npm into a temp folder."""
+def _compiled(tmp_path_factory: pytest.TempPathFactory, source: str, sdk: dict[str, str]) -> Path:
+    """examples/any_language/SOURCE compiled against ``sdk`` (the official package), installed with npm into a
+    temp folder; skips with the reason when node, npm or the registry is not there."""
     if not (shutil.which("node") and shutil.which("npm")):
         pytest.skip("node and npm are not installed: the TypeScript loop cannot run here")
-    folder = tmp_path_factory.mktemp("ts-agent")
+    folder = tmp_path_factory.mktemp(Path(source).stem)
     (folder / "package.json").write_text(json.dumps({
-        "type": "module", "private": True,
-        "dependencies": {"@anthropic-ai/sdk": "^1", "typescript": "^5", "@types/node": "^20"},
+        "type": "module", "private": True, "dependencies": {**sdk, "typescript": "^5", "@types/node": "^20"},
     }))
     npm = subprocess.run(
         ["npm", "install", "--no-audit", "--no-fund", "--silent"], cwd=folder, capture_output=True, text=True,
@@ -299,14 +302,20 @@ def ts_agent(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     if npm.returncode != 0:
         pytest.skip(f"npm install failed (is the npm registry reachable?): {npm.stderr.strip()[-300:]}")
-    shutil.copy(LOOPS / "agent.ts", folder / "agent.ts")
+    shutil.copy(LOOPS / source, folder / source)
     tsc = subprocess.run(
-        ["node", "node_modules/typescript/bin/tsc", "agent.ts", "--strict", "--module", "nodenext",
+        ["node", "node_modules/typescript/bin/tsc", source, "--strict", "--module", "nodenext",
          "--moduleResolution", "nodenext", "--target", "es2022", "--skipLibCheck"],
         cwd=folder, capture_output=True, text=True, timeout=300, check=False,
     )
     assert tsc.returncode == 0, tsc.stdout + tsc.stderr  # the example type-checks against the SDK's own types
-    return folder / "agent.js"
+    return folder / source.replace(".ts", ".js")
+
+
+@pytest.fixture(scope="module")
+def ts_agent(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """examples/any_language/agent.ts compiled against the official @anthropic-ai/sdk."""
+    return _compiled(tmp_path_factory, "agent.ts", {"@anthropic-ai/sdk": "^1"})
 
 
 def test_a_typescript_loop_on_the_official_sdk_passes(ts_agent: Path, tmp_path: Path) -> None:
@@ -323,6 +332,67 @@ def test_its_twin_that_drops_is_error_is_caught(ts_agent: Path, tmp_path: Path) 
     assert {v.invariant for v in caught.value.violations} == {"tool_errors"}
     assert "reported as a success (no is_error)" in caught.value.violations[0].message
     assert "--command" in caught.value.replay and "--drop-tool-errors" in caught.value.replay
+
+
+# -- the OpenAI wire: TypeScript and Python on the official openai SDKs ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ts_openai_agent(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """examples/any_language/openai_agent.ts compiled against the official `openai` package (6.x on Node 20;
+    7.x needs Node 22)."""
+    return _compiled(tmp_path_factory, "openai_agent.ts", {"openai": ">=6 <8"})
+
+
+def test_a_typescript_loop_on_the_openai_package_passes(ts_openai_agent: Path, tmp_path: Path) -> None:
+    # unmodified: `new OpenAI()` reads OPENAI_BASE_URL and OPENAI_API_KEY, and speaks Chat Completions
+    report = simloop.verify(command_drive(["node", str(ts_openai_agent)]), limits=LIMITS, max_examples=6, seed=3,
+                            out_dir=tmp_path)
+    assert report.ok and report.examples == 6
+
+
+def test_its_twin_that_answers_only_the_first_tool_call_is_caught(ts_openai_agent: Path, tmp_path: Path) -> None:
+    twin = command_drive(["node", str(ts_openai_agent), "--answer-first-only"])
+    with pytest.raises(simloop.InvariantViolation) as caught:
+        simloop.verify(twin, limits=LIMITS, max_examples=10, seed=3, plan=TOOL_CALLS, out_dir=tmp_path,
+                       settings=NO_SHRINK)
+    assert {v.invariant for v in caught.value.violations} == {"pairing"}
+    assert "has no tool message answering it before the next request" in caught.value.violations[0].message
+    assert "--answer-first-only" in caught.value.replay
+    sent = caught.value.transcript.requests if caught.value.transcript is not None else []
+    assert sent and {r.path for r in sent} == {"/v1/chat/completions"}  # the SDK's own wire, at OPENAI_BASE_URL
+
+
+@pytest.fixture
+def python_openai() -> None:
+    pytest.importorskip("openai", reason="the OpenAI wire needs the openai SDK: pip install 'simloop[openai]'")
+
+
+def test_simloop_verify_command_passes_a_python_loop_on_the_openai_sdk(
+        python_openai: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["verify", "--command", shlex.join([sys.executable, str(LOOPS / "openai_agent.py")]), "--max-examples",
+            "3", "--seed", "3", "--max-steps", "6", "--out", str(tmp_path), "--no-progress"]
+    assert main(args) == 0
+    assert "ok: 3 runs of --command" in capsys.readouterr().out
+
+
+def test_the_python_twin_is_caught(python_openai: None, tmp_path: Path) -> None:
+    twin = command_drive([sys.executable, str(LOOPS / "openai_agent.py"), "--answer-first-only"])
+    with pytest.raises(simloop.InvariantViolation) as caught:
+        simloop.verify(twin, limits=LIMITS, max_examples=10, seed=3, plan=TOOL_CALLS, out_dir=tmp_path,
+                       settings=NO_SHRINK)
+    assert {v.invariant for v in caught.value.violations} == {"pairing"}
+    assert caught.value.violations[0].evidence["kind"] == "missing_result"
+
+
+def test_the_command_finds_both_wires_in_its_environment(tmp_path: Path) -> None:
+    script = ("import json, os; print(json.dumps({'reason': 'final', 'text': ' '.join(os.environ[n] for n in "
+              "('ANTHROPIC_BASE_URL', 'OPENAI_BASE_URL', 'OPENAI_API_KEY'))}))")
+    with simloop.Sim({"task": "t", "then": "end_turn"}) as sim:
+        outcome = sim.run(command_drive([sys.executable, "-c", script], mcp=False))
+    anthropic_url, openai_url, key = outcome.text.split()
+    assert anthropic_url.startswith("http://127.0.0.1:") and openai_url == anthropic_url + "/v1"
+    assert key == OPENAI_API_KEY  # a fake key: the SDK will not start without one
 
 
 # -- bash, curl and jq, through the command line ----------------------------------------------------------------------

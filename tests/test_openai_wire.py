@@ -216,6 +216,69 @@ def test_the_async_client_and_a_tool_error_told_in_text() -> None:
     assert isinstance(sim.transcript.events[0], Request)
 
 
+# -- on a real socket: simloop serve and verify --command ---------------------------------------------------------------
+
+
+def test_the_loopback_server_answers_both_wires_at_either_base_url() -> None:
+    import anthropic
+    import httpx2
+
+    from simloop.wire import loopback
+    from simloop.wire.server import route
+
+    world = scenario({"end_turn": "Hello, Messages."}, CALLS, {"end_turn": "Found both."}, {"end_turn": "Bare."})
+    with loopback.serve(world) as server:
+        assert server.openai_base_url == server.base_url + "/v1"  # as the SDKs' default https://api.openai.com/v1
+        claude = anthropic.Anthropic(api_key="sk-ant-x", base_url=server.base_url, max_retries=0)
+        said = claude.messages.create(model="claude-sonnet-5", max_tokens=64, messages=[{"role": "user", "content": "x"}])
+        assert said.content[0].type == "text" and said.content[0].text == "Hello, Messages."
+        gpt = openai.OpenAI(api_key="sk-x", base_url=server.openai_base_url, max_retries=0)
+        messages: list[Any] = [{"role": "user", "content": "Find it."}]
+        reply = gpt.chat.completions.create(model="gpt-4o", messages=messages, tools=TOOLS)
+        calls = reply.choices[0].message.tool_calls or []
+        assert reply.choices[0].finish_reason == "tool_calls" and len(calls) == 2
+        messages.append(reply.choices[0].message.model_dump(exclude_none=True))
+        messages += [{"role": "tool", "tool_call_id": c.id, "content": "ok"} for c in calls]
+        stream = gpt.chat.completions.create(model="gpt-4o", messages=messages, tools=TOOLS, stream=True)
+        assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == "Found both."
+        # a base URL without /v1 (the server's bare address) reaches the same route
+        bare = openai.OpenAI(api_key="sk-x", base_url=server.base_url, max_retries=0)
+        done = bare.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "again"}])
+        assert done.choices[0].message.content == "Bare."
+        missing = httpx2.post(server.base_url + "/messages", json={}, headers={"authorization": "Bearer sk-x"})
+        assert missing.status_code == 404  # the Messages API has no alias: its SDKs always write /v1
+    paths = [r.path for r in server.transcript.requests]
+    assert paths == ["/v1/messages", "/v1/chat/completions", "/v1/chat/completions", "/v1/chat/completions",
+                     "/messages"]
+    assert [r.call for r in server.transcript.requests][:4] == [1, 2, 3, 4]  # the wires share one world's calls
+    assert route("/chat/completions") == route("/v1/chat/completions") == "/v1/chat/completions"
+    assert route("/v1/messages") == "/v1/messages" and route("/messages") == "/messages"
+
+
+def test_fast_retries_replace_the_chat_wires_own_wait() -> None:
+    # before: a 429's own retry-after-ms (30000) and simloop's (1) were both sent; the SDK read neither as a number
+    # and waited the 30 s of retry-after, in real time
+    import time
+
+    import httpx2
+
+    from simloop.wire import loopback
+
+    limited = {"error": 429, "retry_after": 30}
+    with loopback.serve(scenario(limited, limited, {"end_turn": "ok"})) as server:
+        server.fast_retries = True  # what verify --command serves with
+        raw = httpx2.post(server.openai_base_url + "/chat/completions", headers={"authorization": "Bearer sk-x"},
+                          json={"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]})
+        assert raw.status_code == 429 and raw.headers.get_list("retry-after-ms") == ["1"]
+        gpt = openai.OpenAI(api_key="sk-x", base_url=server.openai_base_url, max_retries=1)
+        started = time.monotonic()
+        reply = gpt.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "y"}])
+        took = time.monotonic() - started
+    assert reply.choices[0].message.content == "ok"
+    assert [r.attempt for r in server.transcript.requests] == [0, 0, 1]
+    assert took < 20  # not the 30 s the 429 asked for
+
+
 def test_without_the_sdk_the_error_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 

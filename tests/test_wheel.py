@@ -129,10 +129,10 @@ def test_the_wheel_ships_the_loops_the_scenarios_and_py_typed(installed: Install
     out = installed.run(str(installed.python), "-c", code)
     assert out.returncode == 0, out.stderr
     # the loops in other languages (`simloop verify --command`) ship beside them, byte for byte
-    others = sorted(p.name for p in (ROOT / "examples" / "any_language").iterdir() if p.suffix in (".sh", ".ts"))
-    assert others == ["agent.sh", "agent.ts"]
+    others = sorted(p.name for p in (ROOT / "examples" / "any_language").iterdir() if p.suffix in (".sh", ".ts", ".py"))
+    assert others == ["agent.sh", "agent.ts", "openai_agent.py", "openai_agent.ts"]
     code = ("import pathlib, simloop.examples as e; d = pathlib.Path(e.__file__).parent / 'any_language'; "
-            "print(sorted(p.name for p in d.iterdir()))")
+            "print(sorted(p.name for p in d.iterdir() if p.name != '__pycache__'))")  # (pip compiles the .py)
     out = installed.run(str(installed.python), "-c", code)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == repr(others)

@@ -81,11 +81,13 @@ def _sigterm_stops() -> Iterator[None]:
     "second line of stdout (needs pip install 'simloop[mcp]').",
 )
 def serve(scenario_path: str, host: str, port: int, seed: int, trace: str | None, mcp: bool) -> int:
-    """Serve a scenario's simulated Anthropic API on a loopback socket until Ctrl-C (or SIGTERM).
+    """Serve a scenario's simulated API on a loopback socket until Ctrl-C (or SIGTERM): both wires, one world.
 
-    Prints the base URL alone on the first line of stdout, for loops in other processes or languages:
-    set ANTHROPIC_BASE_URL to it (any API key is accepted). The server answers at once (real time):
-    scripted latencies are reported in the x-envoy-upstream-service-time header, not waited out.
+    Prints the base URL alone on the first line of stdout, for loops in other processes or languages: for
+    the anthropic SDKs set ANTHROPIC_BASE_URL to it (the Messages API); for the openai SDKs set
+    OPENAI_BASE_URL to it plus /v1 (Chat Completions) and OPENAI_API_KEY to anything. Any API key is
+    accepted; stderr shows the lines to export. The server answers at once (real time): scripted latencies
+    are reported in the x-envoy-upstream-service-time header, not waited out.
 
     With --mcp the scenario's tools are served too, over MCP streamable HTTP (the URL on the second line of
     stdout; set SIMLOOP_MCP_URL to it) and as plain JSON at POST BASE_URL/simloop/tools/NAME; every tool call
@@ -96,7 +98,7 @@ def serve(scenario_path: str, host: str, port: int, seed: int, trace: str | None
     Example: simloop serve --scenario scenarios/happy-path.yaml --mcp
     """
     from simloop.scenario import load_scenario
-    from simloop.wire.loopback import KEPT_TEXT
+    from simloop.wire.loopback import KEPT_TEXT, export_lines
     from simloop.wire.loopback import serve as serve_loopback
 
     scenario = load_scenario(scenario_path)
@@ -119,12 +121,8 @@ def serve(scenario_path: str, host: str, port: int, seed: int, trace: str | None
                 if mcp_url:
                     click.echo(mcp_url)
                 sys.stdout.flush()
-                click.echo(
-                    f"simloop: serving scenario {scenario.name!r}; Ctrl-C stops\n"
-                    f"  export ANTHROPIC_BASE_URL={server.base_url}"
-                    + (f"\n  export SIMLOOP_MCP_URL={mcp_url}" if mcp_url else ""),
-                    err=True,
-                )
+                exports = "".join(f"\n  {line}" for line in export_lines(server))
+                click.echo(f"simloop: serving scenario {scenario.name!r}; Ctrl-C stops{exports}", err=True)
                 _wait_for_interrupt()
         except KeyboardInterrupt:
             pass

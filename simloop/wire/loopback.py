@@ -1,8 +1,10 @@
-"""The simulated Messages API on a real socket (``simloop serve``): for other processes and for recording.
+"""The simulated API on a real socket (``simloop serve``): for other processes and for recording.
 
 In a `Sim` the SDK reaches the simulator through an in-process transport, on virtual time.  Some
 users cannot inject a transport: a loop in another language or process, a framework that builds its
-own client.  They point ``ANTHROPIC_BASE_URL`` at this server instead.  It is also how simloop tests
+own client.  They point ``ANTHROPIC_BASE_URL`` at this server instead (``base_url``: the Messages API),
+or ``OPENAI_BASE_URL`` (``openai_base_url``, the same server with ``/v1``: the OpenAI Chat Completions
+wire, one world with the Messages API; the bare ``base_url`` works too).  It is also how simloop tests
 its recorder (`simloop.cassettes.record`, vcrpy underneath), which only sees traffic on real sockets.
 
 A real socket means real time (research ``libs.md`` E6: a virtual clock makes the client's timeouts
@@ -32,14 +34,15 @@ loop in a language without an MCP client at hand.  Tools never sleep either: a `
 is not waited out.
 
 Retry waits: with ``fast_retries`` (what ``simloop verify --command`` uses) every retryable error
-(408, 429, 5xx) carries ``retry-after-ms: 1``, which both official SDKs (Python and TypeScript) obey
-in place of their exponential backoff, so a run of outages costs milliseconds, not seconds.  A dropped
+(408, 429, 5xx) carries ``retry-after-ms: 1`` (in place of the wire's own, the Chat Completions one's), which
+the official SDKs of both vendors (Python and TypeScript) obey in place of their exponential backoff, so a run of outages costs milliseconds, not seconds.  A dropped
 connection has no headers to say so: the SDK waits its own backoff (about half a second) before retrying.
 
 Example::
 
     with simloop.wire.loopback.serve("scenarios/happy-path.yaml") as server:
         client = anthropic.Anthropic(api_key="sk-ant-test", base_url=server.base_url)
+        chat = openai.OpenAI(api_key="sk-test", base_url=server.openai_base_url)
 """
 
 from __future__ import annotations
@@ -66,9 +69,10 @@ from simloop.scenario import Scenario, load_scenario
 from simloop.tools import ToolBox
 from simloop.transcript import Header, Request, ToolEnd, ToolStart, Transcript
 from simloop.wire.errors import STATUS_ERRORS, error_body
+from simloop.wire.openai_chat import FAKE_OPENAI_KEY
 from simloop.wire.server import InternalFailure, Planned, SimServer
 
-__all__ = ["LoopbackServer", "run", "serve"]
+__all__ = ["LoopbackServer", "export_lines", "run", "serve"]
 
 Target = Scenario | SimServer | str | Path | dict[str, Any]
 _HOP_BY_HOP = frozenset({"content-length", "transfer-encoding", "connection"})
@@ -90,6 +94,9 @@ _RETRYABLE = frozenset({408, 429, 500, 502, 503, 504, 529})
 
 class LoopbackServer:
     """A running loopback server: ``base_url`` to give the client, ``close()`` (or ``with``) to stop it.
+
+    ``base_url`` is what the ``anthropic`` SDKs take (``ANTHROPIC_BASE_URL``), ``openai_base_url`` (the same
+    with ``/v1``) what the ``openai`` SDKs take (``OPENAI_BASE_URL``): one server, one world, both wires.
 
     ``server`` is the `SimServer` answering (its ``transcript`` records every request, on real time
     since the start); ``errors`` holds what ended a request with a simloop 500 (a script that ran
@@ -142,6 +149,8 @@ class LoopbackServer:
         self.port = int(bound_port)
         shown = f"[{self.host}]" if ":" in self.host else self.host
         self.base_url = f"http://{shown}:{self.port}"
+        #: The OpenAI SDKs' base URL (theirs ends in /v1 by default: https://api.openai.com/v1).
+        self.openai_base_url = self.base_url + "/v1"
         #: Set when the server is reachable from other machines (bound beyond loopback): say so everywhere.
         self.warning: str | None = None if _is_loopback(self.host) else (
             f"simloop serve is bound to {self.host}, not to loopback: any machine that can reach this one can use "
@@ -203,8 +212,8 @@ class LoopbackServer:
                 if self.on_halt is not None:
                     self.on_halt()
                 return _simloop_error(stop)
-        if self.fast_retries and planned.status in _RETRYABLE:
-            planned.headers = [*planned.headers, ("retry-after-ms", "1")]
+        if self.fast_retries and planned.status in _RETRYABLE:  # replaces the wire's own (a Chat Completions 429's)
+            planned.headers = [*(h for h in planned.headers if h[0].lower() != "retry-after-ms"), ("retry-after-ms", "1")]
         return planned
 
     def _handle(self, method: str, path: str, headers: dict[str, str], body: bytes, seen: int) -> Planned:
@@ -625,21 +634,36 @@ class _Handler(BaseHTTPRequestHandler):
             pass
 
 
+def export_lines(server: LoopbackServer) -> list[str]:
+    """The shell lines that point both vendors' SDKs (Python and TypeScript) at ``server``.
+
+    The ``anthropic`` SDKs read ``ANTHROPIC_BASE_URL``, the ``openai`` SDKs ``OPENAI_BASE_URL`` (with ``/v1``,
+    as their default ``https://api.openai.com/v1``) and will not start without an ``OPENAI_API_KEY``: a fake
+    one (the server takes any key).
+    """
+    lines = [f"export ANTHROPIC_BASE_URL={server.base_url}", f"export OPENAI_BASE_URL={server.openai_base_url}",
+             f"export OPENAI_API_KEY={FAKE_OPENAI_KEY}"]
+    if server.mcp_url:
+        lines.append(f"export SIMLOOP_MCP_URL={server.mcp_url}")
+    return lines
+
+
 def run(target: Target, host: str = "127.0.0.1", port: int = 8765, *, seed: int = 0,
         model: ModelPolicy | None = None, echo: Callable[[str], None] = print,
         stop: threading.Event | None = None) -> LoopbackServer:
     """Serve until interrupted (Ctrl-C) or until ``stop`` is set: the body of ``simloop serve``.
 
     ``model`` replaces the scenario's script (e.g. ``Recorded(cassette, strict=False)`` to serve a
-    recording).  Prints the base URL and the ``ANTHROPIC_BASE_URL`` line to export; returns the
-    closed server (its ``transcript`` holds the session).
+    recording).  Prints the base URL and the lines to export for both SDKs (`export_lines`); returns
+    the closed server (its ``transcript`` holds the session).
     """
     server = serve(target, host, port, seed=seed, model=model, max_kept_text=KEPT_TEXT)
     name = getattr(server.server.transcript.header, "scenario", "scenario")
     if server.warning is not None:
         echo(f"simloop: WARNING: {server.warning}")
     echo(f"simloop: serving {name} at {server.base_url}")
-    echo(f"  export ANTHROPIC_BASE_URL={server.base_url}")
+    for line in export_lines(server):
+        echo(f"  {line}")
     waiter = stop or threading.Event()
     try:
         while not waiter.wait(0.2):

@@ -6,7 +6,9 @@ It knows nothing of httpx: the transports in `simloop.wire.transport` carry
 the plan out, sync or async, and call `deliver` when the reply is on the wire.
 
 Routes (on the URL path only; ``?beta=true`` is ignored, as by the real API):
-``POST /v1/messages`` (JSON or SSE) and ``POST /v1/messages/count_tokens``.
+``POST /v1/messages`` (JSON or SSE) and ``POST /v1/messages/count_tokens``; the OpenAI wires in
+`OPENAI_WIRES` (``POST /v1/chat/completions``), each also without its ``/v1`` (`route`: what the ``openai``
+SDKs send when their base URL lacks it).
 Message threads (the beta the SDK's tool runner uses by default) are kept
 per reply id, so a ``continue`` request stands for its whole history.
 
@@ -47,7 +49,10 @@ from simloop.wire.validate import (
     validate_count_tokens_request,
 )
 
-__all__ = ["READ_HEADERS", "Budget", "InternalFailure", "Planned", "SimServer", "estimate_tokens", "request_tokens"]
+__all__ = [
+    "OPENAI_WIRES", "READ_HEADERS", "Budget", "InternalFailure", "Planned", "SimServer", "estimate_tokens",
+    "request_tokens", "route",
+]
 
 #: The request headers `SimServer.handle` reads (lower-case): a transport may pass only these.
 READ_HEADERS = ("x-stainless-retry-count", "x-api-key", "authorization")
@@ -242,6 +247,7 @@ class SimServer:
     # -- routing -----------------------------------------------------------------
 
     def _handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Planned:
+        path = route(path)
         self.requests += 1
         index = self.requests - 1
         attempt = _int(headers.get("x-stainless-retry-count"))
@@ -250,11 +256,8 @@ class SimServer:
             parsed = (self._parser.parse(body) if path == MESSAGES else from_json(body)) if body else None
         except ValueError:
             parsed = None
-        chat: _Chat | None = None
-        if path == openai_chat.CHAT_COMPLETIONS:  # the OpenAI wire: recorded as the Messages request it stands for
-            chat = _Chat(parsed, openai_chat.validate_chat(parsed), self.now())
-        elif path == openai_responses.RESPONSES:  # the same, with its previous_response_id chain prepended
-            chat = _Responses(parsed, self.stored_responses, self.now())
+        wire = OPENAI_WIRES.get(path)  # an OpenAI wire: recorded as the Messages request it stands for
+        chat = wire(parsed, self.stored_responses, self.now()) if wire is not None else None
         req = Request(
             t=self.now(), index=index, call=call, attempt=attempt, path=path,
             stream=isinstance(parsed, dict) and bool(parsed.get("stream")),
@@ -285,7 +288,7 @@ class SimServer:
 
     def _call_number(self, path: str, attempt: int, body: bytes) -> int:
         """SDK retries (retry count > 0) belong to the call whose body they repeat."""
-        if path != MESSAGES and path != openai_chat.CHAT_COMPLETIONS and path != openai_responses.RESPONSES:
+        if path != MESSAGES and path not in OPENAI_WIRES:
             return self.calls
         size = len(body)
         same_size = self._calls_by_size.get(size)
@@ -449,8 +452,7 @@ class SimServer:
     def _chat(
         self, req: Request, chat: _Chat, method: str, headers: Mapping[str, str], raw: bytes, request_id: str,
     ) -> Planned:
-        """``POST /v1/chat/completions`` or ``/v1/responses``: the OpenAI wire's own checks, then the one world, then
-        its own rendering."""
+        """An OpenAI wire's request (`OPENAI_WIRES`): its own checks, then the one world, then its own rendering."""
         if method != "POST":
             return chat.error(req, 404, request_id, message=f"Invalid URL ({method} {req.path})")
         if not headers.get("authorization", "").startswith("Bearer "):
@@ -607,6 +609,11 @@ class _Chat:
 
     __slots__ = ("created", "include_usage", "internal", "model", "rejection")
 
+    @classmethod
+    def read(cls, sent: Any, now: float) -> _Chat:
+        """The request body as sent (parsed JSON, or None), at virtual second ``now``."""
+        return cls(sent, openai_chat.validate_chat(sent), now)
+
     def __init__(self, sent: Any, rejection: Rejection | None, now: float) -> None:
         self.rejection = rejection
         self.internal: Any = sent
@@ -742,3 +749,25 @@ class _Responses(_Chat):
 
     def context_error(self, tokens: str, limit: str) -> tuple[str, str]:
         return openai_responses.CONTEXT_EXCEEDED, "input"
+
+
+#: The OpenAI wires, by route: a request there is read by its wire (``read(body, stored, now)``: ``stored``, the
+#: run's kept responses by id, for ``previous_response_id``), which holds the wire's own checks, the Messages
+#: request it stands for (the one world) and its rendering of the answer (`_Chat`'s methods).
+OPENAI_WIRES: dict[str, Callable[[Any, dict[str, list[Any]], float], _Chat]] = {
+    openai_chat.CHAT_COMPLETIONS: lambda sent, stored, now: _Chat.read(sent, now),
+    openai_responses.RESPONSES: _Responses,
+}
+
+
+def route(path: str) -> str:
+    """The route a request path names: an OpenAI wire's path also without its ``/v1`` prefix.
+
+    The ``openai`` SDKs append ``/chat/completions`` to their base URL, whose default ends in ``/v1``: pointed
+    at ``http://127.0.0.1:PORT/v1`` they send ``/v1/chat/completions``, and at ``http://127.0.0.1:PORT``
+    ``/chat/completions``.  Both reach the same route (recorded as ``/v1/...``).  The Messages API's paths
+    always carry ``/v1`` (the ``anthropic`` SDKs write it), so they have no alias.
+    """
+    if path.startswith("/v1/") or "/v1" + path not in OPENAI_WIRES:
+        return path
+    return "/v1" + path
