@@ -72,12 +72,13 @@ if TYPE_CHECKING:
     from simloop.sim import Sim
 
 __all__ = [
-    "DEFAULT_MAX_TURNS", "MODEL", "drive", "drive_tool_messages", "make_drive", "max_turns", "model",
+    "DEFAULT_MAX_TURNS", "MODEL", "drive", "drive_cancel_after_turn", "drive_tool_messages", "make_drive", "max_turns", "model",
     "outcome_of_error", "run_until_stop", "tools",
 ]
 
 Api = Literal["chat", "responses"]
 ToolErrorPolicy = Literal["raise", "message"]
+CancelMode = Literal["immediate", "after_turn"]
 
 #: The model name the agent asks for (the simulator answers any).
 MODEL = "gpt-4o"
@@ -179,18 +180,29 @@ async def run_until_stop(
     input: list[TResponseInputItem],
     *,
     stop: Callable[[], bool],
+    cancel_mode: CancelMode = "immediate",
     **run_kwargs: Any,
 ) -> tuple[Outcome, list[TResponseInputItem]]:
     """Run one turn of ``agent`` streamed (``Runner.run_streamed``) and cancel it once ``stop()`` turns true.
 
     Returns the turn's `Outcome` and the items to pass as the next turn's input (with the next user message
-    appended).  ``run_kwargs`` go to ``Runner.run_streamed`` (``max_turns=``, ``hooks=``, ``run_config=``).
+    appended).  At Stop the outcome is ``aborted`` and the items keep the results of the tools that ran.
+    ``cancel_mode`` is ``result.cancel``'s: ``"immediate"`` (the SDK's default) cancels at once;
+    ``"after_turn"`` lets the turn finish, which runs the reply's tool calls after the Stop (docs/findings.md).
+    ``run_kwargs`` go to ``Runner.run_streamed`` (``max_turns=``, ``hooks=``, ``run_config=``).
+
+    Example::
+
+        items = []
+        for text in sim.user_turns:
+            items.append({"role": "user", "content": text})
+            outcome, items = await run_until_stop(agent, items, stop=sim.abort.is_set, max_turns=8)
     """
     result = Runner.run_streamed(agent, input, **run_kwargs)
     try:
         async for _event in result.stream_events():
             if stop():
-                result.cancel()  # "immediate": mode="after_turn" runs the reply's tool calls first
+                result.cancel(mode=cancel_mode)
     except _ERRORS as exc:
         return outcome_of_error(exc), result.to_input_list()
     if stop():
@@ -198,13 +210,21 @@ async def run_until_stop(
     return Outcome("final", str(result.final_output)), result.to_input_list()
 
 
-def make_drive(*, api: Api = "chat", on_tool_error: ToolErrorPolicy = "raise") -> Callable[[Sim], Any]:
+def make_drive(
+    *, api: Api = "chat", on_tool_error: ToolErrorPolicy = "raise", cancel_mode: CancelMode = "immediate"
+) -> Callable[[Sim], Any]:
     """An ``async`` drive running an Agents SDK `Agent` with ``Runner`` on the scenario (the ready drives).
 
     Args:
         api: the model's wire: ``"chat"`` (Chat Completions); ``"responses"`` once the simulator serves it.
         on_tool_error: ``"raise"`` lets a tool's exception fail the run (the SDK's contract for a
             `FunctionTool`); ``"message"`` answers the call with the exception's type and text.
+        cancel_mode: how `run_until_stop` cancels the run at Stop (``"after_turn"`` shows docs/findings.md's
+            finding: the reply's tools run after the Stop).
+
+    Example::
+
+        simloop.verify(make_drive(on_tool_error="message"), limits=simloop.Limits(max_steps=8))
     """
 
     async def adrive(sim: Sim) -> list[Outcome]:
@@ -217,7 +237,7 @@ def make_drive(*, api: Api = "chat", on_tool_error: ToolErrorPolicy = "raise") -
         for text in sim.user_turns:
             items = [*items, {"role": "user", "content": text}]
             outcome, items = await run_until_stop(
-                agent, items, stop=sim.abort.is_set, max_turns=max_turns(sim.limits), hooks=_Budgets(sim.limits),
+                agent, items, stop=sim.abort.is_set, cancel_mode=cancel_mode, max_turns=max_turns(sim.limits), hooks=_Budgets(sim.limits),
                 run_config=RunConfig(tracing_disabled=True),
             )
             outcomes.append(outcome)
@@ -235,3 +255,4 @@ def _named(fn: Callable[[Sim], Any], name: str) -> Callable[[Sim], Any]:
 
 drive = _named(make_drive(), "drive")
 drive_tool_messages = _named(make_drive(on_tool_error="message"), "drive_tool_messages")
+drive_cancel_after_turn = _named(make_drive(cancel_mode="after_turn"), "drive_cancel_after_turn")
