@@ -17,6 +17,9 @@ turn with ``error``; ``finish_reason`` ``stop`` -> ``final``, ``length`` -> ``tr
 calls), ``content_filter`` or a ``refusal`` -> ``refusal``, ``tool_calls`` -> run each call (a tool's
 exception is answered with its text; a call not started when Stop comes is answered "not run").
 
+``drive_trusting_tool_calls`` is the loop of LiteLLM's tool-calling examples instead ("tool calls? run them;
+else done"), which runs the calls of a reply cut at ``length``: ``truncation`` catches it.
+
 ``stream=True`` drives read the reply as LiteLLM's stream of chunks and rebuild it with
 ``litellm.stream_chunk_builder``, as its docs show.
 
@@ -50,7 +53,7 @@ except ModuleNotFoundError as e:  # the harness is an extra: say which one
 if TYPE_CHECKING:
     from simloop.sim import Sim
 
-__all__ = ["DEFAULT_MAX_STEPS", "MODEL", "async_drive", "drive", "make_drive", "stream_drive", "tools"]
+__all__ = ["DEFAULT_MAX_STEPS", "MODEL", "async_drive", "drive", "drive_trusting_tool_calls", "make_drive", "stream_drive", "tools"]
 
 #: LiteLLM's name for the model: the ``openai/`` provider (the simulator answers any model).
 MODEL = "openai/gpt-4o"
@@ -73,8 +76,9 @@ def tools(sim: Sim) -> list[dict[str, Any]]:
 class _Turn:
     """One user turn's loop state: the budgets and the way a reply ends it."""
 
-    def __init__(self, sim: Sim) -> None:
+    def __init__(self, sim: Sim, check_finish_reason: bool) -> None:
         self.sim = sim
+        self.check_finish_reason = check_finish_reason
         limits = sim.limits
         self.max_steps = limits.max_steps if limits is not None and limits.max_steps else DEFAULT_MAX_STEPS
         self.guard = Guard(limits)
@@ -95,6 +99,8 @@ class _Turn:
             self.guard.used += int(getattr(usage, "completion_tokens", 0) or 0)
         choice = reply.choices[0]
         message = choice.message
+        if not self.check_finish_reason:  # the tutorials' loop: "tool calls? run them; else done"
+            return None if message.tool_calls else Outcome("final", message.content or "")
         if choice.finish_reason == "length":  # cut off: a cut call's arguments may be partial, so run nothing
             return Outcome("truncated", message.content or "")
         refusal = getattr(message, "refusal", None)
@@ -131,12 +137,18 @@ def _input(call: Any) -> Any:
     return json.loads(call.function.arguments or "{}")
 
 
-def make_drive(*, stream: bool = False, is_async: bool = False) -> Callable[[Sim], Any]:
+def make_drive(*, stream: bool = False, is_async: bool = False, check_finish_reason: bool = True) -> Callable[[Sim], Any]:
     """A drive running the LiteLLM loop on the scenario (the ready drives are made here).
 
     Args:
         stream: read each reply as LiteLLM's chunk stream, rebuilt with ``litellm.stream_chunk_builder``.
         is_async: ``litellm.acompletion`` on ``sim.async_openai_client`` (tools through ``sim.arun_tool``).
+        check_finish_reason: ``False`` is the loop of LiteLLM's tool-calling examples: run the message's
+            ``tool_calls`` when it has any, else take it as the answer (a reply cut at ``length`` included).
+
+    Example::
+
+        simloop.verify(make_drive(stream=True), limits=simloop.Limits(max_steps=8))
     """
 
     def sdrive(sim: Sim) -> list[Outcome]:
@@ -144,7 +156,7 @@ def make_drive(*, stream: bool = False, is_async: bool = False) -> Callable[[Sim
         outcomes = []
         for text in sim.user_turns:
             messages.append({"role": "user", "content": text})
-            turn, step, outcome = _Turn(sim), 0, None
+            turn, step, outcome = _Turn(sim, check_finish_reason), 0, None
             while outcome is None:
                 if (outcome := turn.before_call(step)) is not None:
                     break
@@ -171,7 +183,7 @@ def make_drive(*, stream: bool = False, is_async: bool = False) -> Callable[[Sim
         outcomes = []
         for text in sim.user_turns:
             messages.append({"role": "user", "content": text})
-            turn, step, outcome = _Turn(sim), 0, None
+            turn, step, outcome = _Turn(sim, check_finish_reason), 0, None
             while outcome is None:
                 if (outcome := turn.before_call(step)) is not None:
                     break
@@ -213,3 +225,4 @@ def _named(fn: Callable[[Sim], Any], name: str) -> Callable[[Sim], Any]:
 drive = _named(make_drive(), "drive")
 async_drive = _named(make_drive(is_async=True), "async_drive")
 stream_drive = _named(make_drive(stream=True), "stream_drive")
+drive_trusting_tool_calls = _named(make_drive(check_finish_reason=False), "drive_trusting_tool_calls")
