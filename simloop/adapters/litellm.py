@@ -53,7 +53,10 @@ except ModuleNotFoundError as e:  # the harness is an extra: say which one
 if TYPE_CHECKING:
     from simloop.sim import Sim
 
-__all__ = ["DEFAULT_MAX_STEPS", "MODEL", "async_drive", "drive", "drive_trusting_tool_calls", "make_drive", "stream_drive", "tools"]
+__all__ = [
+    "DEFAULT_MAX_STEPS", "MODEL", "async_drive", "drive", "drive_trusting_tool_calls", "make_drive", "stream_drive",
+    "tools",
+]
 
 #: LiteLLM's name for the model: the ``openai/`` provider (the simulator answers any model).
 MODEL = "openai/gpt-4o"
@@ -123,21 +126,13 @@ def _as_message(reply: Any) -> dict[str, Any]:
     return sent
 
 
-def _answer(sim: Sim, call: Any, output: Callable[[], str]) -> dict[str, Any]:
-    if sim.abort.is_set():
-        return {"role": "tool", "tool_call_id": call.id, "content": _NOT_RUN}
-    try:
-        content = output()
-    except Exception as exc:  # noqa: BLE001 - a tool failure is an observation for the model, never a retry
-        content = f"Error: {type(exc).__name__}: {exc}"
-    return {"role": "tool", "tool_call_id": call.id, "content": content}
-
-
 def _input(call: Any) -> Any:
     return json.loads(call.function.arguments or "{}")
 
 
-def make_drive(*, stream: bool = False, is_async: bool = False, check_finish_reason: bool = True) -> Callable[[Sim], Any]:
+def make_drive(
+    *, stream: bool = False, is_async: bool = False, check_finish_reason: bool = True
+) -> Callable[[Sim], Any]:
     """A drive running the LiteLLM loop on the scenario (the ready drives are made here).
 
     Args:
@@ -173,8 +168,14 @@ def make_drive(*, stream: bool = False, is_async: bool = False, check_finish_rea
                 messages.append(_as_message(reply))
                 if (outcome := turn.ending(reply)) is None:
                     for call in reply.choices[0].message.tool_calls:
-                        messages.append(_answer(sim, call, lambda c=call: sim.run_tool(
-                            c.function.name, _input(c), tool_use_id=c.id)))
+                        if sim.abort.is_set():  # Stop: start no further call, answer it as not run
+                            messages.append({"role": "tool", "tool_call_id": call.id, "content": _NOT_RUN})
+                            continue
+                        try:
+                            content = sim.run_tool(call.function.name, _input(call), tool_use_id=call.id)
+                        except Exception as exc:  # noqa: BLE001 - a tool failure is an observation for the model
+                            content = f"Error: {type(exc).__name__}: {exc}"
+                        messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
             outcomes.append(outcome)
         return outcomes
 

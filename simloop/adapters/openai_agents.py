@@ -56,7 +56,6 @@ try:
         ModelRefusalError,
         OpenAIChatCompletionsModel,
         RunConfig,
-        RunContextWrapper,
         RunHooks,
         Runner,
         TResponseInputItem,
@@ -72,8 +71,8 @@ if TYPE_CHECKING:
     from simloop.sim import Sim
 
 __all__ = [
-    "DEFAULT_MAX_TURNS", "MODEL", "drive", "drive_cancel_after_turn", "drive_tool_messages", "make_drive", "max_turns", "model",
-    "outcome_of_error", "run_until_stop", "tools",
+    "DEFAULT_MAX_TURNS", "MODEL", "drive", "drive_cancel_after_turn", "drive_tool_messages", "make_drive",
+    "max_turns", "model", "outcome_of_error", "run_until_stop", "tools",
 ]
 
 Api = Literal["chat", "responses"]
@@ -129,7 +128,7 @@ def _call(sim: Sim, name: str, on_tool_error: ToolErrorPolicy) -> Callable[[Any,
             return await sim.arun_tool(name, input, tool_use_id=call_id)
         try:
             return await sim.arun_tool(name, input, tool_use_id=call_id)
-        except Exception as exc:  # every tool failure becomes an observation for the model
+        except Exception as exc:  # noqa: BLE001 - every tool failure becomes an observation for the model
             return f"Error: {type(exc).__name__}: {exc}"
 
     return call
@@ -237,8 +236,8 @@ def make_drive(
         for text in sim.user_turns:
             items = [*items, {"role": "user", "content": text}]
             outcome, items = await run_until_stop(
-                agent, items, stop=sim.abort.is_set, cancel_mode=cancel_mode, max_turns=max_turns(sim.limits), hooks=_Budgets(sim.limits),
-                run_config=RunConfig(tracing_disabled=True),
+                agent, items, stop=sim.abort.is_set, cancel_mode=cancel_mode, max_turns=max_turns(sim.limits),
+                hooks=_Budgets(sim.limits), run_config=RunConfig(tracing_disabled=True),
             )
             outcomes.append(outcome)
         return outcomes
