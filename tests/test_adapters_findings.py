@@ -242,6 +242,15 @@ def oa() -> Any:
     return openai_agents
 
 
+@known("a FunctionTool's exception fails Runner.run (documented); the next turn's model never hears of it")
+def test_openai_agents_tool_exception_ends_run(oa: Any) -> None:
+    replay_finding(oa.drive, "openai-agents-tool-exception-ends-run", breaks={"tool_errors"})
+
+
+def test_openai_agents_tool_messages_hold_on_the_same_scenario(oa: Any) -> None:
+    assert replay_finding(oa.drive_tool_messages, "openai-agents-tool-exception-ends-run", breaks=set()).ok
+
+
 @known("the Agents SDK runs the complete tool calls of a reply cut at finish_reason 'length' (a write among them)")
 @pytest.mark.parametrize("variant", ["drive", "drive_tool_messages"])
 def test_openai_agents_runs_complete_calls_of_a_cut_reply(oa: Any, variant: str) -> None:
@@ -279,3 +288,33 @@ def test_openai_agents_result_has_no_finish_reason(oa: Any) -> None:
     assert result.final_output == "The refund policy says that customers who"
     (response,) = result.raw_responses
     assert "length" not in repr(vars(response))
+
+
+# -- LiteLLM --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def lt() -> Any:
+    pytest.importorskip("litellm", reason="litellm is not installed (pip install simloop[litellm])")
+    import litellm
+
+    from simloop.adapters import litellm as adapter
+
+    litellm.suppress_debug_info = True
+    return adapter
+
+
+@known("LiteLLM's stream drops delta.refusal: a loop reading the refusal field takes the refusal for an empty answer")
+def test_litellm_stream_drops_the_refusal(lt: Any) -> None:
+    replay_finding(lt.stream_drive_reading_refusal, "litellm-stream-drops-refusal", breaks={"honest_outcome"})
+
+
+def test_litellm_the_same_loop_unstreamed_reads_the_refusal(lt: Any) -> None:
+    with Sim(FINDINGS / "litellm-stream-drops-refusal.yaml") as sim:
+        outcome = sim.run(lt.make_drive(refusal_via="message"))
+    assert outcome == simloop.Outcome("refusal", "I can't help find customers' home addresses.")
+    assert sim.check(outcome).ok
+
+
+def test_litellm_stream_drive_reads_finish_reason_and_holds(lt: Any) -> None:
+    assert replay_finding(lt.stream_drive, "litellm-stream-drops-refusal", breaks=set()).ok

@@ -21,7 +21,10 @@ exception is answered with its text; a call not started when Stop comes is answe
 else done"), which runs the calls of a reply cut at ``length``: ``truncation`` catches it.
 
 ``stream=True`` drives read the reply as LiteLLM's stream of chunks and rebuild it with
-``litellm.stream_chunk_builder``, as its docs show.
+``litellm.stream_chunk_builder``, as its docs show.  LiteLLM's stream drops a refusal's text (the
+``delta.refusal`` pieces): the rebuilt message has ``refusal: None`` and empty content, and only
+``finish_reason: "content_filter"`` is left, which these drives read; ``stream_drive_reading_refusal``,
+which reads the ``refusal`` field as OpenAI's docs do, takes it for an empty answer (docs/findings.md).
 
 Example::
 
@@ -35,7 +38,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx2
 
@@ -55,13 +58,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MAX_STEPS", "MODEL", "async_drive", "drive", "drive_trusting_tool_calls", "make_drive", "stream_drive",
-    "tools",
+    "stream_drive_reading_refusal", "tools",
 ]
 
 #: LiteLLM's name for the model: the ``openai/`` provider (the simulator answers any model).
 MODEL = "openai/gpt-4o"
 #: The step cap of a loop that declares no ``max_steps``.
 DEFAULT_MAX_STEPS = 10
+
+RefusalVia = Literal["finish_reason", "message"]
 
 _API_ERRORS = (openai.APIError, httpx2.HTTPError)
 _NOT_RUN = "Not run: the user pressed Stop."
@@ -79,9 +84,10 @@ def tools(sim: Sim) -> list[dict[str, Any]]:
 class _Turn:
     """One user turn's loop state: the budgets and the way a reply ends it."""
 
-    def __init__(self, sim: Sim, check_finish_reason: bool) -> None:
+    def __init__(self, sim: Sim, check_finish_reason: bool, refusal_via: RefusalVia) -> None:
         self.sim = sim
         self.check_finish_reason = check_finish_reason
+        self.refusal_via = refusal_via
         limits = sim.limits
         self.max_steps = limits.max_steps if limits is not None and limits.max_steps else DEFAULT_MAX_STEPS
         self.guard = Guard(limits)
@@ -107,7 +113,7 @@ class _Turn:
         if choice.finish_reason == "length":  # cut off: a cut call's arguments may be partial, so run nothing
             return Outcome("truncated", message.content or "")
         refusal = getattr(message, "refusal", None)
-        if choice.finish_reason == "content_filter" or refusal:
+        if refusal or (self.refusal_via == "finish_reason" and choice.finish_reason == "content_filter"):
             return Outcome("refusal", refusal or message.content or "")
         if choice.finish_reason != "tool_calls" or not message.tool_calls:
             return Outcome("final", message.content or "")
@@ -131,7 +137,8 @@ def _input(call: Any) -> Any:
 
 
 def make_drive(
-    *, stream: bool = False, is_async: bool = False, check_finish_reason: bool = True
+    *, stream: bool = False, is_async: bool = False, check_finish_reason: bool = True,
+    refusal_via: RefusalVia = "finish_reason",
 ) -> Callable[[Sim], Any]:
     """A drive running the LiteLLM loop on the scenario (the ready drives are made here).
 
@@ -140,6 +147,9 @@ def make_drive(
         is_async: ``litellm.acompletion`` on ``sim.async_openai_client`` (tools through ``sim.arun_tool``).
         check_finish_reason: ``False`` is the loop of LiteLLM's tool-calling examples: run the message's
             ``tool_calls`` when it has any, else take it as the answer (a reply cut at ``length`` included).
+        refusal_via: ``"finish_reason"`` reads a refusal from ``content_filter`` or the ``refusal`` field;
+            ``"message"`` from the ``refusal`` field alone, as OpenAI's docs check it (a streamed refusal then
+            reads as an empty answer: LiteLLM drops its text, docs/findings.md).
 
     Example::
 
@@ -151,7 +161,7 @@ def make_drive(
         outcomes = []
         for text in sim.user_turns:
             messages.append({"role": "user", "content": text})
-            turn, step, outcome = _Turn(sim, check_finish_reason), 0, None
+            turn, step, outcome = _Turn(sim, check_finish_reason, refusal_via), 0, None
             while outcome is None:
                 if (outcome := turn.before_call(step)) is not None:
                     break
@@ -184,7 +194,7 @@ def make_drive(
         outcomes = []
         for text in sim.user_turns:
             messages.append({"role": "user", "content": text})
-            turn, step, outcome = _Turn(sim, check_finish_reason), 0, None
+            turn, step, outcome = _Turn(sim, check_finish_reason, refusal_via), 0, None
             while outcome is None:
                 if (outcome := turn.before_call(step)) is not None:
                     break
@@ -227,3 +237,4 @@ drive = _named(make_drive(), "drive")
 async_drive = _named(make_drive(is_async=True), "async_drive")
 stream_drive = _named(make_drive(stream=True), "stream_drive")
 drive_trusting_tool_calls = _named(make_drive(check_finish_reason=False), "drive_trusting_tool_calls")
+stream_drive_reading_refusal = _named(make_drive(stream=True, refusal_via="message"), "stream_drive_reading_refusal")
