@@ -85,6 +85,15 @@ def test_a_cut_reply_runs_nothing_and_is_truncated(drive: Any) -> None:
     assert sim.check(outcome).ok
 
 
+@pytest.mark.parametrize("drive", DRIVES)
+def test_the_next_turn_after_a_cut_reply_answers_its_calls_as_not_run(drive: Any) -> None:
+    outcome, sim = run(drive, scenario(CUT_CALL, {"end_turn": "No email went out."}, followups=["Did it go out?"]))
+    assert outcome == Outcome("final", "No email went out.")
+    answers = sim.transcript.requests[1].body["messages"][2:4]
+    assert [m["content"][0]["content"] for m in answers] == [lt._NOT_RUN_ENDED] * 2
+    assert sim.check(outcome).ok
+
+
 def test_the_tutorial_loop_runs_the_cut_call_and_is_caught() -> None:
     outcome, sim = run(lt.drive_trusting_tool_calls, scenario(CUT_CALL, {"end_turn": "Sent."}))
     assert outcome == Outcome("final", "Sent.")

@@ -15,7 +15,8 @@ reached, or ``deadline_s`` / ``max_total_tokens`` is spent (`Guard`); an API err
 retries give up (``openai.APIError``, which LiteLLM's exceptions subclass, or ``httpx2.HTTPError``) ends the
 turn with ``error``; ``finish_reason`` ``stop`` -> ``final``, ``length`` -> ``truncated`` (running none of its
 calls), ``content_filter`` or a ``refusal`` -> ``refusal``, ``tool_calls`` -> run each call (a tool's
-exception is answered with its text; a call not started when Stop comes is answered "not run").
+exception is answered with its text; a call not started when Stop comes is answered "not run").  The calls
+of a reply that ended the turn unrun are answered "not run" before the next user message.
 
 ``drive_trusting_tool_calls`` is the loop of LiteLLM's tool-calling examples instead ("tool calls? run them;
 else done"), which runs the calls of a reply cut at ``length``: ``truncation`` catches it.
@@ -70,6 +71,7 @@ RefusalVia = Literal["finish_reason", "message"]
 
 _API_ERRORS = (openai.APIError, httpx2.HTTPError)
 _NOT_RUN = "Not run: the user pressed Stop."
+_NOT_RUN_ENDED = "Not run: the turn ended before this call (the reply was cut off or refused)."
 
 
 def tools(sim: Sim) -> list[dict[str, Any]]:
@@ -132,6 +134,14 @@ def _as_message(reply: Any) -> dict[str, Any]:
     return sent
 
 
+def _close_open_calls(messages: list[dict[str, Any]]) -> None:
+    """Answer the calls of a turn that ended on them unrun (a cut reply, a refusal with calls) as not run:
+    the API refuses a conversation whose ``tool_calls`` go unanswered (400) when the next user message comes."""
+    last = messages[-1] if messages else {}
+    if last.get("role") == "assistant" and last.get("tool_calls"):
+        messages += [{"role": "tool", "tool_call_id": c["id"], "content": _NOT_RUN_ENDED} for c in last["tool_calls"]]
+
+
 def _input(call: Any) -> Any:
     return json.loads(call.function.arguments or "{}")
 
@@ -160,6 +170,7 @@ def make_drive(
         messages: list[dict[str, Any]] = [{"role": "system", "content": sim.system}] if sim.system else []
         outcomes = []
         for text in sim.user_turns:
+            _close_open_calls(messages)
             messages.append({"role": "user", "content": text})
             turn, step, outcome = _Turn(sim, check_finish_reason, refusal_via), 0, None
             while outcome is None:
@@ -193,6 +204,7 @@ def make_drive(
         messages: list[dict[str, Any]] = [{"role": "system", "content": sim.system}] if sim.system else []
         outcomes = []
         for text in sim.user_turns:
+            _close_open_calls(messages)
             messages.append({"role": "user", "content": text})
             turn, step, outcome = _Turn(sim, check_finish_reason, refusal_via), 0, None
             while outcome is None:
