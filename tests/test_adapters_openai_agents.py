@@ -56,6 +56,8 @@ def test_tools_keep_the_scenarios_schema() -> None:
 def test_the_responses_model_says_it_is_not_served_yet() -> None:
     with Sim(scenario({"end_turn": "x"})) as sim, pytest.raises(NotImplementedError, match="api='chat'"):
         oa.model(sim, api="responses")
+    with Sim(scenario({"end_turn": "x"})) as sim, pytest.raises(simloop.UsageError, match="got 'completions'"):
+        oa.model(sim, api="completions")  # type: ignore[arg-type]
 
 
 def test_max_turns_maps_max_steps() -> None:

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import httpx2
 
 from simloop.adapters._common import Guard, missing_extra
+from simloop.errors import UsageError
 from simloop.outcome import Outcome
 
 try:
@@ -93,7 +94,7 @@ def model(sim: Sim, *, api: Api = "chat") -> Model:
             "serve yet; use api='chat' (OpenAIChatCompletionsModel on the same client)"
         )
     if api != "chat":
-        raise ValueError(f"api must be 'chat' or 'responses', got {api!r}")
+        raise UsageError(f"model(sim, api=...) takes 'chat' (Chat Completions) or 'responses', got {api!r}")
     return OpenAIChatCompletionsModel(model=MODEL, openai_client=sim.async_openai_client)
 
 
