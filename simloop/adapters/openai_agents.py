@@ -18,10 +18,10 @@ other `AgentsException` (`ModelBehaviorError`: a reply cut before any output, in
 and ``openai.APIError`` / ``httpx2.HTTPError`` (the API failed past the SDK's retries) -> ``error``: the
 Runner raises them by design, so the drive catches them (anything else that escapes is a ``crash``).
 
-Tool errors: a `FunctionTool`'s exception is answered with the SDK's default failure text ("An error
-occurred while running the tool. Please try again.", the exception's text withheld from the model) unless
-``on_tool_error`` says otherwise: ``"message"`` answers with the exception's type and text (a
-``failure_error_function`` of the user's), ``"raise"`` lets it fail the run (``failure_error_function=None``).
+Tool errors: a `FunctionTool`'s exception fails the run (``UserError("Error running tool ...")``, as the SDK
+documents for ``on_invoke_tool``; the model never hears of it: docs/findings.md, OA4) in ``drive``;
+``drive_tool_messages`` (``on_tool_error="message"``) answers the call with the exception's type and text.
+(``@function_tool`` tools get the SDK's fixed text instead: "An error occurred while running the tool.")
 
 Stop: every drive runs a turn with `run_until_stop` (``Runner.run_streamed``), which cancels the run
 (``result.cancel()``, the SDK's ``"immediate"`` mode) when ``sim.abort`` is set and returns ``aborted``; the
