@@ -16,7 +16,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test,dev,pydantic-ai,langgraph,mcp,openai]"
+	$(BIN)/python -m pip install --quiet -e ".[test,dev,pydantic-ai,langgraph,mcp,openai,openai-agents,litellm]"
 	touch $(STAMP)
 
 demo: $(STAMP)

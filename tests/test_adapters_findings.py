@@ -6,7 +6,7 @@ is an expected failure (``xfail(strict=True, raises=InvariantViolation)``): it
 turns red when the harness changes, so the finding gets re-judged.  A finding
 that changes shape (a different invariant breaks) fails outright, not as xfail.
 
-The pydantic-ai and LangGraph findings skip cleanly without those packages.
+The pydantic-ai, LangGraph and OpenAI Agents SDK findings skip cleanly without those packages.
 """
 
 from __future__ import annotations
@@ -229,3 +229,92 @@ def test_langgraph_careful_drive_reads_the_out_of_steps_answer_as_max_steps(lg: 
         outcome = sim.run(lg.drive)
     assert outcome.reason == "max_steps" and outcome.text == lg.NEED_MORE_STEPS
     assert sim.transcript.model_calls == 3 and sim.check(outcome).ok
+
+
+# -- the OpenAI Agents SDK (Runner, OpenAIChatCompletionsModel) ----------------------------------------------
+
+
+@pytest.fixture
+def oa() -> Any:
+    pytest.importorskip("agents", reason="openai-agents is not installed (pip install simloop[openai-agents])")
+    from simloop.adapters import openai_agents
+
+    return openai_agents
+
+
+@known("a FunctionTool's exception fails Runner.run (documented); the next turn's model never hears of it")
+def test_openai_agents_tool_exception_ends_run(oa: Any) -> None:
+    replay_finding(oa.drive, "openai-agents-tool-exception-ends-run", breaks={"tool_errors"})
+
+
+def test_openai_agents_tool_messages_hold_on_the_same_scenario(oa: Any) -> None:
+    assert replay_finding(oa.drive_tool_messages, "openai-agents-tool-exception-ends-run", breaks=set()).ok
+
+
+@known("the Agents SDK runs the complete tool calls of a reply cut at finish_reason 'length' (a write among them)")
+@pytest.mark.parametrize("variant", ["drive", "drive_tool_messages"])
+def test_openai_agents_runs_complete_calls_of_a_cut_reply(oa: Any, variant: str) -> None:
+    replay_finding(getattr(oa, variant), "openai-agents-runs-complete-calls-of-cut-reply", breaks={"truncation"})
+
+
+@known("the Agents SDK returns text cut at 'length' as final_output and keeps no finish_reason to tell")
+def test_openai_agents_cut_text_returned_as_output(oa: Any) -> None:
+    replay_finding(oa.drive, "openai-agents-cut-text-returned-as-output", breaks={"truncation"})
+
+
+@known("cancel(mode='after_turn') runs the reply's tool calls after the Stop (documented)")
+def test_openai_agents_cancel_after_turn_runs_tools(oa: Any) -> None:
+    replay_finding(oa.drive_cancel_after_turn, "openai-agents-cancel-after-turn-runs-tools", breaks={"abort"})
+
+
+def test_openai_agents_immediate_cancel_holds_on_the_same_scenario(oa: Any) -> None:
+    report = replay_finding(oa.drive, "openai-agents-cancel-after-turn-runs-tools", breaks=set())
+    assert report.ok
+
+
+def test_openai_agents_result_has_no_finish_reason(oa: Any) -> None:
+    """Why the careful drive cannot read the cut: nothing of the run's result keeps the reply's finish_reason."""
+    from agents import Agent, Runner
+
+    results: list[Any] = []
+
+    async def drive(sim: Sim) -> simloop.Outcome:
+        results.append(await Runner.run(Agent(name="assistant", model=oa.model(sim)), sim.task))
+        return simloop.Outcome("final", str(results[0].final_output))
+
+    with Sim(FINDINGS / "openai-agents-cut-text-returned-as-output.yaml") as sim:
+        sim.run(drive)
+    (result,) = results
+    assert result.final_output == "The refund policy says that customers who"
+    (response,) = result.raw_responses
+    assert "length" not in repr(vars(response))
+
+
+# -- LiteLLM --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def lt() -> Any:
+    pytest.importorskip("litellm", reason="litellm is not installed (pip install simloop[litellm])")
+    import litellm
+
+    from simloop.adapters import litellm as adapter
+
+    litellm.suppress_debug_info = True
+    return adapter
+
+
+@known("LiteLLM's stream drops delta.refusal: a loop reading the refusal field takes the refusal for an empty answer")
+def test_litellm_stream_drops_the_refusal(lt: Any) -> None:
+    replay_finding(lt.stream_drive_reading_refusal, "litellm-stream-drops-refusal", breaks={"honest_outcome"})
+
+
+def test_litellm_the_same_loop_unstreamed_reads_the_refusal(lt: Any) -> None:
+    with Sim(FINDINGS / "litellm-stream-drops-refusal.yaml") as sim:
+        outcome = sim.run(lt.make_drive(refusal_via="message"))
+    assert outcome == simloop.Outcome("refusal", "I can't help find customers' home addresses.")
+    assert sim.check(outcome).ok
+
+
+def test_litellm_stream_drive_reads_finish_reason_and_holds(lt: Any) -> None:
+    assert replay_finding(lt.stream_drive, "litellm-stream-drops-refusal", breaks=set()).ok

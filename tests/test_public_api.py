@@ -61,7 +61,7 @@ def test_import_simloop_leaves_the_extras_alone() -> None:
     code = (
         "import sys, simloop; "
         "print(sorted(m for m in ('rich', 'vcr', 'simloop.cassettes', 'simloop.adapters', 'simloop.cli', 'mcp', 'uvicorn', "
-        "'simloop.mcp', 'simloop.command') "
+        "'simloop.mcp', 'simloop.command', 'agents', 'litellm') "
         "if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

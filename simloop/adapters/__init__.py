@@ -10,7 +10,14 @@ needs its harness installed (``import simloop`` never imports them):
 * `simloop.adapters.langgraph`: LangGraph's prebuilt ReAct agent with
   langchain-anthropic's ``ChatAnthropic`` (``pip install simloop[langgraph]``).
 
-A drive runs the harness unmodified against ``sim.client``/``sim.async_client``
+and on the OpenAI wire (``sim.openai_client``, Chat Completions):
+
+* `simloop.adapters.openai_agents`: the OpenAI Agents SDK's ``Runner`` with
+  ``OpenAIChatCompletionsModel`` (``pip install simloop[openai-agents]``);
+* `simloop.adapters.litellm`: an agent loop on ``litellm.completion`` /
+  ``acompletion`` (``pip install simloop[litellm]``).
+
+A drive runs the harness unmodified against ``sim.client``/``sim.async_client`` (or the OpenAI clients)
 with the scenario's tools bridged to ``sim.run_tool``/``sim.arun_tool``, maps the
 declared `simloop.Limits` onto the harness's own limits, and maps the way the
 harness ends (a stop reason, a limit error, an exception) onto a
