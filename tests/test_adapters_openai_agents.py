@@ -1,4 +1,4 @@
-"""`simloop.adapters.openai_agents`: the OpenAI Agents SDK's Runner on the simulated Chat Completions wire.
+"""`simloop.adapters.openai_agents`: the OpenAI Agents SDK's Runner on the simulated OpenAI wires.
 
 Skipped cleanly when the SDK is not installed (``pip install simloop[openai-agents]``).
 """
@@ -53,9 +53,12 @@ def test_tools_keep_the_scenarios_schema() -> None:
     assert sent["send_email"]["required"] == ["to"] and set(sent["send_email"]["properties"]) == {"to", "body"}
 
 
-def test_the_responses_model_says_it_is_not_served_yet() -> None:
-    with Sim(scenario({"end_turn": "x"})) as sim, pytest.raises(NotImplementedError, match="api='chat'"):
-        oa.model(sim, api="responses")
+def test_the_responses_model_runs_on_the_simulated_responses_wire() -> None:
+    """The SDK's default wire: ``OpenAIResponsesModel``, its tool outputs sent as ``function_call_output``."""
+    outcome, sim = run(oa.drive_responses, scenario(SEARCH, {"end_turn": "Refunded."}))
+    assert outcome == Outcome("final", "Refunded.")
+    assert [r.path for r in sim.transcript.requests] == ["/v1/responses"] * 2
+    assert sim.check(outcome).ok
     with Sim(scenario({"end_turn": "x"})) as sim, pytest.raises(simloop.UsageError, match="got 'completions'"):
         oa.model(sim, api="completions")  # type: ignore[arg-type]
 
@@ -123,7 +126,7 @@ def test_stop_during_a_tool_keeps_the_results_of_the_tools_that_ran() -> None:
     assert sim.check(outcome).ok  # the second turn's request answers every call of the first
 
 
-@pytest.mark.parametrize("drive", [oa.drive, oa.drive_tool_messages])
+@pytest.mark.parametrize("drive", [oa.drive, oa.drive_tool_messages, oa.drive_responses])
 def test_verify_runs_to_completion_on_the_runner(drive: Any, tmp_path: Path) -> None:
     # replies cut at "length" are left out: the Runner returns cut text as final_output and runs the complete
     # calls of a cut reply, known findings (docs/findings.md) with their own replaying tests

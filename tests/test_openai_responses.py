@@ -174,7 +174,7 @@ def test_the_async_client_streams_and_a_tool_error_told_in_text() -> None:
     assert report.ok, str(report)  # tool_errors: this wire has no is_error; the text says it
 
 
-def test_incomplete_responses_keep_the_cut_arguments_and_refusal_is_content_filter() -> None:
+def test_incomplete_responses_keep_the_cut_arguments_and_a_refusal_is_a_refusal_part() -> None:
     cut = {"max_tokens": {"text": "Let me", "tool_use": [{"name": "search", "input": {"q": "abcdefgh"}}]}}
     with simloop.Sim(scenario(cut, {"refusal": "I can't help with that."})) as sim:
         client = sim.openai_client
@@ -185,8 +185,8 @@ def test_incomplete_responses_keep_the_cut_arguments_and_refusal_is_content_filt
         assert call.type == "function_call" and call.status == "incomplete"
         assert call.arguments.startswith('{"q"') and not call.arguments.endswith("}")  # cut off: not JSON
         refused = client.responses.create(model="gpt-4o", input="y")
-        assert refused.status == "incomplete" and refused.incomplete_details is not None
-        assert refused.incomplete_details.reason == "content_filter"
+        assert refused.status == "completed" and refused.incomplete_details is None  # the model declined
+        assert refused.output_text == ""  # nothing to take for an answer
         part = refused.output[0].content[0]  # type: ignore[union-attr]
         assert part.type == "refusal" and part.refusal == "I can't help with that."
     assert sim.transcript.requests[0].body["max_tokens"] == 50

@@ -1,8 +1,8 @@
 """Drives for the OpenAI Agents SDK's ``Runner`` (``openai-agents``) on simloop's simulated OpenAI API.
 
 The agent's model is the SDK's own `OpenAIChatCompletionsModel` on ``sim.async_openai_client``, unmodified
-(``api="chat"``); the Responses model (``OpenAIResponsesModel``) is the same one line once the simulator
-serves ``POST /v1/responses`` (``api="responses"`` says so until then).  The scenario's tools are
+(``api="chat"``), or its `OpenAIResponsesModel` on the same client (``api="responses"``, the SDK's default
+wire: ``drive_responses``).  The scenario's tools are
 `FunctionTool` objects with the scenario's JSON schema (``strict_json_schema=False``: a scenario's schema is
 not written for strict mode), each awaiting ``sim.arun_tool``.  Tracing is off (`set_tracing_disabled`): it
 would export to OpenAI's servers.
@@ -56,6 +56,7 @@ try:
         MaxTurnsExceeded,
         ModelRefusalError,
         OpenAIChatCompletionsModel,
+        OpenAIResponsesModel,
         RunConfig,
         RunHooks,
         Runner,
@@ -72,7 +73,8 @@ if TYPE_CHECKING:
     from simloop.sim import Sim
 
 __all__ = [
-    "DEFAULT_MAX_TURNS", "MODEL", "drive", "drive_cancel_after_turn", "drive_tool_messages", "make_drive",
+    "DEFAULT_MAX_TURNS", "MODEL", "drive", "drive_cancel_after_turn", "drive_responses", "drive_tool_messages",
+    "make_drive",
     "max_turns", "model", "outcome_of_error", "run_until_stop", "tools",
 ]
 
@@ -87,12 +89,10 @@ set_tracing_disabled(True)  # the SDK's tracing exports to api.openai.com: never
 
 
 def model(sim: Sim, *, api: Api = "chat") -> Model:
-    """The Agents SDK's OpenAI model on ``sim.async_openai_client``: Chat Completions (``api="chat"``)."""
+    """The Agents SDK's OpenAI model on ``sim.async_openai_client``: Chat Completions (``api="chat"``) or the
+    Responses API (``api="responses"``)."""
     if api == "responses":
-        raise NotImplementedError(
-            "api='responses' needs the simulated Responses API (POST /v1/responses), which this simloop does not "
-            "serve yet; use api='chat' (OpenAIChatCompletionsModel on the same client)"
-        )
+        return OpenAIResponsesModel(model=MODEL, openai_client=sim.async_openai_client)
     if api != "chat":
         raise UsageError(f"model(sim, api=...) takes 'chat' (Chat Completions) or 'responses', got {api!r}")
     return OpenAIChatCompletionsModel(model=MODEL, openai_client=sim.async_openai_client)
@@ -216,7 +216,7 @@ def make_drive(
     """An ``async`` drive running an Agents SDK `Agent` with ``Runner`` on the scenario (the ready drives).
 
     Args:
-        api: the model's wire: ``"chat"`` (Chat Completions); ``"responses"`` once the simulator serves it.
+        api: the model's wire: ``"chat"`` (Chat Completions) or ``"responses"`` (the Responses API).
         on_tool_error: ``"raise"`` lets a tool's exception fail the run (the SDK's contract for a
             `FunctionTool`); ``"message"`` answers the call with the exception's type and text.
         cancel_mode: how `run_until_stop` cancels the run at Stop (``"after_turn"`` shows docs/findings.md's
@@ -256,3 +256,4 @@ def _named(fn: Callable[[Sim], Any], name: str) -> Callable[[Sim], Any]:
 drive = _named(make_drive(), "drive")
 drive_tool_messages = _named(make_drive(on_tool_error="message"), "drive_tool_messages")
 drive_cancel_after_turn = _named(make_drive(cancel_mode="after_turn"), "drive_cancel_after_turn")
+drive_responses = _named(make_drive(api="responses"), "drive_responses")

@@ -288,10 +288,11 @@ def _item_id(prefix: str, rid: str, k: int) -> str:
 
 
 def _status(stop_reason: str | None) -> tuple[str, dict[str, str] | None]:
+    """A cut reply is ``incomplete`` (``max_output_tokens``); a refusal is a completed response whose message
+    holds a ``refusal`` part (the API's refusal shape; ``content_filter`` is its filter cutting output, not the
+    model declining)."""
     if stop_reason == "max_tokens":
         return "incomplete", {"reason": "max_output_tokens"}
-    if stop_reason == "refusal":
-        return "incomplete", {"reason": "content_filter"}
     return "completed", None
 
 
