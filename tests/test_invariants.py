@@ -1004,3 +1004,44 @@ def test_check_keeps_no_reference_to_the_transcript() -> None:
     before = sys.getrefcount(t)
     assert check(t).ok
     assert sys.getrefcount(t) == before
+
+
+def test_a_loop_that_retries_a_failed_call_itself_spends_one_step_on_it() -> None:
+    """SDK retries off, the loop's own retry of the same request after a 500: one step, as the SDK's retries are
+    (a step cap of 2 holds over three requests); a third different call is still the violation."""
+    import anthropic
+
+    import simloop
+
+    scenario = {"tools": [{"name": "search"}], "limits": {"max_steps": 2},
+                "model": [{"tool_use": [{"name": "search", "input": {"q": "a"}}]}, {"error": 500},
+                          {"end_turn": "done"}, {"end_turn": "again"}]}
+
+    def drive(sim: simloop.Sim, *, extra: bool = False) -> simloop.Outcome:
+        client = sim.client.with_options(max_retries=0)
+        messages: list[Any] = [{"role": "user", "content": sim.task}]
+        for step in range(2):
+            for attempt in range(3):
+                try:
+                    reply = client.messages.create(model="m", max_tokens=64, tools=sim.tool_schemas,
+                                                   messages=messages)
+                    break
+                except anthropic.InternalServerError:
+                    continue
+            messages.append({"role": "assistant", "content": reply.content})
+            if reply.stop_reason != "tool_use":
+                break
+            messages.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": b.id, "content": sim.run_tool(b.name, b.input)}
+                for b in reply.content if b.type == "tool_use"]})
+        if extra:  # one call past the cap
+            messages += [{"role": "user", "content": "And?"}]
+            client.messages.create(model="m", max_tokens=64, messages=messages)
+        return simloop.Outcome("final", "done")
+
+    with simloop.Sim(scenario) as sim:
+        outcome = sim.run(drive)
+    assert len(sim.transcript.requests) == 3 and sim.check(outcome).violations == []
+    with simloop.Sim(scenario) as sim:
+        outcome = sim.run(lambda s: drive(s, extra=True))
+    assert [v.invariant for v in sim.check(outcome).violations] == ["limits"]

@@ -123,6 +123,9 @@ def _limits(t: Transcript) -> list[Violation]:
     used = 0
     spent = 0.0
     reply_positions = {pos for pos, _ in v.replies}
+    answered = {r.index for _, r in v.replies}  # requests that got a reply
+    retries = 0  # the loop's own retries: the same request sent again after it got no reply (an SDK's are one call)
+    last: Request | None = None
     for pos, e in enumerate(t.events):
         if isinstance(e, Response) and pos in reply_positions:
             used += e.input_tokens + e.output_tokens
@@ -131,9 +134,14 @@ def _limits(t: Transcript) -> list[Violation]:
         elif isinstance(e, Response) and e.fault == "crash":
             lost.add(e.call)
         if not isinstance(e, Request) or e.path not in MODEL_PATHS or e.call in calls_seen:
+            if isinstance(e, Request) and e.path in MODEL_PATHS:
+                last = e
             continue
         calls_seen.add(e.call)  # the first attempt of a logical call; SDK retries are the same call
-        if max_steps is not None and e.call - len(lost) > max_steps and "max_steps" not in done:
+        if last is not None and last.index not in answered and last.path == e.path and last.body == e.body:
+            retries += 1  # a retry the loop made itself, of a call that failed: the same step
+        last = e
+        if max_steps is not None and e.call - len(lost) - retries > max_steps and "max_steps" not in done:
             done.add("max_steps")
             restarted = any(isinstance(x, Restart) for x in t.events[:pos])
             message = (
