@@ -97,6 +97,7 @@ class _View:
     issued: dict[str, tuple[int, Response]] = field(default_factory=dict)  # tool_use id -> its reply
     use_block: dict[str, dict[str, Any]] = field(default_factory=dict)  # tool_use id -> its block in that reply
     outcome_pos: int | None = None
+    restarts: list[int] = field(default_factory=list)  # positions of the restarts (a crash, then a new life)
     binding: dict[int, str | None] = field(default_factory=dict)  # exec -> the tool_use it answers (see _bind)
     _inputs: dict[int, str] = field(default_factory=dict)  # exec -> canonical input
 
@@ -241,6 +242,8 @@ def _build_view(t: Transcript) -> _View:
             v.ends[e.exec] = (pos, e)
         elif isinstance(e, OutcomeEvent):
             v.outcome_pos = pos
+        elif isinstance(e, Restart):
+            v.restarts.append(pos)
     _bind(v)
     return v
 

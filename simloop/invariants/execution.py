@@ -31,7 +31,7 @@ def no_rerun(t: Transcript) -> list[Violation]:
     """
     v = _view(t)
     out: list[Violation] = []
-    restarts = [pos for pos, e in enumerate(t.events) if isinstance(e, Restart)]
+    restarts = v.restarts
     by_tool_use: dict[str, tuple[int, ToolStart]] = {}
     # the writes that committed, by tool and input: (position of the ToolEnd, the write), in execution order
     committed: dict[tuple[str, str], list[tuple[int, ToolStart]]] = {}
@@ -235,7 +235,7 @@ def results_sent(t: Transcript) -> list[Violation]:
     if not v.starts:
         return []
     positions = [pos for pos, _ in v.model_requests]
-    restarts = [pos for pos, e in enumerate(t.events) if isinstance(e, Restart)]
+    restarts = v.restarts
     dropped: dict[int, list[ToolStart]] = {}  # index into model_requests -> the executions it should answer
     seen: set[str] = set()
     for pos, s in v.starts:
