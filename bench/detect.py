@@ -16,6 +16,7 @@ The rows ``openai_loop:*`` and ``openai_responses_loop:*`` are the same loops on
 examples/openai_loop.py; the Responses API, examples/openai_responses_loop.py).
 
     python bench/detect.py [--seeds 10] [--max-examples 200] [--only no_step_cap,readme.plain,...] [--skip-memory]
+    python bench/detect.py --throughput [--chunks 12] [--skip-memory]   # only the throughput (and memory) lines
 """
 
 from __future__ import annotations
@@ -279,6 +280,10 @@ def main() -> None:
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--memory-examples", type=int, default=10_000)
     parser.add_argument("--peak-of", type=int, help=argparse.SUPPRESS)  # one peak_memory measurement
+    parser.add_argument(
+        "--throughput", action="store_true", help="only the throughput line (and memory unless --skip-memory)"
+    )
+    parser.add_argument("--chunks", type=int, default=12, help="throughput chunks of 25 examples (after one warm-up)")
     args = parser.parse_args()
     if args.peak_of is not None:
         print(_peak_here(args.peak_of))
@@ -291,7 +296,9 @@ def main() -> None:
     ]
     # measured first, in a process that has only imported what verify needs: after the detection runs its
     # heap holds every loop and search they made, and each full garbage collection costs more
-    speed = throughput() if not only else None
+    speed = throughput(args.chunks) if not only else None
+    if args.throughput:
+        targets, only = [], {"throughput"}
     rows = [run(n, e, args.seeds, args.max_examples, out) for n, e in targets if not only or n in only]
 
     print(f"\ndetection over {args.seeds} seeds, max_examples={args.max_examples}, limits={LIMITS!r}")
@@ -318,7 +325,7 @@ def main() -> None:
         total = sum(r.examples for r in correct)
         flagged = sum(f != "-" for r in correct for f in r.found)
         print(f"false positives: {flagged} over {total} examples of correct loops")
-    if not only:
+    if not only and not args.throughput:
         valid, calls = schema_valid_share(args.max_examples)
         print(f"schema-valid tool inputs: {valid}/{calls} = {valid / calls:.1%} of the generated calls of 3 seeds x "
               f"{args.max_examples} examples of correct_sync and correct_typed (target >= 90%; about 1 in 20 is "

@@ -8,6 +8,7 @@ generated model, invariants, Hypothesis, the SDK, httpx2, pydantic, ...), per mo
 
     python bench/where.py overhead [--runs 300]       # the bench/overhead.py 10-call run, a fresh Sim each
     python bench/where.py verify [--examples 300]     # verify(examples.correct_sync:drive, seed=0)
+    python bench/where.py throughput [--examples 300] # detect.py's throughput example: 10 calls, no faults
 
 CPU profiles overstate the cost of many small calls (cProfile's own per-call cost); compare call
 counts, and the areas' shares, not the absolute times, before and after a change.  Each thread's
@@ -138,6 +139,29 @@ def run_verify(examples: int, seed: int) -> tuple[pstats.Stats, int]:
     return _merged(main), examples
 
 
+def run_throughput(examples: int, seed: int) -> tuple[pstats.Stats, int]:
+    """The example of `detect.py`'s throughput line: a fixed 10-call plan, no faults, `examples.correct_sync`."""
+    from examples.correct_sync import drive
+    from simloop import strategies
+
+    plan = strategies.plans(
+        min_steps=9, max_steps=9, personas=(("finishes", 1),), faults=False, ending_kinds=("end_turn",),
+        slow=((False, 1),), heavy=((False, 1),), ending_repeats=((1, 1),),
+    )
+    from examples.catalogue import DECLARED
+
+    limits = simloop.Limits.model_validate(DECLARED)  # as detect.py's LIMITS
+    chunk = 25  # detect.py's chunks: one verify of 25 examples each
+    simloop.verify(drive, limits=limits, plan=plan, max_examples=chunk, seed=seed + 1000)  # warm-up
+    _reset()
+    main = cProfile.Profile(TIMER)
+    main.enable()
+    for i in range(max(1, examples // chunk)):
+        simloop.verify(drive, limits=limits, plan=plan, max_examples=chunk, seed=seed + i)
+    main.disable()
+    return _merged(main), max(1, examples // chunk) * chunk
+
+
 def _reset() -> None:
     global WORKER
     WORKER = cProfile.Profile(TIMER)
@@ -151,7 +175,7 @@ def _merged(main: cProfile.Profile) -> pstats.Stats:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["overhead", "verify"])
+    parser.add_argument("what", choices=["overhead", "verify", "throughput"])
     parser.add_argument("--runs", type=int, default=300, help="overhead: 10-call runs")
     parser.add_argument("--examples", type=int, default=300, help="verify: examples")
     parser.add_argument("--seed", type=int, default=0)
@@ -161,6 +185,9 @@ def main() -> None:
     if args.what == "overhead":
         stats, calls = run_overhead(args.runs)
         report(stats, per=calls, unit="call", top=args.top)
+    elif args.what == "throughput":
+        stats, examples = run_throughput(args.examples, args.seed)
+        report(stats, per=examples, unit="example", top=args.top)
     else:
         stats, examples = run_verify(args.examples, args.seed)
         report(stats, per=examples, unit="example", top=args.top)

@@ -108,13 +108,14 @@ class GeneratedModel:
         # the plan's ending as each kind of request lets the model send it (its cut calls drawn for the request's tools)
         self._endings_for: dict[Offer, Reply] = {}
         self._asked: list[dict[str, Any]] = []  # a wandering model's inputs so far
+        # the last request's tools, tool_choice and stop_sequences (the very objects) and what they offer: the
+        # simulator's parse of a request shares what is unchanged with the last one's and never changes it
+        self._offered: tuple[Any, Any, Any, Offer] | None = None
         self._tape = b""  # the bytes of the next replies' draws (see _draw_reply)
         self._at = 0
 
     def reply(self, request: ModelRequest) -> Reply:
-        offer = offer_of(request.body)
-        if self.server_tools != "request":
-            offer = with_server_tools(offer, self.server_tools)
+        offer = self._offer(request.body)
         try:
             reply = self._fit(self._next(offer), offer)
         except Frozen:  # Hypothesis stopped the example in a tool task the loop left running: wind down
@@ -124,6 +125,19 @@ class GeneratedModel:
             reply = reply.model_copy(update={"crash": True})
         self.served.append(reply)
         return reply
+
+    def _offer(self, body: dict[str, Any]) -> Offer:
+        """What the request lets the model send (`simloop._offer.offer_of`), worked out again only when its tools,
+        tool_choice or stop_sequences are other objects than the last request's (which is rare: see __init__)."""
+        tools, choice, stops = body.get("tools"), body.get("tool_choice"), body.get("stop_sequences")
+        last = self._offered
+        if last is not None and last[0] is tools and last[1] is choice and last[2] is stops:
+            return last[3]
+        offer = offer_of(body)
+        if self.server_tools != "request":
+            offer = with_server_tools(offer, self.server_tools)
+        self._offered = (tools, choice, stops, offer)
+        return offer
 
     def leftovers(self) -> list[str]:
         return []

@@ -63,6 +63,12 @@ def in_thread(fn: Callable[[], Any], cls: type[threading.Thread] = threading.Thr
     return out[0]
 
 
+#: Real seconds a virtual wait may take to return: it returns at once, so this only tells a wait that returned
+#: from one that hung (or slept for real a span longer than this), with room for a loaded machine (the 1-2 s
+#: these tests allowed are within what a busy machine's scheduling adds).  That the time passed virtually is
+#: asserted apart: the virtual clock's reading, which a real sleep does not move.
+HANG_S = 20.0
+
 # -- the clock itself -------------------------------------------------------------------------------------
 
 
@@ -121,7 +127,7 @@ def test_time_sleep_returns_at_once_and_advances_the_clock() -> None:
         time.sleep(30)
         time.sleep(1e6)
     assert clock.now() == 1_000_030.0
-    assert REAL.perf_counter() - started < 1.0
+    assert REAL.perf_counter() - started < HANG_S
 
 
 def test_every_time_function_reads_the_virtual_clock() -> None:
@@ -394,7 +400,7 @@ def test_asyncio_and_anyio_waits_jump_on_the_virtual_loop() -> None:
 
     started = REAL.perf_counter()
     assert clock.run(main()) == [10.0, 11.0, 18.0, 20.0, 25.0, 27.0, 27.0]
-    assert REAL.perf_counter() - started < 2.0
+    assert REAL.perf_counter() - started < HANG_S
     assert clock.now() >= 27.0
 
 
@@ -419,7 +425,7 @@ def test_asyncio_run_inside_patched_gets_a_virtual_loop() -> None:
         loop = asyncio.new_event_loop()
         assert isinstance(loop, VirtualTimeEventLoop)
         loop.close()
-    assert clock.now() == 3600.0 and REAL.perf_counter() - started < 1.0
+    assert clock.now() == 3600.0 and REAL.perf_counter() - started < HANG_S
     loop = asyncio.new_event_loop()
     assert not isinstance(loop, VirtualTimeEventLoop)
     loop.close()
@@ -502,7 +508,7 @@ def test_job_sleeps_of_any_length_wake_exactly() -> None:
     started = REAL.perf_counter()
     clock.run(main())
     assert clock.now() == round(2 / 3 * 1e9) / 1e9
-    assert REAL.perf_counter() - started < 1.0
+    assert REAL.perf_counter() - started < HANG_S
 
 
 def test_a_job_sleeping_while_its_loop_is_blocked_does_not_deadlock() -> None:
@@ -538,7 +544,7 @@ def test_time_flows_in_real_time_around_a_job_stuck_past_the_grace() -> None:
     clock, release = VirtualClock(), threading.Event()
 
     async def main() -> None:
-        await asyncio.wait_for(asyncio.to_thread(release.wait, 2.0), 0.1)
+        await asyncio.wait_for(asyncio.to_thread(release.wait, 60.0), 0.1)
 
     started = REAL.perf_counter()
     with pytest.raises(TimeoutError), asyncio.Runner(
@@ -548,7 +554,7 @@ def test_time_flows_in_real_time_around_a_job_stuck_past_the_grace() -> None:
         finally:
             release.set()
     assert 0.1 <= clock.now() < 1.0
-    assert REAL.perf_counter() - started < 1.0
+    assert REAL.perf_counter() - started < HANG_S  # not the job's 60 s
 
 
 def test_a_deadlock_is_an_error_naming_the_stuck_task() -> None:
@@ -562,7 +568,7 @@ def test_a_deadlock_is_an_error_naming_the_stuck_task() -> None:
     message = str(info.value)
     assert message.startswith("the virtual-time event loop can never wake up: no callback is ready, no timer")
     assert "wait_for_nothing (" in message and "test_clock.py" in message and "awaiting a Future" in message
-    assert REAL.perf_counter() - started < 1.0
+    assert REAL.perf_counter() - started < HANG_S
 
 
 def test_time_flows_in_real_time_while_a_real_fd_is_registered() -> None:
@@ -645,7 +651,7 @@ def test_async_client_retries_a_529_instantly_on_the_virtual_loop() -> None:
     assert clock.run(main()) == "hi"
     assert attempts == ["0", "1"]
     assert 0.375 <= clock.now() <= 0.5  # the SDK's first backoff, 0.5 s * (1 - 0.25 * random())
-    assert REAL.perf_counter() - started < 2.0
+    assert REAL.perf_counter() - started < HANG_S
 
 
 def test_sync_client_retries_a_529_instantly_inside_patched() -> None:
@@ -659,7 +665,7 @@ def test_sync_client_retries_a_529_instantly_inside_patched() -> None:
     assert message.content[0].text == "hi"  # type: ignore[union-attr]
     assert attempts == ["0", "1"]
     assert 0.375 <= clock.now() <= 0.5
-    assert REAL.perf_counter() - started < 2.0
+    assert REAL.perf_counter() - started < HANG_S
 
 
 # -- freezegun, the user's choice, inside a Sim -------------------------------------------------------------
@@ -735,11 +741,11 @@ def test_each_hypothesis_example_got_its_own_clock_and_loop() -> None:
 
 def test_patched_enter_and_exit_cost_microseconds() -> None:
     clock, costs = VirtualClock(), []
-    for _ in range(500):
-        started = REAL.perf_counter()
+    for _ in range(500):  # this thread's CPU time: the wall clock of a loaded machine counts its waits for a core
+        started = time.thread_time()
         with clock.patched():
             pass
-        costs.append(REAL.perf_counter() - started)
+        costs.append(time.thread_time() - started)
     median_us = statistics.median(costs) * 1e6
     print(f"\npatched() enter+exit: median {median_us:.1f} µs over 500, {len(sys.modules)} modules loaded")
     assert median_us < 1000  # freezegun: 20,000-30,000 µs with this many modules (libs.md E3)
@@ -752,9 +758,9 @@ def test_a_virtual_asyncio_sleep_costs_tens_of_microseconds() -> None:
         for _ in range(n):
             await asyncio.sleep(1)
 
-    started = REAL.perf_counter()
+    started = time.thread_time()  # (the virtual loop runs on this thread: its CPU time, whatever the load)
     clock.run(sleeps(2000))
-    per_sleep_us = (REAL.perf_counter() - started) / 2000 * 1e6
+    per_sleep_us = (time.thread_time() - started) / 2000 * 1e6
     print(f"\nvirtual asyncio.sleep: {per_sleep_us:.1f} µs each")
     assert clock.now() == 2000.0
     assert per_sleep_us < 1000

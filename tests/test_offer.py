@@ -137,6 +137,26 @@ def test_every_generated_reply_is_one_the_real_api_can_send_for_its_request() ->
         assert seen[kind] > 0, (kind, seen)
 
 
+
+@settings(max_examples=30, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_the_offer_follows_each_request_when_it_shares_the_last_ones_tools(data: st.DataObject) -> None:
+    """The model works out what a request offers again only when its tools, tool_choice or stop_sequences are other
+    objects than the last request's (the simulator's parse shares them); a request with the same tools and a new
+    tool_choice is answered for that tool_choice.  The defect: an offer cached by the tools alone."""
+    model = GeneratedModel(data.draw, data.draw(strategies.plans(min_steps=3, max_steps=3, personas=(("finishes", 1),),
+                                                                  faults=False)))
+    first: dict[str, Any] = {"model": "claude-sonnet-4-5", "max_tokens": 4096, "messages": TASK, "tools": CUSTOM}
+    ids = Ids(random.Random(0))
+    for call, body in enumerate([first, {**first, "tool_choice": {"type": "none"}}, first], start=1):
+        request = ModelRequest(call=call, attempt=0, body=body, conversation=TASK, stream=False)
+        reply = model.reply(request)
+        assert breaches(body, turn_from_reply(reply, request, ids)) == [], (call, body, reply)
+        if call == 1:
+            assert reply.kind == "tool_use"  # the plan's first step asks for a tool the request offers
+        if call == 2:
+            assert not reply.tool_use  # tool_choice none: no tool_use, though the tools are the same objects
+
 def test_a_stop_sequence_ends_the_text_where_the_first_one_completes() -> None:
     assert stopped_at("Here is the summary", ["###"], "###") == ("Here is the summary", "###")
     assert stopped_at("Here is the summary", ["###", "e"], "###") == ("H", "e")

@@ -129,10 +129,10 @@ BAD: list[tuple[str, str, int | None, str]] = [
 def test_bad_files_are_refused_at_their_line(tmp_path: Path, text: str, line: int | None, expected: str) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(text, encoding="utf-8")
-    started = time.perf_counter()
+    started = time.thread_time()  # this thread's CPU time: the parse's cost, not a loaded machine's waits
     with pytest.raises(ScenarioError) as info:
         load_scenario(path)
-    took = time.perf_counter() - started
+    took = time.thread_time() - started
     err = info.value
     assert (err.path, err.line) == (str(path), line), str(err)
     assert str(err).startswith(f"{path}:{line}: ")
@@ -147,14 +147,14 @@ def test_the_billion_laughs_fails_fast_and_small() -> None:
     text = _billion_laughs()
     assert len(text) < 600
     tracemalloc.start()
-    started = time.perf_counter()
+    started = time.thread_time()  # CPU time, as above
     try:
         with pytest.raises(ScenarioError, match="an alias bomb"):
             Scenario.from_yaml(text, path="laughs.yaml")
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert time.perf_counter() - started < 1.0
+    assert time.thread_time() - started < 1.0
     assert peak < 20_000_000, f"{peak:,} bytes at peak"
 
 

@@ -50,16 +50,16 @@ def test_a_file_near_the_caps_loads_fast_and_in_linear_time(tmp_path: Path) -> N
     path = tmp_path / "big.yaml"
     path.write_text(_near_the_caps(27_000), encoding="utf-8")
     assert 0.65e6 < path.stat().st_size < 0.75e6  # 0.7 MB, 54,000 values (the cap is 100,000)
-    started = time.perf_counter()
+    started = time.thread_time()  # this thread's CPU time: the parse's cost, which a loaded machine leaves alone
     scenario = load_scenario(path)
-    took = time.perf_counter() - started
+    took = time.thread_time() - started
     assert len(scenario.model[0].tool_use[0].input) == 27_000  # type: ignore[index]
     assert took < 5.0, f"{took:.1f} s"  # tens of seconds with ruamel alone
     half = tmp_path / "half.yaml"
     half.write_text(_near_the_caps(13_500), encoding="utf-8")
-    started = time.perf_counter()
+    started = time.thread_time()
     load_scenario(half)
-    assert took < 4 * max(time.perf_counter() - started, 0.05)  # twice the file, not four times the time
+    assert took < 4 * max(time.thread_time() - started, 0.05)  # twice the file, not four times the time
 
 
 def test_a_nul_character_is_refused_at_its_line() -> None:

@@ -73,8 +73,8 @@ def test_sync_loop_through_the_sdk_with_retries_on_virtual_time() -> None:
     assert t.model_calls == 3  # the two 529s were SDK retries of call 2
     assert [(r.call, r.attempt) for r in t.requests] == [(1, 0), (2, 0), (2, 1), (2, 2), (3, 0)]
     assert [r.status for r in t.responses] == [200, 529, 529, 200, 200]
-    assert sim.clock.now() > 0.375 + 0.75  # the SDK's backoff slept on the virtual clock
-    assert elapsed < 5  # and not in real time
+    assert sim.clock.now() > 0.375 + 0.75  # the SDK's backoff slept on the virtual clock (a real sleep moves it not)
+    assert elapsed < 30  # and the run returned, with room for a loaded machine (a real backoff would be 1.1 s)
     assert sim.check(outcome).ok
     usage = [r.input_tokens for r in t.responses if r.status == 200]
     assert usage == sorted(usage) and usage[0] < usage[-1]  # the history grows, so does usage

@@ -106,6 +106,27 @@ def test_the_example_database_replays_a_known_failure_first(tmp_path: Path) -> N
     assert len(runs) < first_search  # the saved failure was tried first
 
 
+
+def test_verify_computes_each_database_key_once_and_it_is_hypothesis_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verify runs a Hypothesis test per stage and chunk; Hypothesis would read and tokenize its function's source
+    for the database key each time.  verify computes it once per world and stage, and it is the same key, so a
+    failure saved by an earlier run (or another machine) still replays first."""
+    from simloop._campaign import engine
+
+    real_digest = engine.function_digest
+    computed: list[bytes] = []
+    monkeypatch.setattr(engine, "_DATABASE_KEYS", {})
+    monkeypatch.setattr(engine, "function_digest", lambda f: computed.append(real_digest(f)) or computed[-1])
+    db = InMemoryExampleDatabase()
+    for _ in range(2):  # the second search replays the saved failure, under the same key
+        with pytest.raises(simloop.InvariantViolation):
+            simloop.verify(drive_of("token_budget_unchecked"), limits=LIMITS, out_dir=tmp_path, settings=settings(database=db))
+    saved = {key for key in db.data if db.data[key] and not key.endswith((b".secondary", b".pareto"))}
+    assert saved and saved <= set(computed)  # the failures went in under the keys computed here
+    assert len(computed) == len(set(computed))  # each computed once in the process, however many chunks ran
+
 def test_replay_honours_expected_violations(tmp_path: Path) -> None:
     src = Path(__file__).resolve().parents[1] / "scenarios" / "stuck-search.yaml"
     scenario = simloop.load_scenario(src)

@@ -88,7 +88,9 @@ def test_the_watchdog_keeps_real_time_inside_a_sim() -> None:
         assert _MONITOR.thread.ident not in clock_module._threads
         while True:
             time.sleep(60)
-    assert BUDGET <= REAL.monotonic() - started < 1.0
+    # fired on real time: not before its budget (virtual time raced minutes ahead meanwhile); the upper bound only
+    # tells a watchdog that fired from one that never does, with room for a loaded machine's scheduling
+    assert BUDGET <= REAL.monotonic() - started < 30.0
     assert clock.now() > 60 * 100  # many virtual minutes passed in that tenth of a second
     assert watched() == []
 

@@ -21,11 +21,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import Phase, given
+from hypothesis import core as hypothesis_core
 from hypothesis import seed as hypothesis_seed
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 from hypothesis.control import current_build_context
 from hypothesis.errors import Flaky
+from hypothesis.internal.reflection import function_digest
 
 from simloop._campaign.failure import Failure, not_routed, not_wired, undeclared
 from simloop._campaign.reduce import reduce
@@ -199,7 +201,7 @@ class Campaign:
             example = self._example(stage.strategy, self.world.key(stage.name, self.search.invariants))
             saved = Settings(chunk_settings(base, self.search.chunk, first=True), phases=phases)
             try:
-                self._hypothesis(saved(given(st.data())(example)))
+                self._hypothesis(saved(_given(example)))
             except unittest.SkipTest:  # Hypothesis's way of saying this stage has nothing saved to replay
                 pass
 
@@ -225,7 +227,7 @@ class Campaign:
         base, seed = self.search.settings, self.search.seed
         digest = self.world.key(chunk.stage, self.search.invariants)
         test: Callable[[], None] = chunk_settings(base, chunk.size, first=first)(
-            given(st.data())(self._example(chunk.strategy, digest))
+            _given(self._example(chunk.strategy, digest))
         )
         if seed is not None:  # (as with any @seed, Hypothesis leaves its database out of seeded runs)
             test = hypothesis_seed(seed if chunk.number == 0 else derived_seed(seed, chunk.stage, chunk.number))(test)
@@ -333,6 +335,30 @@ class Campaign:
             self._unwired = self.tally.problem(self.world.name, by="simloop.property") or ""
         if self._unwired:  # (said as it was first found: the runs Hypothesis's shrinking adds prove nothing more)
             raise UsageError(self._unwired)
+
+
+def _given(example: Callable[[st.DataObject], None]) -> Callable[[], None]:
+    """``given(st.data())(example)`` with its example-database key computed once per digest in this process.
+
+    Hypothesis keys a test's database by `function_digest` of its function (its source, read and tokenized
+    with `inspect`, its signature and the digest `_example` adds), anew each time a test runs: `verify` runs
+    one test per stage and chunk, and the source of `_example`'s function never changes in a process.  The
+    key is the very one Hypothesis computes (so a saved failure replays as before); it is left to Hypothesis
+    when a forced seed (``--hypothesis-seed``) turns the database off.
+    """
+    test: Any = given(st.data())(example)
+    digest = getattr(example, "_hypothesis_internal_add_digest", None)
+    if isinstance(digest, bytes) and getattr(hypothesis_core, "global_force_seed", None) is None:
+        key = _DATABASE_KEYS.get(digest)
+        if key is None:
+            if len(_DATABASE_KEYS) >= 4096:  # (a long session's many worlds: a few bytes each, bounded anyway)
+                _DATABASE_KEYS.clear()
+            key = _DATABASE_KEYS[digest] = function_digest(example)
+        test._hypothesis_internal_database_key = key
+    return test  # type: ignore[no-any-return]
+
+
+_DATABASE_KEYS: dict[bytes, bytes] = {}  # a world's digest -> its test's example-database key (see _given)
 
 
 def _run_draw(data: st.DataObject) -> Draw:

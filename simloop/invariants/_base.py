@@ -96,7 +96,9 @@ class _View:
     starts: list[tuple[int, ToolStart]] = field(default_factory=list)
     ends: dict[int, tuple[int, ToolEnd]] = field(default_factory=dict)  # exec -> (position, end)
     issued: dict[str, tuple[int, Response]] = field(default_factory=dict)  # tool_use id -> its reply
+    use_block: dict[str, dict[str, Any]] = field(default_factory=dict)  # tool_use id -> its block in that reply
     outcome_pos: int | None = None
+    restarts: list[int] = field(default_factory=list)  # positions of the restarts (a crash, then a new life)
     binding: dict[int, str | None] = field(default_factory=dict)  # exec -> the tool_use it answers (see _bind)
     _inputs: dict[int, str] = field(default_factory=dict)  # exec -> canonical input
 
@@ -122,6 +124,15 @@ class _View:
         if canon is None:
             canon = self._inputs[s.exec] = _canon(s.input)
         return canon
+
+    @functools.cached_property
+    def starts_of(self) -> dict[str, list[tuple[int, ToolStart]]]:
+        """tool name -> its executions (position, start), in order: `starts` by tool, for the checks that look
+        for an earlier execution of the same tool."""
+        out: dict[str, list[tuple[int, ToolStart]]] = {}
+        for pos, s in self.starts:
+            out.setdefault(s.tool, []).append((pos, s))
+        return out
 
     @property
     def result_sent(self) -> dict[str, int]:
@@ -222,13 +233,18 @@ def _build_view(t: Transcript) -> _View:
             if req is None or req.path in MODEL_PATHS:
                 v.replies.append((pos, e))
                 for block in e.tool_uses:
-                    v.issued.setdefault(str(block.get("id")), (pos, e))
+                    uid = str(block.get("id"))
+                    if uid not in v.issued:
+                        v.issued[uid] = (pos, e)
+                        v.use_block[uid] = block
         elif isinstance(e, ToolStart):
             v.starts.append((pos, e))
         elif isinstance(e, ToolEnd):
             v.ends[e.exec] = (pos, e)
         elif isinstance(e, OutcomeEvent):
             v.outcome_pos = pos
+        elif isinstance(e, Restart):
+            v.restarts.append(pos)
     _bind(v)
     return v
 

@@ -213,6 +213,8 @@ def pairing(t: Transcript) -> list[Violation]:
     for r in t.requests:
         walk = _walk(r.conversation, walk)
         offences = walk.found
+        if not offences:
+            continue
         new = [o for o in offences if (o.kind, o.tool_use_id) not in seen]
         seen.update((o.kind, o.tool_use_id) for o in offences)
         if not new:

@@ -31,7 +31,7 @@ def no_rerun(t: Transcript) -> list[Violation]:
     """
     v = _view(t)
     out: list[Violation] = []
-    restarts = [pos for pos, e in enumerate(t.events) if isinstance(e, Restart)]
+    restarts = v.restarts
     by_tool_use: dict[str, tuple[int, ToolStart]] = {}
     # the writes that committed, by tool and input: (position of the ToolEnd, the write), in execution order
     committed: dict[tuple[str, str], list[tuple[int, ToolStart]]] = {}
@@ -235,7 +235,7 @@ def results_sent(t: Transcript) -> list[Violation]:
     if not v.starts:
         return []
     positions = [pos for pos, _ in v.model_requests]
-    restarts = [pos for pos, e in enumerate(t.events) if isinstance(e, Restart)]
+    restarts = v.restarts
     dropped: dict[int, list[ToolStart]] = {}  # index into model_requests -> the executions it should answer
     seen: set[str] = set()
     for pos, s in v.starts:
@@ -356,7 +356,7 @@ def results_real(t: Transcript) -> list[Violation]:
         sent = v.result_sent.get(uid)
         if issued is None or sent is None:
             continue  # a result for no tool_use: pairing's
-        use = next((b for b in issued[1].tool_uses if b.get("id") == uid), {})
+        use = v.use_block[uid]
         name = str(use.get("name"))
         if name not in declared:
             continue
@@ -371,9 +371,12 @@ def results_real(t: Transcript) -> list[Violation]:
             continue
         if issued[1].stop_reason in ("max_tokens", "refusal"):
             continue  # a call the loop rightly never ran; how it settles the history is pairing's
+        ran = [s for p, s in v.starts_of.get(name, ()) if p < sent]
+        # (the text first: a substring test, where the inputs are compared as canonical JSON)
+        if any(_carries(v, s, text) for s in ran):
+            continue
         canon = _canon(use.get("input"))
-        ran = [s for p, s in v.starts if p < sent and s.tool == name]
-        if any(v.input_of(s) == canon for s in ran) or any(_carries(v, s, text) for s in ran):
+        if any(v.input_of(s) == canon for s in ran):
             continue
         if _NOT_RUN.search(text):  # (last: the search reads the whole text, a huge output's too)
             continue
@@ -383,7 +386,7 @@ def results_real(t: Transcript) -> list[Violation]:
         request = t.events[sent]
         assert isinstance(request, Request)
         uid, kind, detail = items[0]
-        name = str(next((b for b in v.issued[uid][1].tool_uses if b.get("id") == uid), {}).get("name"))
+        name = str(v.use_block[uid].get("name"))
         path = _result_path(request, uid)
         more = f" ({len(items) - 1} more such result(s) in this request)" if len(items) > 1 else ""
         if kind == "denied_commit":
