@@ -35,7 +35,7 @@ from simloop._runtime.halt import LoopHalted
 from simloop._runtime.netguard import NetworkPolicy, check_policy, guarding, simloops_own
 from simloop._runtime.prepare import before_run, once
 from simloop._runtime.process import ProcessExit, Run, forked_call, running
-from simloop._runtime.stack import on_fresh_stack
+from simloop._runtime.stack import on_held_stack
 from simloop._runtime.watchdog import Watchdog, park, where_in, where_of
 from simloop._runtime.worker import Abandoned, run_on_worker
 from simloop._subagent import SubAgent
@@ -558,8 +558,8 @@ class Sim:
         """The drive, its lives, and what it returned or raised, as the run's outcome."""
         try:
             if inspect.iscoroutinefunction(drive):
-                return on_fresh_stack(self.clock.run, self._arun(drive))
-            return self._record(on_fresh_stack(self._sync_lives, drive))
+                return on_held_stack(self.clock.run, self._arun(drive))
+            return self._record(on_held_stack(self._sync_lives, drive))
         except LoopHalted as halted:
             if self.transcript.halt is None:
                 self.transcript.append(Halt(t=self.clock.now(), budget=halted.reason, detail=halted.detail,

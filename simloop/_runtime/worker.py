@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from simloop._runtime.clock import BYSTANDERS, RealTimeThread
+from simloop._runtime.stack import hold_fresh_stack
 
 __all__ = ["Abandoned", "run_on_worker"]
 
@@ -59,6 +60,10 @@ class _Worker(RealTimeThread):
         self.jobs: queue.SimpleQueue[_Job[Any]] = queue.SimpleQueue()
 
     def run(self) -> None:
+        # Run after run on one stack chunk of its own (a Sim calls its loop with `on_held_stack`).
+        hold_fresh_stack(self._serve)
+
+    def _serve(self) -> None:
         while True:
             job = self.jobs.get()
             try:
