@@ -1011,9 +1011,22 @@ def _sdk_client(cls: Any, http_client: Any) -> Any:
     proto, slot = _prototype(cls)
     if slot is None:
         return cls(api_key=API_KEY, base_url=_base_url(), http_client=http_client)
-    client = copy.copy(proto)
+    if _plain_copy(cls):  # what copy.copy does for such a class, without its generic machinery
+        client = cls.__new__(cls)
+        vars(client).update(vars(proto))
+    else:
+        client = copy.copy(proto)
     setattr(client, slot, http_client)
     return client
+
+
+@functools.cache
+def _plain_copy(cls: Any) -> bool:
+    """Whether ``copy.copy`` of a ``cls`` instance is ``cls.__new__(cls)`` with the instance's ``__dict__``:
+    no class in its MRO has copy or pickle hooks, or slots holding state."""
+    hooks = ("__copy__", "__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__getnewargs__",
+             "__getnewargs_ex__")
+    return all(not any(h in vars(k) for h in hooks) and not vars(k).get("__slots__") for k in cls.__mro__[:-1])
 
 
 def _http_client(cls: Any, transport: Any) -> Any:
