@@ -151,7 +151,13 @@ def _hypothesis_context() -> tuple[Any, Any] | None:
     """
     control = sys.modules.get("hypothesis.control")
     variable = getattr(control, "_current_build_context", None)
-    value = getattr(variable, "value", None)
+    if variable is None:
+        return None
+    data = getattr(variable, "data", None)
+    if type(data) is threading.local:  # read the thread's own dict: ``.value`` raises inside when it is unset
+        value = vars(data).get("value", getattr(variable, "default", None))
+    else:
+        value = getattr(variable, "value", None)
     if value is None or not hasattr(variable, "with_value"):
         return None
     return variable, value
