@@ -69,3 +69,22 @@ def test_a_sims_loop_runs_on_its_workers_held_chunk_run_after_run() -> None:
         with simloop.Sim({"task": "t", "model": [{"end_turn": "ok"}]}) as sim:
             sim.run(drive)
     assert seen == [1, 1]  # on a chunk of its own (the worker's), not one mapped and unmapped per run
+
+
+def test_a_forked_child_keeps_only_the_forking_threads_hold() -> None:
+    from simloop._runtime import stack
+
+    me = threading.get_ident()
+    saved = set(stack._HELD)
+    try:
+        stack._HELD.clear()
+        stack._HELD.update({me, me + 1})  # this thread and a thread the child does not have
+        stack._after_fork()
+        assert stack._HELD == {me}
+        stack._HELD.discard(me)
+        stack._HELD.add(me + 1)
+        stack._after_fork()
+        assert stack._HELD == set()  # its ident may be reused by a new thread of the child
+    finally:
+        stack._HELD.clear()
+        stack._HELD.update(saved)

@@ -20,6 +20,7 @@ function directly there (the same room above it, no mapping per run).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
@@ -48,6 +49,18 @@ except (AttributeError, TypeError, ValueError):  # pragma: no cover - an interpr
 
 
 _HELD: set[int] = set()  # threads running their job loop through `hold_fresh_stack`
+
+
+def _after_fork() -> None:
+    """A forked child has only the forking thread: the others' idents may be reused by new threads."""
+    me = threading.get_ident()
+    held = me in _HELD
+    _HELD.clear()
+    if held:
+        _HELD.add(me)
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def hold_fresh_stack(loop: Callable[[], None]) -> None:
