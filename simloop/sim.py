@@ -156,12 +156,13 @@ class Sim:
         self.watchdog = Watchdog(seconds=watchdog_s)
         self.watchdog.companions = self.clock._thread_ids  # an import in any of the loop's threads is no spin
         self._guard = _Guard(self.clock, self.watchdog, budget or _default_budget(self.limits), max_virtual_s)
+        limits_set = self.limits.model_dump(exclude_none=True)
         self.transcript = Transcript(
             header=Header(
                 scenario=self.scenario.name,
                 seed=self.seed,
-                limits=self.limits.model_dump(exclude_none=True),
-                limits_from=dict.fromkeys(self.limits.model_dump(exclude_none=True), declared_by),
+                limits=limits_set,
+                limits_from=dict.fromkeys(limits_set, declared_by),
                 tools={t.name: t.kind for t in self.scenario.tools},
                 approval=list(self.scenario.gated_tools) if self.scenario.approval_policy else None,
                 context="context" in self.scenario.requires,
