@@ -11,14 +11,21 @@ large for any chunk in use, which opens a chunk of its own (128 KiB) and leaves 
 itself, so the loop's calls come and go inside that one chunk.  It costs one mapping per run.
 
 Elsewhere (another interpreter, a CPython whose frames live elsewhere) it is an ordinary call.
+
+The mapping is not free (some 8 µs a call, and the page faults of a chunk never touched before), and a Sim
+runs its loop on a worker thread that serves run after run: `hold_fresh_stack` runs such a thread's whole
+job loop on one chunk of its own, kept for the thread's life, and `on_held_stack` then calls a job's
+function directly there (the same room above it, no mapping per run).
 """
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
-__all__ = ["on_fresh_stack"]
+__all__ = ["hold_fresh_stack", "on_fresh_stack", "on_held_stack"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -39,3 +46,39 @@ try:  # the frame's size is the code's stack size plus its locals: a larger stac
     )
 except (AttributeError, TypeError, ValueError):  # pragma: no cover - an interpreter without CodeType.replace
     pass
+
+
+_HELD: set[int] = set()  # threads running their job loop through `hold_fresh_stack`
+
+
+def _after_fork() -> None:
+    """A forked child has only the forking thread: the others' idents may be reused by new threads."""
+    me = threading.get_ident()
+    held = me in _HELD
+    _HELD.clear()
+    if held:
+        _HELD.add(me)
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+def hold_fresh_stack(loop: Callable[[], None]) -> None:
+    """``loop()``, a thread's whole job loop, on a fresh stack chunk that the thread keeps until it ends."""
+    ident = threading.get_ident()
+    _HELD.add(ident)
+    try:
+        on_fresh_stack(loop)
+    finally:
+        _HELD.discard(ident)
+
+
+def on_held_stack(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """`on_fresh_stack` for a job's own function, called near the base of a job of a `hold_fresh_stack` thread.
+
+    There the job already runs a few frames above the start of a chunk of its own, with the same room above
+    it: a direct call.  Anywhere else, `on_fresh_stack`.
+    """
+    if threading.get_ident() in _HELD:
+        return fn(*args, **kwargs)
+    return on_fresh_stack(fn, *args, **kwargs)

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from simloop._runtime.clock import BYSTANDERS, RealTimeThread
+from simloop._runtime.stack import hold_fresh_stack
 
 __all__ = ["Abandoned", "run_on_worker"]
 
@@ -59,6 +60,10 @@ class _Worker(RealTimeThread):
         self.jobs: queue.SimpleQueue[_Job[Any]] = queue.SimpleQueue()
 
     def run(self) -> None:
+        # Run after run on one stack chunk of its own (a Sim calls its loop with `on_held_stack`).
+        hold_fresh_stack(self._serve)
+
+    def _serve(self) -> None:
         while True:
             job = self.jobs.get()
             try:
@@ -146,7 +151,13 @@ def _hypothesis_context() -> tuple[Any, Any] | None:
     """
     control = sys.modules.get("hypothesis.control")
     variable = getattr(control, "_current_build_context", None)
-    value = getattr(variable, "value", None)
+    if variable is None:
+        return None
+    data = getattr(variable, "data", None)
+    if type(data) is threading.local:  # read the thread's own dict: ``.value`` raises inside when it is unset
+        value = vars(data).get("value", getattr(variable, "default", None))
+    else:
+        value = getattr(variable, "value", None)
     if value is None or not hasattr(variable, "with_value"):
         return None
     return variable, value

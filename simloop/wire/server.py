@@ -138,7 +138,10 @@ class _BodyParser:
             self._doc = doc
             return doc
         # body == raw[:end] + "," + N + raw[end:]: the same document with N's values appended to messages
-        if new_end <= end + 1 or body[end] != 0x2C or body[:end] != raw[:end] or body[new_end:] != raw[end:]:
+        # (compared in place: slicing would copy both whole histories on every call)
+        view = memoryview(raw)
+        if (new_end <= end + 1 or body[end] != 0x2C or not body.startswith(view[:end])
+                or not body.endswith(view[end:])):
             return None
         try:
             added = from_json(b"[" + body[end + 1 : new_end] + b"]")

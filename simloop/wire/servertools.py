@@ -99,11 +99,25 @@ def pending_server_uses(conversation: list[Any]) -> list[dict[str, Any]]:
     tail: list[dict[str, Any]] = []  # the last assistant turn's messages, last first
     while i >= 0 and _role(conversation[i]) != "assistant":  # the final user turn, if any
         i -= 1
-    while i >= 0 and _role(conversation[i]) in ("assistant", "system"):
-        if _role(conversation[i]) == "assistant":
+    while i >= 0:
+        role = _role(conversation[i])
+        if role == "assistant":
             tail.append(conversation[i])
+        elif role != "system":
+            break
         i -= 1
     if not tail:
+        return []
+    for message in tail:  # the common case first: no server call in the turn, nothing to answer
+        content = message.get("content")
+        if isinstance(content, list):
+            for block in content:
+                if (block.get("type") if isinstance(block, dict) else getattr(block, "type", None)) == "server_tool_use":
+                    break
+            else:
+                continue
+            break
+    else:
         return []
     uses: dict[str, dict[str, Any]] = {}
     for message in reversed(tail):

@@ -23,6 +23,7 @@ __all__ = ["AsyncSimTransport", "SimTransport"]
 
 _CUT = "peer closed connection without sending complete message body (incomplete chunked read)"
 _CLOSED = "this simloop transport is closed (its client was closed)"
+_NO_TIME = timedelta(0)  # (immutable: shared)
 _READ = frozenset(name.encode("ascii") for name in READ_HEADERS)
 
 
@@ -65,7 +66,7 @@ def _response(request: httpx2.Request, planned: Planned, content: Any) -> httpx2
     response = httpx2.Response(planned.status, headers=headers, stream=httpx2.ByteStream(content), request=request)
     response._content = content
     # The client never times a response it does not read: ``elapsed`` is the virtual time it took.
-    response.elapsed = timedelta(seconds=planned.latency)
+    response.elapsed = timedelta(seconds=planned.latency) if planned.latency else _NO_TIME
     return response
 
 

@@ -62,6 +62,19 @@ def context_window(model: Any, betas: str = "") -> int:
     """The model's input window in tokens: 1M for the models that have it (natively, or with `CONTEXT_1M_BETA`
     among the request's ``anthropic-beta`` values), 200k otherwise."""
     name = model if isinstance(model, str) else ""
+    key = (name, betas)
+    window = _WINDOWS.get(key)
+    if window is None:  # worked out once per model name and beta header (the server asks on every call)
+        if len(_WINDOWS) >= 256:
+            _WINDOWS.clear()
+        window = _WINDOWS[key] = _context_window(name, betas)
+    return window
+
+
+_WINDOWS: dict[tuple[str, str], int] = {}
+
+
+def _context_window(name: str, betas: str) -> int:
     if _LARGE.match(name):
         return LARGE_WINDOW
     if _LARGE_WITH_BETA.match(name) and CONTEXT_1M_BETA in (b.strip() for b in betas.split(",")):
@@ -838,7 +851,9 @@ def _check_server_tools_and_breakpoints(
     ``cache_control``, which takes one of the four slots.
     """
     scan = memo._servertools if memo is not None else None
-    if scan is None or scan.at > len(messages) or messages[: scan.at] != scan.messages[: scan.at]:
+    if scan is None or scan.at > len(messages) or messages[: scan.at] != (
+        scan.messages if len(scan.messages) == scan.at else scan.messages[: scan.at]
+    ):
         scan = _ServerToolScan(0, messages, 0, {})
     _scan_server_tools(messages, scan)  # what this request added to the last one's messages (all of a new one)
     if memo is not None:
@@ -852,7 +867,9 @@ def _check_server_tools_and_breakpoints(
     count = scan.breakpoints + (body.get("cache_control") is not None)
     for part in (body.get("system"), body.get("tools")):
         if type(part) is list:
-            count += sum(1 for b in part if type(b) is dict and b.get("cache_control") is not None)
+            for b in part:
+                if type(b) is dict and b.get("cache_control") is not None:
+                    count += 1
     if count > _MAX_BREAKPOINTS:
         return _rejection(_MSG_CACHE_BREAKPOINTS.format(n=count), field="cache_control")
     return None

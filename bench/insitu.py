@@ -1,0 +1,103 @@
+"""What pieces of a simulated run cost in situ: thread CPU around single functions, no profiler.
+
+A profiler inflates many small calls, and a tight loop replaying one piece runs on warm caches (a
+simloop call costs some 50 µs replayed, 87 µs between the SDK's own work).  This times the pieces of
+the real `bench/overhead.py` run (a fresh `Sim` per 10-call run, alternating with the bare loop) with
+``time.thread_time_ns`` wrappers (each costs ~0.5 µs, and a wrapped piece inside another inflates the
+outer one: time a few at a time), and prints each piece's CPU per run and per call.
+
+    python bench/insitu.py [--runs 300] [--pieces transport,server,validator,response,headers]
+    python bench/insitu.py --pieces sim_init,client,close,run,drive    # the run's fixed costs
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import overhead
+
+import simloop.sim
+from simloop.wire import server, transport, validate
+
+CPU: dict[str, int] = defaultdict(int)
+CALLS: dict[str, int] = defaultdict(int)
+
+#: name -> (owner, attribute): the pieces that can be timed
+PIECES: dict[str, tuple[Any, str]] = {
+    "transport": (transport.SimTransport, "handle_request"),  # the whole simulated call
+    "server": (server.SimServer, "handle"),
+    "validator": (validate.ConversationValidator, "validate"),
+    "parser": (server._BodyParser, "parse"),
+    "response": (transport, "_response"),
+    "headers": (transport, "_headers"),
+    "render": (server, "render_message"),
+    "turn": (server, "_turn"),
+    "deliver": (server.SimServer, "deliver"),
+    "sim_init": (simloop.sim.Sim, "__init__"),
+    "client": (simloop.sim, "_sdk_client"),
+    "http_client": (simloop.sim, "_http_client"),
+    "close": (simloop.sim.Sim, "close"),
+    "run": (simloop.sim.Sim, "run"),  # the caller's thread only (the worker's CPU is not in it)
+    "worker_run": (simloop.sim.Sim, "_run"),  # the worker's share, the drive included
+    "drive": (simloop.sim.Sim, "_drive"),
+}
+
+
+def _wrap(name: str) -> None:
+    owner, attr = PIECES[name]
+    real: Callable[..., Any] = getattr(owner, attr)
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.thread_time_ns()
+        try:
+            return real(*args, **kwargs)
+        finally:
+            CPU[name] += time.thread_time_ns() - start
+            CALLS[name] += 1
+
+    setattr(owner, attr, timed)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=300, help="alternating bare and simulated 10-call runs")
+    parser.add_argument("--pieces", default="transport,server,validator,response,headers",
+                        help=f"comma-separated, of: {', '.join(PIECES)}")
+    args = parser.parse_args()
+    for name in args.pieces.split(","):
+        _wrap(name)
+    client = overhead.bare_client()
+    for _ in range(20):
+        overhead.loop(client), overhead.sim_run()
+    CPU.clear()
+    CALLS.clear()
+    bare: list[float] = []
+    simulated: list[float] = []
+    for _ in range(args.runs):
+        start = time.process_time()
+        overhead.loop(client)
+        bare.append(time.process_time() - start)
+        start = time.process_time()
+        overhead.sim_run()
+        simulated.append(time.process_time() - start)
+    b, s = statistics.median(bare) * 1e6, statistics.median(simulated) * 1e6
+    print(f"process CPU per 10-call run (median): bare {b:.0f} us, simulated {s:.0f} us (wrappers included), "
+          f"ratio {b / s:.1%}")
+    for name, ns in sorted(CPU.items(), key=lambda item: -item[1]):
+        per_run = ns / args.runs / 1000
+        print(f"  {name:12s} {per_run:8.1f} us a run  {per_run / overhead.STEPS:7.1f} us a call  "
+              f"{ns / CALLS[name] / 1000:7.1f} us each ({CALLS[name] / args.runs:.1f} a run)")
+
+
+if __name__ == "__main__":
+    main()
