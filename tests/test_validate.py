@@ -769,3 +769,28 @@ def test_a_prompt_over_the_window_gets_the_real_400_and_an_image_is_not_counted_
     assert said.startswith("prompt is too long: ") and said.endswith(" tokens > 200000 maximum")
     with simloop.Sim(scenario) as sim:
         assert sim.run(lambda s: simloop.Outcome("final", _huge_history_request(s, photo))).text == "served"
+
+
+def test_the_1m_context_beta_reaches_the_server_through_the_sdk() -> None:
+    """``betas=[CONTEXT_1M_BETA]`` is an ``anthropic-beta`` header: the transport hands it to the server, so a
+    request over 200k tokens on a model the beta opens is served (it once was refused, the header unread)."""
+    import simloop
+    from simloop.wire.validate import CONTEXT_1M_BETA
+
+    scenario = simloop.Scenario(task="t", model=[simloop.Reply(end_turn="ok")], strict=False)
+    text = [{"type": "text", "text": "word " * 170_000}]  # about 212k tokens
+
+    def drive(sim: simloop.Sim, betas: list[str]) -> simloop.Outcome:
+        import anthropic
+
+        try:
+            sim.client.beta.messages.create(model="claude-sonnet-4-5", max_tokens=64, betas=betas,
+                                            messages=[{"role": "user", "content": text}])
+        except anthropic.BadRequestError as e:
+            return simloop.Outcome("error", str(e.body["error"]["message"]))
+        return simloop.Outcome("final", "served")
+
+    with simloop.Sim(scenario) as sim:
+        assert sim.run(lambda s: drive(s, [CONTEXT_1M_BETA])).text == "served"
+    with simloop.Sim(scenario) as sim:
+        assert sim.run(lambda s: drive(s, [])).text.startswith("prompt is too long: ")

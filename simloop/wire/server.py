@@ -55,7 +55,7 @@ __all__ = [
 ]
 
 #: The request headers `SimServer.handle` reads (lower-case): a transport may pass only these.
-READ_HEADERS = ("x-stainless-retry-count", "x-api-key", "authorization")
+READ_HEADERS = ("x-stainless-retry-count", "x-api-key", "authorization", "anthropic-beta")
 MESSAGES = "/v1/messages"
 COUNT_TOKENS = "/v1/messages/count_tokens"
 _JSON = ("content-type", "application/json")
