@@ -608,7 +608,7 @@ def test_a_drive_spec_is_imported_from_the_search_folders(tmp_path: Path, monkey
     package.mkdir()
     (package / "__init__.py").write_text("def drive(sim):\n    return ('final', 'ok')\n", encoding="utf-8")
     assert load_drive("simloop_plugin_probe_pkg:drive", search=[tmp_path]).__name__ == "drive"
-    with pytest.raises(UsageError, match=r"a drive spec is 'package.module:function', got 'nocolon'"):
+    with pytest.raises(UsageError, match=r"a drive spec is 'package.module:function' or 'path/to/file.py:function', got 'nocolon'"):
         load_drive("nocolon")
     with pytest.raises(UsageError, match=r"module 'simloop_plugin_probe_pkg' has no 'nope'"):
         load_drive("simloop_plugin_probe_pkg:nope", search=[tmp_path])
