@@ -30,7 +30,7 @@ __all__ = ["EXIT_HOOKS_S", "cli", "main"]
 )
 @click.version_option(package_name="simloop")
 def cli() -> None:
-    """Test and simulate LLM agent loops against a simulated Anthropic Messages API.
+    """Test and simulate LLM agent loops against a simulated Anthropic Messages API (and the OpenAI wires).
 
     Exit codes: 0 clean, 1 invariant violations, 2 usage errors.
     """
