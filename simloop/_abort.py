@@ -124,6 +124,6 @@ def recorder(transcript: Transcript, now: Callable[[], float], arrivals: Arrival
             transcript.append(AbortEvent(t=now(), trigger=trigger))
             return
         with arrivals.stop():
-            transcript.append(AbortEvent(t=now(), trigger=trigger))
+            transcript.append(AbortEvent(t=now(), trigger=trigger, at=len(transcript.events)))
 
     return record

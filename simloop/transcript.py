@@ -282,6 +282,9 @@ class AbortEvent:
 
     t: float
     trigger: str = ""
+    # with MCP tools: how many events were recorded before it, the count `ToolStart.arrived` is in (a sub-run's
+    # split of the transcript moves positions, not this)
+    at: int | None = None
     type: str = "abort"
 
 
@@ -469,6 +472,8 @@ def _line(obj: Any) -> str:
         del data["approval"]  # a run without the approval policy writes the header it always wrote
     if isinstance(obj, Header) and not obj.prices:
         del data["prices"]  # the common case, and every transcript written before prices existed, stays the same
+    if isinstance(obj, AbortEvent) and obj.at is None:
+        del data["at"]  # a run without MCP tools writes the Stop it always wrote
     if isinstance(obj, ToolStart) and obj.arrived is None:
         del data["arrived"]  # a call that did not come over MCP is written as it always was
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -310,3 +310,27 @@ def test_the_arrival_is_written_and_read_back(tmp_path: Path) -> None:
     path = sim.transcript.write(tmp_path / "t.jsonl")
     again = Transcript.read(path)
     assert [e.arrived for e in again.of(ToolStart)] == [e.arrived for e in sim.transcript.of(ToolStart)] == [2]
+
+
+def test_the_stop_keeps_its_place_when_a_sub_run_is_split_out_before_it() -> None:
+    """The invariants check a sub-agent run apart, which moves the parent's events; the Stop counts in the same
+    numbers as `ToolStart.arrived` (`AbortEvent.at`), so a call sent before it is still forgiven."""
+    import dataclasses
+
+    from simloop.invariants import check
+    from simloop.transcript import Request, Response, SubagentEnd, SubagentStart, Transcript
+
+    pytest.importorskip("simloop.adapters.pydantic_ai", reason="pydantic-ai is not installed")
+    with Sim(zero_time()) as sim:
+        sim.run(pai_mcp_stop)
+    stop = sim.transcript.events[abort_at(sim)]
+    assert stop.at == abort_at(sim)  # recorded with MCP tools in the run
+    sub = [SubagentStart(t=0.0, run=1, task="look", parent=0),
+           Request(t=0.0, index=900, call=900, attempt=0, path="/v1/messages", stream=False,
+                   body={"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "look"}]}, subrun=1),
+           Response(t=0.0, index=900, call=900, status=500, kind="error"), SubagentEnd(t=0.0, run=1, reason="error")]
+    moved = [dataclasses.replace(e, arrived=e.arrived + len(sub)) if isinstance(e, ToolStart) and e.arrived is not None
+             else dataclasses.replace(e, at=e.at + len(sub)) if isinstance(e, AbortEvent) and e.at is not None else e
+             for e in sim.transcript.events]
+    split = Transcript(header=sim.transcript.header, events=[*sub, *moved])
+    assert [v.message for v in check(split, invariants=["abort"]).violations] == []

@@ -33,6 +33,7 @@ def _after_stop(t: Transcript, at: int, event: AbortEvent) -> list[Violation]:
     v = _view(t)
     out: list[Violation] = []
     in_flight = v.step_at(at) or 0  # the model call sent last before Stop (it may still be answering)
+    stopped_at = event.at if event.at is not None else at  # in the count `ToolStart.arrived` is in
     turn = next((e.turn for e in reversed(t.events[:at]) if isinstance(e, TurnStart)), 0)
     end = next((p for p in range(at + 1, len(t.events))
                 if isinstance(t.events[p], (TurnStart, OutcomeEvent, Restart))), len(t.events))
@@ -48,7 +49,7 @@ def _after_stop(t: Transcript, at: int, event: AbortEvent) -> list[Violation]:
         e = t.events[pos]
         # an MCP call whose request the loop had sent before Stop (a reply's calls sent together) is not the loop's
         # doing: it could not have known; one whose request arrived after Stop is
-        if isinstance(e, ToolStart) and not (e.arrived is not None and e.arrived <= at):
+        if isinstance(e, ToolStart) and not (e.arrived is not None and e.arrived <= stopped_at):
             sent = " (its MCP request arrived after Stop)" if e.arrived is not None else ""
             message = (f"the user pressed Stop ({event.trigger}, t={event.t:g}s) and the loop then ran {e.tool} "
                        f"(exec {e.exec}){sent}; {fix}")
