@@ -11,7 +11,8 @@ run, and acts only in threads that run on a guarded Sim's clock: the drive's thr
 it starts (the scoping of virtual time, `simloop._runtime.clock`; threads started with ``_thread.start_new_thread`` and a
 pool's thread while it runs a job the run submitted are the run's too: `simloop._runtime.process`).  simloop's own threads, the loopback server
 (``simloop serve``), the test runner and every thread outside a run are never affected.  The hook's
-cost outside a socket event is one set lookup per audit event.
+cost outside a socket event is one set lookup per audit event (one hook for the guard and the process
+tracking: `simloop._runtime.audit`).
 
 Policies (``Sim(..., network=...)``, ``verify(..., network=...)``, ``simloop verify/run --network``):
 
@@ -36,6 +37,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
 
+from simloop._runtime.audit import on_events
 from simloop._runtime.clock import VirtualClock, _threads
 from simloop._runtime.watchdog import where_of
 from simloop.errors import UsageError
@@ -82,7 +84,7 @@ def guarding(clock: VirtualClock, policy: NetworkPolicy, on_blocked: OnBlocked) 
         yield
         return
     if not _installed:
-        sys.addaudithook(_audit)
+        on_events(_EVENTS, _audit)
         _installed.append(True)
     _GUARDS[clock] = (policy, on_blocked)
     try:
@@ -110,7 +112,8 @@ def simloops_own() -> Iterator[None]:
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
-    if event not in _EVENTS or not _GUARDS:
+    # (simloop._runtime.audit's hook calls this for the events in _EVENTS only)
+    if not _GUARDS:
         return
     ident = _get_ident()
     if ident in _OWN:
@@ -129,7 +132,7 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     if policy == "loopback" and _is_loopback(host):
         return
     shown = f"{host}:{port}" if port is not None else host
-    raise on_blocked(shown, where_of(sys._getframe(1), skip_libraries=True))
+    raise on_blocked(shown, where_of(sys._getframe(2), skip_libraries=True))  # (below the shared hook)
 
 
 def _target(event: str, args: tuple[Any, ...]) -> tuple[str, Any] | None:

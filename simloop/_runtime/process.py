@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from simloop._runtime import netguard as _netguard
+from simloop._runtime.audit import on_events
 from simloop._runtime.clock import _LOCK as _CLOCK_LOCK
 from simloop._runtime.clock import REAL, VirtualClock, _threads
 from simloop._runtime.halt import LoopHalted
@@ -258,7 +259,7 @@ def install() -> None:
     _thread.start_new_thread = _start_new_thread  # (threading.Thread holds the original: its threads are the clock's)
     concurrent.futures.ThreadPoolExecutor.submit = _submit  # type: ignore[method-assign,assignment]
     os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent, after_in_child=_after_fork_child)
-    sys.addaudithook(_audit)
+    on_events(_SPAWNS, _audit)
 
 
 #: Set by the ``simloop`` command once its verdict is given: any later exit ends the process with this code.
@@ -379,7 +380,8 @@ def _submit(self: concurrent.futures.ThreadPoolExecutor, fn: Callable[..., Any],
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
-    if event not in _SPAWNS or not _RUNS:
+    # (simloop._runtime.audit's hook calls this for the events in _SPAWNS only)
+    if not _RUNS:
         return
     run = _run_of_caller()
     if run is None or _get_ident() in _OWN:  # (a command drive's own command: simloop's, not the loop's)
