@@ -77,20 +77,30 @@ def check_policy(network: object) -> NetworkPolicy:
     return network  # type: ignore[return-value]
 
 
-@contextmanager
-def guarding(clock: VirtualClock, policy: NetworkPolicy, on_blocked: OnBlocked) -> Iterator[None]:
+def guarding(clock: VirtualClock, policy: NetworkPolicy, on_blocked: OnBlocked) -> _Guarding:
     """Apply ``policy`` to the threads running on ``clock`` until the block exits."""
-    if policy == "allow":
-        yield
-        return
-    if not _installed:
-        on_events(_EVENTS, _audit)
-        _installed.append(True)
-    _GUARDS[clock] = (policy, on_blocked)
-    try:
-        yield
-    finally:
-        _GUARDS.pop(clock, None)
+    return _Guarding(clock, policy, on_blocked)
+
+
+class _Guarding:
+    """`guarding`'s block: a plain context manager (no generator: it is entered at every run)."""
+
+    __slots__ = ("clock", "on_blocked", "policy")
+
+    def __init__(self, clock: VirtualClock, policy: NetworkPolicy, on_blocked: OnBlocked) -> None:
+        self.clock, self.policy, self.on_blocked = clock, policy, on_blocked
+
+    def __enter__(self) -> None:
+        if self.policy == "allow":
+            return
+        if not _installed:
+            on_events(_EVENTS, _audit)
+            _installed.append(True)
+        _GUARDS[self.clock] = (self.policy, self.on_blocked)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.policy != "allow":
+            _GUARDS.pop(self.clock, None)
 
 
 def allow_own_port(port: int) -> Callable[[], None]:

@@ -155,20 +155,31 @@ _FORKED: list[int] = []
 _PENDING: dict[int, tuple[int, int]] = {}  # forking thread -> (read, write) of the pipe being handed over
 
 
-@contextlib.contextmanager
-def running(clock: VirtualClock) -> Iterator[Run]:
+def running(clock: VirtualClock) -> _Running:
     """The run on ``clock`` lasts for the block: its exits, forks, children and jobs are tracked."""
-    install()
-    run = Run(clock)
-    if not _RUNS:
-        for name, value in (("ANTHROPIC_API_KEY", FAKE_KEY),):
-            _ENV[name] = os.environ.get(name)
-            os.environ[name] = value
-    _RUNS[clock] = run
-    try:
-        yield run
-    finally:
-        release(clock)
+    return _Running(clock)
+
+
+class _Running:
+    """`running`'s block, which gives the `Run`: a plain context manager (no generator: entered at every run)."""
+
+    __slots__ = ("clock",)
+
+    def __init__(self, clock: VirtualClock) -> None:
+        self.clock = clock
+
+    def __enter__(self) -> Run:
+        install()
+        run = Run(self.clock)
+        if not _RUNS:
+            for name, value in (("ANTHROPIC_API_KEY", FAKE_KEY),):
+                _ENV[name] = os.environ.get(name)
+                os.environ[name] = value
+        _RUNS[self.clock] = run
+        return run
+
+    def __exit__(self, *exc: object) -> None:
+        release(self.clock)
 
 
 def release(clock: VirtualClock) -> None:

@@ -175,9 +175,11 @@ class Watchdog:
                 self._paused -= 1
                 self._last = REAL.monotonic()
 
-    @contextmanager
-    def watching(self) -> Iterator[None]:
+    def watching(self) -> _Watching:
         """Watch the current thread until the block exits."""
+        return _Watching(self)
+
+    def _watch(self) -> None:
         thread_id = threading.get_ident()
         if self._thread_id is not None:
             from simloop.errors import UsageError
@@ -186,14 +188,6 @@ class Watchdog:
         self._last = REAL.monotonic()
         self._fired = False
         _MONITOR.add(self, thread_id)
-        try:
-            yield
-        finally:
-            try:
-                self._disarm()
-            except LoopHalted:  # delivered in the middle of disarming: finish, then let it out
-                self._disarm()
-                raise
 
     def _disarm(self) -> None:
         with _MONITOR.cond:
@@ -260,6 +254,25 @@ class Watchdog:
         self._fired = True
         self._last = REAL.monotonic()  # re-arm: fire again if the halt is swallowed
         return True
+
+
+class _Watching:
+    """`Watchdog.watching`'s block: a plain context manager (no generator: it is entered at every run)."""
+
+    __slots__ = ("dog",)
+
+    def __init__(self, dog: Watchdog) -> None:
+        self.dog = dog
+
+    def __enter__(self) -> None:
+        self.dog._watch()
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.dog._disarm()
+        except LoopHalted:  # delivered in the middle of disarming: finish, then let it out
+            self.dog._disarm()
+            raise
 
 
 class _Monitor:
