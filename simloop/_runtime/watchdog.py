@@ -287,11 +287,17 @@ class _Monitor:
         self.watched: dict[Watchdog, int] = {}
         self.thread: RealTimeThread | None = None
         self.wake = float("inf")  # when the thread wakes next (REAL.monotonic time)
+        # With nothing to watch, the thread still wakes after the budget it served last, not never: a run with
+        # that budget that starts meanwhile is due no sooner, so adding it needs no notify (a short run paid a
+        # thread switch for it).
+        self.idle = float("inf")
+        self.rounds = 0  # how many times the thread looked at what it watches
 
     def add(self, dog: Watchdog, thread_id: int) -> None:
         with self.cond:
             dog._thread_id = thread_id
             self.watched[dog] = thread_id
+            self.idle = dog.seconds
             if self.thread is None or not self.thread.is_alive():
                 self.thread = RealTimeThread(target=self._run, name="simloop-watchdog", daemon=True)
                 self.thread.start()
@@ -307,13 +313,14 @@ class _Monitor:
         # thread never reads virtual time even while time.monotonic is patched.
         with self.cond:
             while True:
+                self.rounds += 1
                 now = REAL.monotonic()
                 due = [dog for dog in self.watched if dog._due() <= now]
                 for dog in due:
                     if not dog._fire(self.watched[dog]):
                         self.remove(dog)
                 # A dog removed since is not waited out: the thread wakes at its old due time, finds nothing.
-                self.wake = min((dog._due() for dog in self.watched), default=float("inf"))
+                self.wake = min((dog._due() for dog in self.watched), default=now + self.idle)
                 self.cond.wait(None if self.wake == float("inf") else max(0.0, self.wake - REAL.monotonic()))
 
 
