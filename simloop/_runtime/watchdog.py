@@ -26,8 +26,7 @@ import os
 import sys
 import sysconfig
 import threading
-from collections.abc import Collection, Iterator
-from contextlib import contextmanager
+from collections.abc import Collection
 from pathlib import Path
 from types import FrameType
 
@@ -160,20 +159,12 @@ class Watchdog:
         """The drive made progress (a model or tool call): restart the idle budget."""
         self._last = REAL.monotonic()
 
-    @contextmanager
-    def paused(self) -> Iterator[None]:
+    def paused(self) -> _Paused:
         """simloop's own work (setting up a client, an MCP server): the real time it takes is not the loop's.
 
         The budget does not run out inside the block, and starts afresh when it ends.
         """
-        with _MONITOR.cond:
-            self._paused += 1
-        try:
-            yield
-        finally:
-            with _MONITOR.cond:
-                self._paused -= 1
-                self._last = REAL.monotonic()
+        return _Paused(self)
 
     def watching(self) -> _Watching:
         """Watch the current thread until the block exits."""
@@ -254,6 +245,24 @@ class Watchdog:
         self._fired = True
         self._last = REAL.monotonic()  # re-arm: fire again if the halt is swallowed
         return True
+
+
+class _Paused:
+    """`Watchdog.paused`'s block: a plain context manager (no generator: a run enters it for each client)."""
+
+    __slots__ = ("dog",)
+
+    def __init__(self, dog: Watchdog) -> None:
+        self.dog = dog
+
+    def __enter__(self) -> None:
+        with _MONITOR.cond:
+            self.dog._paused += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with _MONITOR.cond:
+            self.dog._paused -= 1
+            self.dog._last = REAL.monotonic()
 
 
 class _Watching:
