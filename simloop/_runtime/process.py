@@ -43,7 +43,7 @@ from simloop._runtime.clock import _LOCK as _CLOCK_LOCK
 from simloop._runtime.clock import REAL, VirtualClock, _threads
 from simloop._runtime.halt import LoopHalted
 from simloop._runtime.netguard import _OWN
-from simloop._runtime.watchdog import where_of
+from simloop._runtime.watchdog import where_in, where_of
 from simloop.invariants.stopping import FORK_FIX
 
 __all__ = ["FINAL_CODE", "LAST_RESORT_S", "REAL_EXIT", "ProcessExit", "Run", "bounded", "forked_call", "install",
@@ -105,8 +105,6 @@ class Run:
     def left(self, grace: float) -> list[tuple[str, str, int | None]]:
         """What the run started and is still running, after waiting up to ``grace`` real seconds for it: (name,
         where, pid) of pool jobs, threads started by hand and child processes (the children are killed)."""
-        from simloop._runtime.watchdog import where_in
-
         deadline = REAL.monotonic() + grace
         out: list[tuple[str, str, int | None]] = []
         for future, name in self.futures:
