@@ -25,9 +25,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import random
+
 import overhead
 
 import simloop.sim
+from simloop._runtime.clock import VirtualClock
+from simloop._runtime.watchdog import Watchdog
 from simloop.wire import server, transport, validate
 
 CPU: dict[str, int] = defaultdict(int)
@@ -57,9 +61,9 @@ PIECES: dict[str, tuple[Any, str]] = {
 
 #: name -> (owner, attribute): context managers of the run machinery, timed on entry and exit (name.enter, name.exit)
 BLOCKS: dict[str, tuple[Any, str]] = {
-    "patched": (simloop.sim.VirtualClock, "patched"),  # the clock's patches on and off
+    "patched": (VirtualClock, "patched"),  # the clock's patches on and off
     "running": (simloop.sim, "running"),  # the process tracking (and the fake key in the environment)
-    "watching": (simloop.sim.Watchdog, "watching"),
+    "watching": (Watchdog, "watching"),
     "guarding": (simloop.sim, "guarding"),  # the network guard
 }
 
@@ -88,7 +92,7 @@ class _TimedBlock:
 def _wrap(name: str) -> None:
     if name == "prng":  # the global PRNG saved, seeded and restored around each run
         for attr in ("getstate", "seed", "setstate"):
-            PIECES[f"prng.{attr}"] = (simloop.sim.random, attr)
+            PIECES[f"prng.{attr}"] = (random, attr)  # (the module Sim.run calls)
             _wrap(f"prng.{attr}")
         return
     if name in BLOCKS:
