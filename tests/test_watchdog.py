@@ -280,3 +280,21 @@ def test_a_run_that_starts_while_the_monitor_idles_does_not_wake_it(monkeypatch:
     with pytest.raises(LoopHalted), short.watching():
         while True:
             pass
+
+
+def test_a_budget_past_the_longest_wait_keeps_the_monitor_alive() -> None:
+    """A budget of 10**12 s (a user turning the watchdog off in effect) once ended the monitor thread with an
+    OverflowError from its wait, and with it every other run's watchdog until the next run restarted it."""
+    with Watchdog(seconds=1e12).watching():
+        rounds = _MONITOR.rounds
+        with _MONITOR.cond:
+            _MONITOR.cond.notify()  # the monitor looks, and waits for the far-away budget
+        deadline = REAL.monotonic() + 20  # (a hang guard: it looks within microseconds)
+        while _MONITOR.rounds == rounds and REAL.monotonic() < deadline:
+            REAL.sleep(0.001)
+        REAL.sleep(0.05)  # (time for it to reach its wait, where the overflow was raised)
+        assert _MONITOR.thread is not None and _MONITOR.thread.is_alive()
+    short = Watchdog(seconds=BUDGET)  # and it still fires for a run beside it
+    with pytest.raises(LoopHalted), short.watching():
+        while True:
+            pass

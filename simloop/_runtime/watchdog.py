@@ -21,6 +21,7 @@ budget runs out, the halt may surface from ``watching()``'s exit instead of from
 
 from __future__ import annotations
 
+import _thread
 import ctypes
 import os
 import sys
@@ -330,7 +331,9 @@ class _Monitor:
                         self.remove(dog)
                 # A dog removed since is not waited out: the thread wakes at its old due time, finds nothing.
                 self.wake = min((dog._due() for dog in self.watched), default=now + self.idle)
-                self.cond.wait(None if self.wake == float("inf") else max(0.0, self.wake - REAL.monotonic()))
+                # (at most TIMEOUT_MAX: a longer timeout raises OverflowError, which would end this thread)
+                self.cond.wait(None if self.wake == float("inf")
+                               else min(max(0.0, self.wake - REAL.monotonic()), _thread.TIMEOUT_MAX))
 
 
 _MONITOR = _Monitor()
