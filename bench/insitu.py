@@ -8,6 +8,7 @@ outer one: time a few at a time), and prints each piece's CPU per run and per ca
 
     python bench/insitu.py [--runs 300] [--pieces transport,server,validator,response,headers]
     python bench/insitu.py --pieces sim_init,client,close,run,drive    # the run's fixed costs
+    python bench/insitu.py --pieces patched,running,watching,guarding,prng,threads_left   # the run machinery
 """
 
 from __future__ import annotations
@@ -24,9 +25,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import random
+
 import overhead
 
 import simloop.sim
+from simloop._runtime.clock import VirtualClock
+from simloop._runtime.watchdog import Watchdog
 from simloop.wire import server, transport, validate
 
 CPU: dict[str, int] = defaultdict(int)
@@ -50,10 +55,51 @@ PIECES: dict[str, tuple[Any, str]] = {
     "run": (simloop.sim.Sim, "run"),  # the caller's thread only (the worker's CPU is not in it)
     "worker_run": (simloop.sim.Sim, "_run"),  # the worker's share, the drive included
     "drive": (simloop.sim.Sim, "_drive"),
+    "threads_left": (simloop.sim.Sim, "_threads_left"),
+    "record": (simloop.sim.Sim, "_record"),
+}
+
+#: name -> (owner, attribute): context managers of the run machinery, timed on entry and exit (name.enter, name.exit)
+BLOCKS: dict[str, tuple[Any, str]] = {
+    "patched": (VirtualClock, "patched"),  # the clock's patches on and off
+    "running": (simloop.sim, "running"),  # the process tracking (and the fake key in the environment)
+    "watching": (Watchdog, "watching"),
+    "guarding": (simloop.sim, "guarding"),  # the network guard
 }
 
 
+class _TimedBlock:
+    def __init__(self, name: str, block: Any) -> None:
+        self.name, self.block = name, block
+
+    def __enter__(self) -> Any:
+        start = time.thread_time_ns()
+        try:
+            return self.block.__enter__()
+        finally:
+            CPU[self.name + ".enter"] += time.thread_time_ns() - start
+            CALLS[self.name + ".enter"] += 1
+
+    def __exit__(self, *exc: object) -> Any:
+        start = time.thread_time_ns()
+        try:
+            return self.block.__exit__(*exc)
+        finally:
+            CPU[self.name + ".exit"] += time.thread_time_ns() - start
+            CALLS[self.name + ".exit"] += 1
+
+
 def _wrap(name: str) -> None:
+    if name == "prng":  # the global PRNG saved, seeded and restored around each run
+        for attr in ("getstate", "seed", "setstate"):
+            PIECES[f"prng.{attr}"] = (random, attr)  # (the module Sim.run calls)
+            _wrap(f"prng.{attr}")
+        return
+    if name in BLOCKS:
+        owner, attr = BLOCKS[name]
+        block: Callable[..., Any] = getattr(owner, attr)
+        setattr(owner, attr, lambda *args, **kwargs: _TimedBlock(name, block(*args, **kwargs)))
+        return
     owner, attr = PIECES[name]
     real: Callable[..., Any] = getattr(owner, attr)
 
@@ -72,7 +118,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=300, help="alternating bare and simulated 10-call runs")
     parser.add_argument("--pieces", default="transport,server,validator,response,headers",
-                        help=f"comma-separated, of: {', '.join(PIECES)}")
+                        help=f"comma-separated, of: {', '.join([*PIECES, *BLOCKS, 'prng'])}")
     args = parser.parse_args()
     for name in args.pieces.split(","):
         _wrap(name)

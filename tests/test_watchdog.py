@@ -256,3 +256,45 @@ def test_a_slow_import_in_an_executor_job_of_an_async_drive_is_not_a_runaway(
         sys.modules.pop("slow_import_in_a_job", None)
     assert (outcome.reason, outcome.text) == ("final", "hi"), outcome
     assert sim.watchdog.halts == 0 and sim.watchdog.deferred >= 1
+
+
+def test_a_run_that_starts_while_the_monitor_idles_does_not_wake_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    dog = Watchdog(seconds=5)
+    with dog.watching():
+        pass
+    rounds = _MONITOR.rounds
+    with _MONITOR.cond:
+        _MONITOR.cond.notify()  # the monitor looks again, and finds nothing to watch
+    deadline = REAL.monotonic() + 20  # (a hang guard: it looks within microseconds)
+    while _MONITOR.rounds == rounds and REAL.monotonic() < deadline:
+        REAL.sleep(0.001)
+    assert _MONITOR.rounds > rounds and not _MONITOR.watched
+    notified: list[int] = []
+    monkeypatch.setattr(_MONITOR.cond, "notify", lambda n=1: notified.append(n))
+    for _ in range(20):  # short runs, one after another: none wakes the monitor thread (a switch each)
+        with Watchdog(seconds=5).watching():
+            pass
+    assert notified == []
+    monkeypatch.undo()
+    short = Watchdog(seconds=BUDGET)  # a shorter budget than the monitor waits for: it is woken, and fires
+    with pytest.raises(LoopHalted), short.watching():
+        while True:
+            pass
+
+
+def test_a_budget_past_the_longest_wait_keeps_the_monitor_alive() -> None:
+    """A budget of 10**12 s (a user turning the watchdog off in effect) once ended the monitor thread with an
+    OverflowError from its wait, and with it every other run's watchdog until the next run restarted it."""
+    with Watchdog(seconds=1e12).watching():
+        rounds = _MONITOR.rounds
+        with _MONITOR.cond:
+            _MONITOR.cond.notify()  # the monitor looks, and waits for the far-away budget
+        deadline = REAL.monotonic() + 20  # (a hang guard: it looks within microseconds)
+        while _MONITOR.rounds == rounds and REAL.monotonic() < deadline:
+            REAL.sleep(0.001)
+        REAL.sleep(0.05)  # (time for it to reach its wait, where the overflow was raised)
+        assert _MONITOR.thread is not None and _MONITOR.thread.is_alive()
+    short = Watchdog(seconds=BUDGET)  # and it still fires for a run beside it
+    with pytest.raises(LoopHalted), short.watching():
+        while True:
+            pass

@@ -11,6 +11,6 @@ command line; `tests/test_layout.py`), and what it needs of them is passed in.
   ``prepare`` (simloop's first-time work, done before the loop's time is counted);
 * what keeps it in bounds: ``halt`` (`LoopHalted`), ``watchdog`` (a loop that spins in real time),
   ``netguard`` (the real network), ``process`` (exits, forks, children, threads of a run), ``proctree`` (a
-  command's processes);
+  command's processes), ``audit`` (the one audit hook the guard and the process tracking share);
 * what a report names: ``frames`` (the loop's own line in a traceback).
 """

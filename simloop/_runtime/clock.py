@@ -564,8 +564,7 @@ class VirtualClock:
         with asyncio.Runner(loop_factory=self.new_event_loop) as runner:
             return runner.run(coro)
 
-    @contextmanager
-    def patched(self, *, modules: Iterable[ModuleType] = ()) -> Iterator[None]:
+    def patched(self, *, modules: Iterable[ModuleType] = ()) -> _Patched:
         """Put the calling thread, and the threads it starts, on this clock until the block exits.
 
         Covers ``time.time/time_ns/monotonic(_ns)/perf_counter(_ns)/sleep``,
@@ -576,6 +575,9 @@ class VirtualClock:
         same clock is fine; a different clock in the same thread raises `simloop.UsageError`.  A Sim that runs
         its drive in a worker thread enters ``patched()`` in that thread.
         """
+        return _Patched(self, modules)
+
+    def _enter(self, modules: Iterable[ModuleType]) -> tuple[int, bool, list[tuple[int, str]]]:
         tid = _get_ident()
         with _LOCK:
             other = _threads.get(tid)
@@ -591,15 +593,11 @@ class VirtualClock:
                 _threads[tid] = self
                 self._thread_ids.add(tid)
             try:
-                slots = _rebind(modules)
+                slots = _rebind(modules) if modules else []
             except BaseException:
                 self._leave(tid, owner, [])
                 raise
-        try:
-            yield
-        finally:
-            with _LOCK:
-                self._leave(tid, owner, slots)
+        return tid, owner, slots
 
     def release(self) -> None:
         """Take every thread off this clock and undo its patches now.
@@ -682,6 +680,26 @@ class VirtualClock:
 
             thread.run = run_on_clock  # type: ignore[method-assign]
         _saved["threading.Thread.start"](thread)
+
+
+class _Patched:
+    """`VirtualClock.patched`'s block: a plain context manager (no generator: it is entered at every run)."""
+
+    __slots__ = ("clock", "entered", "modules")
+
+    def __init__(self, clock: VirtualClock, modules: Iterable[ModuleType]) -> None:
+        self.clock = clock
+        self.modules = modules
+        self.entered: tuple[int, bool, list[tuple[int, str]]] | None = None
+
+    def __enter__(self) -> None:
+        self.entered = self.clock._enter(self.modules)
+
+    def __exit__(self, *exc: object) -> None:
+        entered, self.entered = self.entered, None
+        if entered is not None:
+            with _LOCK:
+                self.clock._leave(*entered)
 
 
 def _noop() -> None:

@@ -11,7 +11,8 @@ run, and acts only in threads that run on a guarded Sim's clock: the drive's thr
 it starts (the scoping of virtual time, `simloop._runtime.clock`; threads started with ``_thread.start_new_thread`` and a
 pool's thread while it runs a job the run submitted are the run's too: `simloop._runtime.process`).  simloop's own threads, the loopback server
 (``simloop serve``), the test runner and every thread outside a run are never affected.  The hook's
-cost outside a socket event is one set lookup per audit event.
+cost outside a socket event is one set lookup per audit event (one hook for the guard and the process
+tracking: `simloop._runtime.audit`).
 
 Policies (``Sim(..., network=...)``, ``verify(..., network=...)``, ``simloop verify/run --network``):
 
@@ -36,6 +37,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
 
+from simloop._runtime.audit import on_events
 from simloop._runtime.clock import VirtualClock, _threads
 from simloop._runtime.watchdog import where_of
 from simloop.errors import UsageError
@@ -75,20 +77,30 @@ def check_policy(network: object) -> NetworkPolicy:
     return network  # type: ignore[return-value]
 
 
-@contextmanager
-def guarding(clock: VirtualClock, policy: NetworkPolicy, on_blocked: OnBlocked) -> Iterator[None]:
+def guarding(clock: VirtualClock, policy: NetworkPolicy, on_blocked: OnBlocked) -> _Guarding:
     """Apply ``policy`` to the threads running on ``clock`` until the block exits."""
-    if policy == "allow":
-        yield
-        return
-    if not _installed:
-        sys.addaudithook(_audit)
-        _installed.append(True)
-    _GUARDS[clock] = (policy, on_blocked)
-    try:
-        yield
-    finally:
-        _GUARDS.pop(clock, None)
+    return _Guarding(clock, policy, on_blocked)
+
+
+class _Guarding:
+    """`guarding`'s block: a plain context manager (no generator: it is entered at every run)."""
+
+    __slots__ = ("clock", "on_blocked", "policy")
+
+    def __init__(self, clock: VirtualClock, policy: NetworkPolicy, on_blocked: OnBlocked) -> None:
+        self.clock, self.policy, self.on_blocked = clock, policy, on_blocked
+
+    def __enter__(self) -> None:
+        if self.policy == "allow":
+            return
+        if not _installed:
+            on_events(_EVENTS, _audit)
+            _installed.append(True)
+        _GUARDS[self.clock] = (self.policy, self.on_blocked)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.policy != "allow":
+            _GUARDS.pop(self.clock, None)
 
 
 def allow_own_port(port: int) -> Callable[[], None]:
@@ -110,7 +122,8 @@ def simloops_own() -> Iterator[None]:
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
-    if event not in _EVENTS or not _GUARDS:
+    # (simloop._runtime.audit's hook calls this for the events in _EVENTS only)
+    if not _GUARDS:
         return
     ident = _get_ident()
     if ident in _OWN:
@@ -129,7 +142,7 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     if policy == "loopback" and _is_loopback(host):
         return
     shown = f"{host}:{port}" if port is not None else host
-    raise on_blocked(shown, where_of(sys._getframe(1), skip_libraries=True))
+    raise on_blocked(shown, where_of(sys._getframe(2), skip_libraries=True))  # (below the shared hook)
 
 
 def _target(event: str, args: tuple[Any, ...]) -> tuple[str, Any] | None:

@@ -38,11 +38,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from simloop._runtime import netguard as _netguard
+from simloop._runtime.audit import on_events
 from simloop._runtime.clock import _LOCK as _CLOCK_LOCK
 from simloop._runtime.clock import REAL, VirtualClock, _threads
 from simloop._runtime.halt import LoopHalted
 from simloop._runtime.netguard import _OWN
-from simloop._runtime.watchdog import where_of
+from simloop._runtime.watchdog import where_in, where_of
 from simloop.invariants.stopping import FORK_FIX
 
 __all__ = ["FINAL_CODE", "LAST_RESORT_S", "REAL_EXIT", "ProcessExit", "Run", "bounded", "forked_call", "install",
@@ -104,8 +105,6 @@ class Run:
     def left(self, grace: float) -> list[tuple[str, str, int | None]]:
         """What the run started and is still running, after waiting up to ``grace`` real seconds for it: (name,
         where, pid) of pool jobs, threads started by hand and child processes (the children are killed)."""
-        from simloop._runtime.watchdog import where_in
-
         deadline = REAL.monotonic() + grace
         out: list[tuple[str, str, int | None]] = []
         for future, name in self.futures:
@@ -154,20 +153,31 @@ _FORKED: list[int] = []
 _PENDING: dict[int, tuple[int, int]] = {}  # forking thread -> (read, write) of the pipe being handed over
 
 
-@contextlib.contextmanager
-def running(clock: VirtualClock) -> Iterator[Run]:
+def running(clock: VirtualClock) -> _Running:
     """The run on ``clock`` lasts for the block: its exits, forks, children and jobs are tracked."""
-    install()
-    run = Run(clock)
-    if not _RUNS:
-        for name, value in (("ANTHROPIC_API_KEY", FAKE_KEY),):
-            _ENV[name] = os.environ.get(name)
-            os.environ[name] = value
-    _RUNS[clock] = run
-    try:
-        yield run
-    finally:
-        release(clock)
+    return _Running(clock)
+
+
+class _Running:
+    """`running`'s block, which gives the `Run`: a plain context manager (no generator: entered at every run)."""
+
+    __slots__ = ("clock",)
+
+    def __init__(self, clock: VirtualClock) -> None:
+        self.clock = clock
+
+    def __enter__(self) -> Run:
+        install()
+        run = Run(self.clock)
+        if not _RUNS:
+            for name, value in (("ANTHROPIC_API_KEY", FAKE_KEY),):
+                _ENV[name] = os.environ.get(name)
+                os.environ[name] = value
+        _RUNS[self.clock] = run
+        return run
+
+    def __exit__(self, *exc: object) -> None:
+        release(self.clock)
 
 
 def release(clock: VirtualClock) -> None:
@@ -258,7 +268,7 @@ def install() -> None:
     _thread.start_new_thread = _start_new_thread  # (threading.Thread holds the original: its threads are the clock's)
     concurrent.futures.ThreadPoolExecutor.submit = _submit  # type: ignore[method-assign,assignment]
     os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent, after_in_child=_after_fork_child)
-    sys.addaudithook(_audit)
+    on_events(_SPAWNS, _audit)
 
 
 #: Set by the ``simloop`` command once its verdict is given: any later exit ends the process with this code.
@@ -379,7 +389,8 @@ def _submit(self: concurrent.futures.ThreadPoolExecutor, fn: Callable[..., Any],
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
-    if event not in _SPAWNS or not _RUNS:
+    # (simloop._runtime.audit's hook calls this for the events in _SPAWNS only)
+    if not _RUNS:
         return
     run = _run_of_caller()
     if run is None or _get_ident() in _OWN:  # (a command drive's own command: simloop's, not the loop's)

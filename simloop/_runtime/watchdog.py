@@ -21,13 +21,13 @@ budget runs out, the halt may surface from ``watching()``'s exit instead of from
 
 from __future__ import annotations
 
+import _thread
 import ctypes
 import os
 import sys
 import sysconfig
 import threading
-from collections.abc import Collection, Iterator
-from contextlib import contextmanager
+from collections.abc import Collection
 from pathlib import Path
 from types import FrameType
 
@@ -160,24 +160,18 @@ class Watchdog:
         """The drive made progress (a model or tool call): restart the idle budget."""
         self._last = REAL.monotonic()
 
-    @contextmanager
-    def paused(self) -> Iterator[None]:
+    def paused(self) -> _Paused:
         """simloop's own work (setting up a client, an MCP server): the real time it takes is not the loop's.
 
         The budget does not run out inside the block, and starts afresh when it ends.
         """
-        with _MONITOR.cond:
-            self._paused += 1
-        try:
-            yield
-        finally:
-            with _MONITOR.cond:
-                self._paused -= 1
-                self._last = REAL.monotonic()
+        return _Paused(self)
 
-    @contextmanager
-    def watching(self) -> Iterator[None]:
+    def watching(self) -> _Watching:
         """Watch the current thread until the block exits."""
+        return _Watching(self)
+
+    def _watch(self) -> None:
         thread_id = threading.get_ident()
         if self._thread_id is not None:
             from simloop.errors import UsageError
@@ -186,14 +180,6 @@ class Watchdog:
         self._last = REAL.monotonic()
         self._fired = False
         _MONITOR.add(self, thread_id)
-        try:
-            yield
-        finally:
-            try:
-                self._disarm()
-            except LoopHalted:  # delivered in the middle of disarming: finish, then let it out
-                self._disarm()
-                raise
 
     def _disarm(self) -> None:
         with _MONITOR.cond:
@@ -262,6 +248,43 @@ class Watchdog:
         return True
 
 
+class _Paused:
+    """`Watchdog.paused`'s block: a plain context manager (no generator: a run enters it for each client)."""
+
+    __slots__ = ("dog",)
+
+    def __init__(self, dog: Watchdog) -> None:
+        self.dog = dog
+
+    def __enter__(self) -> None:
+        with _MONITOR.cond:
+            self.dog._paused += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with _MONITOR.cond:
+            self.dog._paused -= 1
+            self.dog._last = REAL.monotonic()
+
+
+class _Watching:
+    """`Watchdog.watching`'s block: a plain context manager (no generator: it is entered at every run)."""
+
+    __slots__ = ("dog",)
+
+    def __init__(self, dog: Watchdog) -> None:
+        self.dog = dog
+
+    def __enter__(self) -> None:
+        self.dog._watch()
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.dog._disarm()
+        except LoopHalted:  # delivered in the middle of disarming: finish, then let it out
+            self.dog._disarm()
+            raise
+
+
 class _Monitor:
     """The process's one watchdog thread: sleeps until the earliest budget runs out, then checks it."""
 
@@ -274,11 +297,17 @@ class _Monitor:
         self.watched: dict[Watchdog, int] = {}
         self.thread: RealTimeThread | None = None
         self.wake = float("inf")  # when the thread wakes next (REAL.monotonic time)
+        # With nothing to watch, the thread still wakes after the budget it served last, not never: a run with
+        # that budget that starts meanwhile is due no sooner, so adding it needs no notify (a short run paid a
+        # thread switch for it).
+        self.idle = float("inf")
+        self.rounds = 0  # how many times the thread looked at what it watches
 
     def add(self, dog: Watchdog, thread_id: int) -> None:
         with self.cond:
             dog._thread_id = thread_id
             self.watched[dog] = thread_id
+            self.idle = dog.seconds
             if self.thread is None or not self.thread.is_alive():
                 self.thread = RealTimeThread(target=self._run, name="simloop-watchdog", daemon=True)
                 self.thread.start()
@@ -294,14 +323,17 @@ class _Monitor:
         # thread never reads virtual time even while time.monotonic is patched.
         with self.cond:
             while True:
+                self.rounds += 1
                 now = REAL.monotonic()
                 due = [dog for dog in self.watched if dog._due() <= now]
                 for dog in due:
                     if not dog._fire(self.watched[dog]):
                         self.remove(dog)
                 # A dog removed since is not waited out: the thread wakes at its old due time, finds nothing.
-                self.wake = min((dog._due() for dog in self.watched), default=float("inf"))
-                self.cond.wait(None if self.wake == float("inf") else max(0.0, self.wake - REAL.monotonic()))
+                self.wake = min((dog._due() for dog in self.watched), default=now + self.idle)
+                # (at most TIMEOUT_MAX: a longer timeout raises OverflowError, which would end this thread)
+                self.cond.wait(None if self.wake == float("inf")
+                               else min(max(0.0, self.wake - REAL.monotonic()), _thread.TIMEOUT_MAX))
 
 
 _MONITOR = _Monitor()
