@@ -213,9 +213,11 @@ class SimServer:
         self.calls = 0  # logical model calls
         self.requests = 0
         self._threads: dict[str, _Thread] = {}
-        # body -> the latest call that sent it (at most 65 bodies), kept by length: hashing every body
-        # (a whole conversation) just to find the rare retry costs more than comparing a few bodies.
-        self._calls_by_size: dict[int, list[tuple[bytes, int]]] = {}
+        # body -> the latest call that sent it (at most 65 bodies), kept by length: a body only ever matches
+        # one of its own length.  A body up to `_KEPT_BODY` bytes is kept as itself (the same bytes object,
+        # compared with ``==`` only when a body of its length comes again), a larger one as its digest: no
+        # hash on the common path (a new body of a new length), and at most some 4 MiB held.
+        self._calls_by_size: dict[int, list[tuple[bytes, bool, int]]] = {}  # size -> [(body or digest, hashed, call)]
         self._known_bodies = 0
         self._parser = _BodyParser()
         self._validator = ConversationValidator(signed_by_sim=sign_thinking, read_only=True)
@@ -290,29 +292,46 @@ class SimServer:
         return self._messages(req, parsed, body, request_id, expanded, betas=headers.get("anthropic-beta", ""))
 
     def _call_number(self, path: str, attempt: int, body: bytes) -> int:
-        """SDK retries (retry count > 0) belong to the call whose body they repeat."""
+        """SDK retries (retry count > 0) belong to the call whose body they repeat.
+
+        A body sent again as a new call (retry count 0) starts a new call, which the body then belongs to.
+        """
         if path != MESSAGES and path not in OPENAI_WIRES:
             return self.calls
         size = len(body)
         same_size = self._calls_by_size.get(size)
-        digest = hashlib.blake2b(body, digest_size=16).digest()  # kept: a digest, not a body of up to 32 MB
-        if attempt > 0 and same_size is not None:
-            for sent, call in same_size:
-                if sent == digest:
-                    return call
+        digest: bytes | None = None
+        if same_size is not None:  # only a body of the same length can be the same body
+            for k, (sent, hashed, call) in enumerate(same_size):
+                if hashed:
+                    if digest is None:
+                        digest = _digest(body)
+                    same = sent == digest
+                else:
+                    same = sent == body
+                if same:
+                    if attempt > 0:
+                        return call
+                    if self._known_bodies > 64:
+                        break  # forgotten below with every other body, then kept anew
+                    # the same body sent again as a new call: it now belongs to this one
+                    self.calls += 1
+                    same_size[k] = (sent, hashed, self.calls)
+                    return self.calls
         self.calls += 1
         if self._known_bodies > 64:
             self._calls_by_size.clear()
             self._known_bodies = 0
             same_size = None
-        if same_size is None:
-            self._calls_by_size[size] = [(digest, self.calls)]
+        # kept: the body itself while small (bytes are immutable; no hash), else a digest, not a body of up to 32 MB
+        if size <= _KEPT_BODY and type(body) is bytes:
+            entry = (body, False, self.calls)
         else:
-            for k, (sent, _) in enumerate(same_size):
-                if sent == digest:  # the same body sent again as a new call: it now belongs to this one
-                    same_size[k] = (digest, self.calls)
-                    return self.calls
-            same_size.append((digest, self.calls))
+            entry = (digest if digest is not None else _digest(body), True, self.calls)
+        if same_size is None:
+            self._calls_by_size[size] = [entry]
+        else:
+            same_size.append(entry)
         self._known_bodies += 1
         return self.calls
 
@@ -594,6 +613,14 @@ def _json_items(items: list[Any]) -> int:
 
 def _thread_error(code: str, message: str) -> Rejection:
     return Rejection(status=400, type="invalid_request_error", message=message, details={"error_code": code})
+
+
+#: The largest request body `SimServer._call_number` keeps as itself (65 at most): larger ones are kept as a digest.
+_KEPT_BODY = 64 * 1024
+
+
+def _digest(body: bytes) -> bytes:
+    return hashlib.blake2b(body, digest_size=16).digest()
 
 
 def _int(value: str | None) -> int:
