@@ -38,7 +38,7 @@ from simloop.scenario import Reply
 from simloop.transcript import SUBRUN, Request, Response, Transcript
 from simloop.wire import openai_chat, openai_responses
 from simloop.wire.errors import error_body, error_headers
-from simloop.wire.render import Turn, render_error_event, render_message, render_sse
+from simloop.wire.render import Turn, render_error_event, render_message, render_message_json, render_sse
 from simloop.wire.validate import (
     IMAGE_TOKENS,
     ConversationValidator,
@@ -112,19 +112,25 @@ class _BodyParser:
     parse.  The result always equals ``from_json(body)``; invalid JSON raises its ValueError.
     """
 
-    __slots__ = ("_doc", "_end", "_raw")
+    __slots__ = ("_doc", "_end", "_raw", "last", "settings_bytes")
 
     def __init__(self) -> None:
         self._raw = b""  # the previous body, once located
         self._doc: dict[str, Any] = {}  # its parse
         self._end = -1  # offset in _raw of the `]` closing _doc["messages"]; -1: nothing to extend
+        self.last: Any = None  # the latest parse returned
+        #: `_settings_bytes` of ``last``, once worked out (-1: not yet).  An extended body has the previous
+        #: one's head and tail bytes, so the same settings (the same objects): the count is kept, not redone.
+        self.settings_bytes = -1
 
     def parse(self, body: bytes) -> Any:
         if self._end >= 0:
             doc = self._extend(body)
             if doc is not None:
+                self.last = doc
                 return doc
         parsed = from_json(body)
+        self.last, self.settings_bytes = parsed, -1
         self._locate(body, parsed)
         return parsed
 
@@ -365,7 +371,15 @@ class SimServer:
         # own (cache breakpoints, thinking signatures, server tools, ...) are not the Chat Completions API's
         rejection = validator.validate(effective) if chat is None else None
         if rejection is None:  # valid: then the size, as the real API checks it last
-            req.input_tokens = request_tokens(body, len(raw) + history_bytes)
+            # request_tokens(body, len(raw) + history_bytes), its settings' bytes counted once per conversation
+            parser = self._parser
+            if body is parser.last:
+                settings = parser.settings_bytes
+                if settings < 0:
+                    settings = parser.settings_bytes = _settings_bytes(body)
+            else:
+                settings = _settings_bytes(body)
+            req.input_tokens = estimate_tokens(len(raw) + history_bytes - settings)
             window = context_window(effective.get("model"), betas)
             if req.input_tokens > window:  # by its bytes; then without what the model does not read as text
                 nbytes, sources = opaque_bytes(effective)
@@ -413,8 +427,13 @@ class SimServer:
             cache = (reply.usage.cache_creation_input_tokens or 0, reply.usage.cache_read_input_tokens or 0)
         msg_id = turn.id or self.ids.message()
         model = turn.model or str(effective.get("model", "claude-sonnet-5"))
-        message = render_message(turn, id=msg_id, model=model, input_tokens=input_tokens, output_tokens=output_tokens,
-                                 cache=cache)
+        body_json: bytes | None = None  # the JSON reply's body, rendered with the message (content serialized once)
+        if chat is None and not req.stream and not (reply is not None and reply.crash):
+            message, body_json = render_message_json(turn, id=msg_id, model=model, input_tokens=input_tokens,
+                                                     output_tokens=output_tokens, cache=cache)
+        else:
+            message = render_message(turn, id=msg_id, model=model, input_tokens=input_tokens,
+                                     output_tokens=output_tokens, cache=cache)
         latency = reply.latency if reply else 0.0
         rec = Response(
             t=0.0, index=req.index, call=req.call, status=200, kind=str(turn.stop_reason),
@@ -431,7 +450,8 @@ class SimServer:
             events = render_sse(turn, id=msg_id, model=model, input_tokens=input_tokens, output_tokens=output_tokens,
                                 cache=cache)
             return Planned(headers=[_SSE, ("request-id", request_id)], events=events, latency=latency, record=rec)
-        return Planned(headers=[_JSON, ("request-id", request_id)], body=to_json(message), latency=latency, record=rec)
+        return Planned(headers=[_JSON, ("request-id", request_id)], body=body_json if body_json is not None
+                       else to_json(message), latency=latency, record=rec)
 
     def _fault(self, req: Request, reply: Reply, mreq: ModelRequest, request_id: str, *, chat: _Chat | None = None) -> Planned:
         err = reply.error
@@ -594,8 +614,13 @@ def request_tokens(body: dict[str, Any], nbytes: int) -> int:
     ``/v1/messages/count_tokens`` answers for the same conversation, and the count grows with the
     history and with every tool output sent back, as the real counts do.
     """
+    return estimate_tokens(nbytes - _settings_bytes(body))
+
+
+def _settings_bytes(body: dict[str, Any]) -> int:
+    """The length of the compact JSON of the body's settings fields (0 without any): bytes that are not input."""
     settings = {k: v for k, v in body.items() if k not in _CONTENT_FIELDS}
-    return estimate_tokens(nbytes - len(to_json(settings)) if settings else nbytes)
+    return len(to_json(settings)) if settings else 0
 
 
 def estimate_tokens(nbytes: int) -> int:
