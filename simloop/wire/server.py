@@ -149,8 +149,8 @@ class _BodyParser:
         if (new_end <= end + 1 or body[end] != 0x2C or not body.startswith(view[:end])
                 or not body.endswith(view[end:])):
             return None
-        try:
-            added = from_json(b"[" + body[end + 1 : new_end] + b"]")
+        try:  # the added values as one array: one copy of them (concatenating would copy them twice)
+            added = from_json(b"".join((b"[", memoryview(body)[end + 1 : new_end], b"]")))
         except ValueError:
             return None  # not complete values: the full parse decides (and raises)
         if type(added) is not list or not added:
