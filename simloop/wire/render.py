@@ -228,8 +228,8 @@ def render_message_json(
 ) -> tuple[dict[str, Any], bytes]:
     """`render_message`'s dict and its compact JSON (``to_json(message)``), the content serialized once.
 
-    The content's JSON is both the output-token count's measure and part of the body: the body is put
-    together around it instead of serializing the whole message a second time.
+    The content's JSON is both the output-token count's measure and part of the body: the message is
+    serialized without it and the content's JSON put in its place, not serialized a second time.
     """
     content = _wire_content(turn.content)
     content_json = to_json(content)
@@ -238,7 +238,7 @@ def render_message_json(
         "type": "message",
         "role": "assistant",
         "model": turn.model or model,
-        "content": content,
+        "content": None,  # (its JSON goes in below)
         "stop_reason": turn.stop_reason,
         "stop_sequence": turn.stop_sequence,
         "stop_details": turn.stop_details,
@@ -246,13 +246,14 @@ def render_message_json(
         else _computed_usage(content, input_tokens, output_tokens, cache, content_json),
     }
     if turn.extra:  # may replace any field, in its place: serialized whole
+        message["content"] = content
         message.update(turn.extra)
         return message, to_json(message)
-    # to_json(message): "{" + the fields before content + ',"content":' + content + "," + the fields after + "}"
-    head = to_json({"id": message["id"], "type": "message", "role": "assistant", "model": message["model"]})
-    tail = to_json({"stop_reason": turn.stop_reason, "stop_sequence": turn.stop_sequence,
-                    "stop_details": turn.stop_details, "usage": message["usage"]})
-    return message, b"".join((head[:-1], b',"content":', content_json, b",", tail[1:]))
+    body = to_json(message)
+    message["content"] = content  # the same key, in its place
+    # The first '"content":null' is the top-level field's: only strings come before it (id, type, role, model),
+    # and in a JSON string every quote is escaped, so the text cannot occur inside one.
+    return message, body.replace(b'"content":null', b'"content":' + content_json, 1)
 
 
 def render_json(turn: Turn, *, id: str, model: str, input_tokens: int, output_tokens: int | None = None) -> bytes:
