@@ -45,7 +45,8 @@ PIECES: dict[str, tuple[Any, str]] = {
     "parser": (server._BodyParser, "parse"),
     "response": (transport, "_response"),
     "headers": (transport, "_headers"),
-    "render": (server, "render_message"),
+    "render": (server, "render_message"),  # the streamed and OpenAI replies'
+    "render_json": (server, "render_message_json"),  # a JSON reply's message and body
     "turn": (server, "_turn"),
     "deliver": (server.SimServer, "deliver"),
     "sim_init": (simloop.sim.Sim, "__init__"),

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic_core import from_json
 
-from simloop.wire.server import _BodyParser
+from simloop.wire.server import _BodyParser, _settings_bytes, request_tokens
 
 _texts = st.text(alphabet="ab ]\",[{}", max_size=6)
 _messages = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant"]), "content": _texts}),
@@ -52,7 +52,13 @@ def test_every_body_parses_as_a_full_parse_would(
             with pytest.raises(ValueError):
                 parser.parse(body)
             continue
-        assert parser.parse(body) == expected
+        doc = parser.parse(body)
+        assert doc == expected
+        assert parser.last is doc
+        # the settings' byte count kept by the parser is always this body's (the server's input tokens use it)
+        if parser.settings_bytes >= 0:
+            assert parser.settings_bytes == _settings_bytes(expected)
+        parser.settings_bytes = _settings_bytes(doc)
 
 
 def test_an_appended_turn_shares_the_history_and_parses_only_what_was_added() -> None:
@@ -62,3 +68,31 @@ def test_an_appended_turn_shares_the_history_and_parses_only_what_was_added() ->
     second = parser.parse(_body([*history, {"role": "assistant", "content": "ok"}], "m"))
     assert second["messages"][0] is first["messages"][0]  # shared: not parsed again
     assert second == from_json(_body([*history, {"role": "assistant", "content": "ok"}], "m"))
+
+
+def test_input_tokens_follow_changed_settings_through_the_parser() -> None:
+    """A changed setting (another length) means a full parse: the kept settings count is not reused."""
+    from simloop import Outcome, Scenario, Sim
+
+    history: list[Any] = [{"role": "user", "content": "hi"}]
+    bodies = [
+        json.dumps({"max_tokens": 64, "messages": history, "model": "m"}, separators=(",", ":")).encode(),
+        json.dumps({"max_tokens": 64, "messages": [*history, {"role": "assistant", "content": "ok"},
+                    {"role": "user", "content": "more"}], "model": "m"}, separators=(",", ":")).encode(),
+        json.dumps({"max_tokens": 640000, "messages": history, "model": "m", "temperature": 0.5},
+                   separators=(",", ":")).encode(),
+    ]
+    scenario = Scenario.model_validate({"name": "t", "task": "t", "model": [{"end_turn": "ok", "repeat": 3}]})
+    with Sim(scenario, seed=1) as sim:
+
+        def drive(sim: Sim) -> Outcome:
+            for body in bodies:
+                response = sim.http_client.post("https://api.anthropic.com/v1/messages", content=body,
+                                                headers={"x-api-key": "k", "content-type": "application/json"})
+                assert response.status_code == 200, response.text
+            return Outcome("final", "ok")
+
+        sim.run(drive)
+    counted = [r.input_tokens for r in sim.transcript.requests]
+    assert counted == [request_tokens(from_json(body), len(body)) for body in bodies]
+    assert counted[2] < counted[1]  # fewer messages, though more settings bytes

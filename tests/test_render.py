@@ -14,12 +14,14 @@ import anthropic
 import httpx2
 import jiter
 import pytest
+from pydantic_core import to_json
 
 from simloop.wire.render import (
     Turn,
     render_error_event,
     render_json,
     render_message,
+    render_message_json,
     render_sse,
     turn_from_message,
     turn_from_sse,
@@ -476,3 +478,26 @@ def test_rendering_is_deterministic_and_does_not_touch_the_turn() -> None:
 
     assert first == second
     assert json.dumps(turn.content) == before
+
+
+@pytest.mark.parametrize("kind", list(REPLIES))
+def test_message_and_its_body_rendered_together_are_render_message_and_its_json(kind: str) -> None:
+    turn = REPLIES[kind]
+    for usage in ({}, {"output_tokens": 7}, {"cache": (3, 4)}):
+        message, body = render_message_json(turn, **KW, **usage)  # type: ignore[arg-type]
+        expected = render_message(turn, **KW, **usage)  # type: ignore[arg-type]
+        assert message == expected
+        assert body == to_json(expected)  # the same bytes, key order included
+
+
+def test_message_and_body_rendered_together_keep_turn_fields_and_extras() -> None:
+    turn = Turn(
+        content=[{"type": "text", "text": "Caf\u00e9 \"quoted\" \u2603"}], stop_reason="end_turn",
+        usage={"input_tokens": 1, "output_tokens": 2}, id="msg_01Own", model="claude-own",
+        extra={"container": {"id": "c1"}, "id": "msg_01Extra"},  # an extra may replace a field in its place
+    )
+    for t in (turn, Turn(content=[], stop_reason="end_turn")):
+        message, body = render_message_json(t, **KW)
+        assert message == render_message(t, **KW)
+        assert body == to_json(render_message(t, **KW))
+        assert json.loads(body) == message

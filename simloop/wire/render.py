@@ -154,7 +154,8 @@ def _estimate_tokens(chars: int) -> int:
 
 
 def _computed_usage(
-    content: list[dict[str, Any]], input_tokens: int, output_tokens: int | None, cache: tuple[int, int] = (0, 0)
+    content: list[dict[str, Any]], input_tokens: int, output_tokens: int | None, cache: tuple[int, int] = (0, 0),
+    content_json: bytes | None = None,
 ) -> dict[str, Any]:
     thinking_chars = 0
     searches = fetches = -1  # -1: no server tool block in the reply (then no server_tool_use usage)
@@ -171,7 +172,10 @@ def _computed_usage(
             fetches += kind == "web_fetch_tool_result"
     if output_tokens is None:
         # Deterministic stand-in for a tokenizer: a token is about four characters of the content JSON.
-        output_tokens = _estimate_tokens(len(to_json(content))) if content else 0
+        if not content:
+            output_tokens = 0
+        else:
+            output_tokens = _estimate_tokens(len(content_json if content_json is not None else to_json(content)))
     usage: dict[str, Any] = {
         "input_tokens": input_tokens,
         "cache_creation_input_tokens": cache[0],
@@ -216,6 +220,40 @@ def render_message(
     if turn.extra:
         message.update(turn.extra)
     return message
+
+
+def render_message_json(
+    turn: Turn, *, id: str, model: str, input_tokens: int, output_tokens: int | None = None,
+    cache: tuple[int, int] = (0, 0),
+) -> tuple[dict[str, Any], bytes]:
+    """`render_message`'s dict and its compact JSON (``to_json(message)``), the content serialized once.
+
+    The content's JSON is both the output-token count's measure and part of the body: the message is
+    serialized without it and the content's JSON put in its place, not serialized a second time.
+    """
+    content = _wire_content(turn.content)
+    content_json = to_json(content)
+    message: dict[str, Any] = {
+        "id": turn.id or id,
+        "type": "message",
+        "role": "assistant",
+        "model": turn.model or model,
+        "content": None,  # (its JSON goes in below)
+        "stop_reason": turn.stop_reason,
+        "stop_sequence": turn.stop_sequence,
+        "stop_details": turn.stop_details,
+        "usage": turn.usage if turn.usage is not None
+        else _computed_usage(content, input_tokens, output_tokens, cache, content_json),
+    }
+    if turn.extra:  # may replace any field, in its place: serialized whole
+        message["content"] = content
+        message.update(turn.extra)
+        return message, to_json(message)
+    body = to_json(message)
+    message["content"] = content  # the same key, in its place
+    # The first '"content":null' is the top-level field's: only strings come before it (id, type, role, model),
+    # and in a JSON string every quote is escaped, so the text cannot occur inside one.
+    return message, body.replace(b'"content":null', b'"content":' + content_json, 1)
 
 
 def render_json(turn: Turn, *, id: str, model: str, input_tokens: int, output_tokens: int | None = None) -> bytes:

@@ -38,7 +38,7 @@ from simloop.scenario import Reply
 from simloop.transcript import SUBRUN, Request, Response, Transcript
 from simloop.wire import openai_chat, openai_responses
 from simloop.wire.errors import error_body, error_headers
-from simloop.wire.render import Turn, render_error_event, render_message, render_sse
+from simloop.wire.render import Turn, render_error_event, render_message, render_message_json, render_sse
 from simloop.wire.validate import (
     IMAGE_TOKENS,
     ConversationValidator,
@@ -112,19 +112,25 @@ class _BodyParser:
     parse.  The result always equals ``from_json(body)``; invalid JSON raises its ValueError.
     """
 
-    __slots__ = ("_doc", "_end", "_raw")
+    __slots__ = ("_doc", "_end", "_raw", "last", "settings_bytes")
 
     def __init__(self) -> None:
         self._raw = b""  # the previous body, once located
         self._doc: dict[str, Any] = {}  # its parse
         self._end = -1  # offset in _raw of the `]` closing _doc["messages"]; -1: nothing to extend
+        self.last: Any = None  # the latest parse returned
+        #: `_settings_bytes` of ``last``, once worked out (-1: not yet).  An extended body has the previous
+        #: one's head and tail bytes, so the same settings (the same objects): the count is kept, not redone.
+        self.settings_bytes = -1
 
     def parse(self, body: bytes) -> Any:
         if self._end >= 0:
             doc = self._extend(body)
             if doc is not None:
+                self.last = doc
                 return doc
         parsed = from_json(body)
+        self.last, self.settings_bytes = parsed, -1
         self._locate(body, parsed)
         return parsed
 
@@ -143,8 +149,8 @@ class _BodyParser:
         if (new_end <= end + 1 or body[end] != 0x2C or not body.startswith(view[:end])
                 or not body.endswith(view[end:])):
             return None
-        try:
-            added = from_json(b"[" + body[end + 1 : new_end] + b"]")
+        try:  # the added values as one array: one copy of them (concatenating would copy them twice)
+            added = from_json(b"".join((b"[", memoryview(body)[end + 1 : new_end], b"]")))
         except ValueError:
             return None  # not complete values: the full parse decides (and raises)
         if type(added) is not list or not added:
@@ -213,9 +219,11 @@ class SimServer:
         self.calls = 0  # logical model calls
         self.requests = 0
         self._threads: dict[str, _Thread] = {}
-        # body -> the latest call that sent it (at most 65 bodies), kept by length: hashing every body
-        # (a whole conversation) just to find the rare retry costs more than comparing a few bodies.
-        self._calls_by_size: dict[int, list[tuple[bytes, int]]] = {}
+        # body -> the latest call that sent it (at most 65 bodies), kept by length: a body only ever matches
+        # one of its own length.  A body up to `_KEPT_BODY` bytes is kept as itself (the same bytes object,
+        # compared with ``==`` only when a body of its length comes again), a larger one as its digest: no
+        # hash on the common path (a new body of a new length), and at most some 4 MiB held.
+        self._calls_by_size: dict[int, list[tuple[bytes, bool, int]]] = {}  # size -> [(body or digest, hashed, call)]
         self._known_bodies = 0
         self._parser = _BodyParser()
         self._validator = ConversationValidator(signed_by_sim=sign_thinking, read_only=True)
@@ -290,29 +298,46 @@ class SimServer:
         return self._messages(req, parsed, body, request_id, expanded, betas=headers.get("anthropic-beta", ""))
 
     def _call_number(self, path: str, attempt: int, body: bytes) -> int:
-        """SDK retries (retry count > 0) belong to the call whose body they repeat."""
+        """SDK retries (retry count > 0) belong to the call whose body they repeat.
+
+        A body sent again as a new call (retry count 0) starts a new call, which the body then belongs to.
+        """
         if path != MESSAGES and path not in OPENAI_WIRES:
             return self.calls
         size = len(body)
         same_size = self._calls_by_size.get(size)
-        digest = hashlib.blake2b(body, digest_size=16).digest()  # kept: a digest, not a body of up to 32 MB
-        if attempt > 0 and same_size is not None:
-            for sent, call in same_size:
-                if sent == digest:
-                    return call
+        digest: bytes | None = None
+        if same_size is not None:  # only a body of the same length can be the same body
+            for k, (sent, hashed, call) in enumerate(same_size):
+                if hashed:
+                    if digest is None:
+                        digest = _digest(body)
+                    same = sent == digest
+                else:
+                    same = sent == body
+                if same:
+                    if attempt > 0:
+                        return call
+                    if self._known_bodies > 64:
+                        break  # forgotten below with every other body, then kept anew
+                    # the same body sent again as a new call: it now belongs to this one
+                    self.calls += 1
+                    same_size[k] = (sent, hashed, self.calls)
+                    return self.calls
         self.calls += 1
         if self._known_bodies > 64:
             self._calls_by_size.clear()
             self._known_bodies = 0
             same_size = None
-        if same_size is None:
-            self._calls_by_size[size] = [(digest, self.calls)]
+        # kept: the body itself while small (bytes are immutable; no hash), else a digest, not a body of up to 32 MB
+        if size <= _KEPT_BODY and type(body) is bytes:
+            entry = (body, False, self.calls)
         else:
-            for k, (sent, _) in enumerate(same_size):
-                if sent == digest:  # the same body sent again as a new call: it now belongs to this one
-                    same_size[k] = (digest, self.calls)
-                    return self.calls
-            same_size.append((digest, self.calls))
+            entry = (digest if digest is not None else _digest(body), True, self.calls)
+        if same_size is None:
+            self._calls_by_size[size] = [entry]
+        else:
+            same_size.append(entry)
         self._known_bodies += 1
         return self.calls
 
@@ -346,7 +371,15 @@ class SimServer:
         # own (cache breakpoints, thinking signatures, server tools, ...) are not the Chat Completions API's
         rejection = validator.validate(effective) if chat is None else None
         if rejection is None:  # valid: then the size, as the real API checks it last
-            req.input_tokens = request_tokens(body, len(raw) + history_bytes)
+            # request_tokens(body, len(raw) + history_bytes), its settings' bytes counted once per conversation
+            parser = self._parser
+            if body is parser.last:
+                settings = parser.settings_bytes
+                if settings < 0:
+                    settings = parser.settings_bytes = _settings_bytes(body)
+            else:
+                settings = _settings_bytes(body)
+            req.input_tokens = estimate_tokens(len(raw) + history_bytes - settings)
             window = context_window(effective.get("model"), betas)
             if req.input_tokens > window:  # by its bytes; then without what the model does not read as text
                 nbytes, sources = opaque_bytes(effective)
@@ -394,8 +427,13 @@ class SimServer:
             cache = (reply.usage.cache_creation_input_tokens or 0, reply.usage.cache_read_input_tokens or 0)
         msg_id = turn.id or self.ids.message()
         model = turn.model or str(effective.get("model", "claude-sonnet-5"))
-        message = render_message(turn, id=msg_id, model=model, input_tokens=input_tokens, output_tokens=output_tokens,
-                                 cache=cache)
+        body_json: bytes | None = None  # the JSON reply's body, rendered with the message (content serialized once)
+        if chat is None and not req.stream and not (reply is not None and reply.crash):
+            message, body_json = render_message_json(turn, id=msg_id, model=model, input_tokens=input_tokens,
+                                                     output_tokens=output_tokens, cache=cache)
+        else:
+            message = render_message(turn, id=msg_id, model=model, input_tokens=input_tokens,
+                                     output_tokens=output_tokens, cache=cache)
         latency = reply.latency if reply else 0.0
         rec = Response(
             t=0.0, index=req.index, call=req.call, status=200, kind=str(turn.stop_reason),
@@ -412,7 +450,8 @@ class SimServer:
             events = render_sse(turn, id=msg_id, model=model, input_tokens=input_tokens, output_tokens=output_tokens,
                                 cache=cache)
             return Planned(headers=[_SSE, ("request-id", request_id)], events=events, latency=latency, record=rec)
-        return Planned(headers=[_JSON, ("request-id", request_id)], body=to_json(message), latency=latency, record=rec)
+        return Planned(headers=[_JSON, ("request-id", request_id)], body=body_json if body_json is not None
+                       else to_json(message), latency=latency, record=rec)
 
     def _fault(self, req: Request, reply: Reply, mreq: ModelRequest, request_id: str, *, chat: _Chat | None = None) -> Planned:
         err = reply.error
@@ -575,8 +614,13 @@ def request_tokens(body: dict[str, Any], nbytes: int) -> int:
     ``/v1/messages/count_tokens`` answers for the same conversation, and the count grows with the
     history and with every tool output sent back, as the real counts do.
     """
+    return estimate_tokens(nbytes - _settings_bytes(body))
+
+
+def _settings_bytes(body: dict[str, Any]) -> int:
+    """The length of the compact JSON of the body's settings fields (0 without any): bytes that are not input."""
     settings = {k: v for k, v in body.items() if k not in _CONTENT_FIELDS}
-    return estimate_tokens(nbytes - len(to_json(settings)) if settings else nbytes)
+    return len(to_json(settings)) if settings else 0
 
 
 def estimate_tokens(nbytes: int) -> int:
@@ -594,6 +638,14 @@ def _json_items(items: list[Any]) -> int:
 
 def _thread_error(code: str, message: str) -> Rejection:
     return Rejection(status=400, type="invalid_request_error", message=message, details={"error_code": code})
+
+
+#: The largest request body `SimServer._call_number` keeps as itself (65 at most): larger ones are kept as a digest.
+_KEPT_BODY = 64 * 1024
+
+
+def _digest(body: bytes) -> bytes:
+    return hashlib.blake2b(body, digest_size=16).digest()
 
 
 def _int(value: str | None) -> int:

@@ -97,12 +97,17 @@ def pending_server_uses(conversation: list[Any]) -> list[dict[str, Any]]:
     """
     i = len(conversation) - 1
     tail: list[dict[str, Any]] = []  # the last assistant turn's messages, last first
-    while i >= 0 and _role(conversation[i]) != "assistant":  # the final user turn, if any
+    # (roles read inline, as `_role` reads them: this runs on every model call)
+    while i >= 0:  # the final user turn, if any
+        message = conversation[i]
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            break
         i -= 1
     while i >= 0:
-        role = _role(conversation[i])
+        message = conversation[i]
+        role = message.get("role") if isinstance(message, dict) else None
         if role == "assistant":
-            tail.append(conversation[i])
+            tail.append(message)
         elif role != "system":
             break
         i -= 1
@@ -133,10 +138,6 @@ def pending_server_uses(conversation: list[Any]) -> list[dict[str, Any]]:
             elif isinstance(kind, str) and kind.endswith("_tool_result") and kind != "tool_result":
                 uses.pop(str(_field(block, "tool_use_id")), None)
     return list(uses.values())
-
-
-def _role(message: Any) -> Any:
-    return message.get("role") if isinstance(message, dict) else None
 
 
 def _field(block: Any, name: str) -> Any:
