@@ -52,6 +52,9 @@ asyncio
     except connections to simloop's own servers of the run (``clock.own_servers``: ``sim.mcp_url``): while one
     of them has work in flight the loop waits for it with virtual time standing still, as for a job, and
     otherwise they count for nothing (Linux, where the socket queues can be read: ``SIOCOUTQ``).
+    ``await loop.settled()`` waits until all of that is done at the current instant (nothing ready, no job running
+    real code within the grace, no own-server work in flight), just before time would move on: ``sim.mcp_url``
+    starts each tool call there, so a client's requests made ready together all arrive before any is answered.
     With nothing ready, no timer and no job, the loop waits ``deadlock_after`` real seconds for another
     thread, then raises `VirtualTimeDeadlock` naming the stuck tasks.
 
