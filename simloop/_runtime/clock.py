@@ -113,6 +113,7 @@ EPOCH: float = 1_767_225_600.0  # 2026-01-01T00:00:00Z: the wall clock every vir
 MONOTONIC_ORIGIN: float = 100_000.0  # what time.monotonic()/loop.time() read at now() == 0 (see VirtualClock)
 _NS = 1_000_000_000
 _SLICE = 0.25  # real seconds per wait while time flows at real speed, so the loop re-checks its state
+_SETTLE_POLL = 0.0005  # real seconds per wait while a `settled` waiter waits for work in flight
 _SLEEPER_POLL = 0.01  # real seconds between a sleeping job's checks that its loop is alive
 _SLEEPER_PATIENCE = 0.1  # real seconds a sleeping job waits for a loop that is busy or blocked, then advances
 
@@ -932,7 +933,8 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
                 self._busy_since = real_now
             left = self._thread_grace - (real_now - self._busy_since)
             if left > 0:  # virtual time stands still while jobs run real code
-                return sel.select(min(left, _SLICE))
+                # (a `settled` waiter looks again soon: a server going back to waiting wakes nobody)
+                return sel.select(min(left, _SETTLE_POLL if self._settling else _SLICE))
             if self._settling and self._release_settled():
                 return []
             if wake is None:
