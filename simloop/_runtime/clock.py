@@ -113,7 +113,7 @@ EPOCH: float = 1_767_225_600.0  # 2026-01-01T00:00:00Z: the wall clock every vir
 MONOTONIC_ORIGIN: float = 100_000.0  # what time.monotonic()/loop.time() read at now() == 0 (see VirtualClock)
 _NS = 1_000_000_000
 _SLICE = 0.25  # real seconds per wait while time flows at real speed, so the loop re-checks its state
-_SETTLE_POLL = 0.0005  # real seconds per wait while a `settled` waiter waits for work in flight
+_SETTLE_POLL = 0.0005  # real seconds per wait while a `settled` waiter waits for an own server's work in flight
 _SLEEPER_POLL = 0.01  # real seconds between a sleeping job's checks that its loop is alive
 _SLEEPER_PATIENCE = 0.1  # real seconds a sleeping job waits for a loop that is busy or blocked, then advances
 
@@ -915,6 +915,7 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
             wake = timer if wake is None else min(wake, timer)
         # (`settled` waiters are released at each point below where virtual time would move on or the loop block:
         # they run first, at this instant, with everything that was due at it done)
+        own: bool | None = False
         if self._has_real_fd(sel):
             own = self._own_busy(sel)
             if own is None:  # a real fd: time flows at real speed
@@ -933,8 +934,8 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
                 self._busy_since = real_now
             left = self._thread_grace - (real_now - self._busy_since)
             if left > 0:  # virtual time stands still while jobs run real code
-                # (a `settled` waiter looks again soon: a server going back to waiting wakes nobody)
-                return sel.select(min(left, _SETTLE_POLL if self._settling else _SLICE))
+                # (a `settled` waiter looks again soon at a busy server: its going back to waiting wakes nobody)
+                return sel.select(min(left, _SETTLE_POLL if own and self._settling else _SLICE))
             if self._settling and self._release_settled():
                 return []
             if wake is None:
