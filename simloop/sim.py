@@ -378,13 +378,21 @@ class Sim:
         self, name: str, input: dict[str, Any], *, tool_use_id: str | None = None, arrived: int | None = None
     ) -> str:
         """One MCP call over HTTP (on the server's thread): run on the loop's virtual-time event loop, as in memory;
-        with no single such loop running (a sync client), run here, its latency spent on the virtual clock."""
+        with no single such loop running (a sync client), run here, its latency spent on the virtual clock.
+
+        On the loop, the tool starts only once the loop has run what else was due at this instant (`settled`): the
+        client's other requests made ready with this one reach the server, and are stamped, before this one's
+        zero-time answer can fire a Stop (in production they are all sent before any is answered)."""
         loop = self.clock.running_loop()
         try:
             if loop is None:
                 return self.tools.run(name, input, tool_use_id=tool_use_id, arrived=arrived)
-            call = self.tools.arun(name, input, tool_use_id=tool_use_id, arrived=arrived)
-            future = asyncio.run_coroutine_threadsafe(call, loop)
+
+            async def call() -> str:
+                await loop.settled()
+                return await self.tools.arun(name, input, tool_use_id=tool_use_id, arrived=arrived)
+
+            future = asyncio.run_coroutine_threadsafe(call(), loop)
             return await asyncio.wrap_future(future)
         except LoopHalted as halted:  # recorded when raised; the loop sees a tool error, its next call is halted
             raise RuntimeError(f"simloop stopped the run: {halted}") from None

@@ -557,6 +557,62 @@ def test_time_flows_in_real_time_around_a_job_stuck_past_the_grace() -> None:
     assert REAL.perf_counter() - started < HANG_S  # not the job's 60 s
 
 
+def test_settled_waits_for_all_that_is_due_at_this_instant_before_time_moves_on() -> None:
+    # what sim.mcp_url's calls wait for before they start: ready callbacks many hops long and a job running real
+    # code all finish first, a timer due later does not fire first, and virtual time does not move
+    clock = VirtualClock()
+    order: list[object] = []
+
+    def real_work() -> None:
+        threading.Event().wait(0.02)  # real blocking work, not a virtual sleep
+        order.append("job")
+
+    async def hops(n: int) -> None:
+        for _ in range(n):
+            await asyncio.sleep(0)
+        order.append("hops")
+
+    async def later() -> None:
+        await asyncio.sleep(1)
+        order.append("timer")
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, VirtualTimeEventLoop)
+        work = [asyncio.create_task(hops(50)), asyncio.create_task(asyncio.to_thread(real_work)),
+                asyncio.create_task(later())]
+        await loop.settled()
+        order.append(("settled", clock.now()))
+        await asyncio.gather(*work)
+
+    clock.run(main())
+    assert sorted(map(str, order[:2])) == ["hops", "job"]
+    assert order[2:] == [("settled", 0.0), "timer"]
+    assert clock.now() == 1.0
+
+
+def test_settled_does_not_wait_past_the_grace_for_a_stuck_job() -> None:
+    clock, release = VirtualClock(), threading.Event()
+
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, VirtualTimeEventLoop)
+        stuck = asyncio.create_task(asyncio.to_thread(release.wait, 60.0))
+        await loop.settled()
+        now = clock.now()
+        release.set()
+        await stuck
+        return now
+
+    started = REAL.perf_counter()
+    with asyncio.Runner(loop_factory=lambda: VirtualTimeEventLoop(clock, thread_grace=0.05)) as runner:
+        try:
+            assert runner.run(main()) == 0.0  # released when time would start to flow, before it moved
+        finally:
+            release.set()
+    assert REAL.perf_counter() - started < HANG_S
+
+
 def test_a_deadlock_is_an_error_naming_the_stuck_task() -> None:
     async def wait_for_nothing() -> None:
         await asyncio.Event().wait()

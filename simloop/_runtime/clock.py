@@ -52,6 +52,9 @@ asyncio
     except connections to simloop's own servers of the run (``clock.own_servers``: ``sim.mcp_url``): while one
     of them has work in flight the loop waits for it with virtual time standing still, as for a job, and
     otherwise they count for nothing (Linux, where the socket queues can be read: ``SIOCOUTQ``).
+    ``await loop.settled()`` waits until all of that is done at the current instant (nothing ready, no job running
+    real code within the grace, no own-server work in flight), just before time would move on: ``sim.mcp_url``
+    starts each tool call there, so a client's requests made ready together all arrive before any is answered.
     With nothing ready, no timer and no job, the loop waits ``deadlock_after`` real seconds for another
     thread, then raises `VirtualTimeDeadlock` naming the stuck tasks.
 
@@ -110,6 +113,7 @@ EPOCH: float = 1_767_225_600.0  # 2026-01-01T00:00:00Z: the wall clock every vir
 MONOTONIC_ORIGIN: float = 100_000.0  # what time.monotonic()/loop.time() read at now() == 0 (see VirtualClock)
 _NS = 1_000_000_000
 _SLICE = 0.25  # real seconds per wait while time flows at real speed, so the loop re-checks its state
+_SETTLE_POLL = 0.0005  # real seconds per wait while a `settled` waiter waits for an own server's work in flight
 _SLEEPER_POLL = 0.01  # real seconds between a sleeping job's checks that its loop is alive
 _SLEEPER_PATIENCE = 0.1  # real seconds a sleeping job waits for a loop that is busy or blocked, then advances
 
@@ -800,10 +804,36 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
         self._draining = False  # in shutdown_default_executor
         self._busy_since: float | None = None  # real time we began waiting for running jobs
         self._selecting = False  # read by sleeping jobs: the loop is idle and will handle their wake time
+        self._settling: list[asyncio.Future[None]] = []  # `settled` waiters, released before time moves on
         super().__init__(_VirtualSelector(self))
 
     def time(self) -> float:
         return self.simloop_clock.monotonic()
+
+    def settled(self) -> asyncio.Future[None]:
+        """A future (await it on this loop) done once the loop has run everything due at this virtual instant: no
+        callback ready, no executor job running real code (for up to ``thread_grace`` real seconds), no work in
+        flight with simloop's own servers (a request on its way to ``sim.mcp_url``, the server taking it in), just
+        before virtual time would move on or the loop would block.
+
+        Why: a client that makes two requests ready at one instant sends both before either is answered in
+        production, where sending takes no time next to the work; here a zero-time answer to the first could
+        otherwise be delivered before the client has run its code that sends the second (docs/design.md, Tools
+        over MCP).  Virtual time does not move while it waits.
+        """
+        waiter: asyncio.Future[None] = self.create_future()
+        self._settling.append(waiter)
+        return waiter
+
+    def _release_settled(self) -> bool:
+        """Resolve the `settled` waiters (on the loop's thread, inside its select): whether any was waiting."""
+        waiters, self._settling = self._settling, []
+        released = False
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+                released = True
+        return released
 
     def run_forever(self) -> None:
         _AnyioJobs.acquire()
@@ -901,9 +931,14 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
         if timeout is not None:  # the next timer (asyncio caps the timeout at one day: we then jump twice)
             timer = now + round(timeout * _NS)  # within a nanosecond, so the timer is due (clock resolution)
             wake = timer if wake is None else min(wake, timer)
+        # (`settled` waiters are released at each point below where virtual time would move on or the loop block:
+        # they run first, at this instant, with everything that was due at it done)
+        own: bool | None = False
         if self._has_real_fd(sel):
             own = self._own_busy(sel)
             if own is None:  # a real fd: time flows at real speed
+                if self._settling and self._release_settled():
+                    return []
                 return self._flow(sel, now, wake, None)
             if own:  # simloop's own server is at work: wait for it with virtual time standing still
                 running += 1
@@ -916,10 +951,17 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
             if self._busy_since is None:
                 self._busy_since = real_now
             left = self._thread_grace - (real_now - self._busy_since)
-            if left > 0 or wake is None:  # virtual time stands still while jobs run real code
-                return sel.select(min(left, _SLICE) if left > 0 else _SLICE)
+            if left > 0:  # virtual time stands still while jobs run real code
+                # (a `settled` waiter looks again soon at a busy server: its going back to waiting wakes nobody)
+                return sel.select(min(left, _SETTLE_POLL if own and self._settling else _SLICE))
+            if self._settling and self._release_settled():
+                return []
+            if wake is None:
+                return sel.select(_SLICE)
             return self._flow(sel, now, wake, _SLICE)
         self._busy_since = None
+        if self._settling and self._release_settled():
+            return []
         if wake is None:
             events = sel.select(self._deadlock_after)
             if events:
