@@ -348,9 +348,8 @@ def test_the_stop_keeps_its_place_when_a_sub_run_is_split_out_before_it() -> Non
     from simloop.invariants import check
     from simloop.transcript import Request, Response, SubagentEnd, SubagentStart, Transcript
 
-    pytest.importorskip("simloop.adapters.pydantic_ai", reason="pydantic-ai is not installed")
     with Sim(zero_time()) as sim:
-        sim.run(pai_mcp_stop)
+        sim.run(pai_mcp(over_http=False))
     stop = sim.transcript.events[abort_at(sim)]
     assert stop.at == abort_at(sim)  # recorded with MCP tools in the run
     sub = [SubagentStart(t=0.0, run=1, task="look", parent=0),
