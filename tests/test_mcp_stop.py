@@ -361,3 +361,24 @@ def test_the_stop_keeps_its_place_when_a_sub_run_is_split_out_before_it() -> Non
              for e in sim.transcript.events]
     split = Transcript(header=sim.transcript.header, events=[*sub, *moved])
     assert [v.message for v in check(split, invariants=["abort"]).violations] == []
+
+
+@pytest.mark.usefixtures("_quiet")
+def test_a_turn_that_fails_after_stop_is_aborted() -> None:
+    """pydantic-ai gives up on a tool out of retries (UnexpectedModelBehavior) after the user pressed Stop: the
+    ready drive's `run_until_stop` returns ``aborted`` (it returned ``error``, an `abort` violation), and the
+    next turn goes on from the history with what ran."""
+    pytest.importorskip("simloop.adapters.pydantic_ai", reason="pydantic-ai is not installed")
+    from simloop.adapters import pydantic_ai as pai
+
+    tools = [{"name": "search", "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}}}]
+    scenario = Scenario.model_validate({
+        "task": "Find it.", "tools": tools, "followups": ["And?"], "abort": {"tool_call": 2}, "strict": False,
+        "model": [{"tool_use": [{"name": "search", "input": {"q": "a"}}]},
+                  {"tool_use": [{"name": "search", "input": {"q": "b"}}]}, {"end_turn": "done"}],
+        "faults": [{"tool": "search", "kind": "raise", "call": 1}, {"tool": "search", "kind": "raise", "call": 2}],
+    })
+    with Sim(scenario) as sim:
+        sim.run(pai.drive_mcp)
+    assert [o.reason for o in sim.outcomes] == ["aborted", "final"]
+    assert sim.check(invariants=["abort", "pairing", "request_valid"]).violations == []

@@ -209,12 +209,15 @@ async def run_until_stop(
     """
     history = list(message_history)
     node: Any = None
+    agent_run: Any = None
     try:
         async with agent.iter(user_prompt, message_history=history, **run_kwargs) as agent_run:
             async for node in agent_run:
                 if stop():
                     break
     except AgentRunError as exc:  # a limit, a refusal, the API failed past its retries
+        if stop() and agent_run is not None:  # it failed after Stop (a tool out of retries): the turn is stopped,
+            return Outcome("aborted"), repair_messages(agent_run.all_messages())  # what ran kept, the rest closed
         return outcome_of_error(exc), history
     except (anthropic.APIError, httpx2.HTTPError) as exc:  # the API failed and pydantic-ai let it through
         return Outcome("error", f"{type(exc).__name__}: {exc}"), history
