@@ -258,17 +258,21 @@ def test_a_slow_import_in_an_executor_job_of_an_async_drive_is_not_a_runaway(
     assert sim.watchdog.halts == 0 and sim.watchdog.deferred >= 1
 
 
+def _looked_again() -> bool:
+    """Wake the monitor thread and wait (on its lock, no polling) until it has looked once more; False if it never
+    does (a dead thread): the 20 s are a hang guard, it looks within microseconds."""
+    with _MONITOR.cond:
+        rounds = _MONITOR.rounds
+        _MONITOR.cond.notify()
+        return _MONITOR.cond.wait_for(lambda: _MONITOR.rounds > rounds, timeout=20)
+
+
 def test_a_run_that_starts_while_the_monitor_idles_does_not_wake_it(monkeypatch: pytest.MonkeyPatch) -> None:
     dog = Watchdog(seconds=5)
     with dog.watching():
         pass
-    rounds = _MONITOR.rounds
-    with _MONITOR.cond:
-        _MONITOR.cond.notify()  # the monitor looks again, and finds nothing to watch
-    deadline = REAL.monotonic() + 20  # (a hang guard: it looks within microseconds)
-    while _MONITOR.rounds == rounds and REAL.monotonic() < deadline:
-        REAL.sleep(0.001)
-    assert _MONITOR.rounds > rounds and not _MONITOR.watched
+    assert _looked_again()  # the monitor looks again, and finds nothing to watch
+    assert not _MONITOR.watched
     notified: list[int] = []
     monkeypatch.setattr(_MONITOR.cond, "notify", lambda n=1: notified.append(n))
     for _ in range(20):  # short runs, one after another: none wakes the monitor thread (a switch each)
@@ -286,14 +290,8 @@ def test_a_budget_past_the_longest_wait_keeps_the_monitor_alive() -> None:
     """A budget of 10**12 s (a user turning the watchdog off in effect) once ended the monitor thread with an
     OverflowError from its wait, and with it every other run's watchdog until the next run restarted it."""
     with Watchdog(seconds=1e12).watching():
-        rounds = _MONITOR.rounds
-        with _MONITOR.cond:
-            _MONITOR.cond.notify()  # the monitor looks, and waits for the far-away budget
-        deadline = REAL.monotonic() + 20  # (a hang guard: it looks within microseconds)
-        while _MONITOR.rounds == rounds and REAL.monotonic() < deadline:
-            REAL.sleep(0.001)
-        REAL.sleep(0.05)  # (time for it to reach its wait, where the overflow was raised)
-        assert _MONITOR.thread is not None and _MONITOR.thread.is_alive()
+        assert _looked_again()  # the monitor looks, and waits for the far-away budget (where the overflow was)
+        assert _looked_again()  # so it is there to look once more: the thread lives
     short = Watchdog(seconds=BUDGET)  # and it still fires for a run beside it
     with pytest.raises(LoopHalted), short.watching():
         while True:

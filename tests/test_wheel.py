@@ -36,7 +36,7 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 pytestmark = [
     pytest.mark.wheel,
-    pytest.mark.skipif(os.environ.get("SIMLOOP_SKIP_WHEEL") == "1", reason="SIMLOOP_SKIP_WHEEL=1"),
+    pytest.mark.skipif(os.environ.get("SIMLOOP_SKIP_WHEEL") == "1", reason="SIMLOOP_SKIP_WHEEL=1 asks to skip building and installing the wheel (slow: a fresh venv)"),
 ]
 
 

@@ -324,6 +324,7 @@ class _Monitor:
         with self.cond:
             while True:
                 self.rounds += 1
+                self.cond.notify_all()  # (a waiter on `rounds`: none but a test; no one else waits on this lock)
                 now = REAL.monotonic()
                 due = [dog for dog in self.watched if dog._due() <= now]
                 for dog in due:
