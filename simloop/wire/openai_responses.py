@@ -26,7 +26,15 @@ from typing import Any
 
 from pydantic_core import to_json
 
-from simloop.wire.openai_chat import CREATED_EPOCH, DEFAULT_MAX_TOKENS, DEFAULT_REFUSAL, _arguments, _text_of
+from simloop.wire.openai_chat import (
+    CREATED_EPOCH,
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_REFUSAL,
+    _arguments,
+    _missing,
+    _Refuse,
+    _text_of,
+)
 from simloop.wire.render import Turn
 from simloop.wire.validate import Rejection
 
@@ -42,7 +50,6 @@ __all__ = [
 ]
 
 RESPONSES = "/v1/responses"
-_INVALID = "invalid_request_error"
 _ROLES = ("user", "assistant", "system", "developer")
 
 # -- the real API's 400s: texts, ``param`` and ``code`` as users reported them ------------------------------------
@@ -64,16 +71,6 @@ DUPLICATE_ITEM = "Duplicate item found with id {id}. Remove duplicate items from
 NO_PREVIOUS = "Previous response with id '{id}' not found."
 #: The context window, as the Responses API words it (``code: context_length_exceeded``, ``param: input``).
 CONTEXT_EXCEEDED = "Your input exceeds the context window of this model. Please adjust your input and try again."
-
-
-class _Refuse(Exception):
-    def __init__(self, message: str, param: str | None, code: str | None = None) -> None:
-        super().__init__(message)
-        self.rejection = Rejection(400, _INVALID, message, {"param": param, "code": code}, param)
-
-
-def _missing(param: str) -> _Refuse:
-    return _Refuse(f"Missing required parameter: '{param}'.", param, "missing_required_parameter")
 
 
 def items_of(value: Any) -> list[Any]:
