@@ -1,0 +1,225 @@
+"""What the speed bars leave for simloop: each ratio with simloop's own work taken out, beside the real one.
+
+Issue 29's bars are ratios against the bare SDK.  This measures how far each could rise if a part of
+simloop cost nothing, so that what the bar allows the rest is a number, not a guess:
+
+``overhead`` (the bar: 90% of the bare 10-call run, a fresh `Sim` per run) alternates three runs: the bare
+loop on `httpx2.MockTransport`; the full simulated run; and the same fresh-`Sim` run whose simulator is
+replaced by a transport serving the bytes the simulator rendered for that run (captured beforehand):
+every part of a run but the per-call simulator (the `Sim`, its client, the worker thread, the clock, the
+watchdog, the guards, `close`).  What 90% leaves each simulated call follows.
+
+``verify`` (the bar: 80% of the bare limit per example) alternates chunks of the bare loop of
+`bench/detect.py`'s throughput plan, of `verify` itself, and of `verify` whose example draws the world and
+one reply tape as a verify example does and then runs the bare loop instead of a `Sim`: Hypothesis's
+engine and verify's own per-example work, nothing of the simulator, the tools' ledger or the invariants.
+What 80% leaves those follows.
+
+    python bench/floor.py [overhead|verify|both] [--pairs 200] [--chunks 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import httpx2
+import overhead
+
+import simloop
+import simloop.strategies
+from simloop.wire import transport
+
+CPU = time.process_time  # the process's: a Sim runs the loop on a worker thread
+
+
+def _median_cpu(runs: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
+    """Median CPU seconds of each run, the runs alternating ``rounds`` times (after a warm-up).
+
+    A run costs some 0.3-0.5 ms less right after a run of its own kind (caches; the loop on another thread):
+    rotating the order gives each run each predecessor equally often.
+    """
+    for _ in range(10):
+        for run in runs.values():
+            run()
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    order = list(runs)
+    for n in range(rounds):  # in turn each run first: each follows each other one as often (what ran before matters)
+        for name in order[n % len(order):] + order[: n % len(order)]:
+            start = CPU()
+            runs[name]()
+            times[name].append(CPU() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def overhead_floor(pairs: int) -> None:
+    served: list[tuple[list[tuple[bytes, bytes]], bytes]] = []
+    real = transport.SimTransport.handle_request
+
+    def capture(self: transport.SimTransport, request: httpx2.Request) -> httpx2.Response:
+        response = real(self, request)
+        served.append(([(k, v) for k, v in response.headers.raw if k.lower() != b"content-length"], response.content))
+        return response
+
+    overhead.sim_run()  # (the first run of a process warms the SDK up through the simulator)
+    transport.SimTransport.handle_request = capture  # type: ignore[method-assign]
+    overhead.sim_run()
+    at = [0]
+
+    def canned(self: transport.SimTransport, request: httpx2.Request) -> httpx2.Response:
+        request.read()
+        headers, body = served[at[0] % len(served)]
+        at[0] += 1
+        response = httpx2.Response(200, headers=headers, stream=httpx2.ByteStream(body), request=request)
+        response._content = body  # as the simulator hands its bytes over (transport._response)
+        return response
+
+    def without_simulator() -> None:
+        transport.SimTransport.handle_request = canned  # type: ignore[method-assign]
+        try:
+            overhead.sim_run()
+        finally:
+            transport.SimTransport.handle_request = real  # type: ignore[method-assign]
+
+    transport.SimTransport.handle_request = real  # type: ignore[method-assign]
+    client = overhead.bare_client()
+    t = _median_cpu({"bare": lambda: overhead.loop(client), "sim": overhead.sim_run, "floor": without_simulator}, pairs)
+    steps = overhead.STEPS
+    allowed = t["bare"] / 0.9
+    print(f"overhead, CPU per {steps}-call run (median of {pairs} alternating rounds):")
+    print(f"  bare SDK                          {t['bare'] * 1e6:7.0f} us")
+    print(f"  fresh Sim, simulator taken out    {t['floor'] * 1e6:7.0f} us  ({t['bare'] / t['floor']:.1%} of bare)")
+    print(f"  fresh Sim, simulated              {t['sim'] * 1e6:7.0f} us  ({t['bare'] / t['sim']:.1%} of bare)")
+    print(f"  90% allows {allowed * 1e6:.0f} us a run: {(allowed - t['floor']) * 1e6 / steps:.0f} us a simulated call; "
+          f"the simulator takes {(t['sim'] - t['floor']) * 1e6 / steps:.0f} us a call")
+
+
+def verify_floor(chunks: int, examples: int = 25) -> None:
+    import detect
+    from pydantic_core import to_json
+
+    from simloop._campaign import engine
+    from simloop._runtime.stack import on_fresh_stack
+    from simloop.transcript import ToolEnd
+
+    loop = importlib.import_module("examples.correct_sync")
+    plan = _throughput_plan()
+    schemas = [t.schema_dict() for t in simloop.strategies.DEFAULT_TOOLS]
+    real_run_draw, real_play, real_run = engine._run_draw, engine.Campaign._play, engine.Campaign._run
+    in_run: list[Any] = []  # the strategies one example draws while its run plays (the replies' tape, the faults)
+    playing = [False]
+    seen: list[Any] = []
+
+    def logging_draw(data: Any) -> Any:
+        draw = real_run_draw(data)
+
+        def logged(strategy: Any) -> Any:
+            if playing[0]:
+                in_run.append(strategy)
+            return draw(strategy)
+        return logged
+
+    def play(self: Any, run: Any) -> Any:
+        playing[0] = True
+        try:
+            return real_play(self, run)
+        finally:
+            playing[0] = False
+
+    def keep(transcript: Any) -> None:
+        seen.append(transcript)
+
+    engine._run_draw, engine.Campaign._play = logging_draw, play  # type: ignore[method-assign]
+    try:
+        with detect._Counter(after=keep):
+            simloop.verify(loop.drive, limits=detect.LIMITS, plan=plan, max_examples=1, seed=0)
+    finally:
+        engine._run_draw, engine.Campaign._play = real_run_draw, real_play  # type: ignore[method-assign]
+    transcript = seen[0]
+    bodies = [to_json(r.message) for r in transcript.responses if r.message]
+    results = [e.result for e in transcript.of(ToolEnd)]
+    model = transcript.requests[0].body["model"]
+
+    def bare() -> None:
+        client = overhead.bare_client(bodies)
+        returned = iter(results)
+        on_fresh_stack(loop.run_agent, client, schemas, lambda name, input, tool_use_id=None: next(returned),
+                       detect.verify_module.DEFAULT_TASK, detect.LIMITS, model=model)
+
+    def floor_run(self: Any, data: Any, strategy: Any) -> None:
+        """A verify example without its Sim: the world and the run's draws, then the bare loop."""
+        draw = real_run_draw(data)
+        self.world.draw(draw, strategy)
+        for strategy_in_run in in_run:
+            draw(strategy_in_run)
+        bare()
+        tally = self.tally
+        tally.examples += 1
+        tally.reached = tally.asked = tally.ran = tally.known = tally.examples  # (the runs are the bare loop's)
+
+    def verify_chunk() -> None:
+        simloop.verify(loop.drive, limits=detect.LIMITS, plan=plan, max_examples=examples, seed=seed[0])
+
+    def floor_chunk() -> None:
+        engine.Campaign._run = floor_run  # type: ignore[method-assign]
+        try:
+            verify_chunk()
+        finally:
+            engine.Campaign._run = real_run  # type: ignore[method-assign]
+
+    def bare_chunk() -> None:
+        for _ in range(examples):
+            bare()
+
+    seed = [0]
+    times: dict[str, list[float]] = {"bare": [], "verify": [], "floor": []}
+    runs = {"bare": bare_chunk, "verify": verify_chunk, "floor": floor_chunk}
+    for chunk in range(chunks + 1):  # chunk 0 warms up
+        seed[0] = chunk
+        for name, run in runs.items():
+            start = CPU()
+            run()
+            if chunk:
+                times[name].append((CPU() - start) / examples)
+    t = {name: statistics.median(v) for name, v in times.items()}
+    allowed = t["bare"] / 0.8
+    print(f"verify, CPU per 10-call example (median of {chunks} alternating chunks of {examples}):")
+    print(f"  bare SDK loop                     {t['bare'] * 1e6:7.0f} us")
+    print(f"  verify, Sim taken out             {t['floor'] * 1e6:7.0f} us  ({t['bare'] / t['floor']:.1%} of bare): "
+          "Hypothesis's engine, the world's draws, verify's own work")
+    print(f"  verify                            {t['verify'] * 1e6:7.0f} us  ({t['bare'] / t['verify']:.1%} of bare)")
+    print(f"  80% allows {allowed * 1e6:.0f} us an example: {(allowed - t['floor']) * 1e6:.0f} us for the Sim, "
+          f"the simulator, the tools and the invariants; they take {(t['verify'] - t['floor']) * 1e6:.0f} us")
+
+
+def _throughput_plan() -> Any:
+    """`bench/detect.py`'s throughput plan: nine tool-calling replies and a final answer, no faults."""
+    return simloop.strategies.plans(
+        min_steps=9, max_steps=9, personas=(("finishes", 1),), faults=False, ending_kinds=("end_turn",),
+        slow=((False, 1),), heavy=((False, 1),), ending_repeats=((1, 1),),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("which", nargs="?", default="both", choices=("overhead", "verify", "both"))
+    parser.add_argument("--pairs", type=int, default=200, help="alternating rounds of the overhead runs")
+    parser.add_argument("--chunks", type=int, default=6, help="alternating chunks of 25 verify examples")
+    args = parser.parse_args()
+    if args.which in ("overhead", "both"):
+        overhead_floor(args.pairs)
+    if args.which in ("verify", "both"):
+        verify_floor(args.chunks)
+
+
+if __name__ == "__main__":
+    main()
