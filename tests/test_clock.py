@@ -764,6 +764,35 @@ def test_freeze_time_inside_a_sim_and_our_patches_survive_its_exit() -> None:
     assert freezegun.api.real_datetime is ORIGINALS[(datetime, "datetime")]
 
 
+def test_a_run_after_one_under_freeze_time_rebinds_the_wall_aliases_again(loaded: Callable[[str, str], Any]) -> None:
+    # The patches remember what they replaced from run to run; a run under a freeze_time leaves the wall clock to
+    # freezegun, and the next run without one must take it back, aliases included.
+    module = loaded("project", "user_loop_after_freeze")
+    clock = VirtualClock()
+    with clock.patched():  # (the alias scan looks at a module once, here: while it holds the real functions)
+        assert module.time() == EPOCH
+    with freezegun.freeze_time(FROZEN), clock.patched():
+        time.sleep(5)  # (freezegun rewrote the module's aliases to its own functions: out of our reach)
+        assert datetime.datetime.now() == FROZEN + datetime.timedelta(seconds=5)  # freezegun's, ticked by ours
+    assert module.time is REAL.time and module.datetime is REAL.datetime
+    with clock.patched():
+        time.sleep(5)
+        assert (module.time(), module.monotonic()) == (EPOCH + 10, MONOTONIC_ORIGIN + 10)
+        assert module.datetime.now(UTC) == datetime.datetime(2026, 1, 1, 0, 0, 10, tzinfo=UTC)
+    assert (module.time, module.monotonic, module.datetime) == (REAL.time, REAL.monotonic, REAL.datetime)
+
+
+def test_a_thread_outside_any_run_reads_real_time_between_and_after_runs() -> None:
+    clock = VirtualClock()
+    for _ in range(3):
+        with clock.patched():
+            time.sleep(3600)
+            assert abs(in_thread(time.time, RealTimeThread) - REAL.time()) < HANG_S  # during: real
+        assert abs(in_thread(time.time) - REAL.time()) < HANG_S  # after: real, and the originals are back
+        assert all(getattr(o, n) is v for (o, n), v in ORIGINALS.items())
+    assert clock.now() == 3 * 3600
+
+
 # -- Hypothesis inside a Sim --------------------------------------------------------------------------------
 
 _examples: list[tuple[VirtualClock, asyncio.AbstractEventLoop]] = []
