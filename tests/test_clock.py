@@ -107,6 +107,27 @@ def test_non_numbers_are_type_errors() -> None:
         VirtualClock(start=float("nan"))
 
 
+def test_a_clocks_lock_made_at_first_use_is_one_whichever_threads_race_for_it() -> None:
+    clock = VirtualClock()
+    assert "_cond" not in vars(clock)  # (made when first used: many runs never wait on their clock)
+    barrier = threading.Barrier(8)
+    seen: list[threading.Condition] = []
+
+    def use() -> None:
+        barrier.wait(HANG_S)
+        clock.advance(1)
+        seen.append(clock._cond)
+
+    threads = [threading.Thread(target=use) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(HANG_S)
+    assert clock.now() == 8.0 and len(seen) == 8 and all(cond is seen[0] for cond in seen)
+    with pytest.raises(AttributeError, match="'VirtualClock' object has no attribute 'nope'"):
+        clock.nope  # type: ignore[attr-defined]  # noqa: B018
+
+
 def test_end_of_virtual_time_halts_with_a_base_exception() -> None:
     clock = VirtualClock(end=60)
     clock.advance(60)
