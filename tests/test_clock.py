@@ -786,8 +786,8 @@ def test_freeze_time_inside_a_sim_and_our_patches_survive_its_exit() -> None:
 
 
 def test_a_run_after_one_under_freeze_time_rebinds_the_wall_aliases_again(loaded: Callable[[str, str], Any]) -> None:
-    # The patches remember what they replaced from run to run; a run under a freeze_time leaves the wall clock to
-    # freezegun, and the next run without one must take it back, aliases included.
+    # A run under a freeze_time leaves the wall clock to freezegun; the next run without one takes it back, aliases
+    # included (whatever the install keeps from run to run must not outlive the freeze).
     module = loaded("project", "user_loop_after_freeze")
     clock = VirtualClock()
     with clock.patched():  # (the alias scan looks at a module once, here: while it holds the real functions)

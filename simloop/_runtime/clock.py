@@ -28,6 +28,15 @@ How threads are scoped
     through to the saved original, at a cost of about 0.2 µs.  So Hypothesis's engine, pytest and xdist
     keep real time.  `RealTimeThread` (the watchdog) never inherits virtual time.
 
+Why the patches come and go with each run, not once per process
+    time-machine and freezegun keep hooks installed; here that would save some 35 µs of a run (in situ,
+    bench/README.md, Fifth pass) and change what code outside a run sees: ``datetime.datetime`` would stay
+    our subclass, so ``type(datetime.datetime(2020, 1, 1)) is datetime.datetime`` would be False and pickling
+    any datetime would fail in every thread ("not the same object as datetime.datetime"); ``time.sleep``
+    would stay a Python function (in tracebacks, profiles, ``pickle.dumps(time.sleep)``), ``Condition.wait``
+    a Python call in every thread; and the loop's aliases and ``freezegun.api.real_*`` would stay ours.
+    docs/design.md (Virtual time) promises them put back after the run, and ``tests/test_clock.py`` pins it.
+
 Wall clock: our own ``datetime`` subclasses, not time-machine
     time-machine swaps the C functions.  That catches ``from datetime import datetime`` aliases, but it
     acts on every thread at once and refuses to start under freezegun.  Thread scoping matters more here,
@@ -175,11 +184,6 @@ class _State:
     users = 0  # active patched() contexts, all clocks
     applied: ClassVar[list[tuple[Any, str, Any, Any]]] = []  # (owner, attr, original, fake), install order
     aliases: ClassVar[dict[int, str]] = {}  # id(original) -> key, for patched(modules=...)
-    # What the targets held when installed, by index (no tuple per target and run: it is installed at every run),
-    # and `aliases`' entries for them, worked out again only when an original changed (or after a freeze_time).
-    originals: ClassVar[list[Any]] = []
-    alias_ids: ClassVar[dict[int, str]] = {}
-    alias_ids_partial = True
     rebinds: ClassVar[dict[tuple[int, str], list[Any]]] = {}  # (id(module), attr) -> [count, module, original]
 
 
@@ -288,14 +292,12 @@ _WALL = ("time.time", "time.time_ns", "datetime.datetime", "datetime.date")
 _OWNERS: dict[str, Any] = {"time": time, "datetime": _dt, "asyncio.events": asyncio.events, "asyncio": asyncio,
                            "threading.Thread": threading.Thread, "threading.Condition": threading.Condition,
                            "threading": threading, "queue": queue}
-# (index, key, owner, attribute, fake, is a time/datetime attribute): worked out once, installed at every run.
+# (key, owner, attribute, fake, is a time/datetime attribute): worked out once, installed at every run.
 _TARGETS = [
-    (index, key, _OWNERS[owner_name], attr, fake, owner_name in ("time", "datetime"))
-    for index, (key, fake) in enumerate(_fakes.items())
+    (key, _OWNERS[owner_name], attr, fake, owner_name in ("time", "datetime"))
+    for key, fake in _fakes.items()
     for owner_name, attr in [key.rsplit(".", 1)]
 ]
-_SKIPPED = object()  # in `_State.originals`: a target not installed (a freeze_time owns the wall clock)
-_State.originals = [_SKIPPED] * len(_TARGETS)
 
 
 # The real clock functions and classes as the alias scan looks for them (id -> the key of their fake).
@@ -314,25 +316,18 @@ def _install() -> None:
         return
     api = _freezegun()
     frozen = api is not None and bool(api.freeze_factories)  # a freeze_time is active: it owns the wall clock
-    originals = _State.originals
-    changed = frozen or _State.alias_ids_partial
-    for index, key, owner, attr, fake, aliased in _TARGETS:
+    for key, owner, attr, fake, aliased in _TARGETS:
         if frozen and key in _WALL:
             continue
-        originals[index] = original = getattr(owner, attr)
+        _saved[key] = original = getattr(owner, attr)
         setattr(owner, attr, fake)
-        if _saved.get(key) is not original:
-            _saved[key] = original
-            changed = True
-        # A freeze_time entered inside the Sim restores freezegun.api.real_* on exit: make that us.
-        if api is not None and aliased and getattr(api, "real_" + attr, None) is original:
-            _State.applied.append((api, "real_" + attr, original, fake))
-            setattr(api, "real_" + attr, fake)
-    if changed:
-        _State.alias_ids = {id(originals[index]): key for index, key, _, _, _, aliased in _TARGETS
-                            if aliased and originals[index] is not _SKIPPED}
-        _State.alias_ids_partial = frozen
-    _State.aliases.update(_State.alias_ids)
+        _State.applied.append((owner, attr, original, fake))
+        if aliased:
+            _State.aliases[id(original)] = key
+            # A freeze_time entered inside the Sim restores freezegun.api.real_* on exit: make that us.
+            if api is not None and getattr(api, "real_" + attr, None) is original:
+                _State.applied.append((api, "real_" + attr, original, fake))
+                setattr(api, "real_" + attr, fake)
     _rebind_aliases()
 
 
@@ -354,16 +349,9 @@ def _uninstall() -> None:
     _State.users -= 1
     if _State.users > 0:
         return
-    for owner, attr, original, fake in reversed(_State.applied):  # the aliases, freezegun's real_*
+    for owner, attr, original, fake in reversed(_State.applied):
         if getattr(owner, attr) is fake:  # someone patched over us and has not undone it: leave theirs
             setattr(owner, attr, original)
-    originals = _State.originals
-    for index, _, owner, attr, fake, _ in reversed(_TARGETS):
-        original = originals[index]
-        if original is not _SKIPPED:
-            originals[index] = _SKIPPED
-            if getattr(owner, attr) is fake:  # (as above)
-                setattr(owner, attr, original)
     _State.applied.clear()
     _State.aliases.clear()
 
