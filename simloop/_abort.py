@@ -19,6 +19,9 @@ from simloop.transcript import AbortEvent, Response, ToolStart, Transcript
 
 __all__ = ["AbortSignal"]
 
+#: Makes a signal's Event at its first `wait`, and orders `set` and `clear` with that.
+_MAKING = threading.Lock()
+
 
 class AbortSignal:
     """An event-like Stop signal: ``is_set()``, ``wait()``, ``add_callback(fn)`` (like JavaScript's AbortSignal).
@@ -34,17 +37,27 @@ class AbortSignal:
     """
 
     def __init__(self, on_fire: Callable[[str], None] | None = None) -> None:
-        self._event = threading.Event()
+        self._set = False  # Stop is pressed (and `_event`, once made, is set)
+        # made by the first `wait`: most loops only ask `is_set`, and a Sim is made for every run
+        self._event: threading.Event | None = None
         self._callbacks: list[Callable[[], object]] = []
         self._on_fire = on_fire
 
     def is_set(self) -> bool:
         """Whether Stop was pressed in this turn."""
-        return self._event.is_set()
+        return self._set
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until Stop is pressed (or ``timeout`` real seconds pass); returns `is_set`."""
-        return self._event.wait(timeout)
+        event = self._event
+        if event is None:
+            with _MAKING:
+                if self._event is None:
+                    self._event = threading.Event()
+                    if self._set:
+                        self._event.set()
+                event = self._event
+        return event.wait(timeout)
 
     def add_callback(self, fn: Callable[[], object]) -> None:
         """Call ``fn()`` when Stop is pressed, e.g. ``sim.abort.add_callback(asyncio.current_task().cancel)``;
@@ -62,9 +75,12 @@ class AbortSignal:
 
     def set(self, trigger: str = "set by hand") -> None:
         """Press Stop: recorded in the transcript (an ``abort`` event), then the callbacks run (each once)."""
-        if self._event.is_set():
+        if self._set:
             return
-        self._event.set()
+        with _MAKING:
+            self._set = True
+            if self._event is not None:
+                self._event.set()
         if self._on_fire is not None:
             self._on_fire(trigger)
         for fn in list(self._callbacks):
@@ -73,7 +89,10 @@ class AbortSignal:
     def clear(self, *, forget_callbacks: bool = False) -> None:
         """Release Stop (the next user turn begins: the callbacks hold on for its Stop); ``forget_callbacks``
         when the process died (a restart: what the old life registered died with it)."""
-        self._event.clear()
+        with _MAKING:
+            self._set = False
+            if self._event is not None:
+                self._event.clear()
         if forget_callbacks:
             self._callbacks = []
 

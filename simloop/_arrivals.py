@@ -47,7 +47,7 @@ class Arrivals:
     def __init__(self, position: Callable[[], int]) -> None:
         self._position = position
         self._held: int | None = None
-        self._readers: weakref.WeakSet[_Reader] = weakref.WeakSet()
+        self._readers: weakref.WeakSet[_Reader] | None = None  # (made with the first reader: most runs have none)
         #: the run's HTTP MCP servers (``sim.mcp_url``), settled at each Stop
         self.servers: list[_Settles] = []
 
@@ -63,7 +63,7 @@ class Arrivals:
         at = self._position()
         self._held = at  # (set before the event is appended: a stamp taken on another thread meanwhile is <= at)
         try:
-            for reader in list(self._readers):
+            for reader in list(self._readers or ()):
                 reader.hold(at)
             yield at
             for server in list(self.servers):
@@ -75,6 +75,8 @@ class Arrivals:
     def reader(self, stream: Any) -> Any:
         """``stream`` (an in-memory server's read stream) stamping each message it yields (`ARRIVED`)."""
         reader = _Reader(stream, self)
+        if self._readers is None:
+            self._readers = weakref.WeakSet()
         self._readers.add(reader)
         return reader
 

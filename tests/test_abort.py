@@ -52,6 +52,30 @@ def test_the_signal_is_event_like() -> None:
     assert not signal.is_set() and repr(signal) == "AbortSignal(set=False)"
 
 
+def test_a_wait_started_before_stop_is_released_by_it_and_a_cleared_signal_waits_again() -> None:
+    import threading
+
+    signal = AbortSignal()
+    assert not signal.wait(0)  # (its event is made by the first wait: not set)
+    waiting = threading.Event()
+    out: list[bool] = []
+
+    def waiter() -> None:
+        waiting.set()
+        out.append(signal.wait(20))
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    assert waiting.wait(20)
+    signal.set("by hand")
+    thread.join(20)
+    assert out == [True] and signal.is_set()
+    signal.clear()
+    assert not signal.wait(0) and not signal.is_set()
+    signal.set("again")
+    assert AbortSignal().wait(0) is False and signal.wait(0) is True
+
+
 def test_the_scenario_key_takes_exactly_one_point() -> None:
     assert Abort(after_call=2).describe() == "after model call 2"
     assert Abort(tool_call=1).describe() == "while tool execution 1 runs" and Abort(at=1.5).describe() == "at 1.5s"

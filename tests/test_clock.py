@@ -107,6 +107,27 @@ def test_non_numbers_are_type_errors() -> None:
         VirtualClock(start=float("nan"))
 
 
+def test_a_clocks_lock_made_at_first_use_is_one_whichever_threads_race_for_it() -> None:
+    clock = VirtualClock()
+    assert "_cond" not in vars(clock)  # (made when first used: many runs never wait on their clock)
+    barrier = threading.Barrier(8)
+    seen: list[threading.Condition] = []
+
+    def use() -> None:
+        barrier.wait(HANG_S)
+        clock.advance(1)
+        seen.append(clock._cond)
+
+    threads = [threading.Thread(target=use) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(HANG_S)
+    assert clock.now() == 8.0 and len(seen) == 8 and all(cond is seen[0] for cond in seen)
+    with pytest.raises(AttributeError, match="'VirtualClock' object has no attribute 'nope'"):
+        clock.nope  # type: ignore[attr-defined]  # noqa: B018
+
+
 def test_end_of_virtual_time_halts_with_a_base_exception() -> None:
     clock = VirtualClock(end=60)
     clock.advance(60)
@@ -762,6 +783,35 @@ def test_freeze_time_inside_a_sim_and_our_patches_survive_its_exit() -> None:
             assert datetime.datetime.now() == FROZEN + datetime.timedelta(seconds=30)
     assert freezegun.api.real_time is ORIGINALS[(time, "time")]
     assert freezegun.api.real_datetime is ORIGINALS[(datetime, "datetime")]
+
+
+def test_a_run_after_one_under_freeze_time_rebinds_the_wall_aliases_again(loaded: Callable[[str, str], Any]) -> None:
+    # A run under a freeze_time leaves the wall clock to freezegun; the next run without one takes it back, aliases
+    # included (whatever the install keeps from run to run must not outlive the freeze).
+    module = loaded("project", "user_loop_after_freeze")
+    clock = VirtualClock()
+    with clock.patched():  # (the alias scan looks at a module once, here: while it holds the real functions)
+        assert module.time() == EPOCH
+    with freezegun.freeze_time(FROZEN), clock.patched():
+        time.sleep(5)  # (freezegun rewrote the module's aliases to its own functions: out of our reach)
+        assert datetime.datetime.now() == FROZEN + datetime.timedelta(seconds=5)  # freezegun's, ticked by ours
+    assert module.time is REAL.time and module.datetime is REAL.datetime
+    with clock.patched():
+        time.sleep(5)
+        assert (module.time(), module.monotonic()) == (EPOCH + 10, MONOTONIC_ORIGIN + 10)
+        assert module.datetime.now(UTC) == datetime.datetime(2026, 1, 1, 0, 0, 10, tzinfo=UTC)
+    assert (module.time, module.monotonic, module.datetime) == (REAL.time, REAL.monotonic, REAL.datetime)
+
+
+def test_a_thread_outside_any_run_reads_real_time_between_and_after_runs() -> None:
+    clock = VirtualClock()
+    for _ in range(3):
+        with clock.patched():
+            time.sleep(3600)
+            assert abs(in_thread(time.time, RealTimeThread) - REAL.time()) < HANG_S  # during: real
+        assert abs(in_thread(time.time) - REAL.time()) < HANG_S  # after: real, and the originals are back
+        assert all(getattr(o, n) is v for (o, n), v in ORIGINALS.items())
+    assert clock.now() == 3 * 3600
 
 
 # -- Hypothesis inside a Sim --------------------------------------------------------------------------------

@@ -28,6 +28,15 @@ How threads are scoped
     through to the saved original, at a cost of about 0.2 µs.  So Hypothesis's engine, pytest and xdist
     keep real time.  `RealTimeThread` (the watchdog) never inherits virtual time.
 
+Why the patches come and go with each run, not once per process
+    time-machine and freezegun keep hooks installed; here that would save some 35 µs of a run (in situ,
+    bench/README.md, Fifth pass) and change what code outside a run sees: ``datetime.datetime`` would stay
+    our subclass, so ``type(datetime.datetime(2020, 1, 1)) is datetime.datetime`` would be False and pickling
+    any datetime would fail in every thread ("not the same object as datetime.datetime"); ``time.sleep``
+    would stay a Python function (in tracebacks, profiles, ``pickle.dumps(time.sleep)``), ``Condition.wait``
+    a Python call in every thread; and the loop's aliases and ``freezegun.api.real_*`` would stay ours.
+    docs/design.md (Virtual time) promises them put back after the run, and ``tests/test_clock.py`` pins it.
+
 Wall clock: our own ``datetime`` subclasses, not time-machine
     time-machine swaps the C functions.  That catches ``from datetime import datetime`` aliases, but it
     acts on every thread at once and refuses to start under freezegun.  Thread scoping matters more here,
@@ -167,6 +176,7 @@ _saved: dict[str, Any] = {}  # "module.attr" -> what it held before we patched i
 _fakes: dict[str, Any] = {}  # "module.attr" -> our replacement
 _get_ident = threading.get_ident
 _LOCK = threading.RLock()
+_MAKING_COND = threading.Lock()  # makes a clock's Condition at its first use (see `VirtualClock.__getattr__`)
 _TLS = threading.local()  # .job: the _Job (of a VirtualTimeEventLoop) this executor thread is running
 
 
@@ -430,7 +440,7 @@ class VirtualClock:
         self._start_ns = round(start * _NS)
         self._end_ns = None if end is None else _to_ns(end, "end")
         self._ns = 0
-        self._cond = threading.Condition(threading.Lock())
+        # self._cond, a Condition on a Lock, is made at first use (`__getattr__`): many runs never wait on their clock
         self._sleepers: list[_Job] = []  # executor jobs sleeping until their wake time
         self._depth = 0  # active patched() contexts on this clock, all threads
         self._thread_ids: set[int] = set()
@@ -443,6 +453,21 @@ class VirtualClock:
         #: simloop's own loopback servers for this run's loops (``port``, ``busy()``): see `VirtualTimeEventLoop`.
         self.own_servers: list[Any] = []
         self._loops: list[VirtualTimeEventLoop] = []  # the loops running on this clock now
+
+    _cond: threading.Condition  # (made by `__getattr__`)
+
+    def __getattr__(self, name: str) -> Any:
+        """Make ``_cond`` when first asked for (only a missing attribute comes here; then it is an ordinary one).
+
+        A Sim makes a clock per run, and a Condition costs three caught AttributeErrors to make (a plain Lock
+        has no ``_release_save``, ``_acquire_restore`` or ``_is_owned``)."""
+        if name != "_cond":
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        with _MAKING_COND:
+            cond = vars(self).get("_cond")
+            if cond is None:
+                cond = self._cond = threading.Condition(threading.Lock())
+        return cond
 
     def running_loop(self) -> VirtualTimeEventLoop | None:
         """The virtual-time loop running on this clock, when there is exactly one (another thread may schedule on it)."""

@@ -216,14 +216,20 @@ def release(clock: VirtualClock) -> None:
 LAST_RESORT_S: list[float] = []
 
 
-@contextlib.contextmanager
-def bounded() -> Iterator[None]:
+def bounded() -> contextlib.AbstractContextManager[None]:
     """The last-resort bound around one run: past `LAST_RESORT_S`, the process prints where every thread is and
     exits with status 1 (``faulthandler.dump_traceback_later``: a C thread that needs no GIL, so a loop stuck in
-    one C call that holds it, such as a catastrophic regex, is stopped too, where the watchdog cannot run)."""
-    if not LAST_RESORT_S:
-        yield
-        return
+    one C call that holds it, such as a catastrophic regex, is stopped too, where the watchdog cannot run).
+    Without a bound (a Sim, `verify` and the plugin called from Python), a block that does nothing: no generator
+    is made at every run."""
+    return _last_resort() if LAST_RESORT_S else _UNBOUNDED
+
+
+_UNBOUNDED = contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _last_resort() -> Iterator[None]:
     seconds = LAST_RESORT_S[0]
     faulthandler.dump_traceback_later(seconds, exit=True, file=sys.__stderr__ or sys.stderr)
     try:

@@ -182,7 +182,7 @@ class Watchdog:
         _MONITOR.add(self, thread_id)
 
     def _disarm(self) -> None:
-        with _MONITOR.cond:
+        with _MONITOR.lock:
             _MONITOR.remove(self)  # from here on the monitor never fires for us
             if self._fired:
                 _drop_pending()  # a halt that was scheduled but not delivered yet
@@ -293,7 +293,10 @@ class _Monitor:
 
     def reset(self) -> None:
         """No thread and nothing watched (also in a forked child: it has none of the parent's threads)."""
-        self.cond = threading.Condition(threading.Lock())
+        # (the runs take `lock`, the condition's own, directly: a C lock's `with`, not the condition's Python one)
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
+        self.alive = False  # the thread runs (set when started, cleared when it ends: `is_alive` costs four calls)
         self.watched: dict[Watchdog, int] = {}
         self.thread: RealTimeThread | None = None
         self.wake = float("inf")  # when the thread wakes next (REAL.monotonic time)
@@ -304,13 +307,14 @@ class _Monitor:
         self.rounds = 0  # how many times the thread looked at what it watches
 
     def add(self, dog: Watchdog, thread_id: int) -> None:
-        with self.cond:
+        with self.lock:
             dog._thread_id = thread_id
             self.watched[dog] = thread_id
             self.idle = dog.seconds
-            if self.thread is None or not self.thread.is_alive():
+            if not self.alive:
                 self.thread = RealTimeThread(target=self._run, name="simloop-watchdog", daemon=True)
                 self.thread.start()
+                self.alive = True
             elif dog._due() < self.wake:  # only then: waking the thread costs the drive a switch per run
                 self.cond.notify()
 
@@ -321,6 +325,13 @@ class _Monitor:
     def _run(self) -> None:
         # Condition.wait blocks in C on the real clock; REAL.monotonic is the saved real function, so this
         # thread never reads virtual time even while time.monotonic is patched.
+        try:
+            self._serve()
+        finally:
+            with self.lock:
+                self.alive = False
+
+    def _serve(self) -> None:
         with self.cond:
             while True:
                 self.rounds += 1

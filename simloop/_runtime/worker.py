@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import _thread
 import contextvars
+import functools
 import os
 import queue
 import sys
@@ -110,7 +111,7 @@ def run_on_worker(
     context = contextvars.copy_context()
     carried = _hypothesis_context()
     if carried is None:
-        job: _Job[T] = _Job(lambda: context.run(fn))
+        job: _Job[T] = _Job(functools.partial(context.run, fn))
     else:
         variable, value = carried
 
@@ -118,13 +119,13 @@ def run_on_worker(
             with variable.with_value(value):
                 return fn()
 
-        job = _Job(lambda: context.run(in_context))
-    worker.jobs.put(job)
-    thread_id = worker.ident or 0
+        job = _Job(functools.partial(context.run, in_context))
     caller = threading.get_ident()
     BYSTANDERS.add(caller)  # it only waits for the run: the run's waits need not wait for it to notify them
+    worker.jobs.put(job)  # (after the caller's own work: it then blocks at once and leaves the worker the GIL)
     try:
         while not job.done.acquire(True, _POLL):
+            thread_id = worker.ident or 0
             if give_up(thread_id):
                 _abandon(job, worker)
                 if not job.abandoned:  # it finished meanwhile after all
