@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import copy
+import copyreg
 import datetime
 import importlib.util
+import pickle
 import random
 import socket
 import statistics
@@ -812,6 +815,44 @@ def test_a_thread_outside_any_run_reads_real_time_between_and_after_runs() -> No
         assert abs(in_thread(time.time) - REAL.time()) < HANG_S  # after: real, and the originals are back
         assert all(getattr(o, n) is v for (o, n), v in ORIGINALS.items())
     assert clock.now() == 3 * 3600
+
+
+def test_dates_and_datetimes_pickle_while_patched_in_every_thread_and_unpickle_as_real_ones() -> None:
+    # While patched, the name datetime.datetime is ours; pickle finds a class by its name, so without a reducer
+    # no real datetime pickled at all, in any thread ("not the same object as datetime.datetime").
+    kinds = [datetime.datetime(2020, 2, 3, 4, 5, 6, 7), datetime.datetime(2021, 11, 7, 1, 30, fold=1),
+             datetime.datetime(2022, 1, 1, tzinfo=UTC), datetime.date(2023, 4, 5)]
+    before = dict(copyreg.dispatch_table)
+    clock = VirtualClock()
+    with clock.patched():
+        time.sleep(60)
+        values = [*kinds, datetime.datetime.now(), datetime.datetime.now(UTC), datetime.date.today()]
+        dumped = [pickle.dumps(v, protocol) for v in values for protocol in (2, pickle.HIGHEST_PROTOCOL)]
+        inside = [pickle.loads(d) for d in dumped]
+        elsewhere = in_thread(lambda: [pickle.loads(pickle.dumps(v)) for v in kinds], RealTimeThread)  # real time
+        assert copy.deepcopy(values) == values
+    after = [pickle.loads(d) for d in dumped]
+    expected = [v for v in values for _ in (2, pickle.HIGHEST_PROTOCOL)]
+    for loaded in (inside, after):
+        assert loaded == expected
+        assert [type(v) for v in loaded] == [type(v) for v in expected]  # the real classes, never ours
+        assert [getattr(v, "fold", 0) for v in loaded] == [getattr(v, "fold", 0) for v in expected]
+    assert elsewhere == kinds
+    assert values[4] == datetime.datetime(2026, 1, 1, 0, 1)  # (pickled at virtual time)
+    assert dict(copyreg.dispatch_table) == before  # the reducers go with the patches
+
+
+def test_a_reducer_of_the_users_own_for_datetime_stays_theirs() -> None:
+    def theirs(value: datetime.datetime) -> tuple[Any, ...]:
+        return str, ("their own",)
+
+    copyreg.pickle(datetime.datetime, theirs)
+    try:
+        with VirtualClock().patched():
+            assert pickle.loads(pickle.dumps(datetime.datetime(2020, 1, 1))) == "their own"
+        assert copyreg.dispatch_table[datetime.datetime] is theirs
+    finally:
+        del copyreg.dispatch_table[datetime.datetime]
 
 
 # -- Hypothesis inside a Sim --------------------------------------------------------------------------------

@@ -90,6 +90,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import copyreg
 import datetime as _dt
 import functools
 import math
@@ -185,6 +186,7 @@ class _State:
     applied: ClassVar[list[tuple[Any, str, Any, Any]]] = []  # (owner, attr, original, fake), install order
     aliases: ClassVar[dict[int, str]] = {}  # id(original) -> key, for patched(modules=...)
     rebinds: ClassVar[dict[tuple[int, str], list[Any]]] = {}  # (id(module), attr) -> [count, module, original]
+    reducers: ClassVar[list[tuple[type, Any]]] = []  # (real class, our reducer) put in copyreg's dispatch table
 
 
 def _fake(key: str, virtual: Callable[..., Any], *, takes_args: bool = False) -> Callable[..., Any]:
@@ -267,12 +269,30 @@ def _make_datetime_types() -> None:
                 return REAL.datetime.now(_dt.UTC).replace(tzinfo=None)
             return clock._wall(_dt.UTC).replace(tzinfo=None)
 
-    for cls in (date, datetime):
-        cls.__module__ = "datetime"
+    for cls in (date, datetime):  # named as the classes they stand for (pickle finds a class by its name)
+        cls.__module__, cls.__qualname__ = "datetime", cls.__name__
     _fakes["datetime.date"], _fakes["datetime.datetime"] = date, datetime
 
 
+def _pickled_by_name(fake: type) -> Callable[[Any], tuple[Any, ...]]:
+    """A copyreg reducer: a real date or datetime pickled while ``datetime.datetime`` (or ``.date``) names ``fake``.
+
+    pickle saves a class by its name and checks the name gives that very class back; while patched the name
+    gives ours, so a real datetime would not pickle at all, in any thread ("not the same object as
+    datetime.datetime").  freezegun registers the same kind of reducer.  Unpickled while patched, ``fake``
+    makes a real datetime; unpickled later or elsewhere, the name is the real class again.
+    """
+
+    def reduce(value: Any) -> tuple[Any, ...]:
+        return fake, value.__reduce_ex__(4)[1]
+
+    return reduce
+
+
+
 _make_datetime_types()
+_REDUCERS = ((REAL.datetime, _pickled_by_name(_fakes["datetime.datetime"])),
+             (REAL.date, _pickled_by_name(_fakes["datetime.date"])))
 _fake("time.time", lambda c: c.time())
 _fake("time.time_ns", lambda c: c._start_ns + c._ns)
 _fake("time.monotonic", lambda c: c.monotonic())
@@ -328,6 +348,11 @@ def _install() -> None:
             if api is not None and getattr(api, "real_" + attr, None) is original:
                 _State.applied.append((api, "real_" + attr, original, fake))
                 setattr(api, "real_" + attr, fake)
+    if not frozen:  # datetimes pickled while ours holds their names (a freeze_time registers its own reducers)
+        for cls, reducer in _REDUCERS:
+            if cls not in copyreg.dispatch_table:  # (someone else's reducer for it stays theirs)
+                copyreg.dispatch_table[cls] = reducer
+                _State.reducers.append((cls, reducer))
     _rebind_aliases()
 
 
@@ -352,7 +377,11 @@ def _uninstall() -> None:
     for owner, attr, original, fake in reversed(_State.applied):
         if getattr(owner, attr) is fake:  # someone patched over us and has not undone it: leave theirs
             setattr(owner, attr, original)
+    for cls, reducer in _State.reducers:
+        if copyreg.dispatch_table.get(cls) is reducer:
+            del copyreg.dispatch_table[cls]
     _State.applied.clear()
+    _State.reducers.clear()
     _State.aliases.clear()
 
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import pickle
 from collections.abc import Callable
+from datetime import UTC, datetime
 from time import monotonic
 from typing import Any
 
@@ -147,6 +149,16 @@ def plain(sim: simloop.Sim) -> simloop.Outcome:
     return simloop.Outcome(reason=reason, text=text)
 
 
+def recorded(sim: simloop.Sim) -> simloop.Outcome:
+    """The five-line adapter that files a record of each run, as harnesses do for a dashboard or a queue: pickled,
+    with when the run started and ended."""
+    started = datetime.now(UTC)
+    reason, text = run_agent(sim.client, sim.tool_schemas, sim.run_tool, sim.task)
+    record = {"task": sim.task, "reason": reason, "started": started, "ended": datetime.now(UTC)}
+    sim.store["record"] = pickle.dumps(record)
+    return simloop.Outcome(reason=reason, text=text)
+
+
 def conversation(sim: simloop.Sim) -> list[simloop.Outcome]:
     """Every user turn through one history, with the Stop button wired (README: Conversations, The Stop button)."""
     history: list[Any] = []
@@ -268,6 +280,7 @@ DELEGATE = {"name": "delegate", "kind": "read", "description": "Hand a self-cont
 #: name -> (drive, the verify options it claims: what the loop can do, and what it declares beyond LIMITS).
 LOOPS: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
     "plain": (plain, {}),
+    "recorded": (recorded, {}),
     "conversation": (conversation, {"turns": 3, "abort": True}),
     "durable": (durable, {"restarts": 1}),
     "async_stop": (async_stop, {"abort": True}),
