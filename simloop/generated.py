@@ -26,7 +26,17 @@ from simloop._inputs import POOL, pool_for
 from simloop._offer import Offer, ServerTools, fit_pause, offer_of, server_block, stopped_at, with_server_tools
 from simloop.models import ModelRequest
 from simloop.scenario import (
-    Abort, Approval, Expect, Fault, Limits, MaxTokensBody, Reply, Scenario, ToolCall, ToolSpec, Usage,
+    Abort,
+    Approval,
+    Expect,
+    Fault,
+    Limits,
+    MaxTokensBody,
+    Reply,
+    Scenario,
+    ToolCall,
+    ToolSpec,
+    Usage,
 )
 from simloop.strategies import (
     CUT_COUNTS,
