@@ -290,17 +290,12 @@ class Campaign:
     def _run(self, data: st.DataObject, strategy: st.SearchStrategy[Any]) -> None:
         """Draw a world, play it in a fresh Sim, check it and tally it; a failing run raises for Hypothesis.
 
-        In a search, the run's young garbage is then collected (`_collect_young`): the run is over, its objects
-        freed, so the collection walks only what outlives it, instead of the live run that a collection started
-        by the allocations in the middle of it would walk.
+        In a search, the young garbage of the runs before is collected first (`_collect_young`): they are over,
+        their objects freed, so the collection walks only what outlives them, instead of the live run that a
+        collection started by the allocations in the middle of it would walk.
         """
         __tracebackhide__ = True
-        self._example_run(data, strategy)
         _collect_young()
-
-    def _example_run(self, data: st.DataObject, strategy: st.SearchStrategy[Any]) -> None:
-        """`_run`'s run (its locals, the Sim among them, gone when it returns)."""
-        __tracebackhide__ = True
         on_run()  # in a campaign of several workers: stop when another one failed
         run = self.world.draw(_run_draw(data), strategy)
         sim = self._play(run)
@@ -419,10 +414,10 @@ def _heap_frozen() -> Iterator[None]:
 
     CPython collects the young generation after every 700 net allocations: about once a run, in the middle of it,
     walking and promoting the run's live objects (its transcript, the parsed requests, the loop's history), some
-    150 µs a run.  While a search runs that threshold is `YOUNG_THRESHOLD`, and each run ends with a collection of
-    the young generation (every `MIDDLE_EVERY` runs, of the middle one too), when the run's objects are already
-    freed: a run's cyclic garbage (a loop's exceptions, say) is collected as soon as before, at the run's end,
-    and cannot pile up over runs.  (The higher threshold alone, without the collection after each run, was tried
+    150 µs a run.  While a search runs that threshold is `YOUNG_THRESHOLD`, and each run starts with a collection
+    of the young generation (every `MIDDLE_EVERY` runs, of the middle one too), when the runs before it have
+    ended and their objects are freed: a run's cyclic garbage (a loop's exceptions, say) is collected when the
+    next run starts, and cannot pile up over runs.  (The higher threshold alone, without the collection after each run, was tried
     before: it let a 10,000-example search's garbage pile up to 2.7 times the memory of a short one.)
     """
     with _FREEZE_LOCK:
@@ -451,8 +446,8 @@ def _heap_frozen() -> Iterator[None]:
 
 
 def _collect_young() -> None:
-    """After a run of a search that raised the young threshold (`_heap_frozen`): collect the young generation, and
-    every `MIDDLE_EVERY` runs the middle one, as CPython would have during the runs."""
+    """Before a run of a search that raised the young threshold (`_heap_frozen`): collect the young generation, and
+    every `MIDDLE_EVERY` runs the middle one, as CPython would have during the runs before."""
     if _FREEZE["thresholds"] is None:
         return
     _FREEZE["runs"] += 1
