@@ -81,9 +81,15 @@ class Tally:
         self.examples += 1
         if sim.server.calls:
             self.reached += 1
-        if any(r.tool_uses for r in sim.transcript.of(Response)):
+        asked = False
+        starts: list[ToolStart] = []
+        for e in sim.transcript.events:  # (one walk, after every run)
+            if isinstance(e, ToolStart):
+                starts.append(e)
+            elif not asked and isinstance(e, Response) and e.tool_uses:
+                asked = True
+        if asked:
             self.asked += 1  # the model asked for a tool: did any execution reach the ledger?
-        starts = sim.transcript.of(ToolStart)
         if starts:
             self.ran += 1
             names = {t.name for t in sim.scenario.tools}
