@@ -256,7 +256,7 @@ def test_the_heap_is_frozen_during_a_search_and_handed_back_after(tmp_path: Path
     assert gc.get_freeze_count() == 0
 
 
-def test_a_runs_young_garbage_is_collected_after_it_not_during_it(tmp_path: Path) -> None:
+def test_the_young_garbage_is_collected_between_runs_not_during_them(tmp_path: Path) -> None:
     """While a search runs, the young generation is collected between runs (their garbage cannot pile up), not in
     the middle of one; the collector's thresholds are handed back after, a failing search's too."""
     from simloop._campaign.engine import YOUNG_THRESHOLD
