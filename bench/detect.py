@@ -75,7 +75,6 @@ class _Counter:
 
     def __init__(self, after: Any = None) -> None:
         self.n = 0
-        self.last: Any = None  # the transcript of the last example
         self.after = after  # called with each example's transcript
         self.first: tuple[int, float] | None = None
         self.start = REAL.perf_counter()
@@ -87,7 +86,6 @@ class _Counter:
         def check(sim: Any, *a: Any, **k: Any) -> Any:
             report = counter.orig(sim, *a, **k)
             counter.n += 1
-            counter.last = sim.transcript
             if counter.after is not None:
                 counter.after(sim.transcript)
             if not report.ok and counter.first is None:
