@@ -75,7 +75,6 @@ class _Counter:
 
     def __init__(self, after: Any = None) -> None:
         self.n = 0
-        self.last: Any = None  # the transcript of the last example
         self.after = after  # called with each example's transcript
         self.first: tuple[int, float] | None = None
         self.start = REAL.perf_counter()
@@ -87,7 +86,6 @@ class _Counter:
         def check(sim: Any, *a: Any, **k: Any) -> Any:
             report = counter.orig(sim, *a, **k)
             counter.n += 1
-            counter.last = sim.transcript
             if counter.after is not None:
                 counter.after(sim.transcript)
             if not report.ok and counter.first is None:
@@ -165,8 +163,10 @@ def throughput(chunks: int = 12, examples: int = 25) -> Throughput:
     asks, a fresh Sim runs `examples.correct_sync` (its tools included), the invariants are checked.  The
     plan is fixed to 9 tool-calling replies and a final answer, without faults.  The limit the SDK sets is
     the same loop making the same calls against `httpx2.MockTransport`: the example's replies served as
-    they were sent and its tools returning at once what they returned, so that each request is the same
-    bytes.  That bare run follows each example inside the search, and is taken out of the search's time,
+    they were sent and its tools returning at once what they returned (a write asked for again answered as the
+    drive's `durable_run_tool` answers it), with the tools the drive gives it, so that each request is the same
+    bytes; its SDK client's reference cycle is broken as the run ends, as `Sim.close` breaks the simulated
+    side's, so that each side frees its own run.  That bare run follows each example inside the search, and is taken out of the search's time,
     so that the two alternate example by example and the machine's drifts hit both alike; the ratio is
     the median over chunks (after one to warm up imports and caches).
     """
@@ -183,7 +183,12 @@ def throughput(chunks: int = 12, examples: int = 25) -> Throughput:
         min_steps=9, max_steps=9, personas=(("finishes", 1),), faults=False, ending_kinds=("end_turn",),
         slow=((False, 1),), heavy=((False, 1),), ending_repeats=((1, 1),),
     )
-    schemas = [t.schema_dict() for t in strategies.DEFAULT_TOOLS]  # what Sim.tool_schemas gives the loop
+    from examples._common import NOT_RUN, _write_key, with_web_search
+    from simloop.sim import _drop_resources
+
+    # what the drive gives the loop: Sim.tool_schemas with the web search server tool, and the write tools' names
+    schemas = with_web_search([t.schema_dict() for t in strategies.DEFAULT_TOOLS])
+    writes = frozenset(t.name for t in strategies.DEFAULT_TOOLS if t.kind == "write")
     clocks = (REAL.perf_counter, time.process_time)  # the process: the Sim runs the loop on a worker thread
     bare = [0.0, 0.0]  # wall, CPU: the bare runs of this chunk
     aside = [0.0, 0.0]  # wall, CPU: everything done inside the search for the bare runs
@@ -192,11 +197,22 @@ def throughput(chunks: int = 12, examples: int = 25) -> Throughput:
         begin = [c() for c in clocks]
         client = overhead.bare_client([to_json(r.message) for r in transcript.responses if r.message])
         returned = iter([e.result for e in transcript.of(ToolEnd)])
-        tool = lambda name, input, tool_use_id=None: next(returned)
+        done: set[str] = set()
+
+        def tool(name: str, input: Any, tool_use_id: str | None = None) -> Any:
+            if name in writes:  # the drive's durable_run_tool: a write asked for again is answered, not run
+                key = _write_key(name, input)
+                if key in done:
+                    return NOT_RUN
+                done.add(key)
+            return next(returned)
+
         model = transcript.requests[0].body["model"]
         start = [c() for c in clocks]
         # on stack space of its own, as the Sim runs the verified loop (see simloop._runtime.stack)
-        on_fresh_stack(loop.run_agent, client, schemas, tool, verify_module.DEFAULT_TASK, LIMITS, model=model)
+        on_fresh_stack(loop.run_agent, client, schemas, tool, verify_module.DEFAULT_TASK, LIMITS, model=model,
+                       writes=writes)
+        _drop_resources(client)  # as Sim.close does: the SDK client's cycle freed by its own run, not a collection
         for i, c in enumerate(clocks):
             now = c()
             bare[i] += now - start[i]

@@ -25,7 +25,19 @@ from hypothesis.errors import Frozen, StopTest
 from simloop._inputs import POOL, pool_for
 from simloop._offer import Offer, ServerTools, fit_pause, offer_of, server_block, stopped_at, with_server_tools
 from simloop.models import ModelRequest
-from simloop.scenario import Abort, Approval, Expect, Fault, Limits, MaxTokensBody, Reply, Scenario, ToolCall, ToolSpec
+from simloop.scenario import (
+    Abort,
+    Approval,
+    Expect,
+    Fault,
+    Limits,
+    MaxTokensBody,
+    Reply,
+    Scenario,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
 from simloop.strategies import (
     CUT_COUNTS,
     LONG_OUTPUT_SHARE,
@@ -398,10 +410,30 @@ def _tool_reply(tools: ToolKey, slow: bool, deadline_s: float | None, heavy: boo
     usage = _HEAVY if heavy else _NONE
     # a copy of a valid reply with the drawn fields (a validation costs more than drawing the reply, and
     # even `model_construct` fills every field): the codecs give valid fields
-    return joined(
-        lambda latency, usage, calls: _TOOL_REPLY.model_copy(update={"tool_use": calls, "latency": latency, "usage": usage}),
-        latency, usage, calls_codec(tools, counts=CUT_COUNTS if cut else None),
-    )
+    return joined(_tool_reply_of, latency, usage, calls_codec(tools, counts=CUT_COUNTS if cut else None))
+
+
+_TOOL_FIELDS = dict(_TOOL_REPLY.__dict__)
+_TOOL_SET = frozenset(_TOOL_REPLY.__pydantic_fields_set__ | {"tool_use", "latency", "usage"})
+_set_attr = object.__setattr__
+
+
+def _tool_reply_of(latency: float, usage: Usage | None, calls: list[ToolCall]) -> Reply:
+    """``_TOOL_REPLY.model_copy(update={"tool_use": calls, "latency": latency, "usage": usage})``, built directly.
+
+    What pydantic's `model_copy` makes of a frozen model without extras or private attributes (a copy of its
+    ``__dict__`` with the update, its fields set with the updated names), without its generic `copy.copy` of each
+    part: a drawn reply is built on every tool-calling reply of every run.  (`tests/test_generated_codec.py`
+    pins it to `model_copy`.)
+    """
+    reply = Reply.__new__(Reply)
+    fields = _TOOL_FIELDS.copy()
+    fields["tool_use"], fields["latency"], fields["usage"] = calls, latency, usage
+    _set_attr(reply, "__dict__", fields)
+    _set_attr(reply, "__pydantic_extra__", None)
+    _set_attr(reply, "__pydantic_fields_set__", set(_TOOL_SET))
+    _set_attr(reply, "__pydantic_private__", None)
+    return reply
 
 
 @functools.lru_cache(maxsize=256)

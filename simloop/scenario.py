@@ -362,7 +362,11 @@ class Reply(_Model):
     @property
     def kind(self) -> str:
         """The reply's kind, one of `REPLY_KINDS`."""
-        return next(k for k in REPLY_KINDS if getattr(self, k) is not None)
+        fields = self.__dict__  # (read on every reply served: a loop over the fields, not a generator of getattr)
+        for k in REPLY_KINDS:
+            if fields.get(k) is not None:
+                return k
+        raise StopIteration  # pragma: no cover - a valid reply has exactly one kind (`_one_kind`)
 
     @property
     def calls(self) -> list[ToolCall]:

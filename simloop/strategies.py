@@ -156,7 +156,11 @@ def fixed_bytes(size: int) -> st.SearchStrategy[bytes]:
 def joined(build: Callable[..., T], *parts: Codec[Any]) -> Codec[T]:
     """One codec reading ``parts`` in turn and passing their values to ``build``."""
     decoders = tuple(p.decode for p in parts)
-    return Codec(sum(p.size for p in parts), lambda digits: build(*[d(digits) for d in decoders]))
+    size = sum(p.size for p in parts)
+    if len(decoders) == 3:  # a tool-calling reply's (latency, usage, calls), decoded on every reply: no list
+        first, second, third = decoders
+        return Codec(size, lambda digits: build(first(digits), second(digits), third(digits)))
+    return Codec(size, lambda digits: build(*[d(digits) for d in decoders]))
 
 
 def table(options: Sequence[tuple[Any, int]], *, most: int | None = 256) -> tuple[Any, ...]:
@@ -273,10 +277,19 @@ def calls_codec(
         pool = pools[tool]
         return ToolCall(name=names[tool], input=pool.valid(index) if valid else pool.invalid(index))
 
+    shapes_n, validity_n = len(shape_table), len(_VALIDITY)
+
     def decode(d: Digits) -> list[ToolCall]:
-        count, duplicate = d.pick(shape_table)
-        calls = [call(d.below(span), d.pick(_VALIDITY)) for _ in range(count)]
-        d.at += 3 * (max_parallel - count)  # the unused calls' bytes
+        # `Digits.pick` and `Digits.below` written out (this runs on every reply): the same bytes, the same values
+        raw, at = d.raw, d.at
+        count, duplicate = shape_table[raw[at] * shapes_n >> 8]
+        at += 1
+        calls = []
+        for _ in range(count):
+            k = min(int((((raw[at] << 8) | raw[at + 1]) / 0xFFFF) * span), span - 1)  # below(span)
+            calls.append(call(k, _VALIDITY[raw[at + 2] * validity_n >> 8]))
+            at += 3
+        d.at = at + 3 * (max_parallel - count)  # the unused calls' bytes
         if duplicate:
             calls.append(calls[0])  # two identical calls in one reply
         return calls

@@ -256,6 +256,66 @@ def test_the_heap_is_frozen_during_a_search_and_handed_back_after(tmp_path: Path
     assert gc.get_freeze_count() == 0
 
 
+def test_the_young_garbage_is_collected_between_runs_not_during_them(tmp_path: Path) -> None:
+    """While a search runs, the young generation is collected between runs (their garbage cannot pile up), not in
+    the middle of one; the collector's thresholds are handed back after, a failing search's too."""
+    from simloop._campaign.engine import YOUNG_THRESHOLD
+
+    thresholds = gc.get_threshold()
+    seen: list[tuple[int, int]] = []  # (the young threshold, cyclic garbage of earlier runs still alive) per run
+    alive: set[int] = set()
+
+    class Cycle:  # what a loop's run may leave to the cycle collector (an exception's traceback, a parent link)
+        def __init__(self) -> None:
+            self.me = self
+            alive.add(id(self))
+
+        def __del__(self) -> None:
+            alive.discard(id(self))
+
+    def drive(sim: simloop.Sim) -> Any:
+        seen.append((gc.get_threshold()[0], len(alive)))
+        Cycle()
+        return drive_of("correct_sync")(sim)
+
+    collections: list[int] = []
+
+    def count(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start" and info["generation"] == 0:
+            collections.append(0)
+
+    gc.callbacks.append(count)
+    try:
+        report = simloop.verify(drive, limits=LIMITS, max_examples=30, seed=0)
+    finally:
+        gc.callbacks.remove(count)
+    assert report.examples == 30 and len(seen) >= 30
+    assert all(young == YOUNG_THRESHOLD for young, _ in seen)
+    assert max(left for _, left in seen) == 0  # the runs before were collected as this one began
+    assert len(collections) >= 25  # one before each run (the young generation; every tenth, the middle one too)
+    assert gc.get_threshold() == thresholds
+    with pytest.raises(simloop.InvariantViolation):
+        simloop.verify(drive_of("no_step_cap"), max_examples=50, seed=0, out_dir=tmp_path)
+    assert gc.get_threshold() == thresholds
+
+
+def test_a_process_that_tuned_its_collector_keeps_its_thresholds() -> None:
+    thresholds = gc.get_threshold()
+    seen: list[int] = []
+
+    def drive(sim: simloop.Sim) -> Any:
+        seen.append(gc.get_threshold()[0])
+        return drive_of("correct_sync")(sim)
+
+    gc.set_threshold(50_000, 20, 20)
+    try:
+        simloop.verify(drive, limits=LIMITS, max_examples=3, seed=0)
+        assert seen and set(seen) == {50_000}
+        assert gc.get_threshold() == (50_000, 20, 20)
+    finally:
+        gc.set_threshold(*thresholds)
+
+
 def test_a_process_that_froze_its_heap_keeps_it_frozen() -> None:
     gc.freeze()
     try:

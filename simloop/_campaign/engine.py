@@ -81,9 +81,15 @@ class Tally:
         self.examples += 1
         if sim.server.calls:
             self.reached += 1
-        if any(r.tool_uses for r in sim.transcript.of(Response)):
+        asked = False
+        starts: list[ToolStart] = []
+        for e in sim.transcript.events:  # (one walk, after every run)
+            if isinstance(e, ToolStart):
+                starts.append(e)
+            elif not asked and isinstance(e, Response) and e.tool_uses:
+                asked = True
+        if asked:
             self.asked += 1  # the model asked for a tool: did any execution reach the ledger?
-        starts = sim.transcript.of(ToolStart)
         if starts:
             self.ran += 1
             names = {t.name for t in sim.scenario.tools}
@@ -288,8 +294,14 @@ class Campaign:
         return example
 
     def _run(self, data: st.DataObject, strategy: st.SearchStrategy[Any]) -> None:
-        """Draw a world, play it in a fresh Sim, check it and tally it; a failing run raises for Hypothesis."""
+        """Draw a world, play it in a fresh Sim, check it and tally it; a failing run raises for Hypothesis.
+
+        In a search, the young garbage of the runs before is collected first (`_collect_young`): they are over,
+        their objects freed, so the collection walks only what outlives them, instead of the live run that a
+        collection started by the allocations in the middle of it would walk.
+        """
         __tracebackhide__ = True
+        _collect_young()
         on_run()  # in a campaign of several workers: stop when another one failed
         run = self.world.draw(_run_draw(data), strategy)
         sim = self._play(run)
@@ -383,22 +395,36 @@ def _run_draw(data: st.DataObject) -> Draw:
     return locked
 
 
-# Searches running in this process, and whether the first of them froze the heap.
-_FREEZE: dict[str, Any] = {"searches": 0, "froze": False}
+# Searches running in this process, whether the first of them froze the heap, the collector's thresholds it found
+# (restored when the last one ends; None: none running), and the runs ended since (see `_collect_young`).
+_FREEZE: dict[str, Any] = {"searches": 0, "froze": False, "thresholds": None, "runs": 0}
 _FREEZE_LOCK = threading.Lock()
+#: The young generation's threshold while a search runs: no collection in the middle of a run (a 10-call run
+#: allocates some 1,000 objects that live as long as it does), and a runaway run's garbage is still collected.
+YOUNG_THRESHOLD = 20_000
+#: Every how many runs `_collect_young` collects the middle generation too (CPython's own ratio: its default
+#: second threshold).
+MIDDLE_EVERY = 10
 
 
 @contextmanager
 def _heap_frozen() -> Iterator[None]:
-    """What the heap held before the search left out of its garbage collections, and handed back after.
+    """What the heap held before the search left out of its garbage collections, and handed back after; and the
+    young generation collected between runs rather than during them.
 
     A full collection walks every tracked object: with the SDK and pydantic loaded that is some 170k
     objects, 190 ms here, and a search runs one after every hundred examples (see `schedule.CHUNK`) besides
     CPython's own.  None of those objects is the search's garbage, so a search freezes them
     (`gc.freeze`) and `gc.unfreeze` returns them to the collector when the last search ends.  A process
-    that froze its own heap keeps it as it is.  (A higher young-generation threshold was tried too: it
-    made examples some 2% faster and let a 10,000-example search's garbage pile up to 2.7 times the
-    memory of a short one.)
+    that froze its own heap keeps it as it is.
+
+    CPython collects the young generation after every 700 net allocations: about once a run, in the middle of it,
+    walking and promoting the run's live objects (its transcript, the parsed requests, the loop's history), some
+    150 µs a run.  While a search runs that threshold is `YOUNG_THRESHOLD`, and each run starts with a collection
+    of the young generation (every `MIDDLE_EVERY` runs, of the middle one too), when the runs before it have
+    ended and their objects are freed: a run's cyclic garbage (a loop's exceptions, say) is collected when the
+    next run starts, and cannot pile up over runs.  (The higher threshold alone, without the collection after each run, was tried
+    before: it let a 10,000-example search's garbage pile up to 2.7 times the memory of a short one.)
     """
     with _FREEZE_LOCK:
         _FREEZE["searches"] += 1
@@ -406,10 +432,29 @@ def _heap_frozen() -> Iterator[None]:
             _FREEZE["froze"] = gc.get_freeze_count() == 0
             if _FREEZE["froze"]:
                 gc.freeze()
+            young, *older = gc.get_threshold()
+            if gc.isenabled() and 0 < young < YOUNG_THRESHOLD:  # (a process that tuned or disabled its own: as is)
+                _FREEZE["thresholds"] = (young, *older)
+                gc.set_threshold(YOUNG_THRESHOLD, *older)
     try:
         yield
     finally:
         with _FREEZE_LOCK:
             _FREEZE["searches"] -= 1
-            if _FREEZE["searches"] == 0 and _FREEZE["froze"]:
-                gc.unfreeze()
+            if _FREEZE["searches"] == 0:
+                if _FREEZE["froze"]:
+                    gc.unfreeze()
+                thresholds = _FREEZE["thresholds"]
+                if thresholds is not None:
+                    _FREEZE["thresholds"] = None
+                    if gc.get_threshold()[0] == YOUNG_THRESHOLD:  # (unless the process set its own meanwhile)
+                        gc.set_threshold(*thresholds)
+
+
+def _collect_young() -> None:
+    """Before a run of a search that raised the young threshold (`_heap_frozen`): collect the young generation, and
+    every `MIDDLE_EVERY` runs the middle one, as CPython would have during the runs before."""
+    if _FREEZE["thresholds"] is None:
+        return
+    _FREEZE["runs"] += 1
+    gc.collect(1 if _FREEZE["runs"] % MIDDLE_EVERY == 0 else 0)

@@ -112,9 +112,20 @@ if tuple(CATALOGUE) != INVARIANT_IDS:  # pragma: no cover - a development-time c
 
 
 def _resolve(invariants: Iterable[str] | None) -> tuple[str, ...]:
-    known = ", ".join(CATALOGUE)
     if invariants is None:
-        return tuple(CATALOGUE)
+        return _ALL
+    if type(invariants) is tuple:  # verify checks every run with the same tuple of ids: resolved once
+        resolved = _RESOLVED.get(invariants)
+        if resolved is None:
+            resolved = _resolve_ids(invariants)
+            if len(_RESOLVED) < 256:
+                _RESOLVED[invariants] = resolved
+        return resolved
+    return _resolve_ids(invariants)
+
+
+def _resolve_ids(invariants: Iterable[str]) -> tuple[str, ...]:
+    known = ", ".join(CATALOGUE)
     if isinstance(invariants, str):
         raise UsageError(f"invariants= takes a list of ids, not the string {invariants!r}; try [{invariants!r}]")
     wanted = list(invariants)
@@ -127,6 +138,10 @@ def _resolve(invariants: Iterable[str] | None) -> tuple[str, ...]:
                 "Pass a subset of them as invariants=, or None to check all."
             )
     return tuple(i for i in CATALOGUE if i in wanted)
+
+
+_ALL = tuple(CATALOGUE)
+_RESOLVED: dict[tuple[object, ...], tuple[str, ...]] = {}  # a tuple of ids -> its ids resolved (`_resolve`)
 
 
 def check(transcript: Transcript, *, invariants: Iterable[str] | None = None) -> Report:
@@ -166,7 +181,8 @@ def check(transcript: Transcript, *, invariants: Iterable[str] | None = None) ->
 
 
 def _has_subruns(t: Transcript) -> bool:
-    return any(type(e).__name__ == "SubagentStart" for e in t.events)
+    # the kinds of event the run recorded (a set built in C), then their few names
+    return any(kind.__name__ == "SubagentStart" for kind in set(map(type, t.events)))
 
 
 def _renumber(v: Violation, calls: dict[int, int] | None) -> Violation:
