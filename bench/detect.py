@@ -156,6 +156,64 @@ class Throughput:
     chunks: int
 
 
+def throughput_plan() -> Any:
+    """The throughput example's plan: nine tool-calling replies and a final answer, without faults."""
+    from simloop import strategies
+
+    return strategies.plans(
+        min_steps=9, max_steps=9, personas=(("finishes", 1),), faults=False, ending_kinds=("end_turn",),
+        slow=((False, 1),), heavy=((False, 1),), ending_repeats=((1, 1),),
+    )
+
+
+def bare_loop(transcript: Any) -> Any:
+    """The bare run of a `examples.correct_sync` example: a callable making the very requests it made (again
+    at each call).
+
+    The example's replies are served as they were sent and its tools return at once what they returned (a
+    write asked for again answered as the drive's `durable_run_tool` answers it), with the tools the drive
+    gives the loop; the SDK client's reference cycle is broken as the run ends, as `Sim.close` breaks the
+    simulated side's, so that each side frees its own run.
+    """
+    sys.path.insert(0, str(Path(__file__).parent))
+    import overhead
+    from pydantic_core import to_json
+
+    from examples._common import NOT_RUN, _write_key, with_web_search
+    from simloop import strategies
+    from simloop._runtime.stack import on_fresh_stack
+    from simloop.sim import _drop_resources
+    from simloop.transcript import ToolEnd
+
+    loop = importlib.import_module("examples.correct_sync")
+    # what the drive gives the loop: Sim.tool_schemas with the web search server tool, and the write tools' names
+    schemas = with_web_search([t.schema_dict() for t in strategies.DEFAULT_TOOLS])
+    writes = frozenset(t.name for t in strategies.DEFAULT_TOOLS if t.kind == "write")
+    bodies = [to_json(r.message) for r in transcript.responses if r.message]
+    results = [e.result for e in transcript.of(ToolEnd)]
+    model = transcript.requests[0].body["model"]
+    client = overhead.bare_client(bodies)  # (built here, outside the run's time; it serves the bodies in turn)
+
+    def run() -> None:
+        returned = iter(results)
+        done: set[str] = set()
+
+        def tool(name: str, input: Any, tool_use_id: str | None = None) -> Any:
+            if name in writes:  # the drive's durable_run_tool: a write asked for again is answered, not run
+                key = _write_key(name, input)
+                if key in done:
+                    return NOT_RUN
+                done.add(key)
+            return next(returned)
+
+        # on stack space of its own, as the Sim runs the verified loop (see simloop._runtime.stack)
+        on_fresh_stack(loop.run_agent, client, schemas, tool, verify_module.DEFAULT_TASK, LIMITS, model=model,
+                       writes=writes)
+        _drop_resources(client)  # as Sim.close does: the SDK client's cycle freed by its own run, not a collection
+
+    return run
+
+
 def throughput(chunks: int = 12, examples: int = 25) -> Throughput:
     """Full `verify` examples per second for a 10-call run vs the same loop making the same calls bare.
 
@@ -170,49 +228,16 @@ def throughput(chunks: int = 12, examples: int = 25) -> Throughput:
     so that the two alternate example by example and the machine's drifts hit both alike; the ratio is
     the median over chunks (after one to warm up imports and caches).
     """
-    sys.path.insert(0, str(Path(__file__).parent))
-    import overhead
-    from pydantic_core import to_json
-
-    from simloop import strategies
-    from simloop._runtime.stack import on_fresh_stack
-    from simloop.transcript import ToolEnd
-
     loop = importlib.import_module("examples.correct_sync")
-    plan = strategies.plans(
-        min_steps=9, max_steps=9, personas=(("finishes", 1),), faults=False, ending_kinds=("end_turn",),
-        slow=((False, 1),), heavy=((False, 1),), ending_repeats=((1, 1),),
-    )
-    from examples._common import NOT_RUN, _write_key, with_web_search
-    from simloop.sim import _drop_resources
-
-    # what the drive gives the loop: Sim.tool_schemas with the web search server tool, and the write tools' names
-    schemas = with_web_search([t.schema_dict() for t in strategies.DEFAULT_TOOLS])
-    writes = frozenset(t.name for t in strategies.DEFAULT_TOOLS if t.kind == "write")
     clocks = (REAL.perf_counter, time.process_time)  # the process: the Sim runs the loop on a worker thread
     bare = [0.0, 0.0]  # wall, CPU: the bare runs of this chunk
     aside = [0.0, 0.0]  # wall, CPU: everything done inside the search for the bare runs
 
     def bare_run(transcript: Any) -> None:
         begin = [c() for c in clocks]
-        client = overhead.bare_client([to_json(r.message) for r in transcript.responses if r.message])
-        returned = iter([e.result for e in transcript.of(ToolEnd)])
-        done: set[str] = set()
-
-        def tool(name: str, input: Any, tool_use_id: str | None = None) -> Any:
-            if name in writes:  # the drive's durable_run_tool: a write asked for again is answered, not run
-                key = _write_key(name, input)
-                if key in done:
-                    return NOT_RUN
-                done.add(key)
-            return next(returned)
-
-        model = transcript.requests[0].body["model"]
+        run = bare_loop(transcript)
         start = [c() for c in clocks]
-        # on stack space of its own, as the Sim runs the verified loop (see simloop._runtime.stack)
-        on_fresh_stack(loop.run_agent, client, schemas, tool, verify_module.DEFAULT_TASK, LIMITS, model=model,
-                       writes=writes)
-        _drop_resources(client)  # as Sim.close does: the SDK client's cycle freed by its own run, not a collection
+        run()
         for i, c in enumerate(clocks):
             now = c()
             bare[i] += now - start[i]
@@ -223,7 +248,7 @@ def throughput(chunks: int = 12, examples: int = 25) -> Throughput:
         bare[:] = aside[:] = [0.0, 0.0]
         begin = [c() for c in clocks]
         with _Counter(after=bare_run) as counter:
-            simloop.verify(loop.drive, limits=LIMITS, plan=plan, max_examples=examples, seed=chunk)
+            simloop.verify(loop.drive, limits=LIMITS, plan=throughput_plan(), max_examples=examples, seed=chunk)
         search = [c() - b - a for c, b, a in zip(clocks, begin, aside)]
         if chunk:
             ratios.append((counter.n / search[0], counter.n / bare[0], bare[0] / search[0], bare[1] / search[1]))

@@ -36,7 +36,6 @@ import httpx2
 import overhead
 
 import simloop
-import simloop.strategies
 from simloop.wire import transport
 
 CPU = time.process_time  # the process's: a Sim runs the loop on a worker thread
@@ -105,15 +104,11 @@ def overhead_floor(pairs: int) -> None:
 
 def verify_floor(chunks: int, examples: int = 25) -> None:
     import detect
-    from pydantic_core import to_json
 
     from simloop._campaign import engine
-    from simloop._runtime.stack import on_fresh_stack
-    from simloop.transcript import ToolEnd
 
     loop = importlib.import_module("examples.correct_sync")
-    plan = _throughput_plan()
-    schemas = [t.schema_dict() for t in simloop.strategies.DEFAULT_TOOLS]
+    plan = detect.throughput_plan()
     real_run_draw, real_play, real_run = engine._run_draw, engine.Campaign._play, engine.Campaign._run
     in_run: list[Any] = []  # the strategies one example draws while its run plays (the replies' tape, the faults)
     playing = [False]
@@ -135,25 +130,13 @@ def verify_floor(chunks: int, examples: int = 25) -> None:
         finally:
             playing[0] = False
 
-    def keep(transcript: Any) -> None:
-        seen.append(transcript)
-
     engine._run_draw, engine.Campaign._play = logging_draw, play  # type: ignore[method-assign]
     try:
-        with detect._Counter(after=keep):
+        with detect._Counter(after=seen.append):
             simloop.verify(loop.drive, limits=detect.LIMITS, plan=plan, max_examples=1, seed=0)
     finally:
         engine._run_draw, engine.Campaign._play = real_run_draw, real_play  # type: ignore[method-assign]
-    transcript = seen[0]
-    bodies = [to_json(r.message) for r in transcript.responses if r.message]
-    results = [e.result for e in transcript.of(ToolEnd)]
-    model = transcript.requests[0].body["model"]
-
-    def bare() -> None:
-        client = overhead.bare_client(bodies)
-        returned = iter(results)
-        on_fresh_stack(loop.run_agent, client, schemas, lambda name, input, tool_use_id=None: next(returned),
-                       detect.verify_module.DEFAULT_TASK, detect.LIMITS, model=model)
+    bare = detect.bare_loop(seen[0])  # the example's very requests, made bare
 
     def floor_run(self: Any, data: Any, strategy: Any) -> None:
         """A verify example without its Sim: the world and the run's draws, then the bare loop."""
@@ -199,14 +182,6 @@ def verify_floor(chunks: int, examples: int = 25) -> None:
     print(f"  verify                            {t['verify'] * 1e6:7.0f} us  ({t['bare'] / t['verify']:.1%} of bare)")
     print(f"  80% allows {allowed * 1e6:.0f} us an example: {(allowed - t['floor']) * 1e6:.0f} us for the Sim, "
           f"the simulator, the tools and the invariants; they take {(t['verify'] - t['floor']) * 1e6:.0f} us")
-
-
-def _throughput_plan() -> Any:
-    """`bench/detect.py`'s throughput plan: nine tool-calling replies and a final answer, no faults."""
-    return simloop.strategies.plans(
-        min_steps=9, max_steps=9, personas=(("finishes", 1),), faults=False, ending_kinds=("end_turn",),
-        slow=((False, 1),), heavy=((False, 1),), ending_repeats=((1, 1),),
-    )
 
 
 def main() -> None:
