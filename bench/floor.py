@@ -15,6 +15,10 @@ one reply tape as a verify example does and then runs the bare loop instead of a
 engine and verify's own per-example work, nothing of the simulator, the tools' ledger or the invariants.
 What 80% leaves those follows.
 
+The verify chunks run blocked (25 examples of a kind in a row), where `bench/detect.py --throughput` runs each
+bare run right after its example: a run right after one of another kind costs 0.3-0.5 ms more, on both sides,
+so detect's ratio reads higher than the one printed here.  The budget lines (differences) move much less.
+
     python bench/floor.py [overhead|verify|both] [--pairs 200] [--chunks 6]
 """
 
