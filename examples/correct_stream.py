@@ -4,8 +4,9 @@ Same rules as `examples.correct_sync`; the difference is how a reply can
 fail.  A stream can break after it started: an ``error`` event mid-stream
 arrives as an ``anthropic.APIStatusError`` whose status is 200 (the HTTP
 response had already begun), and a connection cut mid-body surfaces as an
-``httpx2`` transport error (``RemoteProtocolError``) that the SDK neither wraps
-nor retries.  Both end the run as ``error``; nothing from the broken reply is
+``anthropic.APIConnectionError`` (anthropic 2.17 and later) or, on older SDKs,
+as the ``httpx2`` transport error itself (``RemoteProtocolError``); the SDK
+retries neither.  Both end the run as ``error``; nothing from the broken reply is
 executed, so no tool runs twice when the caller retries the whole task.
 """
 

@@ -89,10 +89,13 @@ class _Session:
         self.invariants.update(stats.get("invariants", ()))
 
     def summary(self) -> str:
-        runs = f"{self.examples} example{'s' if self.examples != 1 else ''}"
+        # every run of the loop counts, a failing test's shrinking runs too (more than its max_examples, then)
+        runs = f"{self.examples} run{'s' if self.examples != 1 else ''} of the loop"
+        if self.failed:
+            runs += " (shrinking included)"
         if self.replays:
             runs += f" and {self.replays} scenario replay{'s' if self.replays != 1 else ''}"
-        line = f"simloop: {runs} run in {self.tests} test{'s' if self.tests != 1 else ''}, " \
+        line = f"simloop: {runs} in {self.tests} test{'s' if self.tests != 1 else ''}, " \
                f"{len(self.invariants)} invariants checked"
         if self.failed:
             return f"{line}; {self.failed} failed: reproduce with --simloop-seed={self.seed}"

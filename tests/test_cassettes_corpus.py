@@ -25,6 +25,7 @@ from typing import Any
 import anthropic
 import httpx2
 import pytest
+from _report import Say
 from corpus import CORPORA, all_interactions, describe, is_beta, requires_corpus
 
 from simloop import Outcome, Reply, Sim
@@ -119,7 +120,7 @@ def _replay(
     return got
 
 
-def test_every_anthropic_cassette_loads_replays_and_converts(capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_anthropic_cassette_loads_replays_and_converts(say: Say) -> None:
     counts: Counter[str] = Counter()
     failures: list[str] = []
     dropped: Counter[str] = Counter()
@@ -189,8 +190,7 @@ def test_every_anthropic_cassette_loads_replays_and_converts(capsys: pytest.Capt
         "left out of the scenarios (v1 replies hold text and client tool calls): "
         + ", ".join(f"{what} ({n})" for what, n in sorted(dropped.items()))
     )
-    with capsys.disabled():
-        print(f"\n{summary}")
+    say(summary)
     assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures[:10])
     assert counts["files"] == counts["loaded"] > 100
     assert counts["recorded JSON"] == counts["recorded SSE"] == counts["model calls"]

@@ -63,9 +63,11 @@ def test_a_command_that_cannot_start_is_a_usage_error(tmp_path: Path) -> None:
 def test_a_python_command_that_crashes_is_reported_by_crash(tmp_path: Path) -> None:
     crashing = [sys.executable, "-c", "import sys; sys.exit('no outcome, just a crash')"]
     with pytest.raises(simloop.InvariantViolation) as caught:
-        simloop.verify(command_drive(crashing), max_examples=1, out_dir=tmp_path, settings=NO_SHRINK)
+        simloop.verify(command_drive(crashing), max_examples=1, seed=7, out_dir=tmp_path, settings=NO_SHRINK)
     assert [v.invariant for v in caught.value.violations] == ["crash"]
     assert "no outcome, just a crash" in caught.value.violations[0].message
+    # the search is re-run as it was started, on the command line, not as a Python call
+    assert f"or re-run the search: simloop verify --command {shlex.quote(shlex.join(crashing))} --seed 7" in str(caught.value)
 
 
 def _running(marker: str) -> list[str]:

@@ -24,6 +24,7 @@ from typing import Any
 import anthropic
 import pytest
 from _isolated import in_fresh_process
+from _sdk import STREAM_CUT_ERROR, STREAM_CUT_WRAPPED
 
 from simloop import Outcome, Sim
 from simloop._runtime.halt import LoopHalted
@@ -460,9 +461,10 @@ def test_simloop_reports_a_process_left_running_and_ends(tmp_path: Path) -> None
         done.stdout)
 
 
-def test_a_stream_cut_that_escapes_a_loop_catching_only_api_errors_says_what_to_catch() -> None:
-    """The SDK raises the HTTP library's own error when a stream breaks mid-read (research: libs.md, mid-stream
-    faults); a loop catching ``anthropic.APIError`` alone crashes, and the report says what it missed."""
+def test_a_stream_cut_reaches_a_loop_catching_only_api_errors_as_this_sdk_raises_it() -> None:
+    """A stream that breaks mid-read: anthropic 2.17 and later raise ``APIConnectionError``, which a loop catching
+    ``anthropic.APIError`` handles (no violation); older SDKs let the HTTP library's own error escape (research:
+    libs.md, mid-stream faults), the loop crashes, and the report says what it missed."""
     world = {**WORLD, "model": [{"error": "stream_cut"}, {"end_turn": "done"}]}
 
     def drive(sim: Sim) -> Outcome:
@@ -476,6 +478,24 @@ def test_a_stream_cut_that_escapes_a_loop_catching_only_api_errors_says_what_to_
 
     with Sim(world) as sim:
         outcome = sim.run(drive)
-    [violation] = sim.check(outcome).violations
+    violations = sim.check(outcome).violations
+    if STREAM_CUT_WRAPPED:
+        assert violations == [] and outcome.reason == "error"
+        return
+    [violation] = violations
     assert violation.invariant == "crash" and "RemoteProtocolError" in violation.message
     assert "catch httpx.TransportError (httpx2.TransportError) too" in violation.message
+
+
+def test_a_stream_cut_that_escapes_a_loop_catching_nothing_is_a_crash_on_every_sdk() -> None:
+    world = {**WORLD, "model": [{"error": "stream_cut"}, {"end_turn": "done"}]}
+
+    def drive(sim: Sim) -> Outcome:
+        with sim.client.messages.stream(model="m", max_tokens=64,
+                                        messages=[{"role": "user", "content": sim.task}]) as stream:
+            return Outcome("final", stream.get_final_text())
+
+    with Sim(world) as sim:
+        outcome = sim.run(drive)
+    [violation] = sim.check(outcome).violations
+    assert violation.invariant == "crash" and STREAM_CUT_ERROR.__name__ in violation.message

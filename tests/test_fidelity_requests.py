@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _report import Say
 from corpus import (
     CASSETTES,
     CORPORA,
@@ -66,12 +67,7 @@ def _validate(interaction: Interaction) -> Rejection | None:
     return validate_messages_request(body)
 
 
-def _say(capsys: pytest.CaptureFixture[str], line: str) -> None:
-    with capsys.disabled():
-        print(f"\n{line}")
-
-
-def test_every_cassette_loads(capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_cassette_loads(say: Say) -> None:
     for root in CORPORA:
         paths = cassette_paths(root)
         total = sum(len(load_cassette(path)) for path in paths)
@@ -85,11 +81,11 @@ def test_every_cassette_loads(capsys: pytest.CaptureFixture[str]) -> None:
             assert found, "MANIFEST.md no longer states the grand total; update this test"
             assert (len(paths), total) == (int(found.group(1)), int(found.group(2)))
             assert calls > 100
-        _say(capsys, f"fidelity [{root}]: {len(paths)} cassettes, {total} interactions loaded, "
+        say(f"fidelity [{root}]: {len(paths)} cassettes, {total} interactions loaded, "
                      f"{calls} Anthropic messages/count_tokens")  # fmt: skip
 
 
-def test_every_accepted_recorded_request_passes(capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_accepted_recorded_request_passes(say: Say) -> None:
     accepted = [(p, i) for p, i in messages_interactions() if i.response.status < 400]
     false_rejections = [f"{describe(p, i)}: {rejection}" for p, i in accepted if (rejection := _validate(i))]
     assert not false_rejections, "requests the real API accepted were rejected:\n" + "\n".join(false_rejections)
@@ -104,8 +100,7 @@ def test_every_accepted_recorded_request_passes(capsys: pytest.CaptureFixture[st
         listed = [describe(p, i) for p, i in errors if describe(p, i) in BEYOND_THE_SIMULATOR]
         reproduced = sum(1 for p, i in errors if describe(p, i) not in BEYOND_THE_SIMULATOR and _reproduces(i))
         reasons = "; ".join(BEYOND_THE_SIMULATOR[name] for name in listed)
-        _say(
-            capsys,
+        say(
             f"fidelity [{root}]: {len(mine)}/{len(mine)} recorded requests accepted; {len(errors)} recorded request "
             f"errors ({reproduced} reproduced, {len(listed)} allow-listed{': ' + reasons if reasons else ''}); "
             f"{other} transient or account errors (429, 5xx...: a replay serves them as recorded)",
@@ -225,7 +220,7 @@ def test_compressed_bodies_are_decoded() -> None:
 # --------------------------------------------------------------------------- the context window
 
 
-def test_every_accepted_recorded_request_fits_its_models_context_window(capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_accepted_recorded_request_fits_its_models_context_window(say: Say) -> None:
     """The window rule rejects none of the requests the real API accepted (counted as the simulator counts)."""
     from simloop.wire.server import request_tokens
     from simloop.wire.validate import context_window
@@ -242,7 +237,7 @@ def test_every_accepted_recorded_request_fits_its_models_context_window(capsys: 
         if tokens > context_window(body.get("model"), betas):
             over.append(f"{describe(path, interaction)}: {tokens} tokens")
     assert not over, over
-    _say(capsys, f"fidelity: {len(counted) - len(over)}/{len(counted)} recorded requests within their model's context "
+    say(f"fidelity: {len(counted) - len(over)}/{len(counted)} recorded requests within their model's context "
                  f"window (the largest {max(counted):,} tokens as simloop counts them)")
 
 

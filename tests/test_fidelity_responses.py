@@ -24,6 +24,7 @@ from typing import Any
 import anthropic
 import httpx2
 import pytest
+from _report import Say
 from corpus import CORPORA, describe, is_beta, messages_interactions, requires_corpus
 
 from simloop.cassettes import Interaction
@@ -119,7 +120,7 @@ def _recorded_responses() -> list[tuple[Path, Interaction]]:
     ]
 
 
-def test_every_recorded_response_round_trips_through_the_renderers(capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_recorded_response_round_trips_through_the_renderers(say: Say) -> None:
     cases = _recorded_responses()
     assert cases, "the corpus is present but has no recorded 200 /v1/messages responses"
 
@@ -172,7 +173,6 @@ def test_every_recorded_response_round_trips_through_the_renderers(capsys: pytes
         f"{len(lenient)} rejected by the SDK's strict validation itself, compared non-strict"
         + (":\n  " + "\n  ".join(lenient) if lenient else "")
     )
-    with capsys.disabled():
-        print(f"\n{summary}")
+    say(summary)
     assert not failures, f"{len(failures)} mismatches\n\n" + "\n\n".join(failures[:8])
     assert ok["JSON"] == ok["SSE"] == total

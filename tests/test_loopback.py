@@ -13,6 +13,7 @@ from typing import Any
 import anthropic
 import httpx2
 import pytest
+from _sdk import STREAM_CUT_ERROR
 
 from simloop import Scenario
 from simloop._runtime.clock import RealTimeThread, VirtualClock
@@ -101,7 +102,7 @@ def test_api_errors_and_broken_connections_reach_the_client_as_on_the_wire() -> 
         with pytest.raises(anthropic.APIStatusError) as mid_stream, sdk.messages.stream(**HELLO) as stream:
             stream.get_final_message()
         assert "Overloaded" in str(mid_stream.value)
-        with pytest.raises(httpx2.RemoteProtocolError), sdk.messages.stream(**HELLO) as stream:
+        with pytest.raises(STREAM_CUT_ERROR), sdk.messages.stream(**HELLO) as stream:
             stream.get_final_message()
         assert _text(sdk.messages.create(**HELLO)) == "Recovered."
     faults = [e.fault for e in server.transcript.of(Response)]

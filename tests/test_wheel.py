@@ -89,6 +89,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
         capture_output=True, text=True, check=False, timeout=300,
     )
     assert built.returncode == 0, built.stderr
+    assert "Warning" not in built.stdout + built.stderr, f"the build warned (pyproject.toml's packages?):\n{built.stderr}"
     [wheel] = dist.glob("simloop-*.whl")
 
     env = Installed(root)

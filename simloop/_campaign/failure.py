@@ -58,7 +58,9 @@ class Failure:
         path.write_text(header + scenario.to_yaml(), encoding="utf-8")
         timeline = render_timeline(self.sim.transcript, self.report.violations)
         replay = replay_line(drive, str(path), self.sim.seed, allow_functions=functions, scenario=scenario)
-        message = self._message(scenario, path, timeline, replay, seed=seed)
+        search = getattr(drive, "simloop_search", None)  # a --command loop: the CLI line, not a Python call
+        search = f"{search} --seed {seed}" if isinstance(search, str) else f"simloop.verify(..., seed={seed})"
+        message = self._message(scenario, path, timeline, replay, search=search if seed is not None else None)
         return InvariantViolation(
             message, violations=self.report.violations, scenario=scenario, scenario_path=str(path),
             timeline=timeline, replay=replay, transcript=self.sim.transcript, examples=examples,
@@ -96,7 +98,7 @@ class Failure:
             requires=["context"] if "context" in sim.scenario.requires else [],
         )
 
-    def _message(self, scenario: Scenario, path: Path, timeline: str, replay: str, *, seed: int | None) -> str:
+    def _message(self, scenario: Scenario, path: Path, timeline: str, replay: str, *, search: str | None) -> str:
         violations = self.report.violations
         n = len(scenario.model)
         shape = f"{n} repl{'y' if n == 1 else 'ies'}"
@@ -122,8 +124,8 @@ class Failure:
             "",
             f"replay it: {replay}",
         ]
-        if seed is not None:
-            lines.append(f"or re-run the search: simloop.verify(..., seed={seed})")
+        if search is not None:
+            lines.append(f"or re-run the search: {search}")
         return "\n".join(lines)
 
 

@@ -46,8 +46,9 @@ def crash(t: Transcript) -> list[Violation]:
         )
     elif raised.startswith(_TRANSPORT_ERRORS):
         message += (
-            "; a stream cut off mid-reply raises the HTTP library's own error, not an APIError (the SDK does not "
-            "wrap errors met while a stream is read): catch httpx.TransportError (httpx2.TransportError) too"
+            "; a stream cut off mid-reply raises the HTTP library's own error, not an APIError, on SDKs that do not "
+            "wrap errors met while a stream is read (anthropic before 2.17): catch httpx.TransportError "
+            "(httpx2.TransportError) too, or upgrade the SDK (anthropic 2.17 raises APIConnectionError)"
         )
     evidence = {"exception": outcome.exception, "where": outcome.where, "t": outcome.t}
     return [Violation("crash", message, step, evidence)]
