@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -57,5 +58,36 @@ def test_make_check_runs_ruff_and_mypy(tmp_path: Path) -> None:
 
 def test_ci_installs_the_system_packages_then_checks_then_runs_the_readme_test_command() -> None:
     lines = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln.strip().startswith(("make", "exec"))]
-    assert lines == ["make browser redis || exit 1", "make check || exit 1", "exec make test"]
+    assert lines == ["make browser redis || exit 1", "make check || exit 1", "make test || exit 1",
+                     'exec make test-pythons PYTHONS="3.12 3.13"']
+
+
+def test_make_test_installs_the_lock_and_runs_in_parallel(tmp_path: Path) -> None:
+    commands = _dry_run("test", tmp_path)
+    assert "-c constraints.txt -e" in commands, "make test installs the locked releases"
+    assert "-m pytest -n auto" in commands
+
+
+def test_the_other_releases_are_resolved_without_the_lock_and_say_what_moved(tmp_path: Path) -> None:
+    latest, floor = _dry_run("test-latest", tmp_path), _dry_run("test-floor", tmp_path)
+    assert "--upgrade --upgrade-strategy eager -e" in latest and "constraints.txt -e" not in latest
+    assert "--resolution lowest-direct" in floor and "-c constraints.txt" not in floor
+    for commands in (latest, floor):
+        assert ".ci/lockdiff.py constraints.txt" in commands and "-m pytest -n auto" in commands
+
+
+def test_the_readme_documents_every_make_target() -> None:
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    [phony] = [line for line in makefile.splitlines() if line.startswith(".PHONY:")]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    missing = [t for t in phony.split()[1:] if t not in ("clean", "bench") and f"make {t}" not in readme]
+    assert not missing, f"README.md never mentions: {missing}"
+
+
+def test_lockdiff_names_what_moved(tmp_path: Path) -> None:
+    lock = tmp_path / "lock.txt"
+    lock.write_text("# a comment\npytest==0.0.1\nno-such-package-simloop==1.0\n", encoding="utf-8")
+    out = subprocess.run([sys.executable, str(ROOT / ".ci" / "lockdiff.py"), str(lock)], capture_output=True, text=True,
+                         check=True).stdout
+    assert "1 package(s) installed at another release" in out and "pytest: 0.0.1 (locked) ->" in out
     assert "make test" in (ROOT / "README.md").read_text().split("\n\n", 2)[1]

@@ -47,3 +47,13 @@ def test_a_stale_sample_is_reported_and_rewritten() -> None:
     assert rewritten == "intro\n<!-- sample: demo -->\n```\nnew output in 3.1s\n```\nafter\n"
     assert script.stale(rewritten, {"demo": "new output in 9.9s"}) == ""  # durations differ from run to run
     assert "has no '<!-- sample: quickstart -->' block" in script.stale(readme, {"quickstart": "x"})
+
+
+def test_the_readme_lists_every_outcome_reason_and_no_other() -> None:
+    from simloop.outcome import REASONS
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("| reason | the loop stopped because |"):]
+    table = table[: table.index("\n\n")]
+    listed = [row.split("`")[1] for row in table.splitlines()[2:]]
+    assert listed == list(REASONS)

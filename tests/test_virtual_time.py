@@ -101,3 +101,27 @@ def test_a_loop_ignoring_its_deadline_through_the_alias_is_still_caught() -> Non
     violations = caught.value.violations
     assert [v.invariant for v in violations] == ["limits"], violations
     assert "model call 3 started at t=92" in violations[0].message
+
+
+def test_a_pydantic_model_with_date_fields_built_during_a_run_validates_real_values() -> None:
+    """A model defined before the run whose schema is built inside it (pydantic builds lazily: the SDKs' and
+    pydantic-ai's models do).  pydantic before 2.14 matched the field's type against ``datetime.datetime`` read
+    at that moment (simloop's class during a run) and failed: a correct loop reported as a crash."""
+    import datetime as dt
+
+    import pydantic
+
+    class Record(pydantic.BaseModel):
+        model_config = pydantic.ConfigDict(defer_build=True)
+        at: dt.datetime
+        on: dt.date
+        maybe: dt.datetime | None = None
+
+    def drive(sim: simloop.Sim) -> simloop.Outcome:
+        record = Record.model_validate({"at": "2026-01-02T03:04:05", "on": "2026-01-02"})
+        assert type(record.at) is REAL.datetime and type(record.on) is REAL.date
+        return simloop.Outcome("final", record.model_dump_json())
+
+    with simloop.Sim({"name": "pydantic", "model": [{"end_turn": "ok"}]}) as sim:
+        outcome = sim.run(drive)
+    assert outcome == simloop.Outcome("final", '{"at":"2026-01-02T03:04:05","on":"2026-01-02","maybe":null}')

@@ -242,8 +242,12 @@ def _make_datetime_types() -> None:
 
         @classmethod
         def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
-            # pydantic (the SDK's models) may build a schema while we are patched: validate real dates
-            return handler(REAL.date)
+            # pydantic (the SDK's models) may build a schema while we are patched: validate real dates.  Not
+            # handler(REAL.date): pydantic before 2.14 knows the date type as `datetime.date`, read at that
+            # moment, which is then this class, and fails on the real one (PydanticSchemaGenerationError)
+            from pydantic_core import core_schema
+
+            return core_schema.date_schema()
 
     class datetime(_DatetimeBase, metaclass=DatetimeMeta):
         def __new__(cls, *args: Any, **kwargs: Any) -> _dt.datetime:  # type: ignore[misc]
@@ -260,7 +264,9 @@ def _make_datetime_types() -> None:
 
         @classmethod
         def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
-            return handler(REAL.datetime)
+            from pydantic_core import core_schema
+
+            return core_schema.datetime_schema()
 
         @classmethod
         def utcnow(cls) -> _dt.datetime:  # type: ignore[override]
@@ -291,6 +297,8 @@ def _pickled_by_name(fake: type) -> Callable[[Any], tuple[Any, ...]]:
 
 
 _make_datetime_types()
+_REAL_DATETIME_MODULE = ModuleType("datetime", _dt.__doc__)  # the datetime module as it is outside runs
+_REAL_DATETIME_MODULE.__dict__.update({k: v for k, v in vars(_dt).items() if k not in ("__name__", "__doc__")})
 _REDUCERS = ((REAL.datetime, _pickled_by_name(_fakes["datetime.datetime"])),
              (REAL.date, _pickled_by_name(_fakes["datetime.date"])))
 _fake("time.time", lambda c: c.time())
@@ -348,12 +356,24 @@ def _install() -> None:
             if api is not None and getattr(api, "real_" + attr, None) is original:
                 _State.applied.append((api, "real_" + attr, original, fake))
                 setattr(api, "real_" + attr, fake)
+    _show_pydantic_the_real_classes()
     if not frozen:  # datetimes pickled while ours holds their names (a freeze_time registers its own reducers)
         for cls, reducer in _REDUCERS:
             if cls not in copyreg.dispatch_table:  # (someone else's reducer for it stays theirs)
                 copyreg.dispatch_table[cls] = reducer
                 _State.reducers.append((cls, reducer))
     _rebind_aliases()
+
+
+def _show_pydantic_the_real_classes() -> None:
+    """pydantic before 2.14 knows a model field's type by ``obj is datetime.datetime``, read when the schema is built
+    (lazily, often during a run: the SDKs' and pydantic-ai's models), which is then our class: a field typed with
+    the real ``datetime`` failed ("Unable to generate pydantic-core schema").  Its schema module gets a ``datetime``
+    module of its own, with the real classes, while we are installed (put back with the other patches)."""
+    schema = sys.modules.get("pydantic._internal._generate_schema")
+    if schema is not None and getattr(schema, "datetime", None) is _dt:
+        setattr(schema, "datetime", _REAL_DATETIME_MODULE)
+        _State.applied.append((schema, "datetime", _dt, _REAL_DATETIME_MODULE))
 
 
 def _rebind_aliases() -> None:
