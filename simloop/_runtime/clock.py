@@ -920,7 +920,8 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
 
     async def shutdown_default_executor(self, *args: Any) -> None:
         # asyncio joins the executor from a plain thread; abandoned jobs still running real code are then
-        # waited for like awaited ones (and ones sleeping virtually are timers, as always).
+        # waited for like awaited ones (and ones sleeping virtually are timers, as always), and so is the
+        # joining itself once no job is left (see `_draining_jobs`).
         self._draining = True
         try:
             await super().shutdown_default_executor(*args)
@@ -981,7 +982,7 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
                 wake = clock._next_wake(self)
                 running = sum(job.wake is None and (job.started or not self._full(job.pool)) for job in self._jobs)
                 if self._draining:
-                    running += sum(job.wake is None for job in self._unfinished)
+                    running += self._draining_jobs()
         if timeout is not None:  # the next timer (asyncio caps the timeout at one day: we then jump twice)
             timer = now + round(timeout * _NS)  # within a nanosecond, so the timer is due (clock resolution)
             wake = timer if wake is None else min(wake, timer)
@@ -1023,6 +1024,19 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
             raise self.simloop_clock._deadlock(self)
         clock._jump_to(wake)
         return []
+
+    def _draining_jobs(self) -> int:  # with the clock's lock held
+        """What `shutdown_default_executor` waits for that runs real code: the unfinished jobs neither sleeping
+        virtually nor queued behind a pool of sleepers, and, once the default pool has no job left, the joining
+        thread itself (the pool's threads exiting).
+
+        Why the joining counts: since Python 3.13 asyncio bounds the join with a timer of the loop
+        (``asyncio.timeout(300)``, ``asyncio.run``'s ``THREAD_JOIN_TIMEOUT``), no longer a real-time
+        ``thread.join(300)``; an idle loop would jump to that timer while the threads exit, and every
+        ``asyncio.run`` that used ``to_thread`` would end 300 virtual seconds late."""
+        default = getattr(self, "_default_executor", None)
+        joining = not any(job.pool is default for job in self._unfinished)
+        return joining + sum(job.wake is None and (job.started or not self._full(job.pool)) for job in self._unfinished)
 
     def _full(self, pool: concurrent.futures.ThreadPoolExecutor | None) -> bool:  # with the clock's lock held
         """Whether every thread of ``pool`` holds a job of this loop, so a job queued on it cannot start before
