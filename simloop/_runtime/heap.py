@@ -10,11 +10,11 @@ from __future__ import annotations
 import gc
 import sys
 
-#: What CPython itself keeps in the permanent generation from startup.  3.12 makes the ``__bases__`` and ``__mro__``
-#: tuples of its built-in types immortal and puts them there (375 objects on 3.12.1); 3.11 and 3.13 keep nothing
-#: there.  Read when simloop is first imported, on 3.12 only: elsewhere anything frozen is the process's own (a heap
-#: frozen before simloop's import on 3.12 is taken for Python's own).  They are immortal, so after a search's
-#: ``gc.unfreeze`` puts them in the oldest generation the collector cannot free them: only walks them.
+#: What CPython itself keeps in the permanent generation.  3.12 makes the ``__bases__`` and ``__mro__`` tuples of its
+#: built-in types immortal and keeps them there (375 objects on 3.12.1): from startup, and again after each full
+#: collection, which moves immortal objects back there (so a search's ``gc.unfreeze`` hands them back only until
+#: then); 3.11 and 3.13 keep nothing there.  Read when simloop is first imported, on 3.12 only: elsewhere anything
+#: frozen is the process's own (on 3.12 a heap frozen before simloop's import is taken for Python's own).
 PYTHONS_OWN = gc.get_freeze_count() if sys.version_info[:2] == (3, 12) else 0
 
 
