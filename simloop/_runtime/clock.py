@@ -57,7 +57,9 @@ asyncio
     code.  It waits for the job in real time, and only after ``thread_grace`` real seconds does virtual
     time flow at real speed, so a timeout around a stuck thread still fires.  A job that sleeps virtually
     becomes a timer of the loop, so ``wait_for(to_thread(time.sleep, 5), 1)`` times out at +1 as in
-    production.  While a real fd other than the self-pipe is registered, time flows at real speed (E6),
+    production.  The end of ``asyncio.run`` joining the default pool counts as a job running real code (since
+    3.13 asyncio bounds that join with a 300 s timer of the loop, which the loop would otherwise jump to).
+    While a real fd other than the self-pipe is registered, time flows at real speed (E6),
     except connections to simloop's own servers of the run (``clock.own_servers``: ``sim.mcp_url``): while one
     of them has work in flight the loop waits for it with virtual time standing still, as for a job, and
     otherwise they count for nothing (Linux, where the socket queues can be read: ``SIOCOUTQ``).
