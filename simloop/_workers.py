@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from simloop._runtime.heap import ours_to_freeze
 from simloop.errors import InvariantViolation, SimloopInternalError, UsageError, WorkerDied
 from simloop.invariants import Report
 
@@ -119,7 +120,7 @@ def run_workers(drive: Any, shares: Sequence[Share]) -> Report:
         # Forked workers share the parent's heap page by page until one of them writes to a page.  A collection, or
         # the gc.freeze() each worker's search would do, writes to every tracked object; frozen here, before the fork,
         # the heap stays shared (CPython's advice for forking servers) and the workers keep it frozen.
-        froze = method == "fork" and gc.get_freeze_count() == 0
+        froze = method == "fork" and ours_to_freeze()
         if method == "fork":  # the SDK's import and first calls, once here for every worker (simloop._runtime.prepare)
             before_run(drive, warm_up_sdk)
         if froze:

@@ -16,6 +16,7 @@ import statistics
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -533,6 +534,32 @@ def test_job_sleeps_of_any_length_wake_exactly() -> None:
     clock.run(main())
     assert clock.now() == round(2 / 3 * 1e9) / 1e9
     assert REAL.perf_counter() - started < HANG_S
+
+
+class _SlowToJoin(concurrent.futures.ThreadPoolExecutor):
+    """A pool whose threads take 50 ms of real time to be joined (as many threads, or busy ones, do)."""
+
+    def shutdown(self, wait: bool = True, **kwargs: Any) -> None:
+        if wait:
+            threading.Event().wait(0.05)  # real time: the thread runs on no clock
+        super().shutdown(wait, **kwargs)
+
+
+def test_the_end_of_a_run_that_used_threads_costs_no_virtual_time() -> None:
+    """The end of ``asyncio.run`` joins the default executor's threads, since Python 3.13 under a 300 s timer of the
+    loop (``THREAD_JOIN_TIMEOUT``): the joining is real work the loop waits for, not a jump to that timer (which
+    once ended a run that used ``to_thread`` 300 virtual seconds late, on 3.13 only)."""
+    clock = VirtualClock()
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_default_executor(_SlowToJoin())
+        await asyncio.to_thread(threading.Event().wait, 0.01)  # real work, then the threads are idle
+        await asyncio.sleep(1)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nor "the executor did not finish joining its threads within 300 seconds"
+        clock.run(main())
+    assert clock.now() == 1.0
 
 
 def test_a_job_sleeping_while_its_loop_is_blocked_does_not_deadlock() -> None:

@@ -34,6 +34,7 @@ from simloop._campaign.reduce import reduce
 from simloop._campaign.schedule import Chunk, Stage, chunk_settings, derived_seed, fixed_seed, schedule, test_settings
 from simloop._campaign.search import Search
 from simloop._campaign.world import Run, World
+from simloop._runtime.heap import ours_to_freeze
 from simloop._runtime.stack import on_fresh_stack
 from simloop._workers import Share, on_failure, on_run, run_workers
 from simloop.errors import UsageError
@@ -416,7 +417,8 @@ def _heap_frozen() -> Iterator[None]:
     objects, 190 ms here, and a search runs one after every hundred examples (see `schedule.CHUNK`) besides
     CPython's own.  None of those objects is the search's garbage, so a search freezes them
     (`gc.freeze`) and `gc.unfreeze` returns them to the collector when the last search ends.  A process
-    that froze its own heap keeps it as it is.
+    that froze its own heap keeps it as it is (what Python 3.12 keeps frozen of its own does not count:
+    `simloop._runtime.heap`).
 
     CPython collects the young generation after every 700 net allocations: about once a run, in the middle of it,
     walking and promoting the run's live objects (its transcript, the parsed requests, the loop's history), some
@@ -429,7 +431,7 @@ def _heap_frozen() -> Iterator[None]:
     with _FREEZE_LOCK:
         _FREEZE["searches"] += 1
         if _FREEZE["searches"] == 1:
-            _FREEZE["froze"] = gc.get_freeze_count() == 0
+            _FREEZE["froze"] = ours_to_freeze()
             if _FREEZE["froze"]:
                 gc.freeze()
             young, *older = gc.get_threshold()

@@ -8,7 +8,8 @@ command line; `tests/test_layout.py`), and what it needs of them is passed in.
 * what the loop runs on: ``clock`` (the `VirtualClock` and its event loop), ``aliases`` (the loop's
   ``from time import monotonic`` names the clock rebinds);
 * what runs it: ``worker`` (the thread a run can abandon), ``stack`` (stack space of its own),
-  ``prepare`` (simloop's first-time work, done before the loop's time is counted);
+  ``prepare`` (simloop's first-time work, done before the loop's time is counted), ``heap`` (whether a search
+  may freeze the process's heap);
 * what keeps it in bounds: ``halt`` (`LoopHalted`), ``watchdog`` (a loop that spins in real time),
   ``netguard`` (the real network), ``process`` (exits, forks, children, threads of a run), ``proctree`` (a
   command's processes), ``audit`` (the one audit hook the guard and the process tracking share);

@@ -57,7 +57,9 @@ asyncio
     code.  It waits for the job in real time, and only after ``thread_grace`` real seconds does virtual
     time flow at real speed, so a timeout around a stuck thread still fires.  A job that sleeps virtually
     becomes a timer of the loop, so ``wait_for(to_thread(time.sleep, 5), 1)`` times out at +1 as in
-    production.  While a real fd other than the self-pipe is registered, time flows at real speed (E6),
+    production.  The end of ``asyncio.run`` joining the default pool counts as a job running real code (since
+    3.13 asyncio bounds that join with a 300 s timer of the loop, which the loop would otherwise jump to).
+    While a real fd other than the self-pipe is registered, time flows at real speed (E6),
     except connections to simloop's own servers of the run (``clock.own_servers``: ``sim.mcp_url``): while one
     of them has work in flight the loop waits for it with virtual time standing still, as for a job, and
     otherwise they count for nothing (Linux, where the socket queues can be read: ``SIOCOUTQ``).
@@ -940,7 +942,8 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
 
     async def shutdown_default_executor(self, *args: Any) -> None:
         # asyncio joins the executor from a plain thread; abandoned jobs still running real code are then
-        # waited for like awaited ones (and ones sleeping virtually are timers, as always).
+        # waited for like awaited ones (and ones sleeping virtually are timers, as always), and so is the
+        # joining itself once no job is left (see `_draining_jobs`).
         self._draining = True
         try:
             await super().shutdown_default_executor(*args)
@@ -1001,7 +1004,7 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
                 wake = clock._next_wake(self)
                 running = sum(job.wake is None and (job.started or not self._full(job.pool)) for job in self._jobs)
                 if self._draining:
-                    running += sum(job.wake is None for job in self._unfinished)
+                    running += self._draining_jobs()
         if timeout is not None:  # the next timer (asyncio caps the timeout at one day: we then jump twice)
             timer = now + round(timeout * _NS)  # within a nanosecond, so the timer is due (clock resolution)
             wake = timer if wake is None else min(wake, timer)
@@ -1043,6 +1046,19 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
             raise self.simloop_clock._deadlock(self)
         clock._jump_to(wake)
         return []
+
+    def _draining_jobs(self) -> int:  # with the clock's lock held
+        """What `shutdown_default_executor` waits for that runs real code: the unfinished jobs neither sleeping
+        virtually nor queued behind a pool of sleepers, and, once the default pool has no job left, the joining
+        thread itself (the pool's threads exiting).
+
+        Why the joining counts: since Python 3.13 asyncio bounds the join with a timer of the loop
+        (``asyncio.timeout(300)``, ``asyncio.run``'s ``THREAD_JOIN_TIMEOUT``), no longer a real-time
+        ``thread.join(300)``; an idle loop would jump to that timer while the threads exit, and every
+        ``asyncio.run`` that used ``to_thread`` would end 300 virtual seconds late."""
+        default = getattr(self, "_default_executor", None)
+        joining = not any(job.pool is default for job in self._unfinished)
+        return joining + sum(job.wake is None and (job.started or not self._full(job.pool)) for job in self._unfinished)
 
     def _full(self, pool: concurrent.futures.ThreadPoolExecutor | None) -> bool:  # with the clock's lock held
         """Whether every thread of ``pool`` holds a job of this loop, so a job queued on it cannot start before
