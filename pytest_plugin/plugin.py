@@ -90,7 +90,7 @@ class _Session:
 
     def summary(self) -> str:
         # every run of the loop counts, a failing test's shrinking runs too (more than its max_examples, then)
-        runs = f"{self.examples} run{'s' if self.examples != 1 else ''} of the loop"
+        runs = f"{self.examples} generated run{'s' if self.examples != 1 else ''}"
         if self.failed:
             runs += " (shrinking included)"
         if self.replays:

@@ -286,7 +286,7 @@ def test_plugin_skips_a_scenario_item_the_loop_does_not_claim(pytester: pytest.P
     _project(pytester, "happy-path.yaml", "stop-button-during-tool.yaml", "one-write.yaml")
     result = pytester.runpytest("-p", "no:cacheprovider", "-rs")
     result.assert_outcomes(passed=1, skipped=2)
-    result.stdout.fnmatch_lines(["simloop: 0 examples and 1 scenario replay run in 1 test, 17 invariants checked, *"])
+    result.stdout.fnmatch_lines(["simloop: 0 generated runs and 1 scenario replay in 1 test, 17 invariants checked, *"])
     result.stdout.fnmatch_lines([
         ("SKIPPED [[]1[]] scenarios/one-write.yaml:1: needs a write budget (max_writes: 1): pass "
         "--simloop-claims=max_writes if your loop has one"),

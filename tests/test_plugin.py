@@ -159,7 +159,7 @@ def test_scenario_files_are_collected_and_replayed_with_a_drive(pytester: pytest
         "scenarios/refusal.yaml::refusal PASSED*",
         "scenarios/stuck-search.yaml::stuck-search PASSED*",
         "scenarios/nested/tool-raises.yaml::tool-raises PASSED*",
-        "simloop: 0 examples and 4 scenario replays run in 4 tests, 17 invariants checked, seed=5",
+        "simloop: 0 generated runs and 4 scenario replays in 4 tests, 17 invariants checked, seed=5",
     ])
 
     without_drive = pytester.runpytest("-v")
@@ -276,7 +276,7 @@ def simloop_config():
     assert got[ids["test_plain"]] == {"seed": 99, "max_examples": 3, "examples": 3, "profile": "ci"}
     assert got[ids["test_marked"]] == {"seed": 7, "max_examples": 4, "examples": 4, "profile": "dev"}
     assert got[ids["test_call_arguments_win"]] == {"seed": 99, "examples": 2}
-    config_only.stdout.fnmatch_lines(["simloop: 9 runs of the loop in 3 tests, 17 invariants checked, seed=*"])
+    config_only.stdout.fnmatch_lines(["simloop: 9 generated runs in 3 tests, 17 invariants checked, seed=*"])
 
     pytester.makeini("""
         [pytest]
@@ -467,7 +467,7 @@ def test_a_failing_loop_reports_violations_timeline_minimal_scenario_and_replay(
         f" --seed {seed}"),
         "re-run the test: pytest 'test_agent.py::test_loop_stops' --simloop-seed=5",
         "(two seeds: * is this test's own, derived from the session seed 5 and the test's id; *",
-        "simloop: [1-9]* runs of the loop (shrinking included) in 1 test, 17 invariants checked; 1 failed: reproduce with --simloop-seed=5",
+        "simloop: [1-9]* generated runs (shrinking included) in 1 test, 17 invariants checked; 1 failed: reproduce with --simloop-seed=5",
         "FAILED test_agent.py::test_loop_stops - *InvariantViolation*",
     ])
     [saved] = (pytester.path / ".simloop" / "failures").glob("no_step_cap-stops-*.yaml")
@@ -506,7 +506,7 @@ def test_async_drives_in_sync_and_async_tests(pytester: pytest.Pytester) -> None
     """)
     result = pytester.runpytest("-p", "anyio")
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["simloop: 10 examples and 1 scenario replay run in 2 tests, 17 invariants checked*"])
+    result.stdout.fnmatch_lines(["simloop: 10 generated runs and 1 scenario replay in 2 tests, 17 invariants checked*"])
 
 
 # -- xdist -----------------------------------------------------------------------------------------------------------
@@ -545,7 +545,7 @@ def test_xdist_workers_get_the_same_seeds_and_results_as_a_serial_run(
     serial = pytester.runpytest(*args)
     serial.assert_outcomes(passed=8)
     serial_results, serial_seeds = _results(pytester), run_seeds()
-    summary = next(line for line in serial.outlines if line.startswith("simloop: ") and " runs of the loop " in line)
+    summary = next(line for line in serial.outlines if line.startswith("simloop: ") and " generated runs " in line)
 
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the subprocess imports examples/ too
     # Only xdist and this plugin in the workers: unrelated installed plugins cost each worker seconds.
@@ -577,7 +577,7 @@ def test_the_readme_quick_start_catches_the_bug(pytester: pytest.Pytester) -> No
         ("replay it:       simloop run .simloop/failures/assistant_not_appended-pairing-????????.yaml "
         "--drive examples.assistant_not_appended:drive --seed *"),
         "re-run the test: pytest 'test_agent.py::test_loop_under_test' --simloop-seed=2",
-        "simloop: [5-9][0-9]* runs of the loop (shrinking included) in 2 tests, 17 invariants checked; 1 failed: reproduce with --simloop-seed=2",
+        "simloop: [5-9][0-9]* generated runs (shrinking included) in 2 tests, 17 invariants checked; 1 failed: reproduce with --simloop-seed=2",
     ])
 
 

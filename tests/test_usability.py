@@ -218,4 +218,4 @@ def test_simloop_init_writes_a_tests_folder_that_passes(tmp_path: Path, monkeypa
     out = subprocess.run([sys.executable, "-m", "pytest", "tests", "-p", "no:cacheprovider", "--simloop-seed=1"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "2 passed" in out.stdout and "1 scenario replay run in 2 tests" in out.stdout
+    assert "2 passed" in out.stdout and "1 scenario replay in 2 tests" in out.stdout
