@@ -45,6 +45,7 @@ from simloop.cassettes._convert import (
     convert,
     guess_kind,
     load_recording,
+    unconvertible,
     reply_of_turn,
     to_scenario,
 )
@@ -101,6 +102,7 @@ __all__ = [
     "load_cassette",
     "load_recording",
     "record",
+    "unconvertible",
     "reply_of_turn",
     "request_diff",
     "to_scenario",
