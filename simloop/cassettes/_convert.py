@@ -190,10 +190,15 @@ _MODEL_CALLS = "POST /v1/messages, /v1/chat/completions or /v1/responses"
 
 def unconvertible(recording: Recording) -> str | None:
     """Why ``recording`` converts to no scenario worth writing (one with no reply), or None when it converts."""
-    if recording.scenario.model:
-        return None
     if not recording.calls:
         return recording.notes[-1] if recording.notes else "the cassette holds no model call"
+    calls = recording.conversation or recording.calls
+    for n in _loop_turns(calls):
+        return (f"interaction {calls[n].interaction} calls the model again after a final answer with no new user "
+                "message (the loop went on by itself, e.g. after adding tools); a scenario's turns each begin with a "
+                "user message, so replay the cassette with Recorded(path) instead")
+    if recording.scenario.model:
+        return None
     kinds = ", ".join(sorted({c.kind for c in recording.conversation or recording.calls}))
     return (f"the conversation's {len(recording.conversation or recording.calls)} model call(s) are all answers a "
             f"v1 scenario cannot script ({kinds}: a 4xx other than 429 is the simulator's own to give); replay the "
@@ -450,6 +455,13 @@ def _turn_starts(calls: list[RecordedCall]) -> list[tuple[int, str]]:
         if text:
             out.append((i, text))
     return out
+
+
+def _loop_turns(calls: list[RecordedCall]) -> list[int]:
+    """The calls (indices in ``calls``) that follow a finished turn without a new user message."""
+    starts = {i for i, _ in _turn_starts(calls)}
+    return [i for i, (before, _) in enumerate(pairwise(calls), start=1)
+            if i not in starts and isinstance(before.answer, Turn) and before.answer.stop_reason not in ("tool_use", "pause_turn")]
 
 
 def replies_by_turn(recording: Recording) -> list[list[Reply]]:

@@ -208,6 +208,12 @@ def _response_turn(obj: Any, where: str, notes: list[str] | None, at: str = "") 
             f"{where}: a 200 answer to POST /v1/responses must be a response object with an output list, found "
             f"{_describe(obj)}.{_FIX}"
         )
+    if obj.get("status") in ("queued", "in_progress") and not obj["output"]:
+        raise CassetteError(
+            f"{where}: the recorded response is still {obj['status']!r} (background mode: its answer was fetched "
+            "later with GET /v1/responses/ID, which simloop does not simulate); record the run without "
+            "background=True"
+        )
     content: list[dict[str, Any]] = []
     refused = False
     dropped: list[str] = []

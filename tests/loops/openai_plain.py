@@ -18,6 +18,7 @@ import openai
 from simloop import Outcome, Sim
 
 MODEL = "gpt-4o"
+NOT_RUN = "not run: the reply was cut off"
 
 
 def _run(sim: Sim, name: str, arguments: str, call_id: str) -> str:
@@ -44,7 +45,8 @@ def _chat_turn(sim: Sim, messages: list[Any], tools: list[Any], stream: bool) ->
         choice = reply.choices[0]
         message = choice.message
         messages.append(message.model_dump(exclude_none=True, include={"role", "content", "tool_calls", "refusal"}))
-        if choice.finish_reason == "length":
+        if choice.finish_reason == "length":  # a cut call is never run; it is answered, so the history stays valid
+            messages += [{"role": "tool", "tool_call_id": c.id, "content": NOT_RUN} for c in message.tool_calls or []]
             return Outcome("truncated", message.content or "")
         if choice.finish_reason == "content_filter" or message.refusal:
             return Outcome("refusal", message.refusal or message.content or "")
@@ -97,7 +99,10 @@ def _responses_turn(sim: Sim, state: dict[str, Any], new: list[Any], tools: list
         calls = [item for item in response.output if item.type == "function_call"]
         refusal = next((p.refusal for item in response.output if item.type == "message" for p in item.content
                         if p.type == "refusal"), None)
-        if response.status == "incomplete":
+        if response.status == "incomplete":  # cut calls are answered, never run (the next turn's history is valid)
+            answers = [{"type": "function_call_output", "call_id": c.call_id, "output": NOT_RUN} for c in calls]
+            state["items"] += [] if chained else answers
+            state["owed"] = answers if chained else []
             return Outcome("truncated", response.output_text)
         if refusal is not None:
             return Outcome("refusal", refusal)
@@ -113,8 +118,12 @@ def _responses(stream: bool, chained: bool) -> Callable[[Sim], list[Outcome]]:
         tools = [{"type": "function", "name": t["name"], "description": t.get("description", ""),
                   "parameters": t["input_schema"], "strict": False} for t in sim.tool_schemas]
         state: dict[str, Any] = {"items": [], "previous": None}
-        return [_responses_turn(sim, state, [{"role": "user", "content": text}], tools, stream, chained)
-                for text in sim.user_turns]
+        outcomes = []
+        for text in sim.user_turns:
+            owed, state["owed"] = state.get("owed", []), []
+            outcomes.append(_responses_turn(sim, state, [*owed, {"role": "user", "content": text}], tools, stream,
+                                            chained))
+        return outcomes
 
     return drive
 

@@ -1,0 +1,295 @@
+"""OpenAI cassettes are tests (issue 42, items 6 and 7): recordings of Chat Completions and Responses convert to
+scenarios that replay, replay as the model (`Recorded`), fuzz (`verify(recorded=...)`); the older VCR.py httpx
+layout and multidict's pure-Python header names are read.
+
+The cassettes here are recorded through simloop itself (`simloop.cassettes.record` around the ``openai`` SDK on
+a loopback server), by a small session written as users write one: parallel tool calls, a follow-up user turn,
+streamed or not, a Responses conversation kept with ``previous_response_id`` or sent whole.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from loops.openai_plain import loop
+
+import simloop
+from simloop import Reply, Scenario, Sim, ToolCall, ToolSpec
+from simloop.cassettes import (
+    CassetteError,
+    Recorded,
+    convert,
+    load_cassette,
+    load_recording,
+    record,
+    to_scenario,
+)
+from simloop.wire import loopback
+
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+TASK = "What is the weather in Paris and Rome?"
+FOLLOWUP = "And in Oslo?"
+SCENARIO = Scenario(
+    task=TASK,
+    tools=[ToolSpec(name="get_weather", kind="read", description="Weather in a city.", input_schema=WEATHER)],
+    model=[
+        Reply(tool_use=[ToolCall(name="get_weather", input={"city": "Paris"}),
+                        ToolCall(name="get_weather", input={"city": "Rome"})]),
+        Reply(end_turn="Sunny in Paris, rainy in Rome."),
+        Reply(tool_use=[ToolCall(name="get_weather", input={"city": "Oslo"})]),
+        Reply(end_turn="Snow in Oslo."),
+    ],
+    then="end_turn",
+)  # fmt: skip
+FORECAST = {"Paris": "sunny", "Rome": "rainy", "Oslo": "snow"}
+
+
+def _client(server: Any) -> openai.OpenAI:
+    return openai.OpenAI(api_key="sk-test", base_url=server.base_url + "/v1", max_retries=0)
+
+
+def _chat_session(client: openai.OpenAI, task: str, *, stream: bool) -> list[str]:
+    """Two user turns on Chat Completions, every call of a reply answered (the recorded session)."""
+    tools: Any = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city.",
+                                         "parameters": WEATHER}}]
+    messages: list[Any] = []
+    finals = []
+    for text in (task, FOLLOWUP):
+        messages.append({"role": "user", "content": text})
+        while True:
+            if stream:
+                with client.chat.completions.stream(model="gpt-4o", messages=messages, tools=tools) as events:
+                    reply: Any = events.get_final_completion()
+            else:
+                reply = client.chat.completions.create(model="gpt-4o", messages=messages, tools=tools)
+            message = reply.choices[0].message
+            messages.append(message.model_dump(exclude_none=True, include={"role", "content", "tool_calls"}))
+            if reply.choices[0].finish_reason != "tool_calls":
+                finals.append(message.content)
+                break
+            messages += [{"role": "tool", "tool_call_id": c.id,
+                          "content": FORECAST[json.loads(c.function.arguments)["city"]]} for c in message.tool_calls]
+    return finals
+
+
+def _responses_session(client: openai.OpenAI, task: str, *, stream: bool, chained: bool) -> list[str]:
+    """The same two turns on Responses: the whole list of items each time, or chained by previous_response_id."""
+    tools: Any = [{"type": "function", "name": "get_weather", "description": "Weather in a city.",
+                          "parameters": WEATHER, "strict": False}]
+    items: list[Any] = []
+    previous = None
+    finals = []
+    for text in (task, FOLLOWUP):
+        new: list[Any] = [{"role": "user", "content": text}]
+        while True:
+            items += new
+            args: dict[str, Any] = {"model": "gpt-4o", "tools": tools, "input": new if chained else items}
+            if chained and previous:
+                args["previous_response_id"] = previous
+            if stream:
+                with client.responses.stream(**args) as events:
+                    response: Any = events.get_final_response()
+            else:
+                response = client.responses.create(**args)
+            previous = response.id
+            items += [item.model_dump(exclude_none=True) for item in response.output]
+            calls = [item for item in response.output if item.type == "function_call"]
+            if not calls:
+                finals.append(response.output_text)
+                break
+            new = [{"type": "function_call_output", "call_id": c.call_id,
+                    "output": FORECAST[json.loads(c.arguments)["city"]]} for c in calls]
+    return finals
+
+
+def _record(path: Path, api: str, *, stream: bool = False, chained: bool = False, tasks: tuple[str, ...] = (TASK,)) -> Path:
+    with record(path):
+        for task in tasks:
+            with loopback.serve(SCENARIO.model_copy(update={"task": task})) as server:
+                client = _client(server)
+                if api == "chat":
+                    finals = _chat_session(client, task, stream=stream)
+                else:
+                    finals = _responses_session(client, task, stream=stream, chained=chained)
+                assert finals == ["Sunny in Paris, rainy in Rome.", "Snow in Oslo."]
+    return path
+
+
+CASES = [("chat", False, False), ("chat", True, False), ("responses", False, False), ("responses", True, False),
+         ("responses", False, True), ("responses", True, True)]
+
+
+@pytest.mark.parametrize(("api", "stream", "chained"), CASES)
+def test_an_openai_recording_converts_to_a_scenario_that_replays_on_the_loop_that_made_it(
+    tmp_path: Path, api: str, stream: bool, chained: bool
+) -> None:
+    """Before: the cassette converted to a scenario with no reply and exit 0.  Now: its task, follow-up, tool
+    (with the recorded outputs) and four replies, parallel calls included; the file replays on a plain loop."""
+    from simloop.cli import main
+
+    path = _record(tmp_path / "session.yaml", api, stream=stream, chained=chained)
+    assert main(["convert", str(path), "-o", str(tmp_path / "scenario.yaml")]) == 0
+    scenario = simloop.load_scenario(tmp_path / "scenario.yaml")
+    assert scenario.task == TASK and scenario.followups == [FOLLOWUP]
+    assert [r.kind for r in scenario.model] == ["tool_use", "end_turn", "tool_use", "end_turn"]
+    assert [c.input for c in scenario.model[0].calls] == [{"city": "Paris"}, {"city": "Rome"}]
+    assert scenario.model[3].end_turn == "Snow in Oslo." and scenario.then == "fail"
+    [tool] = scenario.tools
+    assert tool.name == "get_weather" and tool.input_schema == WEATHER and tool.results == ["sunny", "rainy", "snow"]
+    report = simloop.replay(loop(api, stream=stream, chained=chained), tmp_path / "scenario.yaml")
+    assert report.ok
+
+
+@pytest.mark.parametrize(("api", "stream", "chained"), CASES)
+def test_an_openai_recording_replays_as_the_model_and_a_changed_request_is_named(
+    tmp_path: Path, api: str, stream: bool, chained: bool
+) -> None:
+    path = _record(tmp_path / "session.yaml", api, stream=stream, chained=chained)
+    drive = loop(api, stream=stream, chained=chained)
+    model = Recorded(path)
+    with Sim(to_scenario(path), model=model) as sim:
+        outcome = sim.run(drive)
+    assert (outcome.reason, outcome.text) == ("final", "Snow in Oslo.") and outcome.exception is None
+    assert model.served == 4 and sim.leftovers() == []
+    sim.check(outcome).raise_for_violations()
+    scenario = to_scenario(path)  # the loop's tool now answers another output for Rome
+    tool = scenario.tools[0].model_copy(update={"results": ["sunny", "stormy", "snow"]})
+    changed = scenario.model_copy(update={"tools": [tool]})
+    with Sim(changed, model=Recorded(path)) as sim, pytest.raises(simloop.UsageError) as caught:
+        sim.run(drive)
+    assert "request for model call 2 differs from the recording" in str(caught.value)
+    assert re.search(r"tool_result call_\w+\): recorded 'rainy', sent 'stormy'", str(caught.value)), caught.value
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_verify_fuzzes_an_openai_recording(tmp_path: Path, api: str) -> None:
+    path = _record(tmp_path / "session.yaml", api)
+    report = simloop.verify(loop(api), recorded=path, max_examples=8, seed=1, out_dir=tmp_path)
+    assert report.ok, report
+    assert report.examples == 8
+
+
+def test_several_conversations_in_one_openai_cassette_convert_one_at_a_time(tmp_path: Path) -> None:
+    other = "Is it warm in Lisbon?"
+    path = _record(tmp_path / "two.yaml", "responses", chained=True, tasks=(TASK, other))
+    recording = load_recording(path)
+    assert recording.conversations == 2 and len(recording.calls) == 8
+    assert any("2 independent conversations" in note for note in recording.notes)
+    second = to_scenario(path, conversation=1)
+    assert second.task == other and second.followups == [FOLLOWUP] and len(second.model) == 4
+    assert simloop.replay(loop("responses", chained=True), convert(path, tmp_path / "2.yaml", conversation=1)).ok
+
+
+def test_a_cassette_with_no_model_call_is_refused_with_what_it_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: exit 0 and a scenario with no reply.  Now: exit 2, naming what the cassette holds instead."""
+    from simloop.cli import main
+
+    path = tmp_path / "count.yaml"
+    path.write_text(json.dumps({"interactions": [{
+        "request": {"method": "POST", "uri": "https://api.openai.com/v1/responses/input_tokens",
+                    "body": json.dumps({"model": "gpt-4o", "input": "hi"}), "headers": {}},
+        "response": {"status": {"code": 200, "message": "OK"}, "headers": {},
+                     "body": {"string": json.dumps({"object": "response.input_tokens", "input_tokens": 7})}},
+    }]}), encoding="utf-8")  # fmt: skip
+    assert main(["convert", str(path), "-o", str(tmp_path / "out.yaml")]) == 2
+    assert capsys.readouterr().err == (
+        f"simloop: error: {path}: cannot convert: no model call (POST /v1/messages, /v1/chat/completions or "
+        "/v1/responses) in the cassette, so the scenario has no reply: it holds 1 POST "
+        "api.openai.com/v1/responses/input_tokens call(s) (not a model call)\n"
+    )
+    assert not (tmp_path / "out.yaml").exists()
+    with pytest.raises(CassetteError, match="cannot convert: no model call"):
+        to_scenario(path)
+
+
+# --------------------------------------------------------------------------- item 7: the layouts
+
+
+def _old_httpx(session: Path, out: Path) -> Path:
+    """``session`` rewritten in VCR.py's older httpx layout: each response as ``status_code``, ``http_version``,
+    ``headers`` and ``content`` (the decoded text, its ``content-encoding`` header kept as httpx saw it)."""
+    interactions = []
+    for item in load_cassette(session):
+        headers = {**item.response.headers, "content-encoding": ["gzip"]}
+        interactions.append({
+            "request": {"method": "POST", "uri": item.request.uri, "body": item.request.body.decode(), "headers": {}},
+            "response": {"status_code": item.response.status, "http_version": "HTTP/1.1", "headers": headers,
+                         "content": item.response.body.decode()},
+        })  # fmt: skip
+    out.write_text(json.dumps({"version": 1, "interactions": interactions}), encoding="utf-8")
+    return out
+
+
+def test_vcrpys_older_httpx_layout_is_read(tmp_path: Path) -> None:
+    """Before: "missing the 'status' ... probably edited by hand".  vcrpy 9.4.2 itself still reads this layout."""
+    old = _old_httpx(_record(tmp_path / "session.yaml", "chat", stream=True), tmp_path / "old.yaml")
+    [first, *_] = load_cassette(old)
+    assert first.response.status == 200 and first.response.is_sse and "content-encoding" not in first.response.headers
+    scenario = to_scenario(old)
+    assert [r.kind for r in scenario.model] == ["tool_use", "end_turn", "tool_use", "end_turn"]
+    assert simloop.replay(loop("chat", stream=True), convert(old, tmp_path / "s.yaml")).ok
+
+
+def test_vcrpy_itself_reads_the_older_httpx_layout_the_same(tmp_path: Path) -> None:
+    """The layout is what vcrpy reads: its own serializer and stub give the same status and body."""
+    from vcr.serializers import yamlserializer  # type: ignore[import-untyped, unused-ignore]
+    from vcr.stubs import httpx_stubs  # type: ignore[import-untyped, unused-ignore]
+
+    old = _old_httpx(_record(tmp_path / "session.yaml", "chat"), tmp_path / "old.yaml")
+    raw = yamlserializer.deserialize(old.read_text(encoding="utf-8"))
+    import httpx2 as httpx
+
+    theirs = httpx_stubs._deserialize_response({**raw["interactions"][0]["response"],
+                                                "headers": {"content-type": ["application/json"]}}, httpx)
+    mine = load_cassette(old)[0].response
+    assert theirs.status_code == mine.status and theirs.read() == mine.body
+
+
+PURE_ISTR = """\
+interactions:
+- request:
+    body: '{request}'
+    headers: {{}}
+    method: POST
+    uri: https://api.openai.com/v1/chat/completions
+  response:
+    body:
+      string: '{response}'
+    headers:
+      ? !!python/object/new:multidict._multidict_py.istr
+      - Content-Type
+      : - application/json
+      ? !!python/object/new:multidict._multidict_py.istr
+        args: [X-Request-Id]
+        state: {{}}
+      : - req_pure
+    status:
+      code: 200
+      message: OK
+version: 1
+"""
+
+
+def test_aiohttp_header_names_from_multidicts_pure_python_build_are_read(tmp_path: Path) -> None:
+    """VCR.py through aiohttp with multidict's pure-Python ``istr``: PyYAML writes ``!!python/object/new:...istr``
+    (before: refused as a Python object).  Read as the string it is; any other object is still refused."""
+    request = {"model": "gpt-4o", "messages": [{"role": "user", "content": TASK}]}
+    answer = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-4o",
+              "choices": [{"index": 0, "message": {"role": "assistant", "content": "Sunny."}, "finish_reason": "stop"}],
+              "usage": {"prompt_tokens": 12, "completion_tokens": 2, "total_tokens": 14}}  # fmt: skip
+    path = tmp_path / "aiohttp.yaml"
+    path.write_text(PURE_ISTR.format(request=json.dumps(request), response=json.dumps(answer)), encoding="utf-8")
+    [interaction] = load_cassette(path)
+    assert interaction.response.headers == {"content-type": ["application/json"], "x-request-id": ["req_pure"]}
+    assert to_scenario(path).model[0].end_turn == "Sunny."
+    evil = tmp_path / "evil.yaml"
+    evil.write_text("interactions:\n- request: !!python/object/new:os.system ['echo pwned']\n", encoding="utf-8")
+    with pytest.raises(CassetteError, match=r"evil\.yaml:2: not valid YAML"):
+        load_cassette(evil)
