@@ -39,7 +39,7 @@ def _loop_for(interactions: list[Interaction], calls: list[RecordedCall]) -> tup
 def _reason(exc: CassetteError) -> str:
     """The refusal's reason without the file and interaction numbers (for the counts)."""
     text = str(exc).split(": cannot convert: ", 1)[-1]
-    return re.sub(r"\d+", "N", text.split(" (", 1)[0].split(": ", 1)[-1])[:110]
+    return re.sub(r"\b\d+\b", "N", text.split(" (", 1)[0].split(": ", 1)[-1])[:110]
 
 
 def test_every_openai_cassette_converts_and_replays_or_is_refused_with_a_reason(

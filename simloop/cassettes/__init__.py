@@ -45,9 +45,9 @@ from simloop.cassettes._convert import (
     convert,
     guess_kind,
     load_recording,
-    unconvertible,
     reply_of_turn,
     to_scenario,
+    unconvertible,
 )
 from simloop.cassettes._convert import (
     Source as Source,  # the type of a recording's source, kept importable
@@ -102,9 +102,9 @@ __all__ = [
     "load_cassette",
     "load_recording",
     "record",
-    "unconvertible",
     "reply_of_turn",
     "request_diff",
     "to_scenario",
+    "unconvertible",
     "vcr_config",
 ]
