@@ -294,3 +294,34 @@ def test_aiohttp_header_names_from_multidicts_pure_python_build_are_read(tmp_pat
     evil.write_text("interactions:\n- request: !!python/object/new:os.system ['echo pwned']\n", encoding="utf-8")
     with pytest.raises(CassetteError, match=r"evil\.yaml:2: not valid YAML"):
         load_cassette(evil)
+
+
+SECRET = "hunter2-correct-horse-battery-staple"
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_a_secret_an_openai_stream_spells_across_its_deltas_never_reaches_the_disk(tmp_path: Path, api: str) -> None:
+    """The simulator streams text and arguments in 12-character pieces, so the secret is split across chunks (Chat
+    Completions) or ``*.delta`` events (Responses); recorded with ``secrets=``, no piece of it is on disk and the
+    stream still replays."""
+    scenario = Scenario(task=TASK, tools=SCENARIO.tools, model=[
+        Reply(tool_use=[ToolCall(name="get_weather", input={"city": f"Paris {SECRET}"})]),
+        Reply(end_turn=f"The password is {SECRET}, sunny."),
+    ])  # fmt: skip
+    path = tmp_path / "secret.yaml"
+    with record(path, secrets=[SECRET]), loopback.serve(scenario) as server:
+        client = _client(server)
+        tools: Any = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}}]
+        if api == "chat":
+            messages: list[Any] = [{"role": "user", "content": TASK}]
+            with client.chat.completions.stream(model="gpt-4o", messages=messages, tools=tools) as events:
+                first = events.get_final_completion().choices[0].message
+            assert SECRET in str(first.tool_calls)
+        else:
+            with client.responses.stream(model="gpt-4o", input=TASK, tools=[{**tools[0]["function"],
+                                         "type": "function", "strict": False}]) as events:
+                assert SECRET in str(events.get_final_response().output)
+    text = path.read_text(encoding="utf-8")
+    assert "hunter" not in text and "staple" not in text and "horse" not in text
+    [call] = load_recording(path).calls
+    assert "[REDACTED]" in json.dumps(call.answer.content)  # type: ignore[union-attr]
