@@ -3,7 +3,8 @@
 For each cassette of ``../shared/data/openai`` (pydantic-ai's, MIT; see its MANIFEST.md) or the folders
 ``SIMLOOP_OPENAI_CORPUS`` names, each recorded conversation is converted (`simloop.cassettes.convert`, as
 ``simloop convert`` does) and the scenario file replayed (`simloop.replay`) through a plain ``openai`` SDK loop
-like the one that made the recording: Chat Completions or Responses, streamed when the recording streamed,
+like the one that made the recording: Chat Completions or Responses (a Messages conversation in the same file:
+the README's ``anthropic`` loop with its follow-up turns), streamed when the recording streamed,
 chained with ``previous_response_id`` when the recording chained, one user turn per recorded one.  The replay
 must pass (no violation, every scripted reply served).  A cassette that does not convert must be refused with a
 `CassetteError` naming what it lacks.  The counts are printed.
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from corpus import OPENAI_CORPORA, cassette_paths, requires_openai_corpus
+from loops import readme
 from loops.openai_plain import loop
 
 import simloop
@@ -73,11 +75,9 @@ def test_every_openai_cassette_converts_and_replays_or_is_refused_with_a_reason(
                 counts[f"{wire}{' SSE' if stream else ''}{' chained' if chained else ''}"] += 1
                 counts["replies"] += len(one.scenario.model)
                 counts["turns"] += 1 + len(one.scenario.followups)
-                if wire == "messages":
-                    counts["Anthropic conversations (not replayed here)"] += 1
-                    continue
+                drive = readme.conversation if wire == "messages" else loop(wire, stream=stream, chained=chained)
                 try:
-                    simloop.replay(loop(wire, stream=stream, chained=chained), out)
+                    simloop.replay(drive, out)
                 except (AssertionError, simloop.InvariantViolation, simloop.UsageError) as exc:
                     failures.append(f"{name} conversation {k} ({wire}, stream={stream}, chained={chained}): "
                                     f"{str(exc)[:600]}")
@@ -86,10 +86,10 @@ def test_every_openai_cassette_converts_and_replays_or_is_refused_with_a_reason(
     summary = (f"OpenAI cassettes [{', '.join(map(str, OPENAI_CORPORA))}]: {counts['files']} files, "
                f"{counts['conversations']} conversations; {counts['replayed']} converted and replayed "
                f"({counts['replies']} replies, {counts['turns']} user turns; "
-               + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if k.startswith(("chat", "responses", "Anth")))
+               + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if k.startswith(("chat", "responses", "messages")))
                + f"); {sum(refused.values())} refused: "
                + "; ".join(f"{n} x {why}" for why, n in refused.most_common()))
     with capsys.disabled():
         print(f"\n{summary}")
     assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures)
-    assert counts["replayed"] > 250
+    assert counts["replayed"] >= 300  # the shared corpus: 330 of 340 conversations (the 10 others refused)
