@@ -271,6 +271,8 @@ interactions:
         args: [X-Request-Id]
         state: {{}}
       : - req_pure
+      ? !!python/object/apply:multidict.istr [Openai-Processing-Ms]
+      : - !!python/unicode '250'
     status:
       code: 200
       message: OK
@@ -280,7 +282,8 @@ version: 1
 
 def test_aiohttp_header_names_from_multidicts_pure_python_build_are_read(tmp_path: Path) -> None:
     """VCR.py through aiohttp with multidict's pure-Python ``istr``: PyYAML writes ``!!python/object/new:...istr``
-    (before: refused as a Python object).  Read as the string it is; any other object is still refused."""
+    (before: refused as a Python object); also ``multidict.istr`` itself, and Python 2's ``!!python/unicode``.
+    Read as the strings they are; any other object is still refused."""
     request = {"model": "gpt-4o", "messages": [{"role": "user", "content": TASK}]}
     answer = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-4o",
               "choices": [{"index": 0, "message": {"role": "assistant", "content": "Sunny."}, "finish_reason": "stop"}],
@@ -288,8 +291,10 @@ def test_aiohttp_header_names_from_multidicts_pure_python_build_are_read(tmp_pat
     path = tmp_path / "aiohttp.yaml"
     path.write_text(PURE_ISTR.format(request=json.dumps(request), response=json.dumps(answer)), encoding="utf-8")
     [interaction] = load_cassette(path)
-    assert interaction.response.headers == {"content-type": ["application/json"], "x-request-id": ["req_pure"]}
-    assert to_scenario(path).model[0].end_turn == "Sunny."
+    assert interaction.response.headers == {"content-type": ["application/json"], "x-request-id": ["req_pure"],
+                                            "openai-processing-ms": ["250"]}
+    [reply] = to_scenario(path).model
+    assert reply.end_turn == "Sunny." and reply.latency == 0.25  # the recorded processing time
     evil = tmp_path / "evil.yaml"
     evil.write_text("interactions:\n- request: !!python/object/new:os.system ['echo pwned']\n", encoding="utf-8")
     with pytest.raises(CassetteError, match=r"evil\.yaml:2: not valid YAML"):

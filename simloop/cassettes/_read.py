@@ -31,8 +31,8 @@ _OTHER_LAYOUTS = (
 class _Loader(_SafeLoader):  # type: ignore[misc]
     """YAML's safe loader plus the tags recorders put in cassettes, each read as plain data, never as code:
     VCR.py through aiohttp writes header names as ``!!python/object/apply:multidict._multidict.istr [Name]``
-    (a case-insensitive string; multidict's pure-Python build gives ``!!python/object/new:...istr``), and Ruby's
-    YAML writes binary bodies as ``!binary`` (base64)."""
+    (a case-insensitive string; multidict's pure-Python build gives ``!!python/object/new:...istr``), Python 2's
+    VCR.py wrote text as ``!!python/unicode``, and Ruby's YAML writes binary bodies as ``!binary`` (base64)."""
 
 
 def _istr_of(kind: str) -> Any:
@@ -41,7 +41,7 @@ def _istr_of(kind: str) -> Any:
         if isinstance(node, yaml.MappingNode) and kind == "new":  # object/new's long form: {args: [Name], state: ...}
             value = next((v.value for k, v in node.value if k.value == "args" and isinstance(v, yaml.SequenceNode)),
                          None)
-        if not suffix.endswith(".istr") or value is None or len(value) != 1 or not isinstance(value[0], yaml.ScalarNode):
+        if not (suffix == "istr" or suffix.endswith(".istr")) or value is None or len(value) != 1 or not isinstance(value[0], yaml.ScalarNode):
             raise yaml.constructor.ConstructorError(
                 None, None, f"a Python object (python/object/{kind}:{suffix}) is not data a cassette holds",
                 node.start_mark,
@@ -62,6 +62,9 @@ def _ruby_binary(loader: Any, node: Any) -> bytes:
 _Loader.add_multi_constructor("tag:yaml.org,2002:python/object/apply:multidict.", _istr_of("apply"))
 _Loader.add_multi_constructor("tag:yaml.org,2002:python/object/new:multidict.", _istr_of("new"))
 _Loader.add_constructor("!binary", _ruby_binary)
+# Python 2's VCR.py tagged text (header names and values too) ``!!python/unicode`` / ``!!python/str``: plain strings.
+_Loader.add_constructor("tag:yaml.org,2002:python/unicode", _SafeLoader.construct_yaml_str)
+_Loader.add_constructor("tag:yaml.org,2002:python/str", _SafeLoader.construct_yaml_str)
 
 
 class CassetteError(UsageError):
