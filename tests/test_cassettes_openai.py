@@ -330,3 +330,16 @@ def test_a_secret_an_openai_stream_spells_across_its_deltas_never_reaches_the_di
     assert "hunter" not in text and "staple" not in text and "horse" not in text
     [call] = load_recording(path).calls
     assert "[REDACTED]" in json.dumps(call.answer.content)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("api", "stream"), [("chat", False), ("chat", True), ("responses", False), ("responses", True)])
+def test_vcrpy_replays_an_openai_cassette_simloop_recorded(tmp_path: Path, api: str, stream: bool) -> None:
+    """``record(path, mode="none")`` plays the recorded session back through vcrpy (no server): the JSON bodies
+    stored parsed and the streams stored as their text read back as the SDK parsed them when recording."""
+    path = _record(tmp_path / "session.yaml", api, stream=stream)  # the server it was recorded on is closed
+    base = load_cassette(path)[0].request.uri.split("/v1/")[0] + "/v1"
+    with record(path, mode="none"):  # every answer must come from the cassette
+        client = openai.OpenAI(api_key="sk-test", base_url=base, max_retries=0)
+        finals = (_chat_session(client, TASK, stream=stream) if api == "chat"
+                  else _responses_session(client, TASK, stream=stream, chained=False))
+    assert finals == ["Sunny in Paris, rainy in Rome.", "Snow in Oslo."]
