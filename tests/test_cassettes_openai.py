@@ -343,3 +343,33 @@ def test_vcrpy_replays_an_openai_cassette_simloop_recorded(tmp_path: Path, api: 
         finals = (_chat_session(client, TASK, stream=stream) if api == "chat"
                   else _responses_session(client, TASK, stream=stream, chained=False))
     assert finals == ["Sunny in Paris, rainy in Rome.", "Snow in Oslo."]
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_a_recorded_openai_400_the_simulator_also_gives_is_used_up(tmp_path: Path, api: str) -> None:
+    """The loop sent a tool output answering no call, the API said 400, the loop recovered.  Replayed, the simulator
+    refuses the same request itself: the recorded 400 is used up with it (before: left in place, so the loop's
+    recovery was answered with the recorded 400)."""
+    scenario = Scenario(task=TASK, model=[Reply(end_turn="Paris.")])
+    orphan: Any = ([{"role": "user", "content": TASK}, {"role": "tool", "tool_call_id": "call_x", "content": "?"}]
+                   if api == "chat" else
+                   [{"role": "user", "content": TASK}, {"type": "function_call_output", "call_id": "call_x", "output": "?"}])
+
+    def session(client: openai.OpenAI) -> str:
+        with pytest.raises(openai.BadRequestError):
+            if api == "chat":
+                client.chat.completions.create(model="gpt-4o", messages=orphan)
+            else:
+                client.responses.create(model="gpt-4o", input=orphan)
+        if api == "chat":
+            return str(client.chat.completions.create(model="gpt-4o", messages=orphan[:1]).choices[0].message.content)
+        return client.responses.create(model="gpt-4o", input=orphan[:1]).output_text
+
+    path = tmp_path / "recovers.yaml"
+    with record(path), loopback.serve(scenario) as server:
+        assert session(_client(server)) == "Paris."
+    assert [c.kind for c in load_recording(path).calls] == ["error 400", "end_turn"]
+    model = Recorded(path)
+    with Sim(scenario, model=model) as sim:
+        outcome = sim.run(lambda s: simloop.Outcome("final", session(s.openai_client.with_options(max_retries=0))))
+    assert outcome.text == "Paris." and model.served == 2 and sim.leftovers() == []
