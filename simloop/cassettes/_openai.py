@@ -82,7 +82,7 @@ class OpenAIReader:
         at = where.rpartition(": ")[2]  # "interaction N", as the notes name it
         try:
             if wire == CHAT:
-                return _chat_sse(response.body) if response.is_sse else _chat_json(response.json(), where)
+                return _chat_sse(response.body) if response.is_sse else _chat_json(response.json(), where, notes, at)
             if response.is_sse:
                 found = _responses_sse(response.body)
                 if isinstance(found, (Reply, Turn)):
@@ -135,7 +135,7 @@ def _chat_usage(usage: Any) -> dict[str, Any] | None:
     return {"input_tokens": int(usage.get("prompt_tokens") or 0), "output_tokens": int(usage.get("completion_tokens") or 0)}
 
 
-def _chat_json(obj: Any, where: str) -> Turn:
+def _chat_json(obj: Any, where: str, notes: list[str], at: str) -> Turn:
     if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list) or not obj["choices"]:
         raise CassetteError(
             f"{where}: a 200 answer to POST /v1/chat/completions must be a chat.completion with choices, found "
@@ -143,8 +143,14 @@ def _chat_json(obj: Any, where: str) -> Turn:
         )
     choice = obj["choices"][0]
     message = choice.get("message") or {}
+    raw = [c for c in message.get("tool_calls") or [] if isinstance(c, dict)]
     calls = [_tool_use(c.get("id"), c["function"].get("name"), c["function"].get("arguments"))
-             for c in message.get("tool_calls") or [] if isinstance(c, dict) and isinstance(c.get("function"), dict)]
+             for c in raw if isinstance(c.get("function"), dict)]
+    if len(obj["choices"]) > 1:
+        notes.append(f"{at}: {len(obj['choices'])} choices recorded (n > 1); the scenario takes the first")
+    if len(calls) < len(raw):
+        notes.append(f"{at}: {len(raw) - len(calls)} tool call(s) that are not function calls left out (custom tools "
+                     "are not simulated)")
     return _chat_turn(str(message.get("content") or ""), str(message.get("refusal") or ""), calls,
                       choice.get("finish_reason"), obj.get("usage"), obj.get("model"))
 
