@@ -373,3 +373,34 @@ def test_a_recorded_openai_400_the_simulator_also_gives_is_used_up(tmp_path: Pat
     with Sim(scenario, model=model) as sim:
         outcome = sim.run(lambda s: simloop.Outcome("final", session(s.openai_client.with_options(max_retries=0))))
     assert outcome.text == "Paris." and model.served == 2 and sim.leftovers() == []
+
+
+def test_a_recording_that_ends_on_tool_calls_converts_with_then_end_turn(tmp_path: Path) -> None:
+    """pydantic-ai's structured output ends a run on the output tool's call, unanswered (half the corpus's
+    failures before).  The scenario replays it and answers a loop that goes on with a final answer."""
+    scenario = Scenario(task=TASK, tools=SCENARIO.tools, model=[SCENARIO.model[0]])
+    path = tmp_path / "output_tool.yaml"
+    with record(path), loopback.serve(scenario) as server:
+        reply = _client(server).chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": TASK}])
+        assert reply.choices[0].finish_reason == "tool_calls"  # and the loop stops here
+    converted = to_scenario(path)
+    assert [r.kind for r in converted.model] == ["tool_use"] and converted.then == "end_turn"
+    assert any("its loop stopped there" in note for note in load_recording(path).notes)
+    assert simloop.replay(loop("chat"), convert(path, tmp_path / "s.yaml")).ok
+
+
+def test_a_loop_that_calls_again_after_its_final_answer_is_refused_with_why(tmp_path: Path) -> None:
+    """A loop that goes on after a final answer with no user message (pydantic-ai adding tools with a developer
+    message) makes a turn no scenario can begin: refused, naming the interaction, rather than a scenario whose
+    replay leaves a reply unserved."""
+    path = tmp_path / "went_on.yaml"
+    messages: list[Any] = [{"role": "user", "content": TASK}]
+    scenario = Scenario(task=TASK, model=[Reply(end_turn="Ready."), Reply(end_turn="Sunny.")])
+    with record(path), loopback.serve(scenario) as server:
+        client = _client(server)
+        answer = client.chat.completions.create(model="gpt-4o", messages=messages).choices[0].message
+        messages += [{"role": "assistant", "content": answer.content}, {"role": "developer", "content": "More tools."}]
+        client.chat.completions.create(model="gpt-4o", messages=messages)
+    with pytest.raises(CassetteError, match=r"cannot convert: interaction 1 calls the model again after a final "
+                                            r"answer with no new user message"):
+        convert(path, tmp_path / "s.yaml")

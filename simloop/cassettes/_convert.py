@@ -458,10 +458,13 @@ def _turn_starts(calls: list[RecordedCall]) -> list[tuple[int, str]]:
 
 
 def _loop_turns(calls: list[RecordedCall]) -> list[int]:
-    """The calls (indices in ``calls``) that follow a finished turn without a new user message."""
+    """The calls (indices in ``calls``) that follow a final answer (``end_turn``, ``stop_sequence``, ``refusal``)
+    without a new user message: the loop called again by itself.  (After ``max_tokens`` a loop may go on to
+    continue the cut reply, which a scenario replays as it is.)"""
     starts = {i for i, _ in _turn_starts(calls)}
+    final = ("end_turn", "stop_sequence", "refusal")
     return [i for i, (before, _) in enumerate(pairwise(calls), start=1)
-            if i not in starts and isinstance(before.answer, Turn) and before.answer.stop_reason not in ("tool_use", "pause_turn")]
+            if i not in starts and isinstance(before.answer, Turn) and before.answer.stop_reason in final]
 
 
 def replies_by_turn(recording: Recording) -> list[list[Reply]]:
