@@ -16,6 +16,7 @@ from typing import Any
 
 import openai
 import pytest
+import yaml  # type: ignore[import-untyped, unused-ignore]
 from loops.openai_plain import loop
 
 import simloop
@@ -404,3 +405,16 @@ def test_a_loop_that_calls_again_after_its_final_answer_is_refused_with_why(tmp_
     with pytest.raises(CassetteError, match=r"cannot convert: interaction 1 calls the model again after a final "
                                             r"answer with no new user message"):
         convert(path, tmp_path / "s.yaml")
+
+
+@pytest.mark.parametrize(("api", "stream"), [("chat", False), ("chat", True), ("responses", False), ("responses", True)])
+def test_an_openai_call_whose_uri_was_redacted_is_told_by_its_answer(tmp_path: Path, api: str, stream: bool) -> None:
+    path = _record(tmp_path / "session.yaml", api, stream=stream)
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    for item in data["interactions"]:
+        item["request"]["uri"] = "**REDACTED**"  # as newer langchain cassettes hide it
+    hidden = tmp_path / "hidden.yaml"
+    hidden.write_text(yaml.safe_dump(data), encoding="utf-8")
+    recording = load_recording(hidden)
+    assert [c.wire for c in recording.calls] == [api] * 4
+    assert [r.kind for r in recording.scenario.model] == ["tool_use", "end_turn", "tool_use", "end_turn"]
