@@ -139,12 +139,14 @@ def test_convert_says_why_a_scenario_is_empty(tmp_path: Path) -> None:
     legacy = {"model": "claude-2.1", "prompt": "\n\nHuman: hi\n\nAssistant:", "max_tokens_to_sample": 20}
     answer = {"type": "completion", "completion": " Hello!", "stop_reason": "stop_sequence", "model": "claude-2.1"}
     path = write_file_layout(tmp_path / "legacy.yaml", [(redacted(vcr_request(legacy)), redacted(vcr_response(answer)))])
-    written = convert(path)
-    header = written.read_text(encoding="utf-8").split("\n", 3)
-    assert header[1] == (
-        "#   note: no POST /v1/messages call in the cassette, so the scenario has no reply: it holds 1 legacy Text "
-        "Completions call(s) (POST /v1/complete), which simloop does not simulate"
+    with pytest.raises(CassetteError) as refused:  # never a scenario with no reply: refused, saying why
+        convert(path)
+    assert str(refused.value) == (
+        f"{path}: cannot convert: no model call (POST /v1/messages, /v1/chat/completions or /v1/responses) in the "
+        "cassette, so the scenario has no reply: it holds 1 legacy Text Completions call(s) (POST /v1/complete), "
+        "which simloop does not simulate"
     )
+    assert not path.with_name("legacy.scenario.yaml").exists()
 
 
 # --------------------------------------------------------------------------- 3. recorded errors
@@ -320,11 +322,13 @@ def test_the_convert_command_says_why_the_scenario_is_empty(tmp_path: Path, caps
         vcr_request(only_count, uri="https://api.anthropic.com/v1/messages/count_tokens"),
         vcr_response({"input_tokens": 8}),
     )])  # fmt: skip
-    assert main(["convert", str(path), "-o", str(tmp_path / "out.yaml")]) == 0
+    assert main(["convert", str(path), "-o", str(tmp_path / "out.yaml")]) == 2  # never exit 0 with no reply
     assert capsys.readouterr().err == (
-        f"simloop convert: {path}: no POST /v1/messages call in the cassette, so the scenario has no reply: it "
-        "holds 1 count_tokens call(s) (no model reply)\n"
+        f"simloop: error: {path}: cannot convert: no model call (POST /v1/messages, /v1/chat/completions or "
+        "/v1/responses) in the cassette, so the scenario has no reply: it holds 1 count_tokens call(s) (no model "
+        "reply)\n"
     )
+    assert not (tmp_path / "out.yaml").exists()
 
 
 def test_verify_fuzzes_a_langchain_yaml_gz_recording(tmp_path: Path) -> None:

@@ -23,13 +23,17 @@ know what their loop would have done had call 3 of that run failed.  This module
   call, the message and the block (`RecordingDiverged`), or, tolerant, is served by position and
   the drift collected.
 * **convert** (`to_scenario`, `convert`): a recording as a v1 scenario, so a real run becomes an
-  editable, reviewable test.
+  editable, reviewable test; `convert` refuses a cassette with no reply to script (`unconvertible` says why).
+
+Every part reads the three wires: the Messages API, and OpenAI's Chat Completions and Responses (``_openai``: each
+recorded request as the Messages request it stands for, ``previous_response_id`` chains rebuilt from the responses
+recorded before them, each answer, JSON or SSE, as a `Turn` the simulator renders on the wire the loop calls).
 * **fuzz** (`fault_plans`, `FaultedRecording`): keep the recorded replies and let Hypothesis inject
   API errors, tool faults, latencies and cut-offs; a failure shrinks to "the recording plus these
   faults".
 
 The package holds one module per job: ``_read`` (layouts -> `Interaction`), ``_scrub`` and
-``_record`` (recording), ``_convert`` (calls and scenarios), ``_replay`` (`Recorded`, drift) and
+``_record`` (recording), ``_convert`` (calls and scenarios), ``_openai`` (the OpenAI wires' calls), ``_replay`` (`Recorded`, drift) and
 ``_faults`` (fuzzing).  Import the names from ``simloop.cassettes``; the modules are private.
 
 Why not vcrpy for replay: it matches whole requests (a changed loop gives "no match"), buffers SSE
@@ -47,6 +51,7 @@ from simloop.cassettes._convert import (
     load_recording,
     reply_of_turn,
     to_scenario,
+    unconvertible,
 )
 from simloop.cassettes._convert import (
     Source as Source,  # the type of a recording's source, kept importable
@@ -104,5 +109,6 @@ __all__ = [
     "reply_of_turn",
     "request_diff",
     "to_scenario",
+    "unconvertible",
     "vcr_config",
 ]

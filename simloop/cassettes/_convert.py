@@ -10,9 +10,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Literal, Union
 from urllib.parse import urlsplit
 
+from simloop.cassettes._openai import OpenAIReader, openai_wire
 from simloop.cassettes._read import _FIX, CassetteError, Interaction, _describe, endpoint_by_content, load_cassette
 from simloop.cassettes._scrub import Scrubber
 from simloop.errors import UsageError
@@ -37,7 +38,9 @@ from simloop.wire.render import Turn, turn_from_message, turn_from_sse
 
 @dataclass(frozen=True, slots=True)
 class RecordedCall:
-    """One recorded ``POST /v1/messages``: the request body and what the API answered.
+    """One recorded model call (``POST /v1/messages``, ``/v1/chat/completions`` or ``/v1/responses``): the request
+    body and what the API answered.  An OpenAI call's ``request`` is the Messages request it stands for (the shape
+    the simulator's model reads, `simloop.models.ModelRequest`), its ``wire`` says which it was.
 
     ``answer`` is what a replay serves: the exact `Turn` for a 200, the recorded status, headers and
     body (`RecordedError`) for an error status, a `Reply` error for a stream that failed mid-way.
@@ -51,6 +54,7 @@ class RecordedCall:
     answer: Turn | Reply | RecordedError
     reply: Reply | None
     latency: float = 0.0
+    wire: str = "messages"  # or "chat" (Chat Completions), "responses"
 
     @property
     def kind(self) -> str:
@@ -135,9 +139,10 @@ def load_recording(
         label = "<interactions>"
     calls: list[RecordedCall] = []
     notes: list[str] = []
+    openai = OpenAIReader()
     for item in interactions:
-        if item.is_model_call:
-            calls.append(_call(label, item, notes))
+        if item.is_model_call or openai_wire(item) is not None:
+            calls.append(_call(label, item, notes, openai))
     other = len(interactions) - len(calls)
     if not calls:
         notes.append(_why_empty(interactions))
@@ -174,17 +179,39 @@ def _why_empty(interactions: Sequence[Interaction]) -> str:
             what = "call(s) with a redacted URI whose body and response are not a Messages API call"
         else:
             parts = urlsplit(item.request.uri)
-            what = f"{item.request.method.upper()} {parts.hostname or ''}{parts.path} call(s) (not the Messages API)"
+            what = f"{item.request.method.upper()} {parts.hostname or ''}{parts.path} call(s) (not a model call)"
         kinds[what] = kinds.get(what, 0) + 1
     found = "; ".join(f"{n} {what}" for what, n in kinds.items())
-    return f"no POST /v1/messages call in the cassette, so the scenario has no reply: it holds {found}"
+    return f"no model call ({_MODEL_CALLS}) in the cassette, so the scenario has no reply: it holds {found}"
 
 
-def _call(label: str, item: Interaction, notes: list[str]) -> RecordedCall:
+_MODEL_CALLS = "POST /v1/messages, /v1/chat/completions or /v1/responses"
+
+
+def unconvertible(recording: Recording) -> str | None:
+    """Why ``recording`` converts to no scenario worth writing (one with no reply), or None when it converts."""
+    if not recording.calls:
+        return recording.notes[-1] if recording.notes else "the cassette holds no model call"
+    calls = recording.conversation or recording.calls
+    for n in _loop_turns(calls):
+        return (f"interaction {calls[n].interaction} calls the model again after a final answer with no new user "
+                "message (the loop went on by itself, e.g. after adding tools); a scenario's turns each begin with a "
+                "user message, so replay the cassette with Recorded(path) instead")
+    if recording.scenario.model:
+        return None
+    kinds = ", ".join(sorted({c.kind for c in recording.conversation or recording.calls}))
+    return (f"the conversation's {len(recording.conversation or recording.calls)} model call(s) are all answers a "
+            f"v1 scenario cannot script ({kinds}: a 4xx other than 429 is the simulator's own to give); replay the "
+            "cassette with Recorded(path) instead")
+
+
+def _call(label: str, item: Interaction, notes: list[str], openai: OpenAIReader) -> RecordedCall:
     where = f"{label}: interaction {item.index}"
-    request = item.request.json()
-    if not isinstance(request, dict):
-        request = {}
+    sent = item.request.json()
+    wire = None if item.is_model_call else openai_wire(item)
+    request = sent if isinstance(sent, dict) else {}
+    if wire is not None:
+        request = openai.request(f"interaction {item.index}", wire, sent, notes)
     response = item.response
     latency = _latency(response.headers)
     answer: Turn | Reply
@@ -197,7 +224,14 @@ def _call(label: str, item: Interaction, notes: list[str]) -> RecordedCall:
             )
         headers = tuple((k, v) for k, values in response.headers.items() for v in values)
         recorded = RecordedError(response.status, headers, response.body, latency)
-        return RecordedCall(item.index, request, recorded, reply, latency)
+        return RecordedCall(item.index, request, recorded, reply, latency, wire or "messages")
+    if wire is not None:
+        found = openai.answer(where, wire, response, sent, notes)
+        if isinstance(found, Reply):
+            return RecordedCall(item.index, request, found.model_copy(update={"latency": latency}),
+                                found.model_copy(update={"latency": latency}), latency, wire)
+        reply = reply_of_turn(found, latency=latency, notes=notes, where=f"interaction {item.index}")
+        return RecordedCall(item.index, request, found, reply, latency, wire)
     if response.is_sse:
         if re.search(rb"^event:\s*error\s*$", response.body, re.MULTILINE):
             answer = Reply(error="stream_error", latency=latency)
@@ -219,7 +253,7 @@ def _call(label: str, item: Interaction, notes: list[str]) -> RecordedCall:
 
 
 def _latency(headers: Mapping[str, list[str]]) -> float:
-    for value in headers.get("x-envoy-upstream-service-time", ()):
+    for value in (*headers.get("x-envoy-upstream-service-time", ()), *headers.get("openai-processing-ms", ())):
         with contextlib.suppress(ValueError):
             return round(max(0.0, float(value)) / 1000.0, 3)
     for value in headers.get("server-timing", ()):
@@ -369,9 +403,22 @@ def _scenario(
     replies = [c.reply for c in calls if c.reply is not None]
     stem = _stem(label)
     return Scenario(
-        name=name or stem, task=task, followups=followups, system=system, tools=tools, model=replies, then="fail",
-        faults=faults,
+        name=name or stem, task=task, followups=followups, system=system, tools=tools, model=replies,
+        then=_then(calls, notes), faults=faults,
     )
+
+
+def _then(calls: list[RecordedCall], notes: list[str]) -> Literal["end_turn", "fail"]:
+    """``fail``, unless the recording stops before its loop's turn did: its last answer asks for tools no later
+    request answers (the loop stopped there: an output tool, a test cut short) or is a 4xx a scenario cannot
+    script; then ``end_turn``, so a loop that goes on gets a final answer rather than an exhausted script."""
+    last = calls[-1] if calls else None
+    if last is None or (last.reply is not None and last.reply.kind != "tool_use"):
+        return "fail"
+    what = "asks for tool calls no later request answers" if last.reply is not None else f"is a recorded {last.kind}"
+    notes.append(f"the recording's last answer (interaction {last.interaction}) {what}: its loop stopped there; "
+                 "`then: end_turn` answers a loop that goes on")
+    return "end_turn"
 
 
 def _first_message(call: RecordedCall) -> str:
@@ -408,6 +455,16 @@ def _turn_starts(calls: list[RecordedCall]) -> list[tuple[int, str]]:
         if text:
             out.append((i, text))
     return out
+
+
+def _loop_turns(calls: list[RecordedCall]) -> list[int]:
+    """The calls (indices in ``calls``) that follow a final answer (``end_turn``, ``stop_sequence``, ``refusal``)
+    without a new user message: the loop called again by itself.  (After ``max_tokens`` a loop may go on to
+    continue the cut reply, which a scenario replays as it is.)"""
+    starts = {i for i, _ in _turn_starts(calls)}
+    final = ("end_turn", "stop_sequence", "refusal")
+    return [i for i, (before, _) in enumerate(pairwise(calls), start=1)
+            if i not in starts and isinstance(before.answer, Turn) and before.answer.stop_reason in final]
 
 
 def replies_by_turn(recording: Recording) -> list[list[Reply]]:
@@ -526,8 +583,17 @@ def to_scenario(
 
         scenario = simloop.cassettes.to_scenario("tests/cassettes/test_agent/test_refund.yaml")
         with simloop.Sim(scenario) as sim: ...
+
+    A cassette with no reply to script gives a scenario with none (`convert` refuses to write it; `unconvertible`
+    says why), still the scenario a `Recorded` replay of the cassette runs in.
     """
     return load_recording(source, kinds=kinds, name=name, conversation=conversation).scenario
+
+
+def _refuse_empty(recording: Recording) -> None:
+    why = unconvertible(recording)
+    if why is not None:
+        raise CassetteError(f"{recording.source}: cannot convert: {why}")
 
 
 def convert(
@@ -542,9 +608,11 @@ def convert(
 
     The file starts with a comment naming the cassette and what the scenario approximates.  What it
     copies from the cassette is scrubbed as a recording is (`scrubbed_scenario`): a cassette recorded
-    by another tool may hold keys, and the scenario is a file you commit.
+    by another tool may hold keys, and the scenario is a file you commit.  A cassette that converts to no reply
+    (no model call, or only recorded errors a scenario cannot script) is refused with a `CassetteError` saying why.
     """
     recording = load_recording(source, kinds=kinds, conversation=conversation)
+    _refuse_empty(recording)
     scrubber = Scrubber(secrets)
     src = Path(source)
     target = Path(out) if out is not None else src.with_name(_stem(src) + ".scenario.yaml")

@@ -29,17 +29,26 @@ _OTHER_LAYOUTS = (
 
 
 class _Loader(_SafeLoader):  # type: ignore[misc]
-    """YAML's safe loader plus the two tags recorders put in cassettes, each read as plain data, never as code:
+    """YAML's safe loader plus the tags recorders put in cassettes, each read as plain data, never as code:
     VCR.py through aiohttp writes header names as ``!!python/object/apply:multidict._multidict.istr [Name]``
-    (a case-insensitive string), and Ruby's YAML writes binary bodies as ``!binary`` (base64)."""
+    (a case-insensitive string; multidict's pure-Python build gives ``!!python/object/new:...istr``), Python 2's
+    VCR.py wrote text as ``!!python/unicode``, and Ruby's YAML writes binary bodies as ``!binary`` (base64)."""
 
 
-def _istr(loader: Any, suffix: str, node: Any) -> str:
-    if not suffix.endswith(".istr") or not isinstance(node, yaml.SequenceNode) or len(node.value) != 1:
-        raise yaml.constructor.ConstructorError(
-            None, None, f"a Python object (python/object/apply:{suffix}) is not data a cassette holds", node.start_mark
-        )
-    return str(loader.construct_scalar(node.value[0]))
+def _istr_of(kind: str) -> Any:
+    def construct(loader: Any, suffix: str, node: Any) -> str:
+        value = node.value if isinstance(node, yaml.SequenceNode) else None
+        if isinstance(node, yaml.MappingNode) and kind == "new":  # object/new's long form: {args: [Name], state: ...}
+            value = next((v.value for k, v in node.value if k.value == "args" and isinstance(v, yaml.SequenceNode)),
+                         None)
+        if not (suffix == "istr" or suffix.endswith(".istr")) or value is None or len(value) != 1 or not isinstance(value[0], yaml.ScalarNode):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a Python object (python/object/{kind}:{suffix}) is not data a cassette holds",
+                node.start_mark,
+            )
+        return str(loader.construct_scalar(value[0]))
+
+    return construct
 
 
 def _ruby_binary(loader: Any, node: Any) -> bytes:
@@ -50,8 +59,12 @@ def _ruby_binary(loader: Any, node: Any) -> bytes:
                                                 node.start_mark) from exc
 
 
-_Loader.add_multi_constructor("tag:yaml.org,2002:python/object/apply:multidict.", _istr)
+_Loader.add_multi_constructor("tag:yaml.org,2002:python/object/apply:multidict.", _istr_of("apply"))
+_Loader.add_multi_constructor("tag:yaml.org,2002:python/object/new:multidict.", _istr_of("new"))
 _Loader.add_constructor("!binary", _ruby_binary)
+# Python 2's VCR.py tagged text (header names and values too) ``!!python/unicode`` / ``!!python/str``: plain strings.
+_Loader.add_constructor("tag:yaml.org,2002:python/unicode", _SafeLoader.construct_yaml_str)
+_Loader.add_constructor("tag:yaml.org,2002:python/str", _SafeLoader.construct_yaml_str)
 
 
 class CassetteError(UsageError):
@@ -224,7 +237,25 @@ def load_cassette(path: str | os.PathLike[str]) -> list[Interaction]:
         raise CassetteError(
             f"{name}: 'interactions' must be a list of request/response pairs, found {_describe(items)}.{_FIX}"
         )
-    return [_interaction(name, index, item) for index, item in enumerate(items)]
+    return [_interaction(name, index, _older_httpx(f"{name}: interaction {index}", item)) for index, item in enumerate(items)]
+
+
+def _older_httpx(where: str, item: Any) -> Any:
+    """VCR.py's older httpx layout (before 4.x's ``status``/``body``; vcrpy still reads it) as today's: the response
+    as ``status_code``, ``http_version``, ``headers`` and ``content``, the body httpx had already decoded (so a
+    ``content-encoding`` it kept no longer applies; a ``base64encoded: true`` variant holds it as base64)."""
+    response = item.get("response") if type(item) is dict else None
+    if type(response) is not dict or "status_code" not in response or "status" in response:
+        return item
+    content = response.get("content")
+    if response.get("base64encoded") is True and isinstance(content, (str, bytes)):
+        content = {"base64_string": content.decode() if isinstance(content, bytes) else content}
+    headers = response.get("headers")
+    if type(headers) is dict:
+        headers = {k: v for k, v in headers.items() if str(k).lower() != "content-encoding"}
+    status = response.get("status_code")
+    return {**item, "response": {"status": {"code": status}, "headers": headers,
+                                 "body": {"string": _body_of(f"{where}: response", content)}}}
 
 
 def _paired(name: str, requests: Any, responses: Any) -> list[dict[str, Any]]:

@@ -52,8 +52,10 @@ class RecordingExhausted(ScriptExhausted):
 class Recorded:
     """A model policy that answers with a cassette's recorded replies, in order.
 
-    Each ``POST /v1/messages`` the loop sends is matched to the next recorded one (retries
-    included; ``count_tokens`` is answered by the simulator).  The recorded answer is served
+    Each model call the loop sends (``POST /v1/messages``, ``/v1/chat/completions`` or ``/v1/responses``) is
+    matched to the next recorded one (retries included; ``count_tokens`` is answered by the simulator); an OpenAI
+    call is compared in the Messages form both wires are translated to (the diff's paths are that form's:
+    ``messages[3].content[0]``), a ``previous_response_id`` standing for the conversation it names.  The recorded answer is served
     exactly (content, ids, usage), as JSON or as a stream, whichever the loop asks for.  When the
     request differs from the recorded one, ``strict`` (the default) stops the run with
     `RecordingDiverged`: which call, which message, which block, what changed; ``strict=False``

@@ -216,7 +216,7 @@ class Scrubber:
         back as compact JSON; every other byte of the stream is kept.
         """
         lines = text.split("\n")
-        pieces: dict[tuple[Any, str], list[tuple[int, dict[str, Any], dict[str, Any]]]] = {}
+        pieces: dict[tuple[Any, ...], list[tuple[int, dict[str, Any], dict[str, Any]]]] = {}
         for number, line in enumerate(lines):
             if not line.startswith("data:"):
                 continue
@@ -224,14 +224,11 @@ class Scrubber:
                 event = json.loads(line[5:])
             except ValueError:
                 continue
-            delta = event.get("delta") if isinstance(event, dict) else None
-            if event.get("type") != "content_block_delta" or not isinstance(delta, dict):
-                continue
-            for field in _DELTA_FIELDS:
-                if isinstance(delta.get(field), str):
-                    pieces.setdefault((event.get("index"), field), []).append((number, event, delta))
+            if isinstance(event, dict):
+                for key, holder in _delta_texts(event):
+                    pieces.setdefault(key, []).append((number, event, holder))
         changed: dict[int, dict[str, Any]] = {}
-        for (_, field), run in pieces.items():
+        for (*_, field), run in pieces.items():
             texts = [delta[field].encode("utf-8") for _, _, delta in run]
             spans = [m.span() for m in self._pattern.finditer(b"".join(texts))]
             start = 0
@@ -249,6 +246,31 @@ class Scrubber:
 
 # The delta fields whose text a content block's deltas spell out between them.
 _DELTA_FIELDS = ("text", "partial_json", "thinking")
+
+
+def _delta_texts(event: dict[str, Any]) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+    """The pieces of text one stream event adds, each as (the run it belongs to, ending in its field; the dict
+    holding it): a Messages ``content_block_delta``'s ``text``/``partial_json``/``thinking``; a Chat Completions
+    chunk's ``content``, ``refusal`` and each tool call's ``arguments`` (per choice and call); a Responses
+    ``*.delta`` event's ``delta`` (per event type, item and part)."""
+    delta = event.get("delta")
+    if event.get("type") == "content_block_delta" and isinstance(delta, dict):
+        return [((event.get("index"), f), delta) for f in _DELTA_FIELDS if isinstance(delta.get(f), str)]
+    if isinstance(delta, str) and str(event.get("type", "")).endswith(".delta"):
+        return [((event["type"], event.get("item_id"), event.get("output_index"), event.get("content_index"), "delta"),
+                 event)]
+    found: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+    for choice in event.get("choices") or [] if event.get("object") == "chat.completion.chunk" else []:
+        part = choice.get("delta") if isinstance(choice, dict) else None
+        if not isinstance(part, dict):
+            continue
+        index = choice.get("index")
+        found += [(("chat", index, f), part) for f in ("content", "refusal") if isinstance(part.get(f), str)]
+        for call in part.get("tool_calls") or []:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
+                found.append((("chat", index, "tool", call.get("index"), "arguments"), fn))
+    return found
 
 
 def _is_stream(body: str | bytes) -> bool:

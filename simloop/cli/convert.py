@@ -1,4 +1,4 @@
-"""``simloop convert``: a recorded VCR.py cassette of Anthropic traffic as a scrubbed scenario file."""
+"""``simloop convert``: a recorded VCR.py cassette (Messages, Chat Completions or Responses) as a scrubbed scenario file."""
 
 from __future__ import annotations
 
@@ -40,11 +40,14 @@ __all__ = ["convert"]
 def convert(
     cassette: str, output: str | None, kinds: tuple[str, ...], secrets: tuple[str, ...], conversation: int
 ) -> int:
-    """Convert a recorded VCR.py cassette of Anthropic traffic into a scenario file.
+    """Convert a recorded VCR.py cassette (Anthropic Messages, OpenAI Chat Completions or Responses) into a scenario.
 
     The recorded replies become the scenario's model script (with their latencies, usage and thinking),
     the task is the first user message, the user's later turns its follow-ups, and the tools come from the
     first request, so the conversation replays with no network and no API key.
+
+    A cassette with no reply to script (no model call, or only recorded 4xx errors) is refused (exit 2) with
+    the reason.
 
     Example: simloop convert tests/cassettes/refund.yaml -o scenarios/refund.yaml
     """
@@ -58,6 +61,9 @@ def convert(
         kind_map[name] = kind
     scrubber = cassettes.Scrubber(secrets)
     recording = cassettes.load_recording(cassette, kinds=kind_map or None, conversation=conversation)
+    why = cassettes.unconvertible(recording)
+    if why is not None:  # never an empty script to puzzle over: exit 2, saying what the cassette lacks
+        raise cassettes.CassetteError(f"{cassette}: cannot convert: {why}")
     if output:
         path = cassettes.convert(cassette, output, kinds=kind_map or None, secrets=secrets, conversation=conversation)
         click.echo(f"wrote {path}")
@@ -65,8 +71,6 @@ def convert(
         from simloop.cassettes._convert import scrubbed_scenario
 
         click.echo(scrubbed_scenario(recording.scenario, scrubber).to_yaml(), nl=False)
-    if not recording.calls:  # say why, rather than leave an empty script to puzzle over
-        click.echo(f"simloop convert: {cassette}: {recording.notes[-1]}", err=True)
     for note in recording.notes:
         if "independent conversations" in note:
             click.echo(f"simloop convert: {cassette}: {note}", err=True)

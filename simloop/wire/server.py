@@ -387,11 +387,7 @@ class SimServer:
                 if read > window:
                     rejection = prompt_too_long(read, window)
         if rejection is not None:
-            rejected = getattr(self.policy, "rejected", None)
-            if rejected is not None:  # a recording consumes the call it answered with this error
-                sent = effective.get("messages")
-                conversation = sent if type(sent) is list else []
-                rejected(ModelRequest(req.call, req.attempt, effective, conversation, req.stream), rejection)
+            self._rejected(req, effective, rejection)
             return self._reject(req, rejection, request_id)
         mreq = ModelRequest(
             call=req.call, attempt=req.attempt, body=effective, conversation=effective["messages"], stream=req.stream
@@ -501,6 +497,8 @@ class SimServer:
             return chat.error(req, 401, request_id, message="You didn't provide an API key. You need to provide your "
                               "API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).")
         if chat.rejection is not None:
+            if type(chat.internal) is dict:
+                self._rejected(req, chat.internal, chat.rejection)
             return chat.reject(req, chat.rejection, request_id)
         planned = self._messages(req, chat.internal, raw, request_id, None, chat=chat)
         return chat.converted(planned, request_id)
@@ -518,6 +516,15 @@ class SimServer:
         headers = [(k, v) for k, v in answer.headers if k.lower() not in _FRAMING_HEADERS]
         rec.latency = answer.latency
         return Planned(status=answer.status, headers=headers, body=answer.body, latency=answer.latency, record=rec)
+
+    def _rejected(self, req: Request, effective: dict[str, Any], rejection: Rejection) -> None:
+        """Tell a policy that keeps a recording (`simloop.cassettes.Recorded`) that the simulator refused this request
+        itself: the recording's call answered with the same error is used up (on every wire)."""
+        rejected = getattr(self.policy, "rejected", None)
+        if rejected is not None:
+            sent = effective.get("messages")
+            conversation = sent if type(sent) is list else []
+            rejected(ModelRequest(req.call, req.attempt, effective, conversation, req.stream), rejection)
 
     def _reject(self, req: Request, rejection: Rejection, request_id: str) -> Planned:
         return self._error(
