@@ -110,7 +110,7 @@ def command_drive(
 
     drive.__name__ = drive.__qualname__ = "command"
     drive.__module__ = "simloop.command"
-    drive.simloop_replay = f"simloop run {{path}} --command {shlex.quote(shown)}"  # type: ignore[attr-defined]
+    drive.simloop_replay = "simloop run {path} --command " + shlex.quote(shown)  # type: ignore[attr-defined]
     # what simloop imports for this drive, before the run (not the SDK: the command brings its own)
     drive.simloop_prepare = functools.partial(once, f"command-mcp={with_mcp}", functools.partial(  # type: ignore[attr-defined]
         _prepare, mcp=with_mcp))

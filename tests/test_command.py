@@ -230,6 +230,17 @@ def test_the_timeout_must_be_a_finite_positive_number(value: str, capsys: pytest
     assert "0<x<=604800" in err or "is not a number of seconds (e.g. 30 or 2.5)" in err
 
 
+def test_a_failing_command_whose_text_holds_braces_is_reported_with_its_replay_line(tmp_path: Path) -> None:
+    # a shell variable, a jq filter, a Python dict: the command text is the user's, never a format string
+    text = "sh -c 'echo ${HOME} {\"a\": 1} {path} {}; exit 3'"
+    with pytest.raises(simloop.InvariantViolation) as caught:
+        simloop.verify(command_drive(text, mcp=False), max_examples=1, out_dir=tmp_path, settings=NO_SHRINK)
+    error = caught.value
+    assert [v.invariant for v in error.violations] == ["crash"]
+    assert error.replay == f"simloop run {error.scenario_path} --command {shlex.quote(text)}"
+    assert f"replay it: {error.replay}" in str(error)
+
+
 def test_command_drive_refuses_a_timeout_no_wait_can_take() -> None:
     for value in (float("inf"), float("nan"), 0, 1e9):
         with pytest.raises(simloop.UsageError, match=r"command_drive\(timeout_s=...\): a finite number of seconds"):
