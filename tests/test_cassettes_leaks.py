@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from simloop import Scenario, load_scenario
 from simloop.cassettes import Scrubber, convert, load_cassette, record
 from simloop.cassettes._record import CassetteSerializer
+from simloop.cassettes._scrub import _base64_forms
 from simloop.wire import loopback, render
 from simloop.wire.render import turn_from_sse
 
@@ -262,3 +263,63 @@ def test_a_secret_never_reaches_the_written_cassette_and_it_replays(
         seen.append(turn_from_sse(item.response.body).content[0]["text"])
     for value in seen:
         assert secret not in str(value)
+
+
+# -- 4. a key echoed in an OpenAI stream, on both OpenAI wires (issue 41 item 1) ------------------------------------
+
+
+def _forms(secret: str) -> list[str]:
+    """A secret in every encoding the tests above check: raw, JSON-escaped, URL- and form-encoded, base64."""
+    forms = {secret, json.dumps(secret)[1:-1], quote(secret, safe=""), quote_plus(secret)}
+    forms |= {f.decode() for f in _base64_forms(secret)}
+    return sorted(forms)
+
+
+def _written_leaks(folder: Path, secret: str, size: int) -> list[str]:
+    """Every file under ``folder`` holding ``secret`` in any form, or any ``size`` characters of it in a row."""
+    inner = secret[8:]  # past the prefix: every piece of this part is the key's own
+    pieces = [inner[i:i + size] for i in range(len(inner) - size + 1)]
+    found = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        found += [f"{path.name}: {leak!r}" for leak in [*_forms(secret), *pieces] if leak in text]
+    return found
+
+
+@pytest.mark.parametrize("wire", ["chat", "responses"])
+def test_a_key_echoed_in_an_openai_stream_in_5_character_deltas_keeps_no_piece_on_disk(
+    wire: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    openai = pytest.importorskip("openai", reason="the OpenAI wire needs the openai SDK")
+    from simloop.wire import openai_chat, openai_responses
+
+    def five(text: str) -> list[str]:
+        return [text[k:k + 5] for k in range(0, len(text), 5)] or [""]
+
+    monkeypatch.setattr(openai_chat, "_chunk_piece", five)
+    monkeypatch.setattr(openai_responses, "_pieces", five)
+    key = "sk-proj-" + "Qm4xT9vLr2Wc8Nh5Zp1Ks7Jd3Gf6By0A"  # an OpenAI project key, not repetitive
+    scenario = Scenario.model_validate({"name": "s", "task": "hi", "tools": [{"name": "save"}], "model": [
+        {"tool_use": [{"name": "save", "input": {"token": key}}, {"name": "save", "input": {"note": f"a {key} b"}}]},
+        {"end_turn": f"Echo: {key} done"}]})
+    cassette = tmp_path / "cassettes" / "stream.yaml"
+    tools: Any = [{"type": "function", "function": {"name": "save", "parameters": {"type": "object"}}}]
+    with loopback.serve(scenario) as server, record(cassette):
+        client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="sk-test-not-a-real-key-000", max_retries=0)
+        for _ in range(2):  # a tool-call turn (arguments in pieces), then a text turn (content in pieces)
+            if wire == "chat":
+                events = list(client.chat.completions.create(
+                    model="gpt-4o", messages=[{"role": "user", "content": "hi"}], tools=tools, stream=True))
+                live = "".join(c.choices[0].delta.content or "" for c in events if c.choices)
+                live += "".join(t.function.arguments or "" for c in events if c.choices
+                                for t in c.choices[0].delta.tool_calls or [] if t.function)
+            else:
+                events = list(client.responses.create(model="gpt-4o", input="hi", tools=[
+                    {"type": "function", "name": "save", "parameters": {"type": "object"}}], stream=True))
+                live = "".join(e.delta for e in events if e.type.endswith(".delta"))
+            assert key in live  # the live stream has it, in pieces
+    assert _written_leaks(tmp_path, key, 5) == []
+    items = load_cassette(cassette)
+    assert len(items) == 2 and all("[REDACTED]" in str(i.response.body) for i in items)
+    convert(cassette, tmp_path / "out" / "scenario.yaml")
+    assert _written_leaks(tmp_path, key, 5) == []
