@@ -406,6 +406,23 @@ def test_the_command_finds_both_wires_in_its_environment(tmp_path: Path) -> None
     assert key == OPENAI_API_KEY  # a fake key: the SDK will not start without one
 
 
+def test_a_command_gets_no_real_credential_of_either_sdk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # before: ANTHROPIC_AUTH_TOKEN, OPENAI_ORG_ID and OPENAI_PROJECT_ID reached the command as the user had them
+    real = {"ANTHROPIC_AUTH_TOKEN": "the-users-bearer-token-0002", "OPENAI_ORG_ID": "org-the-users-org-0004",
+            "OPENAI_PROJECT_ID": "proj_the-users-project-0005", "ANTHROPIC_API_KEY": "sk-ant-api03-real-0001",
+            "OPENAI_API_KEY": "sk-proj-the-users-real-key-0003"}
+    for name, value in real.items():
+        monkeypatch.setenv(name, value)
+    dump = tmp_path / "env.json"
+    script = f"import json, os; open({str(dump)!r}, 'w').write(json.dumps(dict(os.environ)))"
+    with simloop.Sim({"task": "t", "then": "end_turn"}) as sim:
+        sim.run(command_drive([sys.executable, "-c", script], mcp=False))
+    env = json.loads(dump.read_text())
+    assert [name for name, value in real.items() if value in json.dumps(env)] == []
+    assert {"ANTHROPIC_AUTH_TOKEN", "OPENAI_ORG_ID", "OPENAI_PROJECT_ID"}.isdisjoint(env)
+    assert env["ANTHROPIC_API_KEY"].startswith("sk-ant-simloop-") and env["OPENAI_API_KEY"] == OPENAI_API_KEY
+
+
 # -- bash, curl and jq, through the command line ----------------------------------------------------------------------
 
 
