@@ -207,6 +207,28 @@ def test_under_loopback_localhost_is_allowed_only_where_it_resolves_to_loopback(
     assert sim.transcript.halt is not None and sim.transcript.halt.target == f"localhost:{port}"
 
 
+@pytest.mark.skipif(not hasattr(socket, "AF_PACKET"), reason="AF_PACKET is Linux's")
+@pytest.mark.parametrize("policy", ["block", "loopback"])
+def test_a_raw_packet_socket_is_blocked_when_it_is_made(policy: str) -> None:
+    # before: made (with CAP_NET_RAW), and its frames reached the network unseen
+    made: list[socket.socket] = []
+
+    def drive(sim: Sim) -> Outcome:
+        try:
+            made.append(socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003)))
+        except PermissionError:  # without CAP_NET_RAW: the kernel refuses, the loop goes on
+            pass
+        return Outcome("final", "sent")
+
+    with Sim(scenario(), network=policy) as sim:  # type: ignore[arg-type]
+        sim.run(drive)
+    for sock in made:
+        sock.close()
+    assert made == [] and sim.transcript.halt is not None
+    assert sim.transcript.halt.target == "the raw network (an AF_PACKET socket)"
+    assert "opened a real network connection to the raw network (an AF_PACKET socket)" in str(sim.check())
+
+
 def test_the_guard_acts_only_inside_a_run_and_on_the_runs_threads(listener: socket.socket) -> None:
     port = listener.getsockname()[1]
     outside: list[bool] = []

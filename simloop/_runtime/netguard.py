@@ -26,7 +26,8 @@ Policies (``Sim(..., network=...)``, ``verify(..., network=...)``, ``simloop ver
   wherever DNS points it, and is blocked;
 * ``allow``: the guard is off.
 
-Unix-domain sockets are always allowed: they are not network, and so is simloop's own MCP server of the run
+A raw packet socket (``AF_PACKET``: frames sent with no address the guard could check) is blocked when it is
+made.  Unix-domain sockets are always allowed: they are not network, and so is simloop's own MCP server of the run
 (``sim.mcp_url``, on a loopback port `allow_own_port` names, whatever the policy); another loopback port is not.  A blocked attempt raises `LoopHalted`
 ("network") in the thread that made it, which ``except Exception`` cannot swallow, and the run records
 a `Halt` naming the host and the loop's line (reported by the ``stops`` invariant).
@@ -53,11 +54,15 @@ __all__ = ["POLICIES", "NetworkPolicy", "allow_own_port", "check_policy", "guard
 NetworkPolicy = Literal["block", "loopback", "allow"]
 POLICIES: tuple[str, ...] = ("block", "loopback", "allow")
 
-# What the guard looks at: name lookups, connections, and datagrams sent to an address.
+# What the guard looks at: name lookups, connections, datagrams sent to an address, and a raw packet socket made.
 _EVENTS = frozenset({
     "socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyname_ex", "socket.gethostbyaddr",
-    "socket.getnameinfo", "socket.connect", "socket.sendto", "socket.sendmsg",
+    "socket.getnameinfo", "socket.connect", "socket.sendto", "socket.sendmsg", "socket.__new__",
 })
+#: Socket families whose frames reach the network with no address to check (Linux ``AF_PACKET``, with
+#: CAP_NET_RAW): making such a socket in a run is blocked, whatever the policy but ``allow``.
+_RAW_FAMILIES = frozenset(f for f in (getattr(socket, "AF_PACKET", None),) if f is not None)
+RAW_TARGET = "the raw network (an AF_PACKET socket)"
 _LOOKUPS = frozenset({"socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyname_ex",
                       "socket.gethostbyaddr"})
 _INTERNET = (socket.AF_INET, socket.AF_INET6)
@@ -163,6 +168,8 @@ def _target(event: str, args: tuple[Any, ...]) -> tuple[str, Any] | None:
         host = address[0]
         return (host.decode("ascii", "replace") if isinstance(host, bytes) else str(host),
                 address[1] if len(address) > 1 else None)
+    if event == "socket.__new__":  # args (sock, family, type, proto)
+        return (RAW_TARGET, None) if len(args) > 1 and args[1] in _RAW_FAMILIES else None
     if event in _LOOKUPS:
         host = args[0] if args else None
         if host is None:
