@@ -446,7 +446,8 @@ def test_a_child_on_the_openai_sdk_gets_no_real_credential_and_reaches_the_simul
     printed: list[Any] = []
 
     def sub_agent(sim: Sim, call: Any) -> str:  # a sub-agent on the openai SDK, as a process of its own
-        out = subprocess.run([sys.executable, "-c", OPENAI_CHILD], capture_output=True, text=True, timeout=60)
+        out = subprocess.run([sys.executable, "-c", OPENAI_CHILD], capture_output=True, text=True,
+                             timeout=60, check=False)
         assert out.returncode == 0, out.stderr[-2000:]
         printed.append(json.loads(out.stdout))
         return sim.run_tool(call.name, call.input, tool_use_id=call.id)
