@@ -23,11 +23,11 @@ REPLY = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude
          "usage": {"input_tokens": 5, "output_tokens": 2}}
 
 
-def _laughs(levels: int) -> str:
+def _laughs(levels: int, indent: str) -> str:
     """The "billion laughs": ``levels`` anchors, each a list of ten aliases of the one before (10**levels strings)."""
-    lines = ['    l0: &l0 "lol"']
+    lines = [f'{indent}l0: &l0 "lol"']
     for level in range(1, levels + 1):
-        lines.append(f"    l{level}: &l{level} [" + ", ".join([f"*l{level - 1}"] * 10) + "]")
+        lines.append(f"{indent}l{level}: &l{level} [" + ", ".join([f"*l{level - 1}"] * 10) + "]")
     return "\n".join(lines)
 
 
@@ -42,7 +42,7 @@ def _bomb_cassette(path: Path, levels: int = 9, *, key: str = "parsed_body") -> 
         f"    {key}:\n"
         "      model: claude-sonnet-4-6\n"
         "      messages: [{role: user, content: hi}]\n"
-        + _laughs(levels).replace("\n    ", "\n      ").replace("    l0", "      l0", 1) + "\n"
+        + _laughs(levels, " " * 6) + "\n"
         "  response:\n"
         "    status: {code: 200, message: OK}\n"
         "    headers: {content-type: [application/json]}\n"

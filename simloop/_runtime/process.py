@@ -185,6 +185,8 @@ class _Running:
         run = Run(self.clock)
         if not _RUNS:
             for name, value in CREDENTIALS.items():
+                if value is None and name not in os.environ:
+                    continue  # (most are not set: nothing to take away, nothing to give back)
                 _ENV[name] = os.environ.get(name)
                 _put(name, value)
         _RUNS[self.clock] = run
