@@ -105,6 +105,36 @@ def _stream(text: str, size: int) -> str:
     return "".join(f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n" for name, data in events)
 
 
+def _openai_stream(form: str, text: str, size: int) -> str:
+    """An OpenAI stream spelling ``text`` out in ``size``-character deltas: a Chat Completions choice's content
+    and a tool call's arguments (``chat-sse``), or a Responses output text and call arguments (``responses-sse``)."""
+    pieces = [text[i:i + size] for i in range(0, len(text), size)]
+    if form == "chat-sse":
+        events: list[Any] = [{"choices": [{"index": 0, "delta": {"content": p}}]} for p in pieces]
+        events += [{"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 1, "function": {"arguments": p}}]}}]}
+                   for p in pieces]
+        return "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+    events = [{"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": p} for p in pieces]
+    events += [{"type": "response.function_call_arguments.delta", "output_index": 1, "delta": p} for p in pieces]
+    return "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
+
+
+def _openai_texts(stream: str) -> list[str]:
+    """What an OpenAI stream spells out, per part (joined the way `_openai_stream` split them)."""
+    parts: dict[str, str] = {}
+    for line in stream.split("\n"):
+        if line.startswith("data: {"):
+            event = json.loads(line[6:])
+            for choice in event.get("choices", []):
+                delta = choice["delta"]
+                parts["content"] = parts.get("content", "") + delta.get("content", "")
+                for call in delta.get("tool_calls", []):
+                    parts["arguments"] = parts.get("arguments", "") + call["function"]["arguments"]
+            if "delta" in event and isinstance(event["delta"], str):
+                parts[event["type"]] = parts.get(event["type"], "") + event["delta"]
+    return list(parts.values())
+
+
 def _response(body: str) -> dict[str, Any]:
     return {"status": {"code": 200, "message": "OK"},
             "headers": {"content-type": ["text/event-stream"], "content-length": [str(len(body))]},
@@ -227,7 +257,7 @@ _TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_si
         lambda s: "Zq" + s),
     before=_TEXT,
     after=_TEXT,
-    form=st.sampled_from(["json", "nested-json", "query", "header", "sse"]),
+    form=st.sampled_from(["json", "nested-json", "query", "header", "sse", "chat-sse", "responses-sse"]),
     split=st.integers(1, 9),
 )
 def test_a_secret_never_reaches_the_written_cassette_and_it_replays(
@@ -243,8 +273,10 @@ def test_a_secret_never_reaches_the_written_cassette_and_it_replays(
         uri += "?q=" + quote_plus(text)
     elif form == "header":
         headers = {"x-note": text}
-    else:
+    elif form == "sse":
         response_body = _stream(text, split)
+    else:
+        response_body = _openai_stream(form, text, split)
     scrubber = Scrubber(secrets=[secret])
     request = scrubber.request(FakeRequest(uri, request_body, headers))
     response = scrubber.response(_response(response_body))
@@ -261,6 +293,8 @@ def test_a_secret_never_reaches_the_written_cassette_and_it_replays(
         seen.append(item.request.json()["messages"][0]["content"])
     elif form == "sse":
         seen.append(turn_from_sse(item.response.body).content[0]["text"])
+    else:
+        seen += _openai_texts(item.response.body.decode("utf-8"))
     for value in seen:
         assert secret not in str(value)
 
