@@ -23,6 +23,9 @@ The command's environment (docs/design.md, Loops in any language):
 ``SIMLOOP_RUN_ID``          marks the run's processes (see below)
 ==========================  ==========================================================================
 
+No other credential the SDKs read reaches the command: ``ANTHROPIC_AUTH_TOKEN``, ``OPENAI_ORG_ID``,
+``OPENAI_PROJECT_ID``... (`simloop._runtime.process.CREDENTIALS`) are removed from what it inherits.
+
 The loop's outcome: its last line on stdout that is a JSON object with a ``reason`` (one of
 `simloop.outcome.REASONS`), e.g. ``{"reason": "final", "text": "Refunded."}``.  Without one, exit code 0
 reads as ``final`` and any other as a crash (the ``crash`` invariant reports it with the end of stderr).
@@ -60,6 +63,7 @@ from simloop._runtime.clock import RealTimeThread
 from simloop._runtime.halt import LoopHalted
 from simloop._runtime.netguard import simloops_own
 from simloop._runtime.prepare import once
+from simloop._runtime.process import CREDENTIALS
 from simloop._runtime.proctree import Tree
 from simloop.errors import UsageError
 from simloop.outcome import REASONS, Outcome
@@ -110,8 +114,8 @@ def command_drive(
 
     drive.__name__ = drive.__qualname__ = "command"
     drive.__module__ = "simloop.command"
-    drive.simloop_replay = f"simloop run {{path}} --command {shlex.quote(shown)}"  # type: ignore[attr-defined]
-    drive.simloop_search = f"simloop verify --command {shlex.quote(shown)}"  # type: ignore[attr-defined]
+    drive.simloop_replay = "simloop run {path} --command " + shlex.quote(shown)  # type: ignore[attr-defined]
+    drive.simloop_search = "simloop verify --command " + shlex.quote(shown)  # type: ignore[attr-defined]
     # what simloop imports for this drive, before the run (not the SDK: the command brings its own)
     drive.simloop_prepare = functools.partial(once, f"command-mcp={with_mcp}", functools.partial(  # type: ignore[attr-defined]
         _prepare, mcp=with_mcp))
@@ -196,9 +200,9 @@ class _Capped:
 
 def _environment(sim: Sim, server: Any, env: Mapping[str, str] | None, tree: Tree) -> dict[str, str]:
     """The command's environment; a value an environment cannot carry (a NUL) is a usage error, named."""
+    given = {**os.environ, **(env or {})}
     child_env = {
-        **os.environ,
-        **(env or {}),
+        **{name: value for name, value in given.items() if name not in CREDENTIALS},  # none of the real ones
         "ANTHROPIC_BASE_URL": server.base_url,
         "ANTHROPIC_API_KEY": API_KEY,
         "OPENAI_BASE_URL": server.openai_base_url,

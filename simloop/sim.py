@@ -605,7 +605,7 @@ class Sim:
         with simloops_own():  # the server is simloop's, not the loop's (see simloop._runtime.netguard)
             server = LoopbackServer(self.server, tools=self.tools, mcp=False, fast_retries=True)
         self._proc.closers.append(server.close)
-        self._proc.set_env({"ANTHROPIC_BASE_URL": server.base_url,
+        self._proc.set_env({"ANTHROPIC_BASE_URL": server.base_url, "OPENAI_BASE_URL": server.openai_base_url,
                             "SIMLOOP_TOOLS_URL": server.base_url + "/simloop/tools"})
 
     def _forks_seen(self) -> None:

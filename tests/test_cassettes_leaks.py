@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from simloop import Scenario, load_scenario
 from simloop.cassettes import Scrubber, convert, load_cassette, record
 from simloop.cassettes._record import CassetteSerializer
+from simloop.cassettes._scrub import _base64_forms
 from simloop.wire import loopback, render
 from simloop.wire.render import turn_from_sse
 
@@ -102,6 +103,36 @@ def _stream(text: str, size: int) -> str:
                                   "usage": {"output_tokens": 5}}),
                ("message_stop", {"type": "message_stop"})]
     return "".join(f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n" for name, data in events)
+
+
+def _openai_stream(form: str, text: str, size: int) -> str:
+    """An OpenAI stream spelling ``text`` out in ``size``-character deltas: a Chat Completions choice's content
+    and a tool call's arguments (``chat-sse``), or a Responses output text and call arguments (``responses-sse``)."""
+    pieces = [text[i:i + size] for i in range(0, len(text), size)]
+    if form == "chat-sse":
+        events: list[Any] = [{"choices": [{"index": 0, "delta": {"content": p}}]} for p in pieces]
+        events += [{"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 1, "function": {"arguments": p}}]}}]}
+                   for p in pieces]
+        return "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+    events = [{"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": p} for p in pieces]
+    events += [{"type": "response.function_call_arguments.delta", "output_index": 1, "delta": p} for p in pieces]
+    return "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
+
+
+def _openai_texts(stream: str) -> list[str]:
+    """What an OpenAI stream spells out, per part (joined the way `_openai_stream` split them)."""
+    parts: dict[str, str] = {}
+    for line in stream.split("\n"):
+        if line.startswith("data: {"):
+            event = json.loads(line[6:])
+            for choice in event.get("choices", []):
+                delta = choice["delta"]
+                parts["content"] = parts.get("content", "") + delta.get("content", "")
+                for call in delta.get("tool_calls", []):
+                    parts["arguments"] = parts.get("arguments", "") + call["function"]["arguments"]
+            if "delta" in event and isinstance(event["delta"], str):
+                parts[event["type"]] = parts.get(event["type"], "") + event["delta"]
+    return list(parts.values())
 
 
 def _response(body: str) -> dict[str, Any]:
@@ -226,7 +257,7 @@ _TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_si
         lambda s: "Zq" + s),
     before=_TEXT,
     after=_TEXT,
-    form=st.sampled_from(["json", "nested-json", "query", "header", "sse"]),
+    form=st.sampled_from(["json", "nested-json", "query", "header", "sse", "chat-sse", "responses-sse"]),
     split=st.integers(1, 9),
 )
 def test_a_secret_never_reaches_the_written_cassette_and_it_replays(
@@ -242,8 +273,10 @@ def test_a_secret_never_reaches_the_written_cassette_and_it_replays(
         uri += "?q=" + quote_plus(text)
     elif form == "header":
         headers = {"x-note": text}
-    else:
+    elif form == "sse":
         response_body = _stream(text, split)
+    else:
+        response_body = _openai_stream(form, text, split)
     scrubber = Scrubber(secrets=[secret])
     request = scrubber.request(FakeRequest(uri, request_body, headers))
     response = scrubber.response(_response(response_body))
@@ -260,5 +293,67 @@ def test_a_secret_never_reaches_the_written_cassette_and_it_replays(
         seen.append(item.request.json()["messages"][0]["content"])
     elif form == "sse":
         seen.append(turn_from_sse(item.response.body).content[0]["text"])
+    else:
+        seen += _openai_texts(item.response.body.decode("utf-8"))
     for value in seen:
         assert secret not in str(value)
+
+
+# -- 4. a key echoed in an OpenAI stream, on both OpenAI wires (issue 41 item 1) ------------------------------------
+
+
+def _forms(secret: str) -> list[str]:
+    """A secret in every encoding the tests above check: raw, JSON-escaped, URL- and form-encoded, base64."""
+    forms = {secret, json.dumps(secret)[1:-1], quote(secret, safe=""), quote_plus(secret)}
+    forms |= {f.decode() for f in _base64_forms(secret)}
+    return sorted(forms)
+
+
+def _written_leaks(folder: Path, secret: str, size: int) -> list[str]:
+    """Every file under ``folder`` holding ``secret`` in any form, or any ``size`` characters of it in a row."""
+    inner = secret[8:]  # past the prefix: every piece of this part is the key's own
+    pieces = [inner[i:i + size] for i in range(len(inner) - size + 1)]
+    found = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        found += [f"{path.name}: {leak!r}" for leak in [*_forms(secret), *pieces] if leak in text]
+    return found
+
+
+@pytest.mark.parametrize("wire", ["chat", "responses"])
+def test_a_key_echoed_in_an_openai_stream_in_5_character_deltas_keeps_no_piece_on_disk(
+    wire: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    openai = pytest.importorskip("openai", reason="the OpenAI wire needs the openai SDK")
+    from simloop.wire import openai_chat, openai_responses
+
+    def five(text: str) -> list[str]:
+        return [text[k:k + 5] for k in range(0, len(text), 5)] or [""]
+
+    monkeypatch.setattr(openai_chat, "_chunk_piece", five)
+    monkeypatch.setattr(openai_responses, "_pieces", five)
+    key = "sk-proj-" + "Qm4xT9vLr2Wc8Nh5Zp1Ks7Jd3Gf6By0A"  # an OpenAI project key, not repetitive
+    scenario = Scenario.model_validate({"name": "s", "task": "hi", "tools": [{"name": "save"}], "model": [
+        {"tool_use": [{"name": "save", "input": {"token": key}}, {"name": "save", "input": {"note": f"a {key} b"}}]},
+        {"end_turn": f"Echo: {key} done"}]})
+    cassette = tmp_path / "cassettes" / "stream.yaml"
+    tools: Any = [{"type": "function", "function": {"name": "save", "parameters": {"type": "object"}}}]
+    with loopback.serve(scenario) as server, record(cassette):
+        client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="sk-test-not-a-real-key-000", max_retries=0)
+        for _ in range(2):  # a tool-call turn (arguments in pieces), then a text turn (content in pieces)
+            if wire == "chat":
+                events = list(client.chat.completions.create(
+                    model="gpt-4o", messages=[{"role": "user", "content": "hi"}], tools=tools, stream=True))
+                live = "".join(c.choices[0].delta.content or "" for c in events if c.choices)
+                live += "".join(t.function.arguments or "" for c in events if c.choices
+                                for t in c.choices[0].delta.tool_calls or [] if t.function)
+            else:
+                events = list(client.responses.create(model="gpt-4o", input="hi", tools=[
+                    {"type": "function", "name": "save", "parameters": {"type": "object"}}], stream=True))
+                live = "".join(e.delta for e in events if e.type.endswith(".delta"))
+            assert key in live  # the live stream has it, in pieces
+    assert _written_leaks(tmp_path, key, 5) == []
+    items = load_cassette(cassette)
+    assert len(items) == 2 and all("[REDACTED]" in str(i.response.body) for i in items)
+    convert(cassette, tmp_path / "out" / "scenario.yaml")
+    assert _written_leaks(tmp_path, key, 5) == []

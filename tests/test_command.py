@@ -232,6 +232,17 @@ def test_the_timeout_must_be_a_finite_positive_number(value: str, capsys: pytest
     assert "0<x<=604800" in err or "is not a number of seconds (e.g. 30 or 2.5)" in err
 
 
+def test_a_failing_command_whose_text_holds_braces_is_reported_with_its_replay_line(tmp_path: Path) -> None:
+    # a shell variable, a jq filter, a Python dict: the command text is the user's, never a format string
+    text = "sh -c 'echo ${HOME} {\"a\": 1} {path} {}; exit 3'"
+    with pytest.raises(simloop.InvariantViolation) as caught:
+        simloop.verify(command_drive(text, mcp=False), max_examples=1, out_dir=tmp_path, settings=NO_SHRINK)
+    error = caught.value
+    assert [v.invariant for v in error.violations] == ["crash"]
+    assert error.replay == f"simloop run {error.scenario_path} --command {shlex.quote(text)}"
+    assert f"replay it: {error.replay}" in str(error)
+
+
 def test_command_drive_refuses_a_timeout_no_wait_can_take() -> None:
     for value in (float("inf"), float("nan"), 0, 1e9):
         with pytest.raises(simloop.UsageError, match=r"command_drive\(timeout_s=...\): a finite number of seconds"):
@@ -395,6 +406,23 @@ def test_the_command_finds_both_wires_in_its_environment(tmp_path: Path) -> None
     anthropic_url, openai_url, key = outcome.text.split()
     assert anthropic_url.startswith("http://127.0.0.1:") and openai_url == anthropic_url + "/v1"
     assert key == OPENAI_API_KEY  # a fake key: the SDK will not start without one
+
+
+def test_a_command_gets_no_real_credential_of_either_sdk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # before: ANTHROPIC_AUTH_TOKEN, OPENAI_ORG_ID and OPENAI_PROJECT_ID reached the command as the user had them
+    real = {"ANTHROPIC_AUTH_TOKEN": "the-users-bearer-token-0002", "OPENAI_ORG_ID": "org-the-users-org-0004",
+            "OPENAI_PROJECT_ID": "proj_the-users-project-0005", "ANTHROPIC_API_KEY": "sk-ant-api03-real-0001",
+            "OPENAI_API_KEY": "sk-proj-the-users-real-key-0003"}
+    for name, value in real.items():
+        monkeypatch.setenv(name, value)
+    dump = tmp_path / "env.json"
+    script = f"import json, os; open({str(dump)!r}, 'w').write(json.dumps(dict(os.environ)))"
+    with simloop.Sim({"task": "t", "then": "end_turn"}) as sim:
+        sim.run(command_drive([sys.executable, "-c", script], mcp=False))
+    env = json.loads(dump.read_text())
+    assert [name for name, value in real.items() if value in json.dumps(env)] == []
+    assert {"ANTHROPIC_AUTH_TOKEN", "OPENAI_ORG_ID", "OPENAI_PROJECT_ID"}.isdisjoint(env)
+    assert env["ANTHROPIC_API_KEY"].startswith("sk-ant-simloop-") and env["OPENAI_API_KEY"] == OPENAI_API_KEY
 
 
 # -- bash, curl and jq, through the command line ----------------------------------------------------------------------

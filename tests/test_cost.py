@@ -105,6 +105,16 @@ def test_the_command_line_declares_a_cost_budget(tmp_path: Path, capsys: pytest.
     assert main(["verify", "examples.correct_sync:drive", "--max-cost-usd", "0", "--max-examples", "1"]) == 2
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0", "cheap"])
+def test_a_cost_budget_on_the_command_line_that_is_not_a_finite_positive_number_exits_2(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["verify", "examples.correct_sync:drive", "--max-cost-usd", value, "--max-examples", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "Invalid value for '--max-cost-usd'" in err and "Traceback" not in err
+    assert "is not a number of US dollars" in err or "0<x<=" in err
+
+
 def test_the_plugin_takes_a_cost_budget_in_its_limits(pytester: pytest.Pytester) -> None:
     pytester.syspathinsert(Path(__file__).resolve().parents[1])
     pytester.makeconftest("""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import _thread
 import concurrent.futures
 import contextlib
+import json
 import multiprocessing
 import os
 import signal
@@ -420,6 +421,49 @@ def test_a_child_process_reaches_the_simulator_through_the_environment(monkeypat
     assert printed == ["sk-ant-simloop- http://127.0.0.1: from the child"]
     assert len(sim.transcript.requests) == 3  # the child's model call is in the run's transcript
     assert "ANTHROPIC_BASE_URL" not in os.environ and os.environ["ANTHROPIC_API_KEY"] == "sk-ant-the-users-real-key"
+
+
+#: What a user's shell may hold: each credential the SDKs read, and each wire's base URL, all real-looking.
+REAL_CREDENTIALS = {
+    "ANTHROPIC_API_KEY": "sk-ant-api03-the-users-real-key-0001", "ANTHROPIC_AUTH_TOKEN": "the-users-bearer-token-0002",
+    "OPENAI_API_KEY": "sk-proj-the-users-real-openai-key-0003", "OPENAI_ORG_ID": "org-the-users-org-0004",
+    "OPENAI_PROJECT_ID": "proj_the-users-project-0005", "OPENAI_BASE_URL": "https://gateway.example.com/v1",
+    "ANTHROPIC_BASE_URL": "https://gateway.example.com",
+}
+OPENAI_CHILD = """\
+import json, os, openai
+reply = openai.OpenAI().chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
+print(json.dumps({"env": dict(os.environ), "text": reply.choices[0].message.content}))
+"""
+
+
+def test_a_child_on_the_openai_sdk_gets_no_real_credential_and_reaches_the_simulator(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # before: the child inherited the user's OPENAI_API_KEY, ANTHROPIC_AUTH_TOKEN and OPENAI_BASE_URL, and its
+    # call went to the real API (billed, unseen)
+    for name, value in REAL_CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    printed: list[Any] = []
+
+    def sub_agent(sim: Sim, call: Any) -> str:  # a sub-agent on the openai SDK, as a process of its own
+        out = subprocess.run([sys.executable, "-c", OPENAI_CHILD], capture_output=True, text=True,
+                             timeout=60, check=False)
+        assert out.returncode == 0, out.stderr[-2000:]
+        printed.append(json.loads(out.stdout))
+        return sim.run_tool(call.name, call.input, tool_use_id=call.id)
+
+    world = {**WORLD, "model": [*WORLD["model"][:1], {"end_turn": "from the child"}, {"end_turn": "done"}]}
+    with Sim(world, watchdog_s=120) as sim:
+        sim.run(_loop(sub_agent))
+    [child] = printed
+    assert child["text"] == "from the child" and len(sim.transcript.requests) == 3  # its call is in the transcript
+    env = child["env"]
+    leaked = [name for name, value in REAL_CREDENTIALS.items() if value in json.dumps(env)]
+    assert leaked == []
+    assert env["OPENAI_BASE_URL"].startswith("http://127.0.0.1:") and env["OPENAI_API_KEY"].startswith("sk-simloop-")
+    assert {"ANTHROPIC_AUTH_TOKEN", "OPENAI_ORG_ID", "OPENAI_PROJECT_ID"}.isdisjoint(env)
+    assert {name: os.environ.get(name) for name in REAL_CREDENTIALS} == REAL_CREDENTIALS  # given back after the run
 
 
 def test_a_forked_child_that_reaches_the_network_is_blocked_and_reported() -> None:

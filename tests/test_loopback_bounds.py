@@ -102,3 +102,38 @@ def test_simloop_serve_on_all_interfaces_warns_on_stderr(
     err = capsys.readouterr().err
     assert "simloop: WARNING: simloop serve is bound to 0.0.0.0, not to loopback" in err
     assert "Bind 127.0.0.1 (the default) unless that is what you want." in err
+
+
+def test_the_responses_store_keeps_a_bounded_number_and_size_and_a_chain_past_it_gets_the_real_400(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # before: every stored response was kept whole, for good (40 requests of 3 MB grew simloop serve by 120 MB)
+    openai = pytest.importorskip("openai", reason="the Responses wire is driven through the openai SDK")
+    from simloop.wire import openai_responses
+
+    monkeypatch.setattr(openai_responses, "MAX_STORED_BYTES", 1_000_000)
+    monkeypatch.setattr(openai_responses, "MAX_STORED_RESPONSES", 4)
+    big = "z" * 400_000  # about 100k tokens: within gpt-4o's window
+    with loopback.serve(_scenario(), max_kept_text=loopback.KEPT_TEXT) as server:
+        client = openai.OpenAI(base_url=server.openai_base_url, api_key="sk-anything-0000", max_retries=0)
+        first = client.responses.create(model="gpt-4o", input="hi")
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for i in range(12):  # 4.8 MB of input
+                client.responses.create(model="gpt-4o", input=f"{i} {big}")
+            gc.collect()
+            grown = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        assert grown < 2_500_000, f"{grown:,} bytes kept for 12 responses of 400 kB"
+        assert len(server.server.stored_responses) <= 4
+        latest = [client.responses.create(model="gpt-4o", input=f"small {i}") for i in range(4)]
+        chained = client.responses.create(model="gpt-4o", previous_response_id=latest[0].id, input="go on")
+        assert chained.output_text == "Fine."  # the newest four are held
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.responses.create(model="gpt-4o", previous_response_id=first.id, input="go on")
+    assert caught.value.body == {"message": f"Previous response with id '{first.id}' not found.",
+                                 "type": "invalid_request_error", "param": "previous_response_id",
+                                 "code": "previous_response_not_found"}

@@ -298,3 +298,25 @@ def test_the_readme_responses_loop_passes(tmp_path: Path) -> None:
     exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 - the project's own README
     report = simloop.verify(namespace["drive"], max_examples=40, seed=2, out_dir=tmp_path)
     assert report.ok
+
+
+def test_a_call_id_that_is_a_json_object_gets_the_400_and_the_run_is_checked_without_a_crash() -> None:
+    # ids from a rejected request are whatever JSON the loop sent: checking reads them defensively
+    import anthropic
+
+    with simloop.Sim(scenario(CALLS, {"end_turn": "Found both."})) as sim:
+        client = sim.openai_client
+        first = client.responses.create(model="gpt-4o", input=sim.task, tools=TOOLS)
+        bad = [{"type": "function_call_output", "call_id": {"id": item.call_id}, "output": "1"}
+               for item in first.output if item.type == "function_call"]
+        with pytest.raises(openai.BadRequestError) as info:
+            client.responses.create(model="gpt-4o", input=[{"role": "user", "content": sim.task}, *first.output, *bad],
+                                    tools=TOOLS)
+        with pytest.raises(anthropic.BadRequestError):  # the Messages wire's 400 alike
+            sim.client.messages.create(model="claude-sonnet-5", max_tokens=10, messages=[
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": {"a": [1]}, "content": "x"}]}])
+    assert info.value.status_code == 400 and "call_id" in str(info.value.body)
+    report = sim.check()
+    assert [v.invariant for v in report.violations] == ["pairing", "pairing"]
+    assert "has no function_call_output answering it" in report.violations[0].message
+    assert "[400" in simloop.timeline.render_timeline(sim.transcript, report.violations)

@@ -146,6 +146,89 @@ def test_a_raw_socket_is_blocked_unless_loopback_is_allowed(listener: socket.soc
     assert sim.transcript.halt is not None and sim.transcript.halt.target == "192.0.2.1:443"
 
 
+def test_under_loopback_a_localhost_name_is_loopback_without_a_query(
+    listener: socket.socket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # before: *.localhost went to the system's resolver (a DNS query here, which fails), and a connect() to
+    # such a name went wherever DNS pointed it
+    from simloop._runtime import netguard
+
+    port = listener.getsockname()[1]
+    asked: list[Any] = []
+    real = netguard._REAL_GETADDRINFO
+    monkeypatch.setattr(netguard, "_REAL_GETADDRINFO", lambda host, *a: asked.append(host) or real(host, *a))
+    reached: list[str] = []
+
+    def drive(sim: Sim) -> Outcome:
+        for name in ("api.localhost", "Tools.Dev.LOCALHOST.", "localhost"):
+            with socket.create_connection((name, port), timeout=5) as sock:
+                reached.append(sock.getpeername()[0])
+        assert socket.gethostbyname("db.localhost") == "127.0.0.1"
+        return Outcome("final", "ok")
+
+    with Sim(scenario(), network="loopback") as sim:
+        assert sim.run(drive) == Outcome("final", "ok")
+    assert sim.transcript.halt is None and reached == ["127.0.0.1"] * 3
+    assert not [host for host in asked if "localhost" in str(host).lower()]  # answered without the resolver
+
+    def raw(sim: Sim) -> Outcome:  # a name connect() would hand to the system's resolver: loopback, no query
+        with socket.socket() as sock:
+            sock.connect(("evil.localhost", port))
+            return Outcome("final", sock.getpeername()[0])
+
+    with Sim(scenario(), network="loopback") as sim:
+        assert sim.run(raw) == Outcome("final", "127.0.0.1")
+    assert not [host for host in asked if "localhost" in str(host).lower()]
+
+
+def test_under_loopback_localhost_is_allowed_only_where_it_resolves_to_loopback(
+    listener: socket.socket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import _socket
+
+    from simloop._runtime import netguard
+
+    port = listener.getsockname()[1]
+
+    def raw(sim: Sim) -> Outcome:  # _socket's own connect: the name goes to this machine's resolver
+        sock = _socket.socket()
+        try:
+            sock.connect(("localhost", port))
+        finally:
+            sock.close()
+        return Outcome("final", "reached")
+
+    with Sim(scenario(), network="loopback") as sim:
+        assert sim.run(raw) == Outcome("final", "reached")  # this machine's localhost is 127.0.0.1
+    elsewhere = [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("192.0.2.7", port))]  # a hosts file pointing away
+    monkeypatch.setattr(netguard, "_REAL_GETADDRINFO", lambda *a: elsewhere)
+    with Sim(scenario(), network="loopback") as sim:
+        sim.run(raw)
+    assert sim.transcript.halt is not None and sim.transcript.halt.target == f"localhost:{port}"
+
+
+@pytest.mark.skipif(not hasattr(socket, "AF_PACKET"), reason="AF_PACKET is Linux's")
+@pytest.mark.parametrize("policy", ["block", "loopback"])
+def test_a_raw_packet_socket_is_blocked_when_it_is_made(policy: str) -> None:
+    # before: made (with CAP_NET_RAW), and its frames reached the network unseen
+    made: list[socket.socket] = []
+
+    def drive(sim: Sim) -> Outcome:
+        try:
+            made.append(socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003)))
+        except PermissionError:  # without CAP_NET_RAW: the kernel refuses, the loop goes on
+            pass
+        return Outcome("final", "sent")
+
+    with Sim(scenario(), network=policy) as sim:  # type: ignore[arg-type]
+        sim.run(drive)
+    for sock in made:
+        sock.close()
+    assert made == [] and sim.transcript.halt is not None
+    assert sim.transcript.halt.target == "the raw network (an AF_PACKET socket)"
+    assert "opened a real network connection to the raw network (an AF_PACKET socket)" in str(sim.check())
+
+
 def test_the_guard_acts_only_inside_a_run_and_on_the_runs_threads(listener: socket.socket) -> None:
     port = listener.getsockname()[1]
     outside: list[bool] = []

@@ -137,7 +137,7 @@ def replay_line(
     claims = claim_flags(scenario) if scenario is not None else ""
     hint = getattr(drive, "simloop_replay", None)
     if isinstance(hint, str):  # a drive that is not a Python function (simloop.command): it says how
-        return hint.format(path=path) + (f" --seed {seed}" if seed else "") + claims
+        return hint.replace("{path}", path, 1) + (f" --seed {seed}" if seed else "") + claims
     module = getattr(drive, "__module__", None)
     qual = getattr(drive, "__qualname__", None)
     if module and qual and "<" not in qual and module != "__main__":

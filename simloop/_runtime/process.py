@@ -14,8 +14,8 @@ The loop under test runs in simloop's own process, so what it does to the proces
   running when the loop returned is reported (``no_work_after_return``) and killed.  Children are found
   through ``/proc`` (Linux), looked at only when the run started one (the audit events ``os.fork``,
   ``subprocess.Popen``, ``os.posix_spawn``, ``os.system``, ``os.spawn``).  While a run lasts, the process's
-  environment carries a fake ``ANTHROPIC_API_KEY``: a child inherits it, so its stray request to the real API
-  is refused, not billed.
+  environment carries fake keys for both wires and none of the other credentials the SDKs read (`CREDENTIALS`):
+  a child inherits them, so its stray request to the real API is refused, not billed.
 * **Threads however started, and pool jobs.** A thread started with ``_thread.start_new_thread``, and a job
   submitted to a ``ThreadPoolExecutor`` that existed before the run, run on the run's clock and under its
   network guard (the pool's thread only while it runs the job); the run waits a short grace for them when the
@@ -45,8 +45,9 @@ from simloop._runtime.halt import LoopHalted
 from simloop._runtime.netguard import _OWN
 from simloop._runtime.watchdog import where_in, where_of
 from simloop.invariants.stopping import FORK_FIX
+from simloop.wire.openai_chat import FAKE_OPENAI_KEY
 
-__all__ = ["FINAL_CODE", "LAST_RESORT_S", "REAL_EXIT", "ProcessExit", "Run", "bounded", "forked_call", "install",
+__all__ = ["CREDENTIALS", "FINAL_CODE", "LAST_RESORT_S", "REAL_EXIT", "ProcessExit", "Run", "bounded", "forked_call", "install",
            "release", "running"]
 
 REAL_EXIT = os._exit
@@ -60,6 +61,19 @@ _get_ident = _thread.get_ident
 
 _SPAWNS = frozenset({"os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.system", "subprocess.Popen"})
 FAKE_KEY = "sk-ant-simloop-0000000000000000000000000000000000000000"
+#: The credentials the ``anthropic`` and ``openai`` SDKs read from the environment, as a run's children see
+#: them (docs/security.md, Credentials): each wire's key is a fake one (an SDK will not start without it), every
+#: other credential or account id is removed (None), and so is each wire's base URL until the run serves its
+#: world on loopback (`Run.set_env`): a child's stray call goes to the real API with a fake key, refused, not billed.
+CREDENTIALS: dict[str, str | None] = {
+    "ANTHROPIC_API_KEY": FAKE_KEY,
+    "OPENAI_API_KEY": FAKE_OPENAI_KEY,
+    **dict.fromkeys((
+        "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "ANTHROPIC_CUSTOM_HEADERS", "ANTHROPIC_FOUNDRY_API_KEY",
+        "AWS_BEARER_TOKEN_BEDROCK", "OPENAI_BASE_URL", "OPENAI_ORG_ID", "OPENAI_PROJECT_ID", "OPENAI_ADMIN_KEY",
+        "OPENAI_CUSTOM_HEADERS", "AZURE_OPENAI_API_KEY", "AZURE_OPENAI_AD_TOKEN",
+    )),
+}
 
 
 class ProcessExit(BaseException):
@@ -170,9 +184,11 @@ class _Running:
         install()
         run = Run(self.clock)
         if not _RUNS:
-            for name, value in (("ANTHROPIC_API_KEY", FAKE_KEY),):
+            for name, value in CREDENTIALS.items():
+                if value is None and name not in os.environ:
+                    continue  # (most are not set: nothing to take away, nothing to give back)
                 _ENV[name] = os.environ.get(name)
-                os.environ[name] = value
+                _put(name, value)
         _RUNS[self.clock] = run
         return run
 
@@ -186,12 +202,12 @@ def release(clock: VirtualClock) -> None:
     run = _RUNS.pop(clock, None)
     if run is None:
         return
+    for name, old in run.env.items():  # first what the run set, then (the last run) what every run replaced
+        _put(name, old)
+    run.env = {}
     if not _RUNS:
         for name, old in _ENV.items():
-            if old is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = old
+            _put(name, old)
         _ENV.clear()
     for fd in run.fork_reads:
         with contextlib.suppress(OSError):
@@ -204,11 +220,14 @@ def release(clock: VirtualClock) -> None:
     # cycle that would keep the whole finished run alive until the garbage collector finds it)
     run.closers = []
     run.on_spawn = None
-    for name, old in run.env.items():
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
+
+
+def _put(name: str, value: str | None) -> None:
+    """Set an environment variable, or remove it (None)."""
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 
 
 #: Real seconds one run may last before the process ends itself, needing nothing of the loop (set by the

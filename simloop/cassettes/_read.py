@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import gzip
 import json
 import os
 import zlib
@@ -14,6 +13,7 @@ from urllib.parse import urlsplit
 
 import yaml  # type: ignore[import-untyped, unused-ignore]
 
+from simloop.cassettes._bounds import Inflation, Refused, check_expansion
 from simloop.errors import UsageError
 
 _ANTHROPIC_HOST = "api.anthropic.com"
@@ -202,12 +202,18 @@ def load_cassette(path: str | os.PathLike[str]) -> list[Interaction]:
     Raises `CassetteError` when the file is missing, is not YAML, or has neither shape.
     """
     name = os.fspath(path)
+    inflation = Inflation()
     try:
         with open(name, "rb") as handle:
             raw = handle.read()
         if raw[:2] == b"\x1f\x8b":  # a whole gzip-compressed cassette (langchain ships *.yaml.gz)
-            raw = gzip.decompress(raw)
+            raw = inflation.inflate(raw, gzip=True)
         data = yaml.load(raw, Loader=_Loader)
+        check_expansion(raw, data)
+    except Refused as exc:
+        where = f"{name}:{exc.line}" if exc.line is not None else name
+        raise CassetteError(f"{where}: refused: {exc.message}; a recorded cassette never does this, so the file "
+                            "was made to: do not use it.") from None
     except OSError as exc:
         raise CassetteError(f"{name}: cannot read the cassette file ({exc.strerror or exc}).") from exc
     except (EOFError, zlib.error) as exc:
@@ -237,7 +243,8 @@ def load_cassette(path: str | os.PathLike[str]) -> list[Interaction]:
         raise CassetteError(
             f"{name}: 'interactions' must be a list of request/response pairs, found {_describe(items)}.{_FIX}"
         )
-    return [_interaction(name, index, _older_httpx(f"{name}: interaction {index}", item)) for index, item in enumerate(items)]
+    return [_interaction(name, index, _older_httpx(f"{name}: interaction {index}", item), inflation)
+            for index, item in enumerate(items)]
 
 
 def _older_httpx(where: str, item: Any) -> Any:
@@ -353,7 +360,7 @@ def _describe(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
-def _interaction(name: str, index: int, item: Any) -> Interaction:
+def _interaction(name: str, index: int, item: Any, inflation: Inflation) -> Interaction:
     where = f"{name}: interaction {index}"
     if type(item) is not dict:
         raise CassetteError(
@@ -365,7 +372,7 @@ def _interaction(name: str, index: int, item: Any) -> Interaction:
                 f"{where}: missing the '{key}' mapping (found {_describe(item.get(key))}); "
                 f"each interaction needs both 'request' and 'response'.{_FIX}"
             )
-    return Interaction(index, _request(where, item["request"]), _response(where, item["response"]))
+    return Interaction(index, _request(where, item["request"]), _response(where, item["response"], inflation))
 
 
 def _headers(where: str, raw: Any) -> dict[str, list[str]]:
@@ -405,7 +412,7 @@ def _request(where: str, raw: dict[str, Any]) -> RecordedRequest:
     return RecordedRequest(method, uri, headers, body)
 
 
-def _response(where: str, raw: dict[str, Any]) -> RecordedResponse:
+def _response(where: str, raw: dict[str, Any], inflation: Inflation) -> RecordedResponse:
     where = f"{where}: response"
     status = raw.get("status")
     code = status.get("code") if type(status) is dict else status
@@ -428,7 +435,7 @@ def _response(where: str, raw: dict[str, Any]) -> RecordedResponse:
         headers.pop("content-encoding", None)
     if encodings:
         if isinstance(raw_body, bytes):
-            body = _decompress(where, body, encodings)
+            body = _decompress(where, body, encodings, inflation)
         headers.pop("content-encoding", None)  # a text body was already decoded by the recorder
         headers.pop("content-length", None)
     return RecordedResponse(code, headers, body)
@@ -444,19 +451,20 @@ def _to_bytes(where: str, value: Any) -> bytes:
     raise CassetteError(f"{where}: the body must be a string or !!binary, found {_describe(value)}.{_FIX}")
 
 
-def _decompress(where: str, body: bytes, encodings: list[str]) -> bytes:
-    # Encodings apply in the order listed, so undo them last to first.
+def _decompress(where: str, body: bytes, encodings: list[str], inflation: Inflation) -> bytes:
+    # Encodings apply in the order listed, so undo them last to first; every body of a file shares one budget.
     for encoding in reversed(encodings):
         try:
-            if encoding in ("gzip", "x-gzip"):
-                body = gzip.decompress(body)
-            elif encoding == "deflate":
-                body = zlib.decompress(body)
+            if encoding in ("gzip", "x-gzip", "deflate"):
+                body = inflation.inflate(body, gzip=encoding != "deflate")
             elif encoding != "identity":
                 raise CassetteError(
                     f"{where}: content-encoding {encoding!r} is not supported (gzip, deflate and identity are); "
                     "re-record with decode_compressed_response=True."
                 )
+        except Refused as exc:
+            raise CassetteError(f"{where}: the body (content-encoding {encoding}) is refused: {exc.message}; a "
+                                "recorded cassette never does this, so the file was made to: do not use it.") from None
         except (OSError, EOFError, zlib.error) as exc:
             raise CassetteError(
                 f"{where}: the body says content-encoding {encoding} but does not decode ({exc}); "

@@ -210,13 +210,15 @@ class Scrubber:
     def _stream(self, text: str) -> str:
         """An SSE stream with the secrets its deltas carry between them replaced, event boundaries kept.
 
-        The text of each content block's deltas (``text``, ``partial_json``, ``thinking``) is joined,
-        searched as one string, and each match is cut out of the deltas that hold its pieces: the
-        first piece becomes ``[REDACTED]``, the others lose their share.  Changed events are written
-        back as compact JSON; every other byte of the stream is kept.
+        The text each part of the reply spells out over its deltas (`_slots`: a Messages content block's
+        ``text``/``partial_json``/``thinking``; a Chat Completions choice's ``content`` and each of its tool
+        calls' ``arguments``; a Responses item's ``output_text``, ``function_call_arguments``... deltas) is
+        joined, searched as one string, and each match is cut out of the deltas that hold its pieces: the
+        first piece becomes ``[REDACTED]``, the others lose their share.  Changed events are written back
+        as compact JSON; every other byte of the stream is kept.
         """
         lines = text.split("\n")
-        pieces: dict[tuple[Any, ...], list[tuple[int, dict[str, Any], dict[str, Any]]]] = {}
+        pieces: dict[tuple[Any, ...], list[tuple[int, dict[str, Any], dict[str, Any], str]]] = {}
         for number, line in enumerate(lines):
             if not line.startswith("data:"):
                 continue
@@ -224,18 +226,17 @@ class Scrubber:
                 event = json.loads(line[5:])
             except ValueError:
                 continue
-            if isinstance(event, dict):
-                for key, holder in _delta_texts(event):
-                    pieces.setdefault(key, []).append((number, event, holder))
+            for key, holder, field in _slots(event):
+                pieces.setdefault(key, []).append((number, event, holder, field))
         changed: dict[int, dict[str, Any]] = {}
-        for (*_, field), run in pieces.items():
-            texts = [delta[field].encode("utf-8") for _, _, delta in run]
+        for run in pieces.values():
+            texts = [holder[field].encode("utf-8") for _, _, holder, field in run]
             spans = [m.span() for m in self._pattern.finditer(b"".join(texts))]
             start = 0
-            for (number, event, delta), piece in zip(run, texts, strict=True):
+            for (number, event, holder, field), piece in zip(run, texts, strict=True):
                 new = _cut(piece, start, spans)
                 if new != piece:
-                    delta[field] = new.decode("utf-8")
+                    holder[field] = new.decode("utf-8")
                     changed[number] = event
                 start += len(piece)
         for number, event in changed.items():
@@ -244,33 +245,51 @@ class Scrubber:
         return "\n".join(lines)
 
 
-# The delta fields whose text a content block's deltas spell out between them.
+# The delta fields whose text a content block's deltas spell out between them (the Messages API).
 _DELTA_FIELDS = ("text", "partial_json", "thinking")
+# The fields of a Chat Completions choice's delta whose text its chunks spell out between them.
+_CHAT_FIELDS = ("content", "refusal", "reasoning_content")
+
+Slot = tuple[tuple[Any, ...], dict[str, Any], str]
 
 
-def _delta_texts(event: dict[str, Any]) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
-    """The pieces of text one stream event adds, each as (the run it belongs to, ending in its field; the dict
-    holding it): a Messages ``content_block_delta``'s ``text``/``partial_json``/``thinking``; a Chat Completions
-    chunk's ``content``, ``refusal`` and each tool call's ``arguments`` (per choice and call); a Responses
-    ``*.delta`` event's ``delta`` (per event type, item and part)."""
-    delta = event.get("delta")
-    if event.get("type") == "content_block_delta" and isinstance(delta, dict):
-        return [((event.get("index"), f), delta) for f in _DELTA_FIELDS if isinstance(delta.get(f), str)]
-    if isinstance(delta, str) and str(event.get("type", "")).endswith(".delta"):
-        return [((event["type"], event.get("item_id"), event.get("output_index"), event.get("content_index"), "delta"),
-                 event)]
-    found: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
-    for choice in event.get("choices") or [] if event.get("object") == "chat.completion.chunk" else []:
-        part = choice.get("delta") if isinstance(choice, dict) else None
-        if not isinstance(part, dict):
+def _slots(event: Any) -> list[Slot]:
+    """The delta texts one stream event carries: (the part of the reply it belongs to, the dict, its field).
+
+    Every wire's stream: the Messages API's ``content_block_delta`` (by block index and field), Chat
+    Completions chunks (by choice index, and by tool-call index for ``function.arguments``), and the
+    Responses API's ``response.*.delta`` events (by output index, content or summary index and type).
+    """
+    if not isinstance(event, dict):
+        return []
+    kind, delta = event.get("type"), event.get("delta")
+    if kind == "content_block_delta" and isinstance(delta, dict):
+        index = _hashable(event.get("index"))
+        return [(("messages", index, f), delta, f) for f in _DELTA_FIELDS if isinstance(delta.get(f), str)]
+    if isinstance(kind, str) and kind.startswith("response.") and kind.endswith(".delta") and isinstance(delta, str):
+        part = tuple(_hashable(event.get(k)) for k in ("output_index", "item_id", "content_index", "summary_index"))
+        return [(("responses", kind, *part), event, "delta")]
+    choices = event.get("choices")
+    if not isinstance(choices, list):
+        return []
+    found: list[Slot] = []
+    for choice in choices:
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        if not isinstance(delta, dict):
             continue
-        index = choice.get("index")
-        found += [(("chat", index, f), part) for f in ("content", "refusal") if isinstance(part.get(f), str)]
-        for call in part.get("tool_calls") or []:
-            fn = call.get("function") if isinstance(call, dict) else None
-            if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
-                found.append((("chat", index, "tool", call.get("index"), "arguments"), fn))
+        index = _hashable(choice.get("index"))
+        found += [(("chat", index, f), delta, f) for f in _CHAT_FIELDS if isinstance(delta.get(f), str)]
+        calls = delta.get("tool_calls")
+        for call in calls if isinstance(calls, list) else []:
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict) and isinstance(function.get("arguments"), str):
+                found.append((("chat", index, "tool", _hashable(call.get("index"))), function, "arguments"))
     return found
+
+
+def _hashable(value: Any) -> Any:
+    """An index as a key: a recorded stream is the server's JSON, whatever it holds."""
+    return value if isinstance(value, (str, int, float, type(None))) else json.dumps(value, sort_keys=True)
 
 
 def _is_stream(body: str | bytes) -> bool:

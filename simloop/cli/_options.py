@@ -33,22 +33,30 @@ DRIVE_HELP = (
 )
 
 
-class Seconds(click.FloatRange):
-    """Seconds above 0 and at most ``most``; unlike a plain FloatRange, ``nan`` is refused too."""
+class Finite(click.FloatRange):
+    """A number above 0 and at most ``most``, in ``unit``; unlike a plain FloatRange, ``nan`` is refused too."""
 
-    def __init__(self, most: float) -> None:
+    def __init__(self, most: float, unit: str = "seconds", example: str = "30 or 2.5") -> None:
         super().__init__(min=0, min_open=True, max=most)
+        self.unit, self.example = unit, example
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         try:
             float(value)
         except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number of seconds (e.g. 30 or 2.5)", param, ctx)
-        seconds = super().convert(value, param, ctx)
-        if math.isnan(seconds):  # every comparison with nan is false, so the range let it through
-            self.fail(f"{value!r} is not a number of seconds: give a finite number in the range 0<x<={self.max:g}",
-                      param, ctx)
-        return seconds
+            self.fail(f"{value!r} is not a number of {self.unit} (e.g. {self.example})", param, ctx)
+        number = super().convert(value, param, ctx)
+        if math.isnan(number):  # every comparison with nan is false, so the range let it through
+            self.fail(f"{value!r} is not a number of {self.unit}: give a finite number in the range "
+                      f"0<x<={self.max:g}", param, ctx)
+        return number
+
+
+class Seconds(Finite):
+    """Seconds above 0 and at most ``most`` (``--timeout``, ``--deadline``): finite, never ``nan``."""
+
+    def __init__(self, most: float) -> None:
+        super().__init__(most)
 
 
 def _hard_timeout(ctx: click.Context, param: click.Parameter, value: float) -> float:

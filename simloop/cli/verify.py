@@ -23,6 +23,7 @@ from simloop.cli._options import (
     MAX_TOKENS,
     NETWORK,
     TOOLS,
+    Finite,
     Seconds,
     console,
     load_drive,
@@ -155,7 +156,7 @@ __all__ = ["verify"]
 )
 @click.option(
     "--max-cost-usd",
-    type=click.FloatRange(min=0, min_open=True, max=MAX_COST_USD),
+    type=Finite(MAX_COST_USD, unit="US dollars", example="0.25"),
     default=None,
     help="The cost budget your loop declares, in US dollars at the model's list price (then it stops: cost_budget).",
 )

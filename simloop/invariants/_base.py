@@ -186,8 +186,10 @@ class _View:
                 for b in content:
                     if isinstance(b, dict) and b.get("type") == "tool_result":
                         uid = b.get("tool_use_id")
-                        first.setdefault(uid, pos)  # type: ignore[arg-type]
-                        blocks.setdefault(uid, b)  # type: ignore[arg-type]
+                        if not isinstance(uid, str):  # a rejected request's id may be any JSON: it answers no call
+                            continue
+                        first.setdefault(uid, pos)
+                        blocks.setdefault(uid, b)
                         answers = answers or (turn is not None and uid in turn[1])
                 if answers and turn is not None:
                     carrying.append(i)

@@ -39,7 +39,10 @@ from simloop.wire.render import Turn
 from simloop.wire.validate import Rejection
 
 __all__ = [
+    "MAX_STORED_BYTES",
+    "MAX_STORED_RESPONSES",
     "RESPONSES",
+    "ResponseStore",
     "expand",
     "render_events",
     "render_response",
@@ -85,6 +88,41 @@ def _kind(item: Any) -> str:
         return ""
     kind = item.get("type")
     return "message" if kind is None and "role" in item else str(kind)
+
+
+#: The most responses a server keeps for ``previous_response_id`` chains (docs/security.md, `simloop serve`).
+MAX_STORED_RESPONSES = 256
+#: The most bytes of input and output (as JSON) the kept responses add up to; the newest is always kept.
+MAX_STORED_BYTES = 32 * 1024 * 1024
+
+
+class ResponseStore(dict[str, list[Any]]):
+    """The responses a server keeps for chaining: id -> the input and output items the response chains.
+
+    Bounded: past `MAX_STORED_RESPONSES` responses or `MAX_STORED_BYTES` of conversation (each response's
+    whole chain: the one it continues, then its own input and output, measured as JSON when kept; shared
+    history is counted in each, so the bound holds whatever a chain still refers to), the oldest are
+    dropped; a chain to one of them gets the real API's 400 for an id it does not hold
+    (``previous_response_not_found``).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._sizes: dict[str, int] = {}  # id -> its bytes, in the order kept
+        self.bytes = 0
+
+    def keep(self, response_id: str, items: list[Any], size: int, previous: Any = None) -> None:
+        """Keep ``items`` (``size`` bytes of its own, after the chain of ``previous``) under ``response_id``,
+        dropping the oldest past the caps."""
+        size += self._sizes.get(previous, 0) if isinstance(previous, str) else 0
+        self.bytes -= self._sizes.pop(response_id, 0)
+        self[response_id] = items
+        self._sizes[response_id] = size
+        self.bytes += size
+        while len(self._sizes) > 1 and (len(self._sizes) > MAX_STORED_RESPONSES or self.bytes > MAX_STORED_BYTES):
+            oldest = next(iter(self._sizes))
+            self.bytes -= self._sizes.pop(oldest)
+            self.pop(oldest, None)
 
 
 def expand(body: Any, stored: Mapping[str, list[Any]]) -> tuple[list[Any], Rejection | None]:

@@ -229,7 +229,7 @@ class SimServer:
         self._validator = ConversationValidator(signed_by_sim=sign_thinking, read_only=True)
         self._kinds: dict[int, tuple[Reply, str]] = {}  # id(reply) -> (reply, reply.kind): replies are frozen
         # the Responses API's stored responses of this run: id -> the input and output items it chains
-        self.stored_responses: dict[str, list[Any]] = {}
+        self.stored_responses = openai_responses.ResponseStore()
 
     # -- entry point -----------------------------------------------------------
 
@@ -764,7 +764,7 @@ class _Responses(_Chat):
 
     __slots__ = ("body", "items", "stored")
 
-    def __init__(self, sent: Any, stored: dict[str, list[Any]], now: float) -> None:
+    def __init__(self, sent: Any, stored: openai_responses.ResponseStore, now: float) -> None:
         items, rejection = openai_responses.expand(sent, stored)
         if rejection is None:
             rejection = openai_responses.validate_responses(sent, items)
@@ -785,8 +785,9 @@ class _Responses(_Chat):
         self, turn: Turn, message: dict[str, Any], rec: Response, request_id: str, latency: float, *, stream: bool,
     ) -> Planned:
         payload = openai_responses.render_response(turn, message, self.body, model=self.model, created=self.created)
-        if self.body.get("store", True) is not False:
-            self.stored[payload["id"]] = [*self.items, *payload["output"]]
+        if self.body.get("store", True) is not False:  # kept bounded: its own input and output, measured
+            size = len(to_json(self.body.get("input"))) + len(to_json(payload["output"]))
+            self.stored.keep(payload["id"], [*self.items, *payload["output"]], size, self.body.get("previous_response_id"))
         if stream:
             events = openai_responses.render_events(turn, message, self.body, model=self.model, created=self.created)
             return Planned(headers=[_SSE, ("x-request-id", request_id)], events=events, latency=latency, record=rec)
@@ -816,7 +817,7 @@ class _Responses(_Chat):
 #: The OpenAI wires, by route: a request there is read by its wire (``read(body, stored, now)``: ``stored``, the
 #: run's kept responses by id, for ``previous_response_id``), which holds the wire's own checks, the Messages
 #: request it stands for (the one world) and its rendering of the answer (`_Chat`'s methods).
-OPENAI_WIRES: dict[str, Callable[[Any, dict[str, list[Any]], float], _Chat]] = {
+OPENAI_WIRES: dict[str, Callable[[Any, openai_responses.ResponseStore, float], _Chat]] = {
     openai_chat.CHAT_COMPLETIONS: lambda sent, stored, now: _Chat.read(sent, now),
     openai_responses.RESPONSES: _Responses,
 }
