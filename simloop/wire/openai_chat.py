@@ -52,7 +52,7 @@ CREATED_EPOCH = 1_767_225_600
 #: ``max_tokens`` of the internal request when the loop sets neither ``max_completion_tokens`` nor ``max_tokens``
 #: (the Chat Completions API needs none).
 DEFAULT_MAX_TOKENS = 4096
-#: The text of a refusal whose reply carries none (``finish_reason: content_filter``).
+#: The text of a refusal whose reply carries none (the API always sends one in ``message.refusal``).
 DEFAULT_REFUSAL = "I'm sorry, but I can't help with that request."
 _FINGERPRINT = "fp_51m100p0e1"
 _ROLES = ("system", "assistant", "user", "function", "tool", "developer")
@@ -308,12 +308,16 @@ def _tool_choice(choice: Any) -> dict[str, Any] | None:
 
 # -- the reply, as a chat.completion --------------------------------------------------------------------------------
 
+# A refusal is ``finish_reason: "stop"`` with the text in ``message.refusal`` and ``content`` null, as the real API
+# answers one (22 recorded answers, JSON and SSE, measured in issue 42; the openai SDK's ``parse()`` returns such a
+# refusal and raises ``ContentFilterFinishReasonError`` only on ``content_filter``); ``content_filter`` is the
+# moderation cutting output off, which the simulator does not model.
 _FINISH = {"end_turn": "stop", "stop_sequence": "stop", "pause_turn": "stop", "max_tokens": "length",
-           "tool_use": "tool_calls", "refusal": "content_filter"}
+           "tool_use": "tool_calls", "refusal": "stop"}
 
 
 def finish_reason(stop_reason: str | None) -> str | None:
-    """The ``finish_reason`` for a Messages ``stop_reason`` (a refusal is ``content_filter``)."""
+    """The ``finish_reason`` for a Messages ``stop_reason`` (a refusal is ``stop``: its text is in ``refusal``)."""
     return _FINISH.get(stop_reason, "stop") if stop_reason is not None else None
 
 
@@ -355,7 +359,7 @@ def render_completion(turn: Turn, message: Mapping[str, Any], *, model: str, cre
     text, calls = _parts(turn)
     reason = finish_reason(turn.stop_reason)
     out: dict[str, Any] = {"role": "assistant", "content": text or None, "refusal": None, "annotations": []}
-    if reason == "content_filter":
+    if turn.stop_reason == "refusal":
         out["content"], out["refusal"] = None, text or DEFAULT_REFUSAL
     if calls:
         out["tool_calls"] = calls
@@ -388,10 +392,10 @@ def render_chunks(
 
     text, calls = _parts(turn)
     reason = finish_reason(turn.stop_reason)
+    refused = turn.stop_reason == "refusal"
     # the first delta: the role, and "" for the content a text reply streams (null for calls or a refusal only)
-    events = [chunk({"role": "assistant", "content": "" if text and reason != "content_filter" else None,
-                     "refusal": None})]
-    if reason == "content_filter":
+    events = [chunk({"role": "assistant", "content": "" if text and not refused else None, "refusal": None})]
+    if refused:
         events += [chunk({"refusal": piece}) for piece in _chunk_piece(text or DEFAULT_REFUSAL)]
     elif text:
         events += [chunk({"content": piece}) for piece in _chunk_piece(text)]

@@ -50,6 +50,9 @@ __all__ = [
 ]
 
 RESPONSES = "/v1/responses"
+#: The model of a request that names none, only a stored ``prompt`` (whose model the dashboard holds and the
+#: simulator cannot see): the model the reply and the world say.
+PROMPT_MODEL = "gpt-4o"
 _ROLES = ("user", "assistant", "system", "developer")
 
 # -- the real API's 400s: texts, ``param`` and ``code`` as users reported them ------------------------------------
@@ -122,9 +125,10 @@ def _validate(body: Any, items: list[Any]) -> None:
         raise _Refuse("We could not parse the JSON body of your request. (HINT: This likely means you aren't using "
                       "your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not "
                       "valid JSON.)", None)
-    if "model" not in body:
+    stored_prompt = isinstance(body.get("prompt"), dict)  # a stored prompt names its model and may hold the input
+    if "model" not in body and not stored_prompt:
         raise _missing("model")
-    if "input" not in body and body.get("previous_response_id") is None:
+    if "input" not in body and body.get("previous_response_id") is None and not stored_prompt:
         raise _missing("input")
     value = body.get("input")
     if value is not None and not isinstance(value, (str, list)):
@@ -234,7 +238,7 @@ def to_internal(body: dict[str, Any], items: list[Any]) -> dict[str, Any]:
             text = output if isinstance(output, str) else _text_of(output)
             messages.append({"role": "user", "content": [
                 {"type": "tool_result", "tool_use_id": item["call_id"], "content": text}]})
-    internal: dict[str, Any] = {"model": body.get("model"), "messages": messages}
+    internal: dict[str, Any] = {"model": model_of(body), "messages": messages}
     cap = body.get("max_output_tokens")
     internal["max_tokens"] = cap if isinstance(cap, int) and not isinstance(cap, bool) else DEFAULT_MAX_TOKENS
     if system:
@@ -250,6 +254,12 @@ def to_internal(body: dict[str, Any], items: list[Any]) -> dict[str, Any]:
     if body.get("stream"):
         internal["stream"] = True
     return internal
+
+
+def model_of(body: Mapping[str, Any]) -> str:
+    """The request's ``model``; `PROMPT_MODEL` for one naming only a stored ``prompt``."""
+    model = body.get("model")
+    return str(model) if model is not None else PROMPT_MODEL
 
 
 def _tool(tool: dict[str, Any]) -> dict[str, Any]:
@@ -323,8 +333,11 @@ def _usage(message: Mapping[str, Any]) -> dict[str, Any]:
     usage = message.get("usage") or {}
     prompt = int(usage.get("input_tokens") or 0)
     completion = int(usage.get("output_tokens") or 0)
-    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": completion,
-            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": prompt + completion}
+    # ``cache_write_tokens``: every recorded response since 2026-07-10 carries it, and openai 3.63 declares it
+    # required (a strict parse fails without it)
+    return {"input_tokens": prompt, "input_tokens_details": {"cache_write_tokens": 0, "cached_tokens": 0},
+            "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": prompt + completion}
 
 
 def _frame(body: dict[str, Any], *, rid: str, created: int, model: str) -> dict[str, Any]:
@@ -345,6 +358,7 @@ def _frame(body: dict[str, Any], *, rid: str, created: int, model: str) -> dict[
         "tools": [{"type": "function", "description": None, "parameters": None, "strict": True, **t}
                   if isinstance(t, dict) and t.get("type") == "function" else t for t in tools],
         "top_logprobs": 0, "top_p": 1.0, "truncation": "disabled", "usage": None, "user": None,
+        **({"prompt": body["prompt"]} if isinstance(body.get("prompt"), dict) else {}),
     }
 
 

@@ -771,7 +771,7 @@ class _Responses(_Chat):
                 self.internal = openai_responses.to_internal(sent, items)
             except (KeyError, TypeError, AttributeError):
                 self.internal = sent
-            self.model = str(sent.get("model"))
+            self.model = openai_responses.model_of(sent)
         self.created = openai_responses.created_at(now)
 
     def planned(

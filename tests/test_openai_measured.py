@@ -1,0 +1,105 @@
+"""The OpenAI wires against what was measured on the real API (issue 42): the usage object's shape, the Chat
+Completions refusal, stored prompts, data-URI images, the 400s simloop modelled none of, and the error envelope.
+Each test names its evidence: a recording in ``../shared/data/openai`` (pydantic-ai's cassettes, MIT, read in
+place), the measurement of issue 42 over 3,172 recorded api.openai.com calls, or a public source quoting the text.
+
+Every client here parses with the SDK's strict validation (``_strict_response_validation=True``), as a test of the
+simulator must: the SDK's lenient default reads a missing required field as ``None`` and hides it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+openai = pytest.importorskip("openai", reason="the OpenAI wire needs the openai SDK: pip install 'simloop[openai]'")
+
+import simloop
+from simloop.wire.openai_chat import FAKE_OPENAI_KEY
+
+TOOLS: list[Any] = [{"type": "function", "name": "search", "description": "Search.",
+                     "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}]
+CHAT_TOOLS: list[Any] = [{"type": "function", "function": {"name": "search", "parameters": TOOLS[0]["parameters"]}}]
+CALLS = {"tool_use": [{"name": "search", "input": {"q": "a"}}]}
+
+
+def scenario(*replies: dict[str, Any]) -> dict[str, Any]:
+    return {"name": "measured", "task": "Find it.", "tools": [{"name": "search"}], "model": list(replies)}
+
+
+def strict(sim: simloop.Sim) -> Any:
+    """The official client on the simulated API, parsing as strictly as the SDK can."""
+    return openai.OpenAI(api_key=FAKE_OPENAI_KEY, base_url="https://api.openai.com/v1",
+                         http_client=sim.http_client, _strict_response_validation=True)
+
+
+# -- 1. the Responses usage: ``cache_write_tokens`` ---------------------------------------------------------------
+
+
+def test_a_responses_answer_parses_strictly_with_its_cache_write_tokens() -> None:
+    """Every recorded Responses answer since 2026-07-10 carries ``usage.input_tokens_details.cache_write_tokens``
+    (e.g. ``test_openai_responses/test_openai_responses_model_simple_response.yaml``), and openai 3.63 declares
+    it required: without it the strict parse raises, and the lenient one reads ``None``."""
+    with simloop.Sim(scenario(CALLS, {"end_turn": "Found."})) as sim:
+        client = strict(sim)
+        first = client.responses.create(model="gpt-4o", input="x", tools=TOOLS)
+        assert first.usage is not None and first.usage.input_tokens_details.cache_write_tokens == 0
+        events = list(client.responses.create(model="gpt-4o", input="y", stream=True))
+        done = events[-1]
+        assert done.type == "response.completed"
+        assert done.response.usage is not None and done.response.usage.input_tokens_details.cached_tokens == 0
+
+
+# -- 2. the Chat Completions refusal --------------------------------------------------------------------------------
+
+REFUSAL = "I'm sorry, but I can't help with that."
+
+
+def test_a_chat_refusal_is_finish_reason_stop_with_the_text_in_refusal() -> None:
+    """The real API answers a refusal with ``finish_reason: "stop"``, ``content: null`` and the text in
+    ``message.refusal`` (22 recorded answers, JSON and SSE, issue 42); ``content_filter`` is the moderation's
+    cut-off.  So ``parse()`` returns the refusal (it raises ``ContentFilterFinishReasonError`` on
+    ``content_filter`` only), and a stream carries the text as ``delta.refusal`` pieces."""
+    with simloop.Sim(scenario({"refusal": REFUSAL}, {"refusal": REFUSAL}, {"refusal": REFUSAL})) as sim:
+        client = strict(sim)
+        messages: list[Any] = [{"role": "user", "content": "x"}]
+        reply = client.chat.completions.create(model="gpt-4o", messages=messages)
+        choice = reply.choices[0]
+        assert (choice.finish_reason, choice.message.content, choice.message.refusal) == ("stop", None, REFUSAL)
+        parsed = client.chat.completions.parse(model="gpt-4o", messages=messages)
+        assert parsed.choices[0].message.refusal == REFUSAL and parsed.choices[0].message.parsed is None
+        chunks = list(client.chat.completions.create(model="gpt-4o", messages=messages, stream=True))
+    assert "".join(c.choices[0].delta.refusal or "" for c in chunks if c.choices) == REFUSAL
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    assert not any(c.choices[0].delta.content for c in chunks if c.choices)
+
+
+# -- 3. a stored prompt ---------------------------------------------------------------------------------------------
+
+
+def test_a_responses_request_naming_a_stored_prompt_alone_is_accepted() -> None:
+    """A request naming a stored ``prompt`` (no ``model``, no ``input``) is accepted by the API (4 recorded
+    requests, issue 42): the prompt holds both.  The response echoes the prompt."""
+    prompt = {"id": "pmpt_68b0c29740048196bd3a6e6ac3c4d0e20ed9a13f0d15bf5e", "version": "2"}
+    with simloop.Sim(scenario({"end_turn": "Hello."})) as sim:
+        response = strict(sim).responses.create(prompt=prompt)  # type: ignore[call-overload]
+    assert response.output_text == "Hello." and response.prompt is not None and response.prompt.id == prompt["id"]
+    assert sim.check(invariants=["request_valid"]).ok
+
+
+def test_a_loop_reading_the_refusal_from_finish_reason_alone_is_reported() -> None:
+    """The README's Chat loop as it was (``{"length": ..., "content_filter": "refusal"}.get(finish_reason,
+    "final")``): against the real API it reports a refusal as a ``final`` answer with empty text.  simloop used to
+    render a refusal ``content_filter``, so the loop passed (a false pass); now ``honest_outcome`` says what to
+    read."""
+    from examples import openai_loop
+
+    with simloop.Sim(scenario({"refusal": REFUSAL})) as sim:
+        outcome = sim.run(openai_loop.drive_refusal_from_finish_reason)
+    assert (outcome.reason, outcome.text) == ("final", "")
+    report = sim.check(outcome)
+    assert [v.invariant for v in report.violations] == ["honest_outcome"]
+    assert "read message.refusal, not finish_reason alone" in report.violations[0].message
+    with simloop.Sim(scenario({"refusal": REFUSAL})) as sim:
+        outcome = sim.run(openai_loop.drive)
+    assert (outcome.reason, outcome.text) == ("refusal", REFUSAL) and sim.check(outcome).ok
