@@ -342,13 +342,24 @@ def _parts(turn: Turn) -> tuple[str, list[dict[str, Any]]]:
     return "".join(texts), calls
 
 
+def cache_tokens(usage: Mapping[str, Any]) -> tuple[int, int, int]:
+    """The prompt's tokens as an OpenAI wire counts them, from the reply's Messages usage: (all input tokens,
+    cache writes, cache reads).  The Messages API counts cache tokens apart; OpenAI's input count holds them."""
+    written = int(usage.get("cache_creation_input_tokens") or 0)
+    read = int(usage.get("cache_read_input_tokens") or 0)
+    return int(usage.get("input_tokens") or 0) + written + read, written, read
+
+
 def _usage(message: Mapping[str, Any]) -> dict[str, Any]:
     usage = message.get("usage") or {}
-    prompt = int(usage.get("input_tokens") or 0)
+    prompt, written, read = cache_tokens(usage)
     completion = int(usage.get("output_tokens") or 0)
+    details: dict[str, Any] = {"cached_tokens": read, "audio_tokens": 0}
+    if written:
+        details["cache_write_tokens"] = written
     return {
         "prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+        "prompt_tokens_details": details,
         "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0, "accepted_prediction_tokens": 0,
                                       "rejected_prediction_tokens": 0},
     }

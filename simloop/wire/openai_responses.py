@@ -34,6 +34,7 @@ from simloop.wire.openai_chat import (
     _missing,
     _Refuse,
     _text_of,
+    cache_tokens,
 )
 from simloop.wire.render import Turn
 from simloop.wire.validate import Rejection
@@ -331,11 +332,11 @@ def output_items(turn: Turn, rid: str) -> list[dict[str, Any]]:
 
 def _usage(message: Mapping[str, Any]) -> dict[str, Any]:
     usage = message.get("usage") or {}
-    prompt = int(usage.get("input_tokens") or 0)
+    prompt, written, read = cache_tokens(usage)
     completion = int(usage.get("output_tokens") or 0)
     # ``cache_write_tokens``: every recorded response since 2026-07-10 carries it, and openai 3.63 declares it
     # required (a strict parse fails without it)
-    return {"input_tokens": prompt, "input_tokens_details": {"cache_write_tokens": 0, "cached_tokens": 0},
+    return {"input_tokens": prompt, "input_tokens_details": {"cache_write_tokens": written, "cached_tokens": read},
             "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": prompt + completion}
 
