@@ -103,3 +103,25 @@ def test_a_loop_reading_the_refusal_from_finish_reason_alone_is_reported() -> No
     with simloop.Sim(scenario({"refusal": REFUSAL})) as sim:
         outcome = sim.run(openai_loop.drive)
     assert (outcome.reason, outcome.text) == ("refusal", REFUSAL) and sim.check(outcome).ok
+
+
+# -- 4. images as data URIs -----------------------------------------------------------------------------------------
+
+#: A 1.4 MB base64 data URI, as the three requests issue 42 measured (the API billed them 1,118 input tokens; by its
+#: bytes simloop refused them as 354,669 tokens).  ``test_openai/test_image_url_input_force_download.yaml`` records
+#: a 60 kB JPEG data URI billed 515 prompt tokens.
+PHOTO = "data:image/jpeg;base64," + "/9j/4AAQSkZJRgABAQEBLAEsAAD" * 52_000
+
+
+def test_a_data_uri_image_is_counted_as_an_image_not_by_its_bytes() -> None:
+    with simloop.Sim(scenario({"end_turn": "A cat."}, {"end_turn": "A cat."})) as sim:
+        client = strict(sim)
+        chat = client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": [
+            {"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": PHOTO}}]}])
+        assert chat.choices[0].message.content == "A cat."
+        response = client.responses.create(model="gpt-4o", input=[{"role": "user", "content": [
+            {"type": "input_text", "text": "What is this?"}, {"type": "input_image", "image_url": PHOTO}]}])
+        assert response.output_text == "A cat."
+    source = sim.transcript.requests[0].conversation[0]["content"][1]["source"]
+    assert (source["type"], source["media_type"]) == ("base64", "image/jpeg")
+    assert sim.check(invariants=["request_valid"]).ok

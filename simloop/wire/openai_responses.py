@@ -35,6 +35,7 @@ from simloop.wire.openai_chat import (
     _Refuse,
     _text_of,
     cache_tokens,
+    image_block,
 )
 from simloop.wire.render import Turn
 from simloop.wire.validate import Rejection
@@ -194,7 +195,7 @@ def _user_blocks(content: Any) -> str | list[dict[str, Any]]:
         if not isinstance(part, dict):
             continue
         if part.get("type") == "input_image":
-            blocks.append({"type": "image", "source": {"type": "url", "url": str(part.get("image_url", ""))}})
+            blocks.append(image_block(part.get("image_url", "")))
         else:
             blocks.append({"type": "text", "text": str(part.get("text", ""))})
     return blocks
