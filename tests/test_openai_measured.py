@@ -82,7 +82,7 @@ def test_a_responses_request_naming_a_stored_prompt_alone_is_accepted() -> None:
     requests, issue 42): the prompt holds both.  The response echoes the prompt."""
     prompt = {"id": "pmpt_68b0c29740048196bd3a6e6ac3c4d0e20ed9a13f0d15bf5e", "version": "2"}
     with simloop.Sim(scenario({"end_turn": "Hello."})) as sim:
-        response = strict(sim).responses.create(prompt=prompt)  # type: ignore[call-overload]
+        response = strict(sim).responses.create(prompt=prompt)
     assert response.output_text == "Hello." and response.prompt is not None and response.prompt.id == prompt["id"]
     assert sim.check(invariants=["request_valid"]).ok
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from pydantic_core import to_json
 
+from simloop.wire import openai_rules as rules
 from simloop.wire.render import Turn
 from simloop.wire.validate import Rejection
 
@@ -72,20 +73,12 @@ ORPHAN_TOOL = "Invalid parameter: messages with role 'tool' must be a response t
 UNKNOWN_CALL = "Invalid parameter: 'tool_call_id' of '{id}' not found in 'tool_calls' of previous message."
 
 
-class _Refuse(Exception):
-    def __init__(self, message: str, param: str | None, code: str | None = None) -> None:
-        super().__init__(message)
-        self.rejection = Rejection(400, _INVALID, message, {"param": param, "code": code}, param)
-
-
-def _missing(param: str) -> _Refuse:
-    return _Refuse(f"Missing required parameter: '{param}'.", param, "missing_required_parameter")
-
-
-def _bad_type(param: str, expected: str, value: Any) -> _Refuse:
-    got = {str: "a string", bool: "a boolean", int: "an integer", float: "a decimal", list: "an array",
-           dict: "an object", type(None): "null"}.get(type(value), "a value")
-    return _Refuse(f"Invalid type for '{param}': expected {expected}, but got {got} instead.", param, "invalid_type")
+_Refuse = rules.Refuse
+_missing = rules.missing
+_bad_type = rules.bad_type
+#: A user message's part the model does not read (recorded: pydantic-ai ``test_multimodal_tool_returns/
+#: test_multimodal_tool_return_matrix[direct-url-audio-openai_chat].yaml``, an ``input_audio`` part sent to gpt-4o).
+NOT_TEXT_OR_IMAGE = "Invalid '{where}'. Content blocks are expected to be either text or image_url type."
 
 
 def validate_chat(body: Any) -> Rejection | None:
@@ -109,6 +102,8 @@ def _validate(body: Any) -> None:
                       "valid JSON.)", None)
     if "model" not in body:
         raise _Refuse("you must provide a model parameter", None)
+    if not isinstance(body["model"], str):  # null too: the API calls it an object
+        raise _bad_type("model", "a string", body["model"] if body["model"] is not None else {})
     messages = body.get("messages")
     if "messages" not in body:
         raise _missing("messages")
@@ -130,6 +125,7 @@ def _validate(body: Any) -> None:
             raise _missing(f"messages[{i}].tool_call_id")
         if role in ("user", "system", "developer", "tool") and "content" not in m:
             raise _missing(f"messages[{i}].content")
+        _check_parts(m, i, str(body["model"]))
         calls = m.get("tool_calls") if role == "assistant" else None
         if calls is not None:
             if not isinstance(calls, list):
@@ -141,13 +137,41 @@ def _validate(body: Any) -> None:
                 for name in ("id", "function"):
                     if name not in c:
                         raise _missing(f"{where}.{name}")
+                if not isinstance(c["id"], str):
+                    raise _bad_type(f"{where}.id", "a string", c["id"])
                 fn = c["function"]
                 if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
                     raise _missing(f"{where}.function.name")
+                rules.check_name(fn["name"], f"{where}.function.name")
                 if not isinstance(fn.get("arguments"), str):
                     raise _missing(f"{where}.function.arguments")
+    _check_settings(body)
     _check_tools(body)
     _check_pairing(messages)
+
+
+def _check_parts(message: dict[str, Any], i: int, model: str) -> None:
+    """A message's content parts: each names its ``type``; a user's ``input_audio`` needs an audio model."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return
+    for k, part in enumerate(content):
+        if isinstance(part, dict) and "type" not in part:
+            raise _missing(f"messages[{i}].content[{k}].type")
+        if isinstance(part, dict) and part.get("type") == "input_audio" and "audio" not in model:
+            raise _Refuse(NOT_TEXT_OR_IMAGE.format(where=f"messages[{i}]"), f"messages[{i}]", "invalid_value")
+
+
+def _check_settings(body: dict[str, Any]) -> None:
+    """The settings' types and ranges, and what the model does not take (`simloop.wire.openai_rules`)."""
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise _bad_type("stream", "a boolean", stream)
+    for name in ("max_tokens", "max_completion_tokens"):
+        rules.check_token_cap(body, name)
+    rules.check_temperature(body)
+    rules.check_stop(body)
+    rules.check_effort(body["model"], body.get("reasoning_effort"), "reasoning_effort")
 
 
 def _check_tools(body: dict[str, Any]) -> None:
@@ -164,6 +188,9 @@ def _check_tools(body: dict[str, Any]) -> None:
                     raise _missing(f"tools[{k}].function")
                 if not isinstance(fn.get("name"), str):
                     raise _missing(f"tools[{k}].function.name")
+                rules.check_name(fn["name"], f"tools[{k}].function.name")
+                if fn.get("strict") is True:
+                    rules.check_strict_schema(fn["name"], fn.get("parameters"), f"tools[{k}].function.parameters")
     for name in ("tool_choice", "parallel_tool_calls"):
         if body.get(name) is not None and not tools:
             raise _Refuse(f"Invalid value for '{name}': '{name}' is only allowed when 'tools' are specified.",

@@ -26,11 +26,13 @@ from typing import Any
 
 from pydantic_core import to_json
 
+from simloop.wire import openai_rules as rules
 from simloop.wire.openai_chat import (
     CREATED_EPOCH,
     DEFAULT_MAX_TOKENS,
     DEFAULT_REFUSAL,
     _arguments,
+    _bad_type,
     _missing,
     _Refuse,
     _text_of,
@@ -132,6 +134,9 @@ def _validate(body: Any, items: list[Any]) -> None:
         raise _missing("model")
     if "input" not in body and body.get("previous_response_id") is None and not stored_prompt:
         raise _missing("input")
+    if "model" in body and not isinstance(body["model"], str):
+        raise _bad_type("model", "a string", body["model"] if body["model"] is not None else {})
+    _check_settings(body)
     value = body.get("input")
     if value is not None and not isinstance(value, (str, list)):
         raise _Refuse("Invalid type for 'input': expected one of a string or array of input items, but got "
@@ -155,10 +160,19 @@ def _validate(body: Any, items: list[Any]) -> None:
                               "'developer', and 'user'.", f"{where}.role", "invalid_value")
             if "content" not in item:
                 raise _missing(f"{where}.content")
+            parts = item["content"] if isinstance(item["content"], list) else []
+            for k, part in enumerate(parts):
+                if isinstance(part, dict) and "type" not in part:
+                    raise _missing(f"{where}.content[{k}].type")
         elif kind == "function_call":
             for name in ("call_id", "name", "arguments"):
                 if not isinstance(item.get(name), str):
                     raise _missing(f"{where}.{name}")
+            calls.add(item["call_id"])
+        elif kind.endswith("_call") and isinstance(item.get("call_id"), str):
+            # a client-run call of another kind (``tool_search_call`` with ``execution: client``, a custom tool's
+            # call) is answered by a function_call_output too (recorded: pydantic-ai
+            # ``test_tool_availability_portability_matrix[R5-T3-native-search].yaml``, accepted)
             calls.add(item["call_id"])
         elif kind == "function_call_output":
             if not isinstance(item.get("call_id"), str):
@@ -178,6 +192,19 @@ def _validate(body: Any, items: list[Any]) -> None:
         for k, t in enumerate(tools):
             if isinstance(t, dict) and t.get("type") == "function" and not isinstance(t.get("name"), str):
                 raise _missing(f"tools[{k}].name")
+            if isinstance(t, dict) and t.get("type") == "function" and t.get("strict") is True:
+                rules.check_strict_schema(t["name"], t.get("parameters"), f"tools[{k}].parameters")
+
+
+def _check_settings(body: dict[str, Any]) -> None:
+    """The settings' types and ranges, and the reasoning effort the model offers (`simloop.wire.openai_rules`)."""
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise _bad_type("stream", "a boolean", stream)
+    rules.check_temperature(body)
+    reasoning = body.get("reasoning")
+    if isinstance(reasoning, dict):
+        rules.check_effort(body.get("model"), reasoning.get("effort"), "reasoning.effort")
 
 
 def _call_ids(items: list[Any]) -> list[str]:
