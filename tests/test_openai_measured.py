@@ -125,3 +125,98 @@ def test_a_data_uri_image_is_counted_as_an_image_not_by_its_bytes() -> None:
     source = sim.transcript.requests[0].conversation[0]["content"][1]["source"]
     assert (source["type"], source["media_type"]) == ("base64", "image/jpeg")
     assert sim.check(invariants=["request_valid"]).ok
+
+
+# -- 5. the 400s simloop served as 200s -----------------------------------------------------------------------------
+
+USER = [{"role": "user", "content": "x"}]
+STRICT_TOOL = {"type": "function", "function": {"name": "search", "strict": True, "parameters": {
+    "type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}}
+CALLED = [{"role": "user", "content": "x"}, {"role": "assistant", "content": None, "tool_calls": [
+    {"id": {"x": 1}, "type": "function", "function": {"name": "search", "arguments": "{}"}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "ok"}]
+BAD_NAME = {"type": "function", "function": {"name": "get weather", "parameters": {"type": "object"}}}
+
+
+def _refused_chat(**body: Any) -> dict[str, Any]:
+    with simloop.Sim(scenario({"end_turn": "ok"})) as sim, pytest.raises(openai.BadRequestError) as info:
+        strict(sim).chat.completions.create(**body)
+    assert info.value.status_code == 400 and sim.transcript.responses[-1].kind == "rejected"
+    assert sim.transcript.requests[-1].attempt == 0  # x-should-retry: false, as the real 400s
+    return info.value.body  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize(("body", "error"), [
+    # hostile inputs, each a real 400 (texts: simloop/wire/openai_rules.py names each source)
+    ({"model": 123, "messages": USER},
+     ("Invalid type for 'model': expected a string, but got an integer instead.", "model", "invalid_type")),
+    ({"model": "gpt-4o", "messages": USER, "max_tokens": -7},
+     ("Invalid 'max_tokens': integer below minimum value. Expected a value >= 1, but got -7 instead.", "max_tokens",
+      "integer_below_min_value")),
+    ({"model": "gpt-4o", "messages": CALLED},
+     ("Invalid type for 'messages[1].tool_calls[0].id': expected a string, but got an object instead.",
+      "messages[1].tool_calls[0].id", "invalid_type")),
+    ({"model": "gpt-4o", "messages": USER, "tools": [BAD_NAME]},
+     ("Invalid 'tools[0].function.name': string does not match pattern. Expected a string that matches the pattern "
+      "'^[a-zA-Z0-9_-]+$'.", "tools[0].function.name", "invalid_value")),
+    ({"model": "gpt-4o", "messages": USER, "stream": "yes"},
+     ("Invalid type for 'stream': expected a boolean, but got a string instead.", "stream", "invalid_type")),
+    # the recorded 400s simloop did not model (issue 42)
+    ({"model": "gpt-4o", "messages": [{"role": "user", "content": [{"text": "x"}]}]},
+     ("Missing required parameter: 'messages[0].content[0].type'.", "messages[0].content[0].type",
+      "missing_required_parameter")),  # neuron-core/neuron-ai#292, langchain-ai/langgraphjs#506
+    ({"model": "o4-mini", "messages": USER, "stop": ["\n"]},
+     ("Unsupported parameter: 'stop' is not supported with this model.", "stop", "unsupported_parameter")),
+    ({"model": "gpt-5", "messages": USER, "stop": "END"},
+     ("Unsupported parameter: 'stop' is not supported with this model.", "stop", "unsupported_parameter")),
+    ({"model": "o4-mini", "messages": USER, "reasoning_effort": "minimal"},
+     ("Unsupported value: 'minimal' is not supported with the 'o4-mini' model. Supported values are: 'low', "
+      "'medium', and 'high'.", "reasoning_effort", "unsupported_value")),
+    ({"model": "gpt-4o", "messages": USER, "tools": [STRICT_TOOL]},
+     ("Invalid schema for function 'search': In context=(), 'additionalProperties' is required to be supplied and "
+      "to be false.", "tools[0].function.parameters", "invalid_function_parameters")),
+    ({"model": "gpt-4o", "messages": [{"role": "user", "content": [
+        {"type": "input_audio", "input_audio": {"data": "SUQz", "format": "mp3"}}]}]},
+     ("Invalid 'messages[0]'. Content blocks are expected to be either text or image_url type.", "messages[0]",
+      "invalid_value")),  # recorded: test_multimodal_tool_return_matrix[direct-url-audio-openai_chat].yaml
+])
+def test_chat_completions_refuses_what_the_real_api_refuses(body: dict[str, Any], error: tuple[str, str, str]) -> None:
+    got = _refused_chat(**body)
+    assert (got["message"], got["param"], got["code"]) == error
+
+
+def test_a_strict_schema_is_checked_down_to_its_nested_objects_and_a_correct_one_passes() -> None:
+    nested = {"type": "object", "additionalProperties": False, "required": ["q", "f"], "properties": {
+        "q": {"type": "string"}, "f": {"type": "object", "properties": {"lang": {"type": "string"}}}}}
+    tool = {"type": "function", "function": {"name": "search", "strict": True, "parameters": nested}}
+    got = _refused_chat(model="gpt-4o", messages=USER, tools=[tool])
+    assert got["message"] == ("Invalid schema for function 'search': In context=('properties', 'f'), "
+                              "'additionalProperties' is required to be supplied and to be false.")
+    nested["properties"]["f"].update({"additionalProperties": False, "required": []})  # type: ignore[index]
+    got = _refused_chat(model="gpt-4o", messages=USER, tools=[tool])
+    assert got["message"].endswith("'required' is required to be supplied and to be an array including every key "
+                                   "in properties. Missing 'lang'.")
+    nested["properties"]["f"]["required"] = ["lang"]  # type: ignore[index]
+    with simloop.Sim(scenario({"end_turn": "ok"})) as sim:
+        assert strict(sim).chat.completions.create(model="gpt-4o", messages=USER, tools=[tool]).choices  # type: ignore[arg-type]
+
+
+def test_the_responses_wire_refuses_a_temperature_out_of_range_and_the_o_series_minimal_effort() -> None:
+    """The temperature's text is recorded: ``test_openai_responses/test_openai_responses_model_http_error.yaml``."""
+    for body, error in [
+        ({"model": "gpt-4o", "input": "x", "temperature": -1},
+         ("Invalid 'temperature': decimal below minimum value. Expected a value >= 0, but got -1 instead.",
+          "temperature", "decimal_below_min_value")),
+        ({"model": "o4-mini", "input": "x", "reasoning": {"effort": "minimal"}},
+         ("Unsupported value: 'minimal' is not supported with the 'o4-mini' model. Supported values are: 'low', "
+          "'medium', and 'high'.", "reasoning.effort", "unsupported_value")),
+        ({"model": "gpt-4o", "input": [{"role": "user", "content": [{"text": "x"}]}]},
+         ("Missing required parameter: 'input[0].content[0].type'.", "input[0].content[0].type",
+          "missing_required_parameter")),
+    ]:
+        with simloop.Sim(scenario({"end_turn": "ok"})) as sim, pytest.raises(openai.BadRequestError) as info:
+            strict(sim).responses.create(**body)
+        got: Any = info.value.body
+        assert (got["message"], got["param"], got["code"]) == error
+    with simloop.Sim(scenario({"end_turn": "ok"})) as sim:  # gpt-5 offers minimal
+        assert strict(sim).responses.create(model="gpt-5", input="x", reasoning={"effort": "minimal"}).output_text
