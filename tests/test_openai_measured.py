@@ -220,3 +220,40 @@ def test_the_responses_wire_refuses_a_temperature_out_of_range_and_the_o_series_
         assert (got["message"], got["param"], got["code"]) == error
     with simloop.Sim(scenario({"end_turn": "ok"})) as sim:  # gpt-5 offers minimal
         assert strict(sim).responses.create(model="gpt-5", input="x", reasoning={"effort": "minimal"}).output_text
+
+
+# -- 8. the Duplicate item story ------------------------------------------------------------------------------------
+
+
+def test_a_loop_chaining_and_replaying_every_item_is_told_what_it_did() -> None:
+    """It chains with ``previous_response_id`` and sends every item again: the API refuses "Duplicate item found
+    with id fc_..." (continuedev/continue#10200).  The report used to be ``pairing``, about a call with no output;
+    the call had its output: the story is the item sent twice."""
+    import json
+
+    def drive(sim: simloop.Sim) -> simloop.Outcome:
+        items: list[Any] = [{"role": "user", "content": sim.task}]
+        previous = None
+        for _ in range(5):
+            try:
+                r = sim.openai_client.responses.create(model="gpt-4o", input=items, tools=TOOLS,
+                                                       previous_response_id=previous)  # type: ignore[arg-type]
+            except openai.APIError as exc:
+                return simloop.Outcome("error", str(exc))
+            items += r.output
+            previous = r.id  # BUG: chained, and every item replayed as well
+            calls = [i for i in r.output if i.type == "function_call"]
+            if not calls:
+                return simloop.Outcome("final", r.output_text)
+            for c in calls:
+                out = sim.run_tool(c.name, json.loads(c.arguments), tool_use_id=c.call_id)
+                items.append({"type": "function_call_output", "call_id": c.call_id, "output": str(out)})
+        return simloop.Outcome("max_steps", "")
+
+    with simloop.Sim(scenario(CALLS, {"end_turn": "Found."})) as sim:
+        outcome = sim.run(drive)
+    assert outcome.reason == "error" and "Duplicate item found with id fc_" in outcome.text
+    report = sim.check(outcome)
+    assert [v.invariant for v in report.violations] == ["request_valid"]
+    message = report.violations[0].message
+    assert "Duplicate item found with id fc_" in message and "previous_response_id and only the new items" in message
