@@ -126,8 +126,8 @@ OPENAI_MALFORMED: list[tuple[str, bytes, int, str]] = [
     ("unknown transfer-encoding", (OPENAI_POST + "transfer-encoding: gzip\r\n\r\n{}").encode(), 400,
      "transfer-encoding 'gzip' is not supported"),
     ("unknown method", b"OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n", 501, "Unsupported method"),
-    ("a stored response fetched", b"GET /v1/responses/resp_123 HTTP/1.1\r\nHost: x\r\nauthorization: Bearer k\r\n"
-     b"content-length: 0\r\n\r\n", 404, "Invalid URL (GET /v1/responses/resp_123)"),
+    ("a stored response fetched", (b"GET /v1/responses/resp_123 HTTP/1.1\r\nHost: x\r\nauthorization: Bearer k\r\n"
+     b"content-length: 0\r\n\r\n"), 404, "Invalid URL (GET /v1/responses/resp_123)"),
 ]
 
 

@@ -157,8 +157,8 @@ def _refused_chat(**body: Any) -> dict[str, Any]:
      ("Invalid type for 'messages[1].tool_calls[0].id': expected a string, but got an object instead.",
       "messages[1].tool_calls[0].id", "invalid_type")),
     ({"model": "gpt-4o", "messages": USER, "tools": [BAD_NAME]},
-     ("Invalid 'tools[0].function.name': string does not match pattern. Expected a string that matches the pattern "
-      "'^[a-zA-Z0-9_-]+$'.", "tools[0].function.name", "invalid_value")),
+     (("Invalid 'tools[0].function.name': string does not match pattern. Expected a string that matches the pattern "
+      "'^[a-zA-Z0-9_-]+$'."), "tools[0].function.name", "invalid_value")),
     ({"model": "gpt-4o", "messages": USER, "stream": "yes"},
      ("Invalid type for 'stream': expected a boolean, but got a string instead.", "stream", "invalid_type")),
     # the recorded 400s simloop did not model (issue 42)
@@ -170,11 +170,11 @@ def _refused_chat(**body: Any) -> dict[str, Any]:
     ({"model": "gpt-5", "messages": USER, "stop": "END"},
      ("Unsupported parameter: 'stop' is not supported with this model.", "stop", "unsupported_parameter")),
     ({"model": "o4-mini", "messages": USER, "reasoning_effort": "minimal"},
-     ("Unsupported value: 'minimal' is not supported with the 'o4-mini' model. Supported values are: 'low', "
-      "'medium', and 'high'.", "reasoning_effort", "unsupported_value")),
+     (("Unsupported value: 'minimal' is not supported with the 'o4-mini' model. Supported values are: 'low', "
+      "'medium', and 'high'."), "reasoning_effort", "unsupported_value")),
     ({"model": "gpt-4o", "messages": USER, "tools": [STRICT_TOOL]},
-     ("Invalid schema for function 'search': In context=(), 'additionalProperties' is required to be supplied and "
-      "to be false.", "tools[0].function.parameters", "invalid_function_parameters")),
+     (("Invalid schema for function 'search': In context=(), 'additionalProperties' is required to be supplied and "
+      "to be false."), "tools[0].function.parameters", "invalid_function_parameters")),
     ({"model": "gpt-4o", "messages": [{"role": "user", "content": [
         {"type": "input_audio", "input_audio": {"data": "SUQz", "format": "mp3"}}]}]},
      ("Invalid 'messages[0]'. Content blocks are expected to be either text or image_url type.", "messages[0]",
@@ -208,8 +208,8 @@ def test_the_responses_wire_refuses_a_temperature_out_of_range_and_the_o_series_
          ("Invalid 'temperature': decimal below minimum value. Expected a value >= 0, but got -1 instead.",
           "temperature", "decimal_below_min_value")),
         ({"model": "o4-mini", "input": "x", "reasoning": {"effort": "minimal"}},
-         ("Unsupported value: 'minimal' is not supported with the 'o4-mini' model. Supported values are: 'low', "
-          "'medium', and 'high'.", "reasoning.effort", "unsupported_value")),
+         (("Unsupported value: 'minimal' is not supported with the 'o4-mini' model. Supported values are: 'low', "
+          "'medium', and 'high'."), "reasoning.effort", "unsupported_value")),
         ({"model": "gpt-4o", "input": [{"role": "user", "content": [{"text": "x"}]}]},
          ("Missing required parameter: 'input[0].content[0].type'.", "input[0].content[0].type",
           "missing_required_parameter")),
