@@ -224,3 +224,13 @@ def test_verify_takes_the_prices_the_loop_pays(tmp_path: Path) -> None:
     assert {v.invariant for v in caught.value.violations} == {"limits"}
     with pytest.raises(simloop.UsageError, match=r"verify\(prices=...\): the price of 'gpt-4o-mini'"):
         simloop.verify(drive, limits=limits, prices={"gpt-4o-mini": {"input": -1}}, out_dir=tmp_path)  # type: ignore[arg-type]
+
+
+def test_the_command_line_takes_the_prices_the_loop_pays(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``simloop verify --price MODEL=IN,OUT[,CW,CR]``: verify(prices=...) from the command line; a malformed one
+    is a usage error naming the option."""
+    code = main(["verify", "examples.correct_sync:drive", "--max-examples", "3", "--seed", "0", "--out",
+                 str(tmp_path), "--max-cost-usd", "5", "--price", "claude-sonnet-5=1,2,1.25,0.1", "--no-progress"])
+    assert code == 0, capsys.readouterr().out
+    assert main(["verify", "examples.correct_sync:drive", "--price", "gpt-4o=cheap", "--out", str(tmp_path)]) == 2
+    assert "--price" in capsys.readouterr().err
