@@ -234,3 +234,27 @@ def test_the_command_line_takes_the_prices_the_loop_pays(tmp_path: Path, capsys:
     assert code == 0, capsys.readouterr().out
     assert main(["verify", "examples.correct_sync:drive", "--price", "gpt-4o=cheap", "--out", str(tmp_path)]) == 2
     assert "--price" in capsys.readouterr().err
+
+
+def test_the_plugin_takes_the_prices_the_loop_pays(pytester: pytest.Pytester) -> None:
+    """``simloop_config`` (or the marker) passes ``prices`` to verify: a loop paying a fifth of gpt-4o-mini's list
+    price is held to what it pays."""
+    pytester.syspathinsert(Path(__file__).resolve().parent)
+    pytester.makeconftest("""
+        import pytest
+
+        @pytest.fixture
+        def simloop_config():
+            mine = {"input": 0.03, "output": 0.12, "cache_write": 0.03, "cache_read": 0.015}
+            return {"limits": {"max_steps": 10, "max_cost_usd": 0.0002}, "max_examples": 30,
+                    "prices": {"gpt-4o-mini": mine}}
+    """)
+    pytester.makepyfile(test_priced="""
+        from test_cost import _budgeted_chat_loop
+
+        def test_the_loop_is_held_to_its_prices(simloop):
+            mine = {"input": 0.03, "output": 0.12, "cache_write": 0.03, "cache_read": 0.015}
+            assert simloop.verify(_budgeted_chat_loop(mine)).ok
+    """)
+    result = pytester.runpytest("--simloop-seed=3", "-p", "no:xdist")
+    result.assert_outcomes(passed=1)
