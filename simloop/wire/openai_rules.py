@@ -51,8 +51,9 @@ _INVALID = "invalid_request_error"
 #: The pattern a function's name must match, as the API states it in its 400.
 FUNCTION_NAME = "^[a-zA-Z0-9_-]+$"
 _NAME_RE = re.compile(r"[a-zA-Z0-9_-]+")
-#: Reasoning models that refuse ``stop``: o1, o3 (not o3-mini), o4-mini and the gpt-5 family, snapshots included.
-_NO_STOP = re.compile(r"(o1|o3(?!-mini)|o4-mini|gpt-5)([-.]|$)")
+#: Reasoning models that refuse ``stop``: o1, o3 (not o3-mini), o4-mini and the gpt-5 family (not its ``-chat``
+#: models, which do not reason), snapshots included.
+_NO_STOP = re.compile(r"(o1|o3(?!-mini)|o4-mini|gpt-5(?![\w.-]*-chat))([-.]|$)")
 #: The reasoning efforts of the o-series (no ``minimal``, no ``none``).
 _O_SERIES = re.compile(r"o[134](-mini)?([-.]|$)")
 _O_EFFORTS = ("low", "medium", "high")
