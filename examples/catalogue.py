@@ -169,6 +169,7 @@ OPENAI: dict[str, frozenset[str] | None] = {
     "openai_loop:drive_partial_answers": frozenset({"pairing"}),
     "openai_loop:drive_tools_from_length": frozenset({"truncation"}),
     "openai_loop:drive_rerun_after_500": frozenset({"no_rerun"}),
+    "openai_loop:drive_refusal_from_finish_reason": frozenset({"honest_outcome"}),
     # the Responses API (`examples.openai_responses_loop`): a plain list of input items, and a previous_response_id chain
     "openai_responses_loop:drive": None,
     "openai_responses_loop:drive_chained": None,

@@ -9,9 +9,11 @@ the assistant message appended as received and one ``tool`` message per call.  P
   without re-running any tool;
 * switches on ``finish_reason``: ``stop`` -> ``final``; ``tool_calls`` -> run every call and answer each
   with a ``tool`` message (a tool that raised is answered with its error text); ``length`` ->
-  ``truncated``, running none of the cut-off calls; ``content_filter`` (or a ``refusal``) -> ``refusal``.
+  ``truncated``, running none of the cut-off calls; a ``refusal`` (``finish_reason`` ``stop`` with the text in
+  ``message.refusal``, as the real API answers one) or ``content_filter`` (the moderation's cut-off) -> ``refusal``.
 
-The twins (``drive_partial_answers``, ``drive_tools_from_length``, ``drive_rerun_after_500``) each change
+The twins (``drive_partial_answers``, ``drive_tools_from_length``, ``drive_rerun_after_500``,
+``drive_refusal_from_finish_reason``) each change
 one thing, the bug the field knows on this wire; ``simloop verify examples.openai_loop:drive_...`` catches
 each (docs/design.md, The OpenAI wire).  Needs ``pip install 'simloop[openai]'``.
 """
@@ -39,7 +41,10 @@ if TYPE_CHECKING:
     from simloop import Sim
     from simloop.scenario import Limits
 
-__all__ = ["drive", "drive_partial_answers", "drive_rerun_after_500", "drive_tools_from_length", "run_agent"]
+__all__ = [
+    "drive", "drive_partial_answers", "drive_refusal_from_finish_reason", "drive_rerun_after_500",
+    "drive_tools_from_length", "run_agent",
+]
 
 MODEL = "gpt-4o"
 
@@ -154,7 +159,7 @@ def run_agent_partial_answers(
         append_reply(messages, reply)
         if choice.finish_reason == "length":
             return Outcome(reason="truncated", text=choice.message.content or "")
-        if choice.finish_reason == "content_filter":
+        if choice.finish_reason == "content_filter" or choice.message.refusal:
             return Outcome(reason="refusal", text=choice.message.refusal or "")
         if choice.finish_reason != "tool_calls":
             return Outcome(reason="final", text=choice.message.content or "")
@@ -184,7 +189,7 @@ def run_agent_tools_from_length(
         spend.count(reply)
         choice = reply.choices[0]
         append_reply(messages, reply)
-        if choice.finish_reason == "content_filter":
+        if choice.finish_reason == "content_filter" or choice.message.refusal:
             return Outcome(reason="refusal", text=choice.message.refusal or "")
         calls = function_calls(reply)
         if not calls:  # BUG: "no tool calls" taken for "done", and a cut reply's calls are run
@@ -196,6 +201,38 @@ def run_agent_tools_from_length(
 
 def drive_tools_from_length(sim: Sim) -> Outcome:
     return run_agent_tools_from_length(sim.openai_client, openai_tools(sim), sim.run_tool, sim.task, sim.limits)
+
+
+def run_agent_refusal_from_finish_reason(
+    client: openai.OpenAI, tools: list[ChatCompletionToolParam], run_tool: RunTool, task: str,
+    limits: Limits | None = None,
+) -> Outcome:
+    """Defect: decides how a turn ended from ``finish_reason`` alone, never reading ``message.refusal``: the real
+    API answers a refusal with ``finish_reason: "stop"``, so the refusal is reported as a ``final`` answer with
+    empty text (``content_filter`` is the moderation's cut-off, not the model declining).
+    Caught by: ``honest_outcome``."""
+    spend = Budgets(limits)
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": task}]
+    for step in range(spend.max_steps):
+        if (stop := spend.spent(step)) is not None:
+            return stop
+        try:
+            reply = client.chat.completions.create(model=MODEL, messages=messages, tools=tools)
+        except openai.APIError as exc:
+            return Outcome(reason="error", text=str(exc))
+        spend.count(reply)
+        choice = reply.choices[0]
+        append_reply(messages, reply)
+        if choice.finish_reason != "tool_calls":  # BUG: a refusal is "stop" too; message.refusal is never read
+            reason = {"length": "truncated", "content_filter": "refusal"}.get(choice.finish_reason, "final")
+            return Outcome(reason=reason, text=choice.message.content or "")
+        messages += [run_tool_call(call, run_tool) for call in function_calls(reply)]
+    return spend.capped()
+
+
+def drive_refusal_from_finish_reason(sim: Sim) -> Outcome:
+    return run_agent_refusal_from_finish_reason(sim.openai_client, openai_tools(sim), sim.run_tool, sim.task,
+                                                sim.limits)
 
 
 STEP_ATTEMPTS = 3
@@ -230,7 +267,7 @@ def run_agent_rerun_after_500(
         append_reply(messages, reply)
         if choice.finish_reason == "length":
             return Outcome(reason="truncated", text=choice.message.content or "")
-        if choice.finish_reason == "content_filter":
+        if choice.finish_reason == "content_filter" or choice.message.refusal:
             return Outcome(reason="refusal", text=choice.message.refusal or "")
         if choice.finish_reason != "tool_calls":
             return Outcome(reason="final", text=choice.message.content or "")

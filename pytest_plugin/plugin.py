@@ -269,7 +269,8 @@ def simloop_config() -> dict[str, Any]:
     """Defaults for this test's ``simloop`` fixture; override it in conftest.py (like pytest-recording's vcr_config).
 
     Keys: drive, max_examples, profile, seed, strict, scenario, limits, tools (a list, or a tools file's path),
-    invariants, task, out_dir, turns, workers, database, abort, restarts, context, claims, server_tools.
+    invariants, task, out_dir, turns, workers, database, abort, restarts, context, claims, server_tools, prices
+    (the prices the loop pays, as ``simloop.verify(prices=...)``).
     The marker, the command line and the ini file win over it.
     """
     return {}

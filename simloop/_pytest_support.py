@@ -68,10 +68,10 @@ __all__ = [
 #: The keys ``@pytest.mark.simloop(...)`` and ``simloop_config`` accept.
 OPTION_KEYS = (
     "scenario", "seed", "max_examples", "profile", "drive", "strict", "limits", "tools", "invariants", "task",
-    "out_dir", "turns", "workers", "database", "abort", "restarts", "context", "claims", "server_tools",
+    "out_dir", "turns", "workers", "database", "abort", "restarts", "context", "claims", "server_tools", "prices",
 )
 #: The keys passed through to `simloop.verify` as defaults.
-_VERIFY_DEFAULTS = ("limits", "tools", "invariants", "task", "workers", "database", "server_tools")
+_VERIFY_DEFAULTS = ("limits", "tools", "invariants", "task", "workers", "database", "server_tools", "prices")
 
 #: ``--simloop-profile`` names -> (the Hypothesis profile they start from, their example budget).
 #: Registered as Hypothesis profiles ``simloop-<name>`` on first use, unless the user registered one first.
@@ -219,6 +219,8 @@ def _checked(values: Mapping[str, Any], where: str) -> dict[str, Any]:
             out[key] = claimed_names(value, where=f"{where}: claims")
         if key == "server_tools" and value not in SERVER_TOOLS:
             raise UsageError(f"{where}: server_tools must be one of {', '.join(SERVER_TOOLS)}, got {value!r}")
+        if key == "prices" and not isinstance(value, Mapping):
+            raise UsageError(f"{where}: prices maps model names (or prefixes, or '*') to prices, got {value!r}")
         if key == "tools" and isinstance(value, (bytes, Mapping)):
             raise UsageError(f"{where}: tools is a list of tools or a tools file's path, got {value!r}")
         if key == "profile" and value not in PROFILES:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from hypothesis import strategies as st
@@ -456,6 +456,7 @@ def to_scenario(
     abort: Abort | None = None,
     approvals: Sequence[Approval] | None = None,
     requires: Sequence[str] = (),
+    prices: Mapping[str, Any] | None = None,
 ) -> Scenario:
     """The run written down as a script that replays it, and that a correct loop replays cleanly.
 
@@ -487,6 +488,7 @@ def to_scenario(
         abort=abort,
         approvals=list(approvals) if approvals is not None else None,
         requires=list(requires),  # type: ignore[arg-type]
+        prices=dict(prices or {}),  # the prices the loop was held to: the replay prices its replies the same
         expect=Expect(violations=[]),
         strict=False,  # the fixed loop may stop before the failing run's script is used up: that is the point
     )

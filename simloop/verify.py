@@ -59,7 +59,7 @@ def verify(
     out_dir: str | Path = DEFAULT_OUT, settings: Settings | None = None,
     recorded: str | Path | Any = None, turns: int = 1, abort: bool = False, restarts: int = 0, workers: int = 1,
     database: str | Path | Any = None, network: NetworkPolicy = "block", server_tools: ServerTools = "request",
-    approvals: bool = False, context: bool = False,
+    approvals: bool = False, context: bool = False, prices: Mapping[str, Any] | None = None,
 ) -> Report:
     """Property-test ``drive`` under generated model behaviours, API faults, tool faults, latencies and timings.
 
@@ -82,6 +82,10 @@ def verify(
       keeps every request inside the model's context window (it trims, summarizes or compacts), so a request the
       API refuses as too long is a violation (Claims).  Without it, a run whose history outgrows the window may
       end with the API's 400 and an honest ``error``.
+    * ``prices``: the prices the loop prices its replies at for a declared ``max_cost_usd`` (model name, name
+      prefix or ``"*"`` -> a `simloop.pricing.Price` or ``{input, output, cache_write, cache_read}`` in US dollars
+      per million tokens), over `simloop.pricing.PRICES`: the ``limits`` invariant counts the cost as the loop does,
+      and the saved failure keeps them (its ``prices:``).
     * ``server_tools``: whether the model runs server tools (``server_tool_use`` blocks, ``pause_turn``):
       ``"request"`` (the default) only when the request declares one, ``"on"`` whatever it declares (its
       declared kind, else ``web_search``: for a loop whose server tools are added on the way, e.g. by a
@@ -110,7 +114,7 @@ def verify(
         "verify", drive, tools=tools, limits=limits, max_examples=max_examples, seed=seed, invariants=invariants,
         task=task, plan=plan, out_dir=out_dir, settings=settings, recorded=recorded, turns=turns, abort=abort,
         restarts=restarts, workers=workers, database=database, network=network, server_tools=server_tools,
-        approvals=approvals, context=context,
+        approvals=approvals, context=context, prices=prices,
     ).run()
 
 
@@ -170,7 +174,7 @@ def property(drive: Drive | None = None, /, **options: Any) -> PropertyTest | Ca
 _OPTIONS = (
     "tools", "limits", "max_examples", "seed", "invariants", "task", "plan", "out_dir", "settings", "recorded",
     "turns", "abort", "restarts", "workers", "database", "network", "server_tools", "approvals",
-    "context",
+    "context", "prices",
 )
 
 
@@ -181,7 +185,7 @@ def _campaign(
     out_dir: str | Path = DEFAULT_OUT, settings: Settings | None = None,
     recorded: str | Path | Any = None, turns: int = 1, abort: bool = False, restarts: int = 0, workers: int = 1,
     database: str | Path | Any = None, network: NetworkPolicy = "block", server_tools: ServerTools = "request",
-    approvals: bool = False, context: bool = False,
+    approvals: bool = False, context: bool = False, prices: Mapping[str, Any] | None = None,
 ) -> Campaign:
     """The `Campaign` of ``name`` (`verify` or `property`) with these options, checked."""
     if not callable(drive):
@@ -192,7 +196,7 @@ def _campaign(
     )
     world = World.of(
         drive, tools=tools, limits=limits, task=task, plan=plan, recorded=recorded, turns=turns, abort=abort,
-        restarts=restarts, server_tools=server_tools, approvals=approvals, context=context,
+        restarts=restarts, server_tools=server_tools, approvals=approvals, context=context, prices=prices,
     )
     return Campaign(drive, world, search)
 

@@ -24,17 +24,32 @@ from simloop.cassettes import Interaction, load_cassette
 from simloop.wire.render import Turn
 
 
-def _shared_corpus() -> Path:
-    """``shared/data/cassettes`` in the nearest parent folder that has one (main checkout or a worktree)."""
+def _shared_corpus(name: str = "cassettes") -> Path:
+    """``shared/data/NAME`` in the nearest parent folder that has one (main checkout or a worktree)."""
     here = Path(__file__).resolve()
     for parent in here.parents:
-        candidate = parent / "shared" / "data" / "cassettes"
+        candidate = parent / "shared" / "data" / name
         if candidate.is_dir():
             return candidate
-    return here.parents[2] / "shared" / "data" / "cassettes"
+    return here.parents[2] / "shared" / "data" / name
 
 
 CASSETTES: Path = _shared_corpus()
+#: The recorded OpenAI traffic (``shared/data/openai``, pydantic-ai's cassettes, MIT; see its MANIFEST.md), read in
+#: place by default; ``SIMLOOP_OPENAI_CORPUS`` (``os.pathsep``-separated folders) replaces it, and the folders
+#: ``SIMLOOP_CORPUS`` names are read too (their OpenAI interactions).
+OPENAI_CASSETTES: Path = _shared_corpus("openai")
+_OPENAI_GIVEN = [Path(x) for x in os.environ.get("SIMLOOP_OPENAI_CORPUS", "").split(os.pathsep) if x]
+OPENAI_CORPORA: tuple[Path, ...] = tuple(
+    dict.fromkeys(
+        p.resolve()
+        for p in [
+            *(_OPENAI_GIVEN or [OPENAI_CASSETTES]),
+            *(Path(x) for x in os.environ.get("SIMLOOP_CORPUS", "").split(os.pathsep) if x),
+        ]
+        if p.is_dir()
+    )
+)
 #: Every corpus folder given: the shared one (when present), then those ``SIMLOOP_CORPUS`` names.
 CORPORA: tuple[Path, ...] = tuple(
     dict.fromkeys(

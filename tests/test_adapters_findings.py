@@ -316,5 +316,7 @@ def test_litellm_the_same_loop_unstreamed_reads_the_refusal(lt: Any) -> None:
     assert sim.check(outcome).ok
 
 
-def test_litellm_stream_drive_reads_finish_reason_and_holds(lt: Any) -> None:
-    assert replay_finding(lt.stream_drive, "litellm-stream-drops-refusal", breaks=set()).ok
+@known("LiteLLM's stream drops delta.refusal, and a refusal is finish_reason 'stop' on the real API (issue 42): "
+       "a loop reading finish_reason takes it for an empty answer too")
+def test_litellm_stream_drive_reading_finish_reason_cannot_tell_either(lt: Any) -> None:
+    replay_finding(lt.stream_drive, "litellm-stream-drops-refusal", breaks={"honest_outcome"})

@@ -104,9 +104,13 @@ def test_the_tutorial_loop_runs_the_cut_call_and_is_caught() -> None:
 @pytest.mark.parametrize("drive", DRIVES)
 def test_a_refusal_is_a_refusal(drive: Any) -> None:
     outcome, sim = run(drive, scenario({"refusal": "I can't help with that."}))
-    assert outcome.reason == "refusal" and sim.check(outcome).ok
-    # litellm.stream_chunk_builder drops the refusal's text; only finish_reason "content_filter" is left
-    assert outcome.text == ("" if drive is lt.stream_drive else "I can't help with that.")
+    if drive is lt.stream_drive:
+        # litellm.stream_chunk_builder drops the refusal's text, and a refusal is finish_reason "stop" (the real
+        # API's): nothing tells it from an empty answer (docs/findings.md, L1)
+        assert outcome == Outcome("final", "")
+        assert [v.invariant for v in sim.check(outcome).violations] == ["honest_outcome"]
+        return
+    assert outcome == Outcome("refusal", "I can't help with that.") and sim.check(outcome).ok
 
 
 @pytest.mark.parametrize("drive", DRIVES)

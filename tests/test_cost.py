@@ -139,3 +139,132 @@ def test_the_plugin_takes_a_cost_budget_in_its_limits(pytester: pytest.Pytester)
     """)
     result = pytester.runpytest("--simloop-seed=3")
     result.assert_outcomes(passed=2)
+
+
+# -- both vendors' usage shapes and prices (issue 42 item 9) -------------------------------------------------------
+
+
+def test_cost_reads_the_chat_completions_and_responses_usage_shapes() -> None:
+    """On the OpenAI wires the input count holds the cached tokens (``prompt_tokens_details.cached_tokens``,
+    ``input_tokens_details.cached_tokens``); gpt-4o-mini at its list price (0.15 / 0.60 / 0.075 cached)."""
+    chat = {"prompt_tokens": 1_000, "completion_tokens": 200, "total_tokens": 1_200,
+            "prompt_tokens_details": {"cached_tokens": 400, "audio_tokens": 0}}
+    expected = (600 * 0.15 + 400 * 0.075 + 200 * 0.6) / 1e6
+    assert math.isclose(cost_usd(chat, "gpt-4o-mini"), expected)
+    responses = {"input_tokens": 1_000, "output_tokens": 200, "total_tokens": 1_200,
+                 "input_tokens_details": {"cache_write_tokens": 0, "cached_tokens": 400},
+                 "output_tokens_details": {"reasoning_tokens": 0}}
+    assert math.isclose(cost_usd(responses, "gpt-4o-mini-2024-07-18"), expected)
+    assert price_for("gpt-4o") == Price(2.5, 10.0, 2.5, 1.25)  # not gpt-4o-mini's, and not a Sonnet's
+    assert price_for("gpt-4.1-mini") == Price(0.4, 1.6, 0.4, 0.1) and price_for("o3-mini") != price_for("o3")
+
+
+@pytest.mark.parametrize("usage", [{}, {"tokens": 5}, {"promptTokens": 10, "completionTokens": 2}])
+def test_a_usage_of_a_shape_cost_does_not_know_is_refused(usage: dict[str, int]) -> None:
+    """Before: $0.00, silently, so a loop's budget never stopped it."""
+    with pytest.raises(simloop.UsageError, match="cost_usd cannot read this usage"):
+        cost_usd(usage, "gpt-4o")
+
+
+def _budgeted_chat_loop(price: dict[str, float] | None) -> object:
+    """A Chat Completions loop with a cost budget, pricing its replies as the README says (its own ``price`` for
+    gpt-4o-mini, or the table's): it stops with ``cost_budget`` before a call once the replies cost the budget."""
+    import json
+
+    import openai
+
+    from simloop.pricing import cost_usd as price_reply
+
+    def drive(sim: simloop.Sim) -> simloop.Outcome:
+        tools = [{"type": "function", "function": {"name": t["name"], "parameters": t["input_schema"]}}
+                 for t in sim.tool_schemas]
+        messages: list[object] = [{"role": "user", "content": sim.task}]
+        budget = sim.limits.max_cost_usd if sim.limits else None
+        prices = {"gpt-4o-mini": price} if price else sim.prices
+        spent = 0.0
+        for _ in range(10):
+            if budget is not None and spent >= budget:
+                return simloop.Outcome("cost_budget", f"${spent:.6f} spent")
+            try:
+                reply = sim.openai_client.chat.completions.create(model="gpt-4o-mini", messages=messages,  # type: ignore[arg-type]
+                                                                  tools=tools)  # type: ignore[arg-type]
+            except openai.APIError as exc:  # the SDK has retried what is worth retrying
+                return simloop.Outcome("error", str(exc))
+            spent += price_reply(reply.usage.model_dump() if reply.usage else None, reply.model, prices)
+            choice = reply.choices[0]
+            messages.append(choice.message.model_dump(exclude_none=True))
+            if choice.message.refusal:
+                return simloop.Outcome("refusal", choice.message.refusal)
+            if choice.finish_reason != "tool_calls":
+                return simloop.Outcome({"length": "truncated"}.get(choice.finish_reason, "final"),
+                                       choice.message.content or "")
+            for call in choice.message.tool_calls or []:
+                try:
+                    out = sim.run_tool(call.function.name, json.loads(call.function.arguments),  # type: ignore[union-attr]
+                                       tool_use_id=call.id)
+                except Exception as exc:  # noqa: BLE001 - an observation for the model
+                    out = f"Error: {exc}"
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": str(out)})
+        return simloop.Outcome("max_steps", "no answer after 10 calls")
+
+    return drive
+
+
+def test_a_loop_pricing_gpt_4o_mini_at_its_list_price_is_held_to_that_price(tmp_path: Path) -> None:
+    """Before: the loop's ``cost_usd`` read $0.00 from a Chat Completions usage (it never stopped), and the
+    ``limits`` invariant priced gpt-4o-mini at a Sonnet's price (20x), so a correct loop was reported ``limits``."""
+    limits = simloop.Limits(max_steps=10, max_cost_usd=0.0004)
+    report = simloop.verify(_budgeted_chat_loop(None), limits=limits, max_examples=30, seed=3,  # type: ignore[arg-type]
+                            out_dir=tmp_path)
+    assert report.ok
+
+
+def test_verify_takes_the_prices_the_loop_pays(tmp_path: Path) -> None:
+    """A loop paying a negotiated price (a fifth of the list price) is held to it with ``verify(prices=...)``,
+    and reported ``limits`` without it (at the list price its budget runs out sooner); the saved failure keeps
+    the prices it was checked with."""
+    mine = {"input": 0.03, "output": 0.12, "cache_write": 0.03, "cache_read": 0.015}
+    limits = simloop.Limits(max_steps=10, max_cost_usd=0.0002)
+    drive = _budgeted_chat_loop(mine)
+    report = simloop.verify(drive, limits=limits, prices={"gpt-4o-mini": mine}, max_examples=30, seed=3,  # type: ignore[arg-type]
+                            out_dir=tmp_path)
+    assert report.ok
+    with pytest.raises(simloop.InvariantViolation) as caught:
+        simloop.verify(drive, limits=limits, max_examples=30, seed=3, out_dir=tmp_path)  # type: ignore[arg-type]
+    assert {v.invariant for v in caught.value.violations} == {"limits"}
+    with pytest.raises(simloop.UsageError, match=r"verify\(prices=...\): the price of 'gpt-4o-mini'"):
+        simloop.verify(drive, limits=limits, prices={"gpt-4o-mini": {"input": -1}}, out_dir=tmp_path)  # type: ignore[arg-type]
+
+
+def test_the_command_line_takes_the_prices_the_loop_pays(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``simloop verify --price MODEL=IN,OUT[,CW,CR]``: verify(prices=...) from the command line; a malformed one
+    is a usage error naming the option."""
+    code = main(["verify", "examples.correct_sync:drive", "--max-examples", "3", "--seed", "0", "--out",
+                 str(tmp_path), "--max-cost-usd", "5", "--price", "claude-sonnet-5=1,2,1.25,0.1", "--no-progress"])
+    assert code == 0, capsys.readouterr().out
+    assert main(["verify", "examples.correct_sync:drive", "--price", "gpt-4o=cheap", "--out", str(tmp_path)]) == 2
+    assert "--price" in capsys.readouterr().err
+
+
+def test_the_plugin_takes_the_prices_the_loop_pays(pytester: pytest.Pytester) -> None:
+    """``simloop_config`` (or the marker) passes ``prices`` to verify: a loop paying a fifth of gpt-4o-mini's list
+    price is held to what it pays."""
+    pytester.syspathinsert(Path(__file__).resolve().parent)
+    pytester.makeconftest("""
+        import pytest
+
+        @pytest.fixture
+        def simloop_config():
+            mine = {"input": 0.03, "output": 0.12, "cache_write": 0.03, "cache_read": 0.015}
+            return {"limits": {"max_steps": 10, "max_cost_usd": 0.0002}, "max_examples": 30,
+                    "prices": {"gpt-4o-mini": mine}}
+    """)
+    pytester.makepyfile(test_priced="""
+        from test_cost import _budgeted_chat_loop
+
+        def test_the_loop_is_held_to_its_prices(simloop):
+            mine = {"input": 0.03, "output": 0.12, "cache_write": 0.03, "cache_read": 0.015}
+            assert simloop.verify(_budgeted_chat_loop(mine)).ok
+    """)
+    result = pytester.runpytest("--simloop-seed=3", "-p", "no:xdist")
+    result.assert_outcomes(passed=1)

@@ -117,6 +117,38 @@ def test_malformed_requests_get_the_api_error_envelope(
     assert server.errors == []
 
 
+OPENAI_POST = "POST /v1/responses HTTP/1.1\r\nHost: x\r\nauthorization: Bearer k\r\ncontent-type: application/json\r\n"
+# On the OpenAI API's paths the same errors come in its envelope (issue 42): the openai SDKs read ``message``,
+# ``param`` and ``code`` from ``{"error": {...}}`` and find none in the Anthropic one.
+OPENAI_MALFORMED: list[tuple[str, bytes, int, str]] = [
+    ("content-length not a number", (OPENAI_POST + "content-length: abc\r\n\r\n{}").encode(), 400,
+     "content-length must be one non-negative integer"),
+    ("unknown transfer-encoding", (OPENAI_POST + "transfer-encoding: gzip\r\n\r\n{}").encode(), 400,
+     "transfer-encoding 'gzip' is not supported"),
+    ("unknown method", b"OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n", 501, "Unsupported method"),
+    ("a stored response fetched", (b"GET /v1/responses/resp_123 HTTP/1.1\r\nHost: x\r\nauthorization: Bearer k\r\n"
+     b"content-length: 0\r\n\r\n"), 404, "Invalid URL (GET /v1/responses/resp_123)"),
+]
+
+
+@pytest.mark.parametrize(("raw", "status", "words"), [m[1:] for m in OPENAI_MALFORMED],
+                         ids=[m[0] for m in OPENAI_MALFORMED])
+def test_on_openai_routes_the_errors_use_the_openai_envelope(
+    server: loopback.LoopbackServer, raw: bytes, status: int, words: str
+) -> None:
+    got, headers, body = _exchange(server, raw)
+    assert got == status and headers["content-type"] == "application/json"
+    error = json.loads(body)["error"]
+    assert set(error) == {"message", "type", "param", "code"} and words in error["message"]
+    assert headers["x-should-retry"] == "false"  # a 501 for a method is no better on a retry
+    assert "x-request-id" in headers and server.errors == []
+
+
+def test_an_unknown_method_is_not_worth_a_retry_on_the_messages_routes_either(server: loopback.LoopbackServer) -> None:
+    got, headers, _ = _exchange(server, b"OPTIONS /v1/messages HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert got == 501 and headers["x-should-retry"] == "false"
+
+
 def test_a_chunked_request_is_still_served(server: loopback.LoopbackServer) -> None:
     body = json.dumps(HELLO).encode()
     raw = (POST + "transfer-encoding: chunked\r\nconnection: close\r\n\r\n").encode()

@@ -27,6 +27,7 @@ def test_the_correct_loop_passes(tmp_path: Path) -> None:
     ("drive_partial_answers", "pairing"),
     ("drive_tools_from_length", "truncation"),
     ("drive_rerun_after_500", "no_rerun"),
+    ("drive_refusal_from_finish_reason", "honest_outcome"),  # a refusal is finish_reason "stop" (issue 42)
 ])
 def test_each_twin_is_caught(twin: str, invariant: str, tmp_path: Path) -> None:
     with pytest.raises(simloop.InvariantViolation) as info:

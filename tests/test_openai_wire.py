@@ -84,7 +84,7 @@ def test_a_stream_cut_or_broken_midway_raises_what_the_sdk_raises() -> None:
                                "type": "server_error", "param": None, "code": None}
 
 
-def test_length_keeps_the_cut_arguments_and_refusal_is_content_filter() -> None:
+def test_length_keeps_the_cut_arguments_and_a_refusal_is_stop_with_its_text_in_refusal() -> None:
     cut = {"max_tokens": {"text": "Let me", "tool_use": [{"name": "search", "input": {"q": "abcdefgh"}}]}}
     with simloop.Sim(scenario(cut, {"refusal": "I can't help with that."})) as sim:
         client = sim.openai_client
@@ -94,7 +94,7 @@ def test_length_keeps_the_cut_arguments_and_refusal_is_content_filter() -> None:
         args = (choice.message.tool_calls or [])[0].function.arguments
         assert args.startswith('{"q"') and not args.endswith("}")  # cut off: not JSON
         refused = client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "y"}])
-        assert refused.choices[0].finish_reason == "content_filter"
+        assert refused.choices[0].finish_reason == "stop"  # as the real API: content_filter is the moderation's
         assert refused.choices[0].message.refusal == "I can't help with that." and refused.choices[0].message.content is None
 
 

@@ -96,6 +96,7 @@ class Failure:
             abort=sim.scenario.abort if sim.transcript.of(AbortEvent) else None,
             approvals=sim.scenario.approvals,
             requires=["context"] if "context" in sim.scenario.requires else [],
+            prices=sim.scenario.prices,
         )
 
     def _message(self, scenario: Scenario, path: Path, timeline: str, replay: str, *, search: str | None) -> str:

@@ -9,18 +9,20 @@ the example database replays, so a new option draws after the others.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from simloop._campaign.failure import drive_name
 from simloop._campaign.schedule import Stage, split
 from simloop._offer import SERVER_TOOLS, ServerTools
 from simloop.errors import UsageError
 from simloop.generated import EMPTY_ANSWERS, Draw, GeneratedFaults, GeneratedModel
-from simloop.scenario import Abort, Approval, Limits, Scenario, ToolSpec
+from simloop.pricing import Price
+from simloop.scenario import Abort, Approval, Limits, PriceSpec, Scenario, ToolSpec
 from simloop.sim import Drive, Sim
 from simloop.strategies import DEFAULT_TOOLS, Plan, stages
 
@@ -105,6 +107,7 @@ class World:
         server_tools: ServerTools = "request",
         approvals: bool = False,
         context: bool = False,
+        prices: Mapping[str, Any] | None = None,
     ) -> World:
         """`verify`'s world arguments as a `World`; a wrong one is a `UsageError` saying what to give."""
         if isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
@@ -136,6 +139,8 @@ class World:
             recording = load_recording(recorded, kinds=kinds)
             base = recording.scenario.model_copy(update={"name": name, "limits": declared, "expect": None})
             specs = list(base.tools)
+        if prices:  # the loop's own prices (verify(prices=...)), over the scenario's and the table's
+            base = base.model_copy(update={"prices": {**base.prices, **_prices(prices)}})
         if context:  # the loop claims it keeps its requests inside the window: each run, and its saved failure, says so
             base = base.model_copy(update={"requires": sorted({*base.requires, "context"})})
         return cls(
@@ -273,4 +278,23 @@ def _tools(tools: Sequence[ToolSpec | dict[str, Any]] | None) -> list[ToolSpec]:
     out = [t if isinstance(t, ToolSpec) else ToolSpec.model_validate(t) for t in tools]
     if not out:
         raise UsageError("verify(tools=[]): give the loop at least one tool, or leave tools out for the defaults")
+    return out
+
+
+def _prices(prices: Mapping[str, Any]) -> dict[str, PriceSpec]:
+    """``verify(prices=...)`` as a scenario's ``prices:`` (model name, prefix or ``"*"`` -> a `Price` or a mapping
+    of ``input``, ``output``, ``cache_write``, ``cache_read``); a wrong one is a `UsageError` saying what to give."""
+    if not isinstance(prices, Mapping):
+        raise UsageError(f"verify(prices=...) maps model names (or prefixes, or '*') to prices, got {prices!r}")
+    out: dict[str, PriceSpec] = {}
+    for name, price in prices.items():
+        given = price._asdict() if isinstance(price, Price) else price
+        try:
+            out[str(name)] = PriceSpec.model_validate(given)
+        except ValidationError as e:
+            raise UsageError(
+                f"verify(prices=...): the price of {name!r} is {{input, output, cache_write, cache_read}} in US "
+                f"dollars per million tokens (or a simloop.pricing.Price); got {price!r} "
+                f"({e.errors()[0]['msg']})"
+            ) from None
     return out

@@ -23,9 +23,10 @@ else done"), which runs the calls of a reply cut at ``length``: ``truncation`` c
 
 ``stream=True`` drives read the reply as LiteLLM's stream of chunks and rebuild it with
 ``litellm.stream_chunk_builder``, as its docs show.  LiteLLM's stream drops a refusal's text (the
-``delta.refusal`` pieces): the rebuilt message has ``refusal: None`` and empty content, and only
-``finish_reason: "content_filter"`` is left, which these drives read; ``stream_drive_reading_refusal``,
-which reads the ``refusal`` field as OpenAI's docs do, takes it for an empty answer (docs/findings.md).
+``delta.refusal`` pieces): the rebuilt message has ``refusal: None`` and empty content, and its
+``finish_reason`` is ``stop``, as the real API ends a refusal, so neither these drives nor
+``stream_drive_reading_refusal`` (which reads the ``refusal`` field as OpenAI's docs do) can tell it from an
+empty answer (docs/findings.md, L1).
 
 Example::
 

@@ -161,6 +161,14 @@ __all__ = ["verify"]
     help="The cost budget your loop declares, in US dollars at the model's list price (then it stops: cost_budget).",
 )
 @click.option(
+    "--price",
+    "price_specs",
+    multiple=True,
+    metavar="MODEL=IN,OUT[,CACHE_WRITE,CACHE_READ]",
+    help="A price your loop pays, in US dollars per million tokens, over the list price (repeatable; MODEL: a name, "
+    "a name prefix or '*'). Example: --price gpt-4o-mini=0.15,0.6,0.15,0.075",
+)
+@click.option(
     "-i",
     "--invariant",
     "invariants",
@@ -213,6 +221,7 @@ def verify(
     max_writes: int | None,
     max_repeats: int | None,
     max_cost_usd: float | None,
+    price_specs: tuple[str, ...],
     invariants: tuple[str, ...],
     out_dir: str,
     trace: str | None,
@@ -285,6 +294,7 @@ def verify(
                     database=database,
                     network=network,  # type: ignore[arg-type]
                     server_tools=server_tools,  # type: ignore[arg-type]
+                    prices=_prices(price_specs),
                 )
             finally:
                 counter.settle()
@@ -367,3 +377,20 @@ def _summary(out: Console, ids: list[str], violations: Sequence[Any], runs: int,
             str(min(steps)) if steps else "",
         )
     out.print(table)
+
+
+def _prices(specs: tuple[str, ...]) -> dict[str, dict[str, float]]:
+    """``--price MODEL=IN,OUT[,CACHE_WRITE,CACHE_READ]`` options as `simloop.verify`'s ``prices``."""
+    out: dict[str, dict[str, float]] = {}
+    for spec in specs:
+        model, _, numbers = spec.partition("=")
+        try:
+            values = [float(x) for x in numbers.split(",")]
+        except ValueError:
+            values = []
+        if not model or len(values) not in (2, 4):
+            raise click.BadParameter(
+                f"{spec!r}: give MODEL=IN,OUT or MODEL=IN,OUT,CACHE_WRITE,CACHE_READ, US dollars per million tokens "
+                "(e.g. gpt-4o-mini=0.15,0.6,0.15,0.075)", param_hint="--price")
+        out[model] = dict(zip(("input", "output", "cache_write", "cache_read"), values, strict=False))
+    return out

@@ -210,7 +210,10 @@ def pairing(t: Transcript) -> list[Violation]:
     out: list[Violation] = []
     seen: set[tuple[str, str]] = set()
     walk: _Walk | None = None
+    doubled = _doubled(t)
     for r in t.requests:
+        if r.index in doubled:
+            continue  # its items were sent twice (chained and replayed): request_valid tells that story
         walk = _walk(r.conversation, walk)
         offences = walk.found
         if not offences:
@@ -234,6 +237,24 @@ def pairing(t: Transcript) -> list[Violation]:
 
 
 # -- request_valid ----------------------------------------------------------------------------------------------
+
+
+#: The Responses API's 400 for an item sent twice (`simloop.wire.openai_responses.DUPLICATE_ITEM`).
+_DUPLICATE = "Duplicate item found with id "
+#: What a loop that got it did, and what to do instead.
+_DUPLICATE_FIX = (
+    "; the loop chained its request to an earlier response with previous_response_id and also sent that "
+    "response's output items again in input, so the API holds them twice: a correct loop sends either "
+    "previous_response_id and only the new items (its function_call_outputs, a new user message), or the whole "
+    "history as input without previous_response_id"
+)
+
+
+def _doubled(t: Transcript) -> set[int]:
+    """The requests the Responses API refused for an item they hold twice (their conversations are not what the
+    loop meant to send: pairing does not read them)."""
+    return {resp.index for resp in t.responses if resp.kind == "rejected"
+            and str((resp.rejection or {}).get("message", "")).startswith(_DUPLICATE)}
 
 
 def _api_path(path: Any) -> str | None:
@@ -261,7 +282,7 @@ def request_valid(t: Transcript) -> list[Violation]:
         if too_large(resp):
             continue  # answered as the real API does; not a malformed request (see _size_refusals)
         req = requests.get(resp.index)
-        if req is not None and _pairing_offences(req.conversation):
+        if req is not None and not text.startswith(_DUPLICATE) and _pairing_offences(req.conversation):
             continue  # reported (once) by `pairing`
         groups.setdefault((str(rej.get("type")), text, _api_path(rej.get("path"))), []).append(resp)
     out: list[Violation] = []
@@ -271,8 +292,9 @@ def request_valid(t: Transcript) -> list[Violation]:
         status = int((resp.rejection or {}).get("status") or resp.status)
         again = f" (the same rejection came back {len(resps) - 1} more time(s))" if len(resps) > 1 else ""
         message = (
-            f'the API rejected the request with {status} {kind}: "{text}"{again}; a correct loop builds requests '
-            "the API accepts (fix the part the API names) and does not resend one the API rejected"
+            f'the API rejected the request with {status} {kind}: "{text}"{again}'
+            + (_DUPLICATE_FIX if text.startswith(_DUPLICATE) else "; a correct loop builds requests the API accepts "
+               "(fix the part the API names) and does not resend one the API rejected")
         )
         evidence = {"request": resp.index, "path": path, "status": status, "type": kind, "api_message": text}
         out.append(Violation("request_valid", message, req.call if req else resp.call, evidence))

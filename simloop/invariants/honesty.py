@@ -60,6 +60,18 @@ def _cut(v: _View, reply: Response) -> str:
     return 'status "incomplete" (max_output_tokens)' if req.path == RESPONSES_PATH else 'finish_reason "length"'
 
 
+def _refusal_words(v: _View, reply: Response | None) -> str:
+    """How the reply's wire marks a refusal, for a loop that missed it (Chat Completions: by ``finish_reason``
+    "stop", like an answer; Responses: a ``refusal`` part with no ``output_text``)."""
+    req = v.request_at.get(reply.index) if reply is not None else None
+    if req is None or req.path == MESSAGES_PATH:
+        return ""
+    if req.path == RESPONSES_PATH:
+        return ": its message holds a 'refusal' content part and no output_text; read the part"
+    return (': on Chat Completions a refusal ends with finish_reason "stop" like an answer, its text in '
+            "message.refusal and content null; read message.refusal, not finish_reason alone")
+
+
 def _last_reply(v: _View) -> Response | None:
     replies = [r for pos, r in v.replies if v.before_outcome(pos)]
     return replies[-1] if replies else None
@@ -184,7 +196,7 @@ def _honest_outcome(t: Transcript) -> list[Violation]:
             "pause_turn": "the last reply was pause_turn, which is continued (send it back), not final",
             "max_tokens": "the last reply was cut off at max_tokens",
             "tool_use": "the last reply asked for tools and the loop never sent their results back",
-            "refusal": "the last reply was a refusal (reason 'refusal')",
+            "refusal": "the last reply was a refusal (reason 'refusal')" + _refusal_words(v, last),
         }.get(last.stop_reason if last else None, f"the last reply stopped with {last.stop_reason if last else None}")
     elif outcome.reason == "refusal" and not any(r.stop_reason == "refusal" for r in replies):
         lie = "the loop reported 'refusal' but no reply was a refusal"

@@ -69,8 +69,8 @@ from simloop.scenario import Scenario, load_scenario
 from simloop.tools import ToolBox
 from simloop.transcript import Header, Request, ToolEnd, ToolStart, Transcript
 from simloop.wire.errors import STATUS_ERRORS, error_body
-from simloop.wire.openai_chat import FAKE_OPENAI_KEY
-from simloop.wire.server import InternalFailure, Planned, SimServer
+from simloop.wire.openai_chat import FAKE_OPENAI_KEY, chat_error_body
+from simloop.wire.server import InternalFailure, Planned, SimServer, is_openai_path
 
 __all__ = ["LoopbackServer", "export_lines", "run", "serve"]
 
@@ -492,17 +492,22 @@ class _Handler(BaseHTTPRequestHandler):
         pass  # a test server prints nothing
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """The API's JSON error envelope, where the standard library would send its HTML error page."""
+        """The API's JSON error envelope, where the standard library would send its HTML error page: the OpenAI
+        one on the OpenAI API's paths (``{"error": {"message", "type", "param", "code"}}``, which its SDKs read),
+        the Anthropic one elsewhere.  A 4xx or a 501 (a method not served) is not worth a retry."""
         short = self.responses.get(code, ("Error", ""))[0]
-        body = _envelope(code, message or short)
+        openai = is_openai_path(str(getattr(self, "path", "") or ""))
+        body = chat_error_body(code, message=f"simloop serve: {message or short}") if openai else _envelope(
+            code, message or short)
+        retry = "false" if (400 <= code < 500 and code != 408) or code == 501 else "true"
         self.close_connection = True
         if self.request_version not in ("HTTP/1.0", "HTTP/1.1"):
             self.request_version = "HTTP/1.1"  # a garbled request line reads as HTTP/0.9, which has no headers
         try:
             self.send_response(code, short)
             self.send_header("content-type", "application/json")
-            self.send_header("request-id", "req_simloop")
-            self.send_header("x-should-retry", "false" if 400 <= code < 500 and code != 408 else "true")
+            self.send_header("x-request-id" if openai else "request-id", "req_simloop")
+            self.send_header("x-should-retry", retry)
             self.send_header("connection", "close")
             self.send_header("content-length", str(len(body)))
             self.end_headers()

@@ -21,11 +21,13 @@ Nothing here imports the ``openai`` SDK: the wire is JSON, and the SDK stays the
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic_core import to_json
 
+from simloop.wire import openai_rules as rules
 from simloop.wire.render import Turn
 from simloop.wire.validate import Rejection
 
@@ -52,7 +54,7 @@ CREATED_EPOCH = 1_767_225_600
 #: ``max_tokens`` of the internal request when the loop sets neither ``max_completion_tokens`` nor ``max_tokens``
 #: (the Chat Completions API needs none).
 DEFAULT_MAX_TOKENS = 4096
-#: The text of a refusal whose reply carries none (``finish_reason: content_filter``).
+#: The text of a refusal whose reply carries none (the API always sends one in ``message.refusal``).
 DEFAULT_REFUSAL = "I'm sorry, but I can't help with that request."
 _FINGERPRINT = "fp_51m100p0e1"
 _ROLES = ("system", "assistant", "user", "function", "tool", "developer")
@@ -71,20 +73,12 @@ ORPHAN_TOOL = "Invalid parameter: messages with role 'tool' must be a response t
 UNKNOWN_CALL = "Invalid parameter: 'tool_call_id' of '{id}' not found in 'tool_calls' of previous message."
 
 
-class _Refuse(Exception):
-    def __init__(self, message: str, param: str | None, code: str | None = None) -> None:
-        super().__init__(message)
-        self.rejection = Rejection(400, _INVALID, message, {"param": param, "code": code}, param)
-
-
-def _missing(param: str) -> _Refuse:
-    return _Refuse(f"Missing required parameter: '{param}'.", param, "missing_required_parameter")
-
-
-def _bad_type(param: str, expected: str, value: Any) -> _Refuse:
-    got = {str: "a string", bool: "a boolean", int: "an integer", float: "a decimal", list: "an array",
-           dict: "an object", type(None): "null"}.get(type(value), "a value")
-    return _Refuse(f"Invalid type for '{param}': expected {expected}, but got {got} instead.", param, "invalid_type")
+_Refuse = rules.Refuse
+_missing = rules.missing
+_bad_type = rules.bad_type
+#: A user message's part the model does not read (recorded: pydantic-ai ``test_multimodal_tool_returns/
+#: test_multimodal_tool_return_matrix[direct-url-audio-openai_chat].yaml``, an ``input_audio`` part sent to gpt-4o).
+NOT_TEXT_OR_IMAGE = "Invalid '{where}'. Content blocks are expected to be either text or image_url type."
 
 
 def validate_chat(body: Any) -> Rejection | None:
@@ -108,6 +102,8 @@ def _validate(body: Any) -> None:
                       "valid JSON.)", None)
     if "model" not in body:
         raise _Refuse("you must provide a model parameter", None)
+    if not isinstance(body["model"], str):  # null too: the API calls it an object
+        raise _bad_type("model", "a string", body["model"] if body["model"] is not None else {})
     messages = body.get("messages")
     if "messages" not in body:
         raise _missing("messages")
@@ -129,6 +125,7 @@ def _validate(body: Any) -> None:
             raise _missing(f"messages[{i}].tool_call_id")
         if role in ("user", "system", "developer", "tool") and "content" not in m:
             raise _missing(f"messages[{i}].content")
+        _check_parts(m, i, str(body["model"]))
         calls = m.get("tool_calls") if role == "assistant" else None
         if calls is not None:
             if not isinstance(calls, list):
@@ -140,13 +137,41 @@ def _validate(body: Any) -> None:
                 for name in ("id", "function"):
                     if name not in c:
                         raise _missing(f"{where}.{name}")
+                if not isinstance(c["id"], str):
+                    raise _bad_type(f"{where}.id", "a string", c["id"])
                 fn = c["function"]
                 if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
                     raise _missing(f"{where}.function.name")
+                rules.check_name(fn["name"], f"{where}.function.name")
                 if not isinstance(fn.get("arguments"), str):
                     raise _missing(f"{where}.function.arguments")
+    _check_settings(body)
     _check_tools(body)
     _check_pairing(messages)
+
+
+def _check_parts(message: dict[str, Any], i: int, model: str) -> None:
+    """A message's content parts: each names its ``type``; a user's ``input_audio`` needs an audio model."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return
+    for k, part in enumerate(content):
+        if isinstance(part, dict) and "type" not in part:
+            raise _missing(f"messages[{i}].content[{k}].type")
+        if isinstance(part, dict) and part.get("type") == "input_audio" and "audio" not in model:
+            raise _Refuse(NOT_TEXT_OR_IMAGE.format(where=f"messages[{i}]"), f"messages[{i}]", "invalid_value")
+
+
+def _check_settings(body: dict[str, Any]) -> None:
+    """The settings' types and ranges, and what the model does not take (`simloop.wire.openai_rules`)."""
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise _bad_type("stream", "a boolean", stream)
+    for name in ("max_tokens", "max_completion_tokens"):
+        rules.check_token_cap(body, name)
+    rules.check_temperature(body)
+    rules.check_stop(body)
+    rules.check_effort(body["model"], body.get("reasoning_effort"), "reasoning_effort")
 
 
 def _check_tools(body: dict[str, Any]) -> None:
@@ -163,6 +188,9 @@ def _check_tools(body: dict[str, Any]) -> None:
                     raise _missing(f"tools[{k}].function")
                 if not isinstance(fn.get("name"), str):
                     raise _missing(f"tools[{k}].function.name")
+                rules.check_name(fn["name"], f"tools[{k}].function.name")
+                if fn.get("strict") is True:
+                    rules.check_strict_schema(fn["name"], fn.get("parameters"), f"tools[{k}].function.parameters")
     for name in ("tool_choice", "parallel_tool_calls"):
         if body.get(name) is not None and not tools:
             raise _Refuse(f"Invalid value for '{name}': '{name}' is only allowed when 'tools' are specified.",
@@ -207,6 +235,21 @@ def _text_of(content: Any) -> str:
     return ""
 
 
+_DATA_URI = re.compile(r"data:([\w.+/-]+);base64,", re.ASCII)
+
+
+def image_block(url: Any) -> dict[str, Any]:
+    """An image part's Messages form: a ``data:...;base64,`` URI as a base64 source (so the context window counts
+    it as the API does, by its pixels, `simloop.wire.validate.IMAGE_TOKENS` at most, not by its bytes: issue 42 measured 1.4 MB data
+    URIs billed 1,118 input tokens), any other URL as a URL source."""
+    text = str(url)
+    found = _DATA_URI.match(text)
+    if found is not None:
+        return {"type": "image", "source": {"type": "base64", "media_type": found.group(1),
+                                            "data": text[found.end():]}}
+    return {"type": "image", "source": {"type": "url", "url": text}}
+
+
 def _user_blocks(content: Any) -> str | list[dict[str, Any]]:
     if not isinstance(content, list):
         return content if isinstance(content, str) else ""
@@ -217,7 +260,7 @@ def _user_blocks(content: Any) -> str | list[dict[str, Any]]:
         if part.get("type") == "image_url":
             url = part.get("image_url")
             url = url.get("url") if isinstance(url, dict) else url
-            blocks.append({"type": "image", "source": {"type": "url", "url": str(url)}})
+            blocks.append(image_block(url))
         else:
             blocks.append({"type": "text", "text": str(part.get("text", ""))})
     return blocks
@@ -308,12 +351,16 @@ def _tool_choice(choice: Any) -> dict[str, Any] | None:
 
 # -- the reply, as a chat.completion --------------------------------------------------------------------------------
 
+# A refusal is ``finish_reason: "stop"`` with the text in ``message.refusal`` and ``content`` null, as the real API
+# answers one (22 recorded answers, JSON and SSE, measured in issue 42; the openai SDK's ``parse()`` returns such a
+# refusal and raises ``ContentFilterFinishReasonError`` only on ``content_filter``); ``content_filter`` is the
+# moderation cutting output off, which the simulator does not model.
 _FINISH = {"end_turn": "stop", "stop_sequence": "stop", "pause_turn": "stop", "max_tokens": "length",
-           "tool_use": "tool_calls", "refusal": "content_filter"}
+           "tool_use": "tool_calls", "refusal": "stop"}
 
 
 def finish_reason(stop_reason: str | None) -> str | None:
-    """The ``finish_reason`` for a Messages ``stop_reason`` (a refusal is ``content_filter``)."""
+    """The ``finish_reason`` for a Messages ``stop_reason`` (a refusal is ``stop``: its text is in ``refusal``)."""
     return _FINISH.get(stop_reason, "stop") if stop_reason is not None else None
 
 
@@ -338,13 +385,24 @@ def _parts(turn: Turn) -> tuple[str, list[dict[str, Any]]]:
     return "".join(texts), calls
 
 
+def cache_tokens(usage: Mapping[str, Any]) -> tuple[int, int, int]:
+    """The prompt's tokens as an OpenAI wire counts them, from the reply's Messages usage: (all input tokens,
+    cache writes, cache reads).  The Messages API counts cache tokens apart; OpenAI's input count holds them."""
+    written = int(usage.get("cache_creation_input_tokens") or 0)
+    read = int(usage.get("cache_read_input_tokens") or 0)
+    return int(usage.get("input_tokens") or 0) + written + read, written, read
+
+
 def _usage(message: Mapping[str, Any]) -> dict[str, Any]:
     usage = message.get("usage") or {}
-    prompt = int(usage.get("input_tokens") or 0)
+    prompt, written, read = cache_tokens(usage)
     completion = int(usage.get("output_tokens") or 0)
+    details: dict[str, Any] = {"cached_tokens": read, "audio_tokens": 0}
+    if written:
+        details["cache_write_tokens"] = written
     return {
         "prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+        "prompt_tokens_details": details,
         "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0, "accepted_prediction_tokens": 0,
                                       "rejected_prediction_tokens": 0},
     }
@@ -355,7 +413,7 @@ def render_completion(turn: Turn, message: Mapping[str, Any], *, model: str, cre
     text, calls = _parts(turn)
     reason = finish_reason(turn.stop_reason)
     out: dict[str, Any] = {"role": "assistant", "content": text or None, "refusal": None, "annotations": []}
-    if reason == "content_filter":
+    if turn.stop_reason == "refusal":
         out["content"], out["refusal"] = None, text or DEFAULT_REFUSAL
     if calls:
         out["tool_calls"] = calls
@@ -388,10 +446,10 @@ def render_chunks(
 
     text, calls = _parts(turn)
     reason = finish_reason(turn.stop_reason)
+    refused = turn.stop_reason == "refusal"
     # the first delta: the role, and "" for the content a text reply streams (null for calls or a refusal only)
-    events = [chunk({"role": "assistant", "content": "" if text and reason != "content_filter" else None,
-                     "refusal": None})]
-    if reason == "content_filter":
+    events = [chunk({"role": "assistant", "content": "" if text and not refused else None, "refusal": None})]
+    if refused:
         events += [chunk({"refusal": piece}) for piece in _chunk_piece(text or DEFAULT_REFUSAL)]
     elif text:
         events += [chunk({"content": piece}) for piece in _chunk_piece(text)]

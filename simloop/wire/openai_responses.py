@@ -26,14 +26,18 @@ from typing import Any
 
 from pydantic_core import to_json
 
+from simloop.wire import openai_rules as rules
 from simloop.wire.openai_chat import (
     CREATED_EPOCH,
     DEFAULT_MAX_TOKENS,
     DEFAULT_REFUSAL,
     _arguments,
+    _bad_type,
     _missing,
     _Refuse,
     _text_of,
+    cache_tokens,
+    image_block,
 )
 from simloop.wire.render import Turn
 from simloop.wire.validate import Rejection
@@ -53,6 +57,9 @@ __all__ = [
 ]
 
 RESPONSES = "/v1/responses"
+#: The model of a request that names none, only a stored ``prompt`` (whose model the dashboard holds and the
+#: simulator cannot see): the model the reply and the world say.
+PROMPT_MODEL = "gpt-4o"
 _ROLES = ("user", "assistant", "system", "developer")
 
 # -- the real API's 400s: texts, ``param`` and ``code`` as users reported them ------------------------------------
@@ -160,10 +167,14 @@ def _validate(body: Any, items: list[Any]) -> None:
         raise _Refuse("We could not parse the JSON body of your request. (HINT: This likely means you aren't using "
                       "your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not "
                       "valid JSON.)", None)
-    if "model" not in body:
+    stored_prompt = isinstance(body.get("prompt"), dict)  # a stored prompt names its model and may hold the input
+    if "model" not in body and not stored_prompt:
         raise _missing("model")
-    if "input" not in body and body.get("previous_response_id") is None:
+    if "input" not in body and body.get("previous_response_id") is None and not stored_prompt:
         raise _missing("input")
+    if "model" in body and not isinstance(body["model"], str):
+        raise _bad_type("model", "a string", body["model"] if body["model"] is not None else {})
+    _check_settings(body)
     value = body.get("input")
     if value is not None and not isinstance(value, (str, list)):
         raise _Refuse("Invalid type for 'input': expected one of a string or array of input items, but got "
@@ -187,10 +198,19 @@ def _validate(body: Any, items: list[Any]) -> None:
                               "'developer', and 'user'.", f"{where}.role", "invalid_value")
             if "content" not in item:
                 raise _missing(f"{where}.content")
+            parts = item["content"] if isinstance(item["content"], list) else []
+            for k, part in enumerate(parts):
+                if isinstance(part, dict) and "type" not in part:
+                    raise _missing(f"{where}.content[{k}].type")
         elif kind == "function_call":
             for name in ("call_id", "name", "arguments"):
                 if not isinstance(item.get(name), str):
                     raise _missing(f"{where}.{name}")
+            calls.add(item["call_id"])
+        elif kind.endswith("_call") and isinstance(item.get("call_id"), str):
+            # a client-run call of another kind (``tool_search_call`` with ``execution: client``, a custom tool's
+            # call) is answered by a function_call_output too (recorded: pydantic-ai
+            # ``test_tool_availability_portability_matrix[R5-T3-native-search].yaml``, accepted)
             calls.add(item["call_id"])
         elif kind == "function_call_output":
             if not isinstance(item.get("call_id"), str):
@@ -210,6 +230,19 @@ def _validate(body: Any, items: list[Any]) -> None:
         for k, t in enumerate(tools):
             if isinstance(t, dict) and t.get("type") == "function" and not isinstance(t.get("name"), str):
                 raise _missing(f"tools[{k}].name")
+            if isinstance(t, dict) and t.get("type") == "function" and t.get("strict") is True:
+                rules.check_strict_schema(t["name"], t.get("parameters"), f"tools[{k}].parameters")
+
+
+def _check_settings(body: dict[str, Any]) -> None:
+    """The settings' types and ranges, and the reasoning effort the model offers (`simloop.wire.openai_rules`)."""
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise _bad_type("stream", "a boolean", stream)
+    rules.check_temperature(body)
+    reasoning = body.get("reasoning")
+    if isinstance(reasoning, dict):
+        rules.check_effort(body.get("model"), reasoning.get("effort"), "reasoning.effort")
 
 
 def _call_ids(items: list[Any]) -> list[str]:
@@ -227,7 +260,7 @@ def _user_blocks(content: Any) -> str | list[dict[str, Any]]:
         if not isinstance(part, dict):
             continue
         if part.get("type") == "input_image":
-            blocks.append({"type": "image", "source": {"type": "url", "url": str(part.get("image_url", ""))}})
+            blocks.append(image_block(part.get("image_url", "")))
         else:
             blocks.append({"type": "text", "text": str(part.get("text", ""))})
     return blocks
@@ -272,7 +305,7 @@ def to_internal(body: dict[str, Any], items: list[Any]) -> dict[str, Any]:
             text = output if isinstance(output, str) else _text_of(output)
             messages.append({"role": "user", "content": [
                 {"type": "tool_result", "tool_use_id": item["call_id"], "content": text}]})
-    internal: dict[str, Any] = {"model": body.get("model"), "messages": messages}
+    internal: dict[str, Any] = {"model": model_of(body), "messages": messages}
     cap = body.get("max_output_tokens")
     internal["max_tokens"] = cap if isinstance(cap, int) and not isinstance(cap, bool) else DEFAULT_MAX_TOKENS
     if system:
@@ -288,6 +321,12 @@ def to_internal(body: dict[str, Any], items: list[Any]) -> dict[str, Any]:
     if body.get("stream"):
         internal["stream"] = True
     return internal
+
+
+def model_of(body: Mapping[str, Any]) -> str:
+    """The request's ``model``; `PROMPT_MODEL` for one naming only a stored ``prompt``."""
+    model = body.get("model")
+    return str(model) if model is not None else PROMPT_MODEL
 
 
 def _tool(tool: dict[str, Any]) -> dict[str, Any]:
@@ -359,10 +398,13 @@ def output_items(turn: Turn, rid: str) -> list[dict[str, Any]]:
 
 def _usage(message: Mapping[str, Any]) -> dict[str, Any]:
     usage = message.get("usage") or {}
-    prompt = int(usage.get("input_tokens") or 0)
+    prompt, written, read = cache_tokens(usage)
     completion = int(usage.get("output_tokens") or 0)
-    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": completion,
-            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": prompt + completion}
+    # ``cache_write_tokens``: every recorded response since 2026-07-10 carries it, and openai 3.63 declares it
+    # required (a strict parse fails without it)
+    return {"input_tokens": prompt, "input_tokens_details": {"cache_write_tokens": written, "cached_tokens": read},
+            "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": prompt + completion}
 
 
 def _frame(body: dict[str, Any], *, rid: str, created: int, model: str) -> dict[str, Any]:
@@ -383,6 +425,7 @@ def _frame(body: dict[str, Any], *, rid: str, created: int, model: str) -> dict[
         "tools": [{"type": "function", "description": None, "parameters": None, "strict": True, **t}
                   if isinstance(t, dict) and t.get("type") == "function" else t for t in tools],
         "top_logprobs": 0, "top_p": 1.0, "truncation": "disabled", "usage": None, "user": None,
+        **({"prompt": body["prompt"]} if isinstance(body.get("prompt"), dict) else {}),
     }
 
 

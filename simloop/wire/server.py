@@ -285,6 +285,8 @@ class SimServer:
         request_id = self.ids.request()
         if chat is not None:
             return self._chat(req, chat, method, headers, body, request_id)
+        if is_openai_path(path):  # a route of an OpenAI wire the simulator does not serve: in that wire's envelope
+            return _Chat(None, None, self.now()).error(req, 404, request_id, message=f"Invalid URL ({method} {path}): simloop serves POST /v1/chat/completions and POST /v1/responses only")
         if method != "POST" or path not in (MESSAGES, COUNT_TOKENS):
             return self._error(req, 404, request_id, message=f"Not found: {method} {path}", type="not_found_error")
         if not (headers.get("x-api-key") or headers.get("authorization", "").startswith("Bearer ")):
@@ -778,7 +780,7 @@ class _Responses(_Chat):
                 self.internal = openai_responses.to_internal(sent, items)
             except (KeyError, TypeError, AttributeError):
                 self.internal = sent
-            self.model = str(sent.get("model"))
+            self.model = openai_responses.model_of(sent)
         self.created = openai_responses.created_at(now)
 
     def planned(
@@ -821,6 +823,18 @@ OPENAI_WIRES: dict[str, Callable[[Any, openai_responses.ResponseStore, float], _
     openai_chat.CHAT_COMPLETIONS: lambda sent, stored, now: _Chat.read(sent, now),
     openai_responses.RESPONSES: _Responses,
 }
+
+
+#: The path prefixes only the OpenAI API has (with and without ``/v1``; ``/v1/models`` is both APIs'): what is not
+#: served there is answered in its envelope.
+_OPENAI_PREFIXES = ("/v1/chat/", "/v1/responses", "/v1/completions", "/v1/embeddings",
+                    "/chat/", "/responses", "/completions", "/embeddings")
+
+
+def is_openai_path(path: str) -> bool:
+    """Whether ``path`` is one of the OpenAI API's (a route of its wires, or one beside them such as
+    ``GET /v1/responses/ID``): its errors use the OpenAI envelope, which the ``openai`` SDKs read."""
+    return path.split("?", 1)[0].startswith(_OPENAI_PREFIXES)
 
 
 def route(path: str) -> str:
