@@ -45,7 +45,7 @@ from simloop.wire import transport
 CPU = time.process_time  # the process's: a Sim runs the loop on a worker thread
 
 
-def _median_cpu(runs: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
+def median_cpu(runs: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
     """Median CPU seconds of each run, the runs alternating ``rounds`` times (after a warm-up).
 
     A run costs some 0.3-0.5 ms less right after a run of its own kind (caches; the loop on another thread):
@@ -95,7 +95,7 @@ def overhead_floor(pairs: int) -> None:
 
     transport.SimTransport.handle_request = real  # type: ignore[method-assign]
     client = overhead.bare_client()
-    t = _median_cpu({"bare": lambda: overhead.loop(client), "sim": overhead.sim_run, "floor": without_simulator}, pairs)
+    t = median_cpu({"bare": lambda: overhead.loop(client), "sim": overhead.sim_run, "floor": without_simulator}, pairs)
     steps = overhead.STEPS
     allowed = t["bare"] / 0.9
     print(f"overhead, CPU per {steps}-call run (median of {pairs} alternating rounds):")

@@ -62,17 +62,26 @@ def loop(client: anthropic.Anthropic) -> int:
     return STEPS
 
 
-def bare_client(bodies: list[bytes] | None = None) -> anthropic.Anthropic:
-    """An SDK client on `httpx2.MockTransport` answering ``bodies`` in turn (default: the 10-step loop's)."""
-    if bodies is None:
+def bodies_of_the_loop() -> list[bytes]:
+    """The 10-step loop's replies as the API sends them: nine tool calls, each with its own id, then an answer.
+
+    The ids differ, as the real API's (and simloop's) do: a history holding one id twice is refused.
+    """
+    bodies = []
+    for i in range(1, STEPS):
         tool_turn = Turn(
-            content=[{"type": "tool_use", "id": "toolu_01", "name": "search", "input": {"q": "refund"}}],
+            content=[{"type": "tool_use", "id": f"toolu_{i:02d}", "name": "search", "input": {"q": "refund"}}],
             stop_reason="tool_use",
         )
-        final = Turn(content=[{"type": "text", "text": "ok"}], stop_reason="end_turn")
-        bodies = [render_json(tool_turn, id=f"msg_{i}", model="m", input_tokens=10) for i in range(STEPS - 1)]
-        bodies.append(render_json(final, id="msg_f", model="m", input_tokens=10))
-    served = bodies
+        bodies.append(render_json(tool_turn, id=f"msg_{i}", model="m", input_tokens=10))
+    final = Turn(content=[{"type": "text", "text": "ok"}], stop_reason="end_turn")
+    bodies.append(render_json(final, id="msg_f", model="m", input_tokens=10))
+    return bodies
+
+
+def bare_handler(bodies: list[bytes] | None = None) -> Callable[[httpx2.Request], httpx2.Response]:
+    """A `httpx2.MockTransport` handler answering ``bodies`` in turn (default: the 10-step loop's), round and round."""
+    served = bodies_of_the_loop() if bodies is None else bodies
     state = {"i": 0}
 
     def handler(request: httpx2.Request) -> httpx2.Response:
@@ -80,7 +89,13 @@ def bare_client(bodies: list[bytes] | None = None) -> anthropic.Anthropic:
         state["i"] += 1
         return httpx2.Response(200, headers={"content-type": "application/json", "request-id": "req_1"}, content=body)
 
-    return anthropic.Anthropic(api_key="k", http_client=httpx2.Client(transport=httpx2.MockTransport(handler)))
+    return handler
+
+
+def bare_client(bodies: list[bytes] | None = None) -> anthropic.Anthropic:
+    """An SDK client on `httpx2.MockTransport` answering ``bodies`` in turn (default: the 10-step loop's)."""
+    transport = httpx2.MockTransport(bare_handler(bodies))
+    return anthropic.Anthropic(api_key="k", http_client=httpx2.Client(transport=transport))
 
 
 def sim_run() -> int:

@@ -1192,22 +1192,24 @@ def _default_budget(limits: Limits) -> Budget:
 # -- the SDK's first calls, made before any run is timed (see simloop._runtime.prepare) -----------------------------
 
 
-def warm_up_sdk() -> None:
-    """Import the SDK and make its first calls through a throwaway Sim, once per process, on nobody's time."""
+def warm_up_sdk(asynchronous: bool = True) -> None:
+    """Import the SDK and make its first calls through a throwaway Sim, once per process, on nobody's time;
+    with ``asynchronous`` (an ``async def`` drive's run) also the async client's first call on a virtual-time loop."""
     once("sdk", _warm_up_sdk)
+    if asynchronous:
+        once("sdk-async", _warm_up_async)
 
 
 _WARM_UP: dict[str, Any] = {
     "name": "simloop-warm-up",
     "task": "Warm up.",
     "tools": [{"name": "search"}],
-    "model": [{"tool_use": [{"name": "search", "input": {"q": "x"}}]}, {"end_turn": "ok"}, {"end_turn": "ok"},
-              {"end_turn": "ok"}],
+    "model": [{"tool_use": [{"name": "search", "input": {"q": "x"}}]}, {"end_turn": "ok"}, {"end_turn": "ok"}],
 }
 
 
 def _warm_up_sdk() -> None:
-    """Import the SDK and make its first calls (sync, a tool round trip, a stream, async) through a throwaway Sim."""
+    """Import the SDK and make its first calls (sync, a tool round trip, a stream) through a throwaway Sim."""
     import anthropic  # noqa: F401
     import httpx2  # noqa: F401
 
@@ -1229,8 +1231,16 @@ def _warm_up_sdk() -> None:
         with client.messages.stream(model=sim.model, max_tokens=64, messages=messages, tools=tools) as s:
             s.get_final_message()
 
-        async def async_call() -> None:
-            await sim.async_client.messages.create(model=sim.model, max_tokens=64, messages=messages[:1])
 
-        # on a virtual-time loop, as an async drive runs (its first run imports anyio's asyncio backend)
+def _warm_up_async() -> None:
+    """The async client's first call through a throwaway Sim, on a virtual-time loop as an async drive runs.
+
+    Its first run imports anyio's asyncio backend (the clock counts anyio's worker-thread jobs): some 10 ms, which a
+    sync drive's process does not pay (a sync drive that starts an event loop itself pays it then, as an import).
+    """
+    with Sim({**_WARM_UP, "model": [{"end_turn": "ok"}]}) as sim:
+        async def async_call() -> None:
+            await sim.async_client.messages.create(
+                model=sim.model, max_tokens=64, messages=[{"role": "user", "content": sim.task}])
+
         off_loop(lambda: sim.clock.run(async_call()))

@@ -7,10 +7,12 @@ took 8.7 s on a loaded CI machine, and the 10 s watchdog then reported a correct
 and before the clock is patched, what the run would otherwise do on the loop's time the first time:
 
 * for a drive on the SDK (any drive, unless it says otherwise): import ``anthropic``, ``httpx2`` and the
-  transports, build the SDK client prototypes, and make a sync call, a tool round trip, a stream and
-  an async call on a virtual-time event loop through a throwaway Sim (`simloop.sim.warm_up_sdk`), so
-  that the SDK's lazily built pydantic schemas (0.4 s quiet) and anyio's asyncio backend are built and
-  imported now, in real time, outside any run;
+  transports, build the SDK client prototypes, and make a sync call, a tool round trip and a stream
+  through a throwaway Sim (`simloop.sim.warm_up_sdk`), and for an ``async def`` drive an async call on a
+  virtual-time event loop, so that the SDK's lazily built pydantic schemas (0.4 s quiet) and anyio's
+  asyncio backend are built and imported now, in real time, outside any run (a sync drive's process does
+  not import that backend: some 10 ms of a process's first run; a sync drive that runs an event loop
+  itself imports it then, an import the watchdog does not count);
 * for a drive that names its own preparation (``drive.simloop_prepare``, a callable), that instead:
   `command_drive` imports the loopback server and the MCP app (the command brings its own SDK), the
   LangGraph adapter's drives the SDK's and LangGraph's prebuilt agent.
@@ -21,6 +23,7 @@ and never fails the run: the run then does the same work itself, as before.
 
 from __future__ import annotations
 
+import inspect
 import random
 import threading
 from collections.abc import Callable
@@ -49,14 +52,15 @@ def once(name: str, work: Callable[[], None]) -> None:
             random.setstate(state)
 
 
-def before_run(drive: Any, sdk: Callable[[], None]) -> None:
+def before_run(drive: Any, sdk: Callable[[bool], None]) -> None:
     """What a run of ``drive`` would set up on the loop's time, done now (once per process).
 
     ``drive.simloop_prepare`` when the drive names its own preparation, else ``sdk``: the SDK's import and
-    first calls (`simloop.sim.warm_up_sdk`, passed in: this package runs below the Sim and never imports it).
+    first calls (`simloop.sim.warm_up_sdk`, passed in: this package runs below the Sim and never imports it),
+    told whether the drive is ``async def`` (as `Sim.run` tells, to run it on a virtual-time loop).
     """
     prepare = getattr(drive, "simloop_prepare", None)
     if callable(prepare):
         prepare()
     else:
-        sdk()
+        sdk(inspect.iscoroutinefunction(drive))
