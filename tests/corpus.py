@@ -67,20 +67,6 @@ requires_corpus = pytest.mark.skipif(
 )
 
 
-def _shared_openai() -> Path:
-    """``shared/data/openai`` beside ``shared/data/cassettes`` (third-party OpenAI recordings, see its MANIFEST.md)."""
-    return CASSETTES.parent / "openai"
-
-
-#: The OpenAI corpora: the shared one (when present), then the folders ``SIMLOOP_OPENAI_CORPUS`` names.
-OPENAI_CORPORA: tuple[Path, ...] = tuple(
-    dict.fromkeys(
-        p.resolve()
-        for p in [_shared_openai(), *(Path(x) for x in os.environ.get("SIMLOOP_OPENAI_CORPUS", "").split(os.pathsep) if x)]
-        if p.is_dir()
-    )
-)
-
 requires_openai_corpus = pytest.mark.skipif(
     not OPENAI_CORPORA,
     reason="no OpenAI corpus: ../shared/data/openai is not present and SIMLOOP_OPENAI_CORPUS names no folder "
