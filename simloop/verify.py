@@ -249,7 +249,7 @@ def replay(
     scenario = load_scenario(path, allow_functions=allow_functions)
     unclaimed = _claims(
         abort=abort, restarts=restarts, turns=turns, context=context, limits=limits, approvals=approvals,
-    ).missing(scenario)
+    ).missing(scenario, path)
     if unclaimed:
         reason = skip_reason(scenario, unclaimed, surface="python")
         return Report(violations=[], checked=tuple(invariant_ids(invariants)), skipped=reason)

@@ -20,6 +20,7 @@ import httpx2  # noqa: F401
 import pytest
 
 import simloop
+from examples import tool_exception_escapes
 from examples.catalogue import DEFECTS
 from simloop._claims import Claims, claim_flags
 from simloop.cli import main
@@ -375,3 +376,75 @@ def test_the_findings_say_how_to_replay_them() -> None:
 def test_a_files_replay_line_claims_what_the_file_needs(name: str, line: str) -> None:
     path = next(p for p in LIBRARY if p.name == name)
     assert line.endswith(claim_flags(load_scenario(path))), f"{name}: add the claims it needs to its replay line"
+
+
+# -- a user's own files: their limits: are the run's declaration; a run that tests nothing does not pass (issue 40) --
+
+OWN_FILE = (SCENARIOS / "tool-raises.yaml").read_text(encoding="utf-8")
+
+
+def _own_folder(root: Path, **extra: str) -> Path:
+    """A user's own folder: the tool-raises story, one file declaring a step cap, one a deadline (no requires:)."""
+    folder = root / "my-scenarios"
+    folder.mkdir()
+    (folder / "capped.yaml").write_text(OWN_FILE.replace("name: tool-raises", "name: capped") + "limits: {max_steps: 10}\n")
+    (folder / "timed.yaml").write_text(OWN_FILE.replace("name: tool-raises", "name: timed") + "limits: {deadline_s: 600}\n")
+    for name, text in extra.items():
+        (folder / name).write_text(text)
+    return folder
+
+
+def test_a_users_own_files_declaring_limits_are_run_not_skipped(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _own_folder(tmp_path)
+    assert main(["run", str(folder), "--drive", "examples.tool_exception_escapes:drive"]) == 1
+    lines = _lines(capsys.readouterr().out)
+    assert lines["capped.yaml"].startswith("FAIL") and "tool_errors" in lines["capped.yaml"].split("  ")[-1]
+    assert lines["timed.yaml"].startswith("FAIL")
+    assert main(["run", str(folder), "--drive", PLAIN]) == 0  # the correct loop passes them, under the file's limits
+    assert all(line.startswith("ok") for line in _lines(capsys.readouterr().out).values())
+
+
+def test_a_users_own_file_is_skipped_by_what_its_requires_names(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    gated = OWN_FILE.replace("name: tool-raises", "name: gated") + "limits: {max_steps: 10}\nrequires: [max_writes]\n"
+    path = tmp_path / "gated.yaml"
+    path.write_text(gated)
+    assert main(["run", str(path), "--drive", "examples.tool_exception_escapes:drive"]) == 5
+    out = capsys.readouterr().out
+    assert _lines(out)["gated.yaml"].endswith(
+        "needs a write budget (max_writes): pass --claims max_writes if your loop has one")
+    assert out.rstrip().endswith(
+        "simloop: nothing was tested: the 1 file selected was skipped (see the reasons above); claim what your loop "
+        "has, or choose files it can run")
+
+
+def test_a_run_of_the_library_that_skips_every_file_tested_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    files = [str(SCENARIOS / name) for name in ("one-write.yaml", "error-budget.yaml")]
+    assert main(["run", *files, "--drive", PLAIN]) == 5
+    assert "simloop: nothing was tested: all 2 files selected were skipped" in capsys.readouterr().out
+
+
+def test_replay_runs_a_users_own_file_under_its_limits_whatever_is_claimed(tmp_path: Path) -> None:
+    folder = _own_folder(tmp_path)
+    with pytest.raises(simloop.InvariantViolation, match="tool_errors"):
+        simloop.replay(tool_exception_escapes.drive, folder / "capped.yaml", limits=["deadline_s"])
+
+
+def test_plugin_runs_a_users_own_files_and_fails_a_session_that_tested_nothing(pytester: pytest.Pytester) -> None:
+    _own_folder(pytester.path)
+    pytester.makeini("[pytest]\nsimloop_scenarios = my-scenarios\n")
+    broken = pytester.runpytest("-p", "no:cacheprovider", "--simloop-drive=examples.tool_exception_escapes:drive")
+    broken.assert_outcomes(failed=2)
+    (pytester.path / "gated").mkdir()
+    for name in ("one-write.yaml", "error-budget.yaml"):
+        (pytester.path / "gated" / name).write_text((SCENARIOS / name).read_text(encoding="utf-8"))
+    skipped = pytester.runpytest("-p", "no:cacheprovider", "--simloop-drive=examples.correct_sync:drive",
+                                 "--simloop-scenarios=gated")
+    skipped.assert_outcomes(skipped=2)
+    assert skipped.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    skipped.stdout.fnmatch_lines(["simloop: nothing was tested: all 2 files selected were skipped *"])
+    claimed = pytester.runpytest("-p", "no:cacheprovider", "--simloop-drive=examples.correct_sync:drive",
+                                 "--simloop-scenarios=gated", "--simloop-claims=max_writes,max_tool_errors")
+    claimed.assert_outcomes(passed=2)
+    assert claimed.ret == pytest.ExitCode.OK
