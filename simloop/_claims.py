@@ -184,21 +184,35 @@ def skip_reason(scenario: Scenario, missing: Iterable[str], *, surface: Surface)
     return f"needs {what}: pass {how} if your loop has {them}"
 
 
-def other_wire(scenario: Scenario, paths: Iterable[str]) -> str | None:
-    """Why a file that scripts what only the Messages API has proves nothing about a loop on another wire.
+def other_wire(scenario: Scenario, requests: Iterable[Any]) -> str | None:
+    """Why a file that scripts a ``pause_turn`` proves nothing about the loop that ran it: None when it applies.
 
-    A ``pause_turn`` (the API paused a long server-tool turn: send it back to continue) has no form on the
-    OpenAI wires, where it arrives as a plain finish; a correct loop there reports ``final`` and never sends
-    it back, so the file's ``expect:`` and the rest of its script cannot hold.  ``paths``: the run's
-    request paths.  None when the file applies.
+    A ``pause_turn`` (the API paused a long server-tool turn: send it back to continue) is sent only on the Messages
+    API, and only to a request that declares a server tool (web search, web fetch, code execution): on the OpenAI
+    wires it arrives as a plain finish, and a loop whose requests declare no server tool never meets one (nor does
+    it in `simloop.verify`).  A correct loop there reports ``final`` and never sends it back, so the file's
+    ``expect:`` and the rest of its script cannot hold.  ``requests``: the run's requests (``path``, ``body``).
     """
-    others = sorted({p for p in paths if p.startswith("/v1/") and p != "/v1/messages" and "count_tokens" not in p})
-    if not others or not any(r.pause_turn is not None for r in scenario.model):
+    if not any(r.pause_turn is not None for r in scenario.model):
         return None
-    return (
-        f"scripts a pause_turn, which only the Messages API has: the loop called {others[0]}, where it is a plain "
-        "finish (the file is for loops on the anthropic SDK)"
-    )
+    requests = list(requests)
+    paths = [r.path for r in requests]
+    others = sorted({p for p in paths if p.startswith("/v1/") and p != "/v1/messages" and "count_tokens" not in p})
+    if others:
+        return (
+            f"scripts a pause_turn, which only the Messages API has: the loop called {others[0]}, where it is a plain "
+            "finish (the file is for loops on the anthropic SDK)"
+        )
+    from simloop._offer import offer_of
+
+    messages = [r for r in requests if r.path == "/v1/messages" and isinstance(r.body, dict)]
+    if messages and not any(offer_of(r.body).server for r in messages):
+        return (
+            "scripts a pause_turn, which the API sends only to a request that declares a server tool (web_search, "
+            "web_fetch, code_execution): the loop's requests declared none (the file is for loops that give the "
+            "model a server tool)"
+        )
+    return None
 
 
 def _declared(scenario: Scenario, name: str) -> str:

@@ -255,7 +255,7 @@ def replay(
         return Report(violations=[], checked=tuple(invariant_ids(invariants)), skipped=reason)
     with Sim(scenario, seed=seed, network=network, allow_functions=allow_functions) as sim:
         outcome = sim.run(drive)
-    elsewhere = other_wire(scenario, (r.path for r in sim.transcript.requests))
+    elsewhere = other_wire(scenario, sim.transcript.requests)
     if elsewhere:
         return Report(violations=[], checked=tuple(invariant_ids(invariants)), skipped=elsewhere)
     report: Report = sim.check(invariants=invariants)

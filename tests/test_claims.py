@@ -98,9 +98,16 @@ def test_a_plain_loop_runs_the_library_and_is_told_what_was_skipped(capsys: pyte
     assert main(["run", str(SCENARIOS), "--drive", PLAIN]) == 0
     out = capsys.readouterr().out
     lines = _lines(out)
-    needing = [p for p in LIBRARY if load_scenario(p).needs]
+    # the plain loop declares no server tool: a paused turn is one the API never sends it (issue 40, item 8)
+    paused = {"pause-turn.yaml", "pause-turn-server-tool.yaml", "langgraph-pause-turn-not-continued.yaml"}
+    needing = [p for p in LIBRARY if load_scenario(p).needs or p.name in paused]
     assert len(lines) == len(LIBRARY)
     assert {name for name, line in lines.items() if line.startswith("skip")} == {p.name for p in needing}
+    for name in paused:
+        assert lines[name].endswith(
+            "scripts a pause_turn, which the API sends only to a request that declares a server tool (web_search, "
+            "web_fetch, code_execution): the loop's requests declared none (the file is for loops that give the model "
+            "a server tool)"), lines[name]
     assert all(line.startswith(("ok", "skip")) for line in lines.values())
     assert lines["stop-button-during-tool.yaml"].endswith(
         "needs a Stop button (abort:) and follow-up user turns (followups:): pass --abort --turns 2 if your loop has them"
@@ -448,3 +455,45 @@ def test_plugin_runs_a_users_own_files_and_fails_a_session_that_tested_nothing(p
                                  "--simloop-scenarios=gated", "--simloop-claims=max_writes,max_tool_errors")
     claimed.assert_outcomes(passed=2)
     assert claimed.ret == pytest.ExitCode.OK
+
+
+# -- a paused turn needs a server tool in the request (issue 40, item 8) ------------------------------------------
+
+PAUSED = [SCENARIOS / "pause-turn.yaml", SCENARIOS / "pause-turn-server-tool.yaml",
+          SCENARIOS / "findings" / "langgraph-pause-turn-not-continued.yaml"]
+
+
+def _no_server_tool_loop(sim: simloop.Sim) -> simloop.Outcome:
+    """A README loop with no server tool: the API never pauses it, so it treats every non-tool stop as done."""
+    import anthropic as sdk
+
+    client = sdk.Anthropic(api_key="k", http_client=sim.http_client)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": sim.task}]
+    for _ in range(10):
+        reply = client.messages.create(model=sim.model, max_tokens=1024, messages=messages, tools=sim.tool_schemas)
+        messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in reply.content]})
+        if reply.stop_reason == "max_tokens":
+            return simloop.Outcome("truncated")
+        if reply.stop_reason != "tool_use":
+            return simloop.Outcome("final", "".join(b.text for b in reply.content if b.type == "text"))
+        results = []
+        for block in reply.content:
+            if block.type == "tool_use":
+                try:
+                    out = sim.run_tool(block.name, block.input, tool_use_id=block.id)
+                    results.append({"type": "tool_result", "tool_use_id": block.id, "content": out})
+                except Exception as e:  # noqa: BLE001
+                    results.append({"type": "tool_result", "tool_use_id": block.id, "content": str(e), "is_error": True})
+        messages.append({"role": "user", "content": results})
+    return simloop.Outcome("max_steps")
+
+
+@pytest.mark.parametrize("path", PAUSED, ids=lambda p: p.name)
+def test_a_paused_turn_is_not_held_against_a_loop_that_declares_no_server_tool(path: Path) -> None:
+    with simloop.Sim(load_scenario(path)) as sim:
+        assert not any(t.get("type") for t in sim.tool_schemas)  # (the loop gives the model no server tool)
+    report = simloop.replay(_no_server_tool_loop, path)
+    assert report.skipped == (
+        "scripts a pause_turn, which the API sends only to a request that declares a server tool (web_search, "
+        "web_fetch, code_execution): the loop's requests declared none (the file is for loops that give the model "
+        "a server tool)")

@@ -230,7 +230,7 @@ def _run_one(
         return skip_reason(scenario, unclaimed, surface="cli")
     with Sim(scenario, seed=seed, network=network, allow_functions=allow_functions) as sim:  # type: ignore[arg-type]
         outcome = sim.run(drive)
-    elsewhere = other_wire(scenario, (r.path for r in sim.transcript.requests))
+    elsewhere = other_wire(scenario, sim.transcript.requests)
     if elsewhere:
         return elsewhere
     report = sim.check()
