@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from simloop.timeline import Step, ToolRun, steps
+from simloop.timeline import Step, ToolRun, steps, unstarted_turn
 from simloop.transcript import AbortEvent, OutcomeEvent, Request, Response, Restart, Transcript, TurnStart
 
 if TYPE_CHECKING:
@@ -130,6 +130,10 @@ def timeline_table(
             f"{tin:>{sizes[2]}} ", (bar(s.input_tokens, top, bw).ljust(bw), "red" if s.marks else "cyan")
         )
         table.add_row(call, t, tokens, tout, _reply_text(s), tools, retries, marks)
+    waiting = unstarted_turn(transcript)
+    if waiting is not None:  # a turn the run began but made no model call in (a crash at its start)
+        text = f"turn {waiting.turn + 1}: {json.dumps(waiting.text, ensure_ascii=False)} (no model call)"
+        table.add_row("", "", "", "", Text(text, style="bold"), "", "", "")
     return table
 
 
