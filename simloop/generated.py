@@ -98,9 +98,11 @@ class GeneratedModel:
         turns: Sequence[tuple[Plan, bool]] | None = None,
         turn: Callable[[], int] | None = None,
         server_tools: ServerTools = "request",
+        words: tuple[str, ...] | None = None,
     ) -> None:
         self.draw = draw
         self.server_tools = server_tools
+        self.words = words  # what its tool inputs' free text is made of (the task's words; None: the refund story's)
         self.plan = plan
         self.turns = tuple(turns) if turns else None
         self._empty = bool(turns and turns[0][1])  # this turn ends with an empty answer (see _done)
@@ -203,7 +205,8 @@ class GeneratedModel:
 
     def _calls(self, offer: Offer) -> Reply:
         """A tool-calling reply drawn for the request's tools (see `_fit` for ``disable_parallel_tool_use``)."""
-        return self._draw_reply(_tool_reply(offer.tools, self.plan.slow, self.plan.deadline_s, self.plan.heavy))
+        return self._draw_reply(_tool_reply(offer.tools, self.plan.slow, self.plan.deadline_s, self.plan.heavy,
+                                            words=self.words))
 
     def _fit(self, reply: Reply, offer: Offer) -> Reply:
         """``reply`` as the request lets the model send it: one call at most with ``disable_parallel_tool_use``;
@@ -237,7 +240,7 @@ class GeneratedModel:
         out = []
         for i, call in enumerate(calls):
             schema = json.loads(schemas.get(call.name) or "{}")
-            value = dict(pool_for(schema).valid(POOL + 16 * self._tool_steps + i))
+            value = dict(pool_for(schema, *(self.words,) if self.words else ()).valid(POOL + 16 * self._tool_steps + i))
             if value in self._asked and schema.get("additionalProperties", True) is not False:
                 value["attempt"] = self._tool_steps
             self._asked.append(value)
@@ -281,7 +284,8 @@ class GeneratedModel:
             return ending
         if not offer.tools:
             return ending.model_copy(update={"max_tokens": body.text or _CUT_TEXT})
-        drawn = self._draw_reply(_tool_reply(offer.tools, self.plan.slow, self.plan.deadline_s, self.plan.heavy, cut=True))
+        drawn = self._draw_reply(_tool_reply(offer.tools, self.plan.slow, self.plan.deadline_s, self.plan.heavy, cut=True,
+                                             words=self.words))
         calls = list(drawn.tool_use or [])
         cut = MaxTokensBody(text=body.text, tool_use=calls[-1:] if offer.one_call else calls)
         return ending.model_copy(update={"max_tokens": cut, "latency": drawn.latency, "usage": drawn.usage})
@@ -403,14 +407,15 @@ class GeneratedFaults:
 
 
 @functools.lru_cache(maxsize=256)
-def _tool_reply(tools: ToolKey, slow: bool, deadline_s: float | None, heavy: bool, cut: bool = False) -> Codec[Reply]:
+def _tool_reply(tools: ToolKey, slow: bool, deadline_s: float | None, heavy: bool, cut: bool = False,
+                words: tuple[str, ...] | None = None) -> Codec[Reply]:
     """A reply asking for ``tools`` (inputs from their schemas), with its latency (and budget-breaking usage
     when heavy); ``cut``: the calls of a reply cut off in its last one (`simloop.strategies.CUT_COUNTS`)."""
     latency = slow_latency_codec(deadline_s) if slow else _SHORT
     usage = _HEAVY if heavy else _NONE
     # a copy of a valid reply with the drawn fields (a validation costs more than drawing the reply, and
     # even `model_construct` fills every field): the codecs give valid fields
-    return joined(_tool_reply_of, latency, usage, calls_codec(tools, counts=CUT_COUNTS if cut else None))
+    return joined(_tool_reply_of, latency, usage, calls_codec(tools, counts=CUT_COUNTS if cut else None, words=words))
 
 
 _TOOL_FIELDS = dict(_TOOL_REPLY.__dict__)

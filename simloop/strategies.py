@@ -249,7 +249,7 @@ def tool_key(tools: Sequence[str | ToolSpec | dict[str, Any]]) -> tuple[tuple[st
 @functools.lru_cache(maxsize=256)
 def calls_codec(
     tools: tuple[str, ...] | tuple[tuple[str, str], ...], max_parallel: int = MAX_PARALLEL, duplicates: bool = True,
-    *, counts: tuple[tuple[int, int], ...] | None = None,
+    *, counts: tuple[tuple[int, int], ...] | None = None, words: tuple[str, ...] | None = None,
 ) -> Codec[list[ToolCall]]:
     """See `tool_calls`: a byte for the shape, then three bytes for each call (validity, tool and input).
 
@@ -257,9 +257,12 @@ def calls_codec(
     number of calls as ``(count, weight)`` pairs instead (and then no reply repeats a call).  A call's number
     picks the tool and the input together (0 is the first tool with its simplest input; about half the
     numbers give the simplest, so equal calls across replies are common), so it shrinks to both at once.
+    ``words``: what the inputs' free text is made of (`simloop._inputs.topic_words` of the task; default the
+    refund story's).
     """
     keys = tuple((t, "") if isinstance(t, str) else t for t in tools)
-    pools = tuple(pool_for(json.loads(schema) if schema else QUERY_SCHEMA) for _, schema in keys)
+    pools = tuple(pool_for(json.loads(schema) if schema else QUERY_SCHEMA, *(words,) if words else ())
+                  for _, schema in keys)
     names = tuple(name for name, _ in keys)
     weights = dict(counts) if counts is not None else _SHAPES
     shapes = [((n, False), w) for n, w in weights.items() if n <= max_parallel]
