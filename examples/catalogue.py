@@ -64,6 +64,7 @@ DEFECTS: dict[str, tuple[str, str]] = {
     "context_retried": ("context-window.yaml", "request_valid"),
     "cost_budget_dropped": ("cost-budget.yaml", "limits"),
     "subagent_partial_as_done": ("subagent-truncated.yaml", "subagent_honest"),
+    "window_filled_final": ("window-filled.yaml", "truncation"),
 }
 
 #: Under `simloop.verify` (generated runs rather than one scenario) a defect may show first as another
@@ -105,6 +106,9 @@ VERIFY.update({
     "context_retried": (CONTEXT_DECLARED, frozenset({"request_valid"})),
     # verified declaring a small cost budget, which the loop never receives
     "cost_budget_dropped": ({**DECLARED, "max_cost_usd": COST_BUDGET}, frozenset({"limits"})),
+    # a long history fills the window only with a budget past it (the long-history stage); a cut reply taken for an
+    # answer is truncation's (and honest_outcome's where truncation does not speak)
+    "window_filled_final": (CONTEXT_DECLARED, frozenset({"truncation", "honest_outcome"})),
 })
 
 #: The loops `verify` holds to the context claim (``verify(drive, context=True)``: every request inside the

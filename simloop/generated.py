@@ -125,11 +125,15 @@ class GeneratedModel:
         # the last request's tools, tool_choice and stop_sequences (the very objects) and what they offer: the
         # simulator's parse of a request shares what is unchanged with the last one's and never changes it
         self._offered: tuple[Any, Any, Any, Offer] | None = None
+        self._filled = False  # a `Plan.fills` run's window-filled reply was sent
+        self._fills = False  # this request's history is past half the window: its reply fills it (see `reply`)
         self._tape = b""  # the bytes of the next replies' draws (see _draw_reply)
         self._at = 0
 
     def reply(self, request: ModelRequest) -> Reply:
         offer = self._offer(request.body)
+        if self.plan.fills and not self._filled:
+            self._fills = _results_sent(request.conversation) >= WINDOW_RESULTS
         try:
             reply = self._fit(self._next(offer), offer)
         except Frozen:  # Hypothesis stopped the example in a tool task the loop left running: wind down
@@ -162,7 +166,7 @@ class GeneratedModel:
         self._turn = self.turn()
         self.plan, self._empty = self.turns[min(self._turn, len(self.turns)) - 1]
         self._burst, self._tool_steps, self._stuck = [], 0, None
-        self._ended, self._endings, self._endings_for = False, 0, {}
+        self._ended, self._endings, self._endings_for, self._filled = False, 0, {}, False
 
     def _done(self) -> Reply:
         """The plain final answer; in a conversation, in three turns of ten an empty one."""
@@ -190,6 +194,10 @@ class GeneratedModel:
                 return one
         if self._ended or (self.plan.persona == "finishes" and self._tool_steps >= self.plan.steps):
             return self._end(offer)
+        if self._fills:  # the long history fills the window as the model writes: a cut reply, once
+            self._filled, self._fills = True, False
+            ending = self.plan.ending
+            return _filled(self._cut(ending if ending.kind == "max_tokens" else _WINDOW_CUT, offer))
         if not offer.tools:  # the request lets the model call no tool: it answers (the plan's ending)
             return self._end(offer)
         self._tool_steps += 1
@@ -272,6 +280,8 @@ class GeneratedModel:
         when it declares none).  The plan is drawn as before whatever the request, so shrinking is unchanged.
         """
         kind = ending.kind
+        if kind == "max_tokens" and self.plan.long:
+            return _filled(self._cut(ending, offer))
         if kind == "stop_sequence":
             return self._stop_sequence(ending, offer)
         if kind == "pause_turn":
@@ -279,6 +289,10 @@ class GeneratedModel:
             if name is None:
                 return _ANSWER
             return fit_pause(ending, name)
+        return self._cut(ending, offer)
+
+    def _cut(self, ending: Reply, offer: Offer) -> Reply:
+        """A cut ending as the request lets the model send it (its cut calls drawn for the request's tools)."""
         body = ending.max_tokens
         if not isinstance(body, MaxTokensBody) or not body.tool_use:
             return ending
@@ -401,6 +415,33 @@ class GeneratedFaults:
                 if any(block.get("id") == tool_use_id for block in calls):
                     return calls
         return []
+
+
+#: In a long run that fills the window (`Plan.fills`; every tool output a quarter of the model's window), the tool
+#: results a request sends (its history past half the window) after which the model's reply fills it: a cut reply (the
+#: plan's
+#: ending when it is a cut, else a cut text) stopped with ``model_context_window_exceeded`` (Anthropic: the response
+#: filled the context window; treat it as truncated).  A cut ending of a long run is the window's too.
+WINDOW_RESULTS = 2
+_WINDOW_CUT = Reply(max_tokens="Here is what the logs show so far: the first failures began when")
+
+
+def _results_sent(conversation: Sequence[Any]) -> int:
+    """How many tool_result blocks a request's history holds."""
+    count = 0
+    for message in conversation:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            count += sum(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+    return count
+
+
+def _filled(reply: Reply) -> Reply:
+    """A cut reply as one that filled the model's context window (``stop_reason: model_context_window_exceeded``)."""
+    body = reply.max_tokens
+    text, calls = (body.text, body.tool_use) if isinstance(body, MaxTokensBody) else (body or _CUT_TEXT, [])
+    cut = MaxTokensBody(text=text, tool_use=list(calls), stop_reason="model_context_window_exceeded")
+    return reply.model_copy(update={"max_tokens": cut})
 
 
 # What a run decodes its replies and faults from (see `simloop.strategies.Codec`), built once per key.

@@ -48,6 +48,7 @@ _KIND_STYLE = {
     "stop_sequence": "green",
     "tool_use": "blue",
     "max_tokens": "yellow",
+    "model_context_window_exceeded": "yellow",
     "refusal": "magenta",
     "pause_turn": "cyan",
 }

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from simloop.errors import SimulatedCrash, UsageError
-from simloop.scenario import Fault, Scenario, ToolSpec
+from simloop.scenario import CUT_STOPS, Fault, Scenario, ToolSpec
 from simloop.transcript import SUBRUN, AbortEvent, ApprovalEvent, Response, Restart, ToolEnd, ToolStart, Transcript
 
 __all__ = ["FaultSource", "ToolBox", "UnknownToolError"]
@@ -308,7 +308,7 @@ class ToolBox:
 
 
 #: Replies whose tool calls a correct loop never runs: cut off (the last input may be partial), or refused.
-_DEAD_STOPS = frozenset({"max_tokens", "refusal"})
+_DEAD_STOPS = frozenset({*CUT_STOPS, "refusal"})
 
 
 def _resolve(spec: ToolSpec, *, allow: bool) -> Callable[..., Any]:

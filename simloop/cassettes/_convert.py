@@ -315,6 +315,9 @@ def reply_of_turn(
     if stop == "max_tokens":
         body: str | MaxTokensBody = MaxTokensBody(text=text, tool_use=calls) if calls else text
         return Reply(max_tokens=body, **common)
+    if stop == "model_context_window_exceeded":  # cut by the window: written as what it is
+        return Reply(max_tokens=MaxTokensBody(text=text, tool_use=calls, stop_reason="model_context_window_exceeded"),
+                     **common)
     if stop == "stop_sequence":
         return Reply(stop_sequence=text, sequence=turn.stop_sequence, **common)
     if stop == "refusal":

@@ -309,6 +309,7 @@ def _tool_choice(choice: Any) -> dict[str, Any] | None:
 # -- the reply, as a chat.completion --------------------------------------------------------------------------------
 
 _FINISH = {"end_turn": "stop", "stop_sequence": "stop", "pause_turn": "stop", "max_tokens": "length",
+           "model_context_window_exceeded": "length",
            "tool_use": "tool_calls", "refusal": "content_filter"}
 
 
