@@ -377,9 +377,23 @@ def _scenario(
     )
 
 
+#: Block fields that only steer caching or transport: they never decide which conversation a request belongs to.
+_STEERING = frozenset({"cache_control"})
+
+
 def _first_message(call: RecordedCall) -> str:
+    """The request's first message as a key of its conversation, without what only steers caching: a client that
+    moves its ``cache_control`` breakpoint to the newest block each turn (Anthropic's documented pattern) sends
+    the same first message with and without one, and a string content is the one text block it stands for."""
     messages = call.request.get("messages")
     head = messages[0] if isinstance(messages, list) and messages else None
+    if isinstance(head, dict):
+        content = head.get("content")
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}]
+        if isinstance(content, list):
+            content = [{k: v for k, v in b.items() if k not in _STEERING} if isinstance(b, dict) else b for b in content]
+        head = {**{k: v for k, v in head.items() if k not in _STEERING}, "content": content}
     return json.dumps(head, sort_keys=True, default=str)
 
 
