@@ -41,7 +41,9 @@ Wall clock: our own ``datetime`` subclasses, not time-machine
     time-machine swaps the C functions.  That catches ``from datetime import datetime`` aliases, but it
     acts on every thread at once and refuses to start under freezegun.  Thread scoping matters more here,
     so while patched ``datetime.datetime``/``date`` are thread-checked subclasses whose ``now``/``utcnow``/
-    ``today`` read the virtual wall clock and which construct real ``datetime`` objects.
+    ``today`` read the virtual wall clock and which construct real ``datetime`` objects.  Their metaclass would
+    make ``class D(date, metaclass=M)`` in a module first imported during a run fail ("metaclass conflict"):
+    ``builtins.__build_class__`` is patched with them, and a class statement naming ours subclasses the real one.
 
 Aliases bound before the patch (``from time import monotonic``, ``from datetime import datetime``)
     At the first ``patched()`` the module globals that hold the real functions (and, in the user's own
