@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from simloop.scenario import Limits
 
 __all__ = [
+    "CUT_STOPS",
     "DEFAULT_DEADLINE_S",
     "DEFAULT_MAX_STEPS",
     "DEFAULT_MODEL",
@@ -65,6 +66,10 @@ __all__ = [
     "writes_of",
 ]
 
+#: The stop reasons of a reply cut off mid-way: at ``max_tokens``, or because the response filled the model's
+#: context window (``model_context_window_exceeded``, Anthropic: treat it as truncated).  Neither is an answer, and
+#: a cut tool call's input may be partial: run nothing, report ``truncated``.
+CUT_STOPS = ("max_tokens", "model_context_window_exceeded")
 #: Per-request output limit; generous, so a ``max_tokens`` stop is a real event.
 MAX_TOKENS = 4096
 #: Extended thinking, on as current models run it.  Thinking tokens count against

@@ -64,6 +64,7 @@ DEFECTS: dict[str, tuple[str, str]] = {
     "context_retried": ("context-window.yaml", "request_valid"),
     "cost_budget_dropped": ("cost-budget.yaml", "limits"),
     "subagent_partial_as_done": ("subagent-truncated.yaml", "subagent_honest"),
+    "window_filled_final": ("window-filled.yaml", "truncation"),
 }
 
 #: Under `simloop.verify` (generated runs rather than one scenario) a defect may show first as another
@@ -105,6 +106,9 @@ VERIFY.update({
     "context_retried": (CONTEXT_DECLARED, frozenset({"request_valid"})),
     # verified declaring a small cost budget, which the loop never receives
     "cost_budget_dropped": ({**DECLARED, "max_cost_usd": COST_BUDGET}, frozenset({"limits"})),
+    # a long history fills the window only with a budget past it (the long-history stage); a cut reply taken for an
+    # answer is truncation's (and honest_outcome's where truncation does not speak)
+    "window_filled_final": (CONTEXT_DECLARED, frozenset({"truncation", "honest_outcome"})),
 })
 
 #: The loops `verify` holds to the context claim (``verify(drive, context=True)``: every request inside the
@@ -145,10 +149,16 @@ POLICY_ROWS: dict[str, tuple[str, dict[str, float]]] = {
 }
 # the delegating loop, verified with its delegate tool (`OWN_TOOLS`): its sub-agents are checked as runs of their own
 POLICY_ROWS["correct_delegate+delegate"] = ("correct_delegate", DECLARED)
+# the same with no deadline: a parent capped at 10 calls, its sub-agents at 4, in slow worlds (model calls and tools
+# of up to ten minutes) is inside its own bounds, never a runaway in virtual time (issue 40, item 7)
+POLICY_ROWS["correct_delegate+no_deadline"] = (
+    "correct_delegate", {k: v for k, v in DECLARED.items() if k != "deadline_s"}
+)
 
 #: The rows verified with a toolset of their own (the module's ``TOOLS``: ``verify(drive, tools=module.TOOLS)``):
 #: the loops whose delegate tool runs a sub-agent.  ``bench/detect.py`` and the tests pass them.
-OWN_TOOLS: frozenset[str] = frozenset({"correct_delegate+delegate", "subagent_partial_as_done"})
+OWN_TOOLS: frozenset[str] = frozenset({"correct_delegate+delegate", "correct_delegate+no_deadline",
+                                       "subagent_partial_as_done"})
 
 #: Each defect loop's correct twin: the loop it is a one-bug variant of.  A failure `verify` saves for the
 #: defect must replay cleanly on its twin (the saved file is a regression test that passes once fixed).

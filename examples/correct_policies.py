@@ -35,6 +35,7 @@ from anthropic.types import MessageParam, ToolParam, ToolUseBlock
 from simloop import Outcome
 
 from ._common import (
+    CUT_STOPS,
     DEFAULT_MODEL,
     MAX_TOKENS,
     THINKING,
@@ -131,7 +132,7 @@ def run_agent(
         if stop():  # Stop pressed while the model answered: run none of its tool calls, retry nothing
             return Outcome(reason="aborted", text="stopped by the user")
 
-        if reply.stop_reason == "max_tokens":
+        if reply.stop_reason in CUT_STOPS:
             # Cut off: not an answer, and a cut tool call's input may be partial, so run nothing; ask again
             # with more room (the cut reply is not kept), and give up when that is cut too.
             if cut >= ROOMIER_RETRIES:

@@ -23,6 +23,7 @@ from anthropic.types import MessageParam, ToolParam
 from simloop import Outcome
 
 from ._common import (
+    CUT_STOPS,
     DEFAULT_MODEL,
     MAX_TOKENS,
     THINKING,
@@ -102,7 +103,7 @@ def run_agent(
             return Outcome(reason="final", text=text_of(reply.content))
         if reply.stop_reason == "pause_turn":
             continue
-        if reply.stop_reason == "max_tokens":
+        if reply.stop_reason in CUT_STOPS:
             return Outcome(reason="truncated", text=text_of(reply.content))
         if reply.stop_reason == "refusal":
             return Outcome(reason="refusal", text=text_of(reply.content))

@@ -30,6 +30,7 @@ from anthropic.types import MessageParam, ToolParam, ToolResultBlockParam, ToolU
 from simloop import Outcome
 
 from ._common import (
+    CUT_STOPS,
     DEFAULT_MODEL,
     MAX_TOKENS,
     THINKING,
@@ -153,7 +154,7 @@ def run_agent(
             return Outcome(reason="final", text=text_of(reply.content))
         if reply.stop_reason == "pause_turn":
             continue  # the paused turn goes back as the last message, and the model carries on
-        if reply.stop_reason == "max_tokens":
+        if reply.stop_reason in CUT_STOPS:
             # Cut off: not an answer, and a cut tool call's input may be partial, so run nothing.
             return Outcome(reason="truncated", text=text_of(reply.content))
         if reply.stop_reason == "refusal":

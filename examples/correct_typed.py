@@ -27,6 +27,7 @@ from anthropic.types import MessageParam, ToolParam
 from simloop import Outcome
 
 from ._common import (
+    CUT_STOPS,
     DEFAULT_MODEL,
     MAX_TOKENS,
     THINKING,
@@ -110,7 +111,7 @@ def run_agent(
         cost.add(reply)
         if stop():  # Stop pressed while the model answered: nothing of the reply runs
             return Outcome(reason="aborted", text="stopped by the user")
-        if reply.stop_reason == "max_tokens":
+        if reply.stop_reason in CUT_STOPS:
             # Cut off: not an answer, and nothing of it runs (its last call may be cut, and the ones before it
             # belong to a turn the model did not finish)
             return Outcome(reason="truncated", text=text_of(reply.content))

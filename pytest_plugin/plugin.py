@@ -75,11 +75,14 @@ class _Session:
     drive: str | None
     scenarios: Path
     header_shown: bool = False
+    worker: bool = False  # an xdist worker: the controller, which gets every report, judges the session
     tests: int = 0
     failed: int = 0
     examples: int = 0
     replays: int = 0
     invariants: set[str] = field(default_factory=set)
+    files_run: int = 0  # scenario files replayed (passed or failed)
+    files_skipped: int = 0  # scenario files skipped (by claims, or the wire)
 
     def add(self, stats: dict[str, Any], *, failed: bool) -> None:
         self.tests += 1
@@ -205,6 +208,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_SESSION] = _Session(
         seed=seed, seed_explicit=explicit, cli=cli, ini=ini,
         drive=cli.get("drive") or ini.get("drive"), scenarios=(config.rootpath / folder).resolve(),
+        worker=hasattr(config, "workerinput"),
     )
     config.pluginmanager.register(_Reporter(config.stash[_SESSION]), "simloop-reporter")
     if config.pluginmanager.hasplugin("xdist"):
@@ -372,12 +376,32 @@ class _Reporter:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         stats = getattr(report, "simloop", None)
-        if report.when == "call" and isinstance(stats, dict) and not report.skipped:  # a skipped file ran nothing
+        if report.when != "call" or not isinstance(stats, dict):
+            return
+        if stats.get("file"):
+            self.session.files_skipped += report.skipped
+            self.session.files_run += not report.skipped
+        if not report.skipped:  # a skipped file ran nothing
             self.session.add(stats, failed=report.failed)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """A session whose every scenario file was skipped tested nothing: it exits 5, as pytest's "no tests ran"
+        (a CI run must not pass by skipping: docs/design.md, Claims)."""
+        if self.nothing_tested() and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
+
+    def nothing_tested(self) -> bool:
+        state = self.session
+        return state.files_skipped > 0 and state.files_run == 0 and not state.worker
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.session.tests:
             terminalreporter.write_line(self.session.summary())
+        if self.nothing_tested():
+            from simloop._claims import nothing_tested
+
+            terminalreporter.write_line(f"simloop: {nothing_tested(self.session.files_skipped)}", red=True)
 
 
 # -- scenario files as tests -----------------------------------------------------------------------------------------------
@@ -425,7 +449,7 @@ class ScenarioItem(pytest.Item):
 
         options = _options(self, config={})
         self.user_properties.append(("simloop_seed", options.seed))
-        stats = {"seed": options.seed, "examples": 0, "replays": 1, "invariants": list(CATALOGUE)}
+        stats = {"seed": options.seed, "examples": 0, "replays": 1, "invariants": list(CATALOGUE), "file": True}
         self.stash[_STATS] = stats
         skipped = unclaimed(self.path, options)
         if skipped is not None:  # the file needs what the loop does not claim: not a failure of the loop

@@ -20,6 +20,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from simloop._runtime.halt import LoopHalted
 from simloop.errors import UsageError
 from simloop.scenario import Approval, Scenario
 from simloop.transcript import ApprovalEvent, Response, Transcript
@@ -49,7 +50,11 @@ class Gate:
         if not self.on:
             return True
         asked, answer, wait = self._ask(tool, input, timeout)
-        self.sleep(wait if math.isfinite(wait) else self.forever() + 1.0)
+        try:
+            self.sleep(wait if math.isfinite(wait) else self.forever() + 1.0)
+        except LoopHalted:  # the runaway bound unwound the wait: it is in the log, unanswered, all the same
+            self._record(tool, input, tool_use_id, asked, "none")
+            raise
         return self._record(tool, input, tool_use_id, asked, answer)
 
     async def aapprove(
@@ -59,7 +64,11 @@ class Gate:
         if not self.on:
             return True
         asked, answer, wait = self._ask(tool, input, timeout)
-        await asyncio.sleep(wait if math.isfinite(wait) else self.forever() + 1.0)
+        try:
+            await asyncio.sleep(wait if math.isfinite(wait) else self.forever() + 1.0)
+        except LoopHalted:  # (see `approve`)
+            self._record(tool, input, tool_use_id, asked, "none")
+            raise
         return self._record(tool, input, tool_use_id, asked, answer)
 
     def _ask(self, tool: str, input: Any, timeout: float | None) -> tuple[float, str, float]:

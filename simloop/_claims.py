@@ -4,13 +4,16 @@ A scenario file may need something of the loop under test (`simloop.scenario.Sce
 button, a durable store that survives a crash, follow-up user turns, or a stop policy it honours as the
 run declares it.  A run states what the loop has with the names of `simloop.verify`'s arguments
 (``abort``, ``restarts``, ``turns``, ``context``, ``limits``); a file that needs something not claimed is skipped with
-its reason, never failed.  Claimed and missing, it fails as any broken invariant does.
+its reason, never failed.  Claimed and missing, it fails as any broken invariant does.  A file of the user's own is
+skipped only by what its ``requires:`` names (`judged_needs`); a run whose every file was skipped tested nothing and
+says so (`nothing_tested`): it does not pass.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from simloop.errors import UsageError
@@ -19,7 +22,8 @@ from simloop.scenario import CAPABILITIES, LIMIT_NAMES, Limits
 if TYPE_CHECKING:
     from simloop.scenario import Scenario
 
-__all__ = ["Claims", "Surface", "claim_flags", "claimed_names", "limit_names", "other_wire", "skip_reason"]
+__all__ = ["Claims", "Surface", "claim_flags", "claimed_names", "in_library", "judged_needs", "limit_names",
+           "nothing_tested", "other_wire", "skip_reason"]
 
 #: Where the claims were stated, so that a skip says what to pass there.
 Surface = Literal["cli", "plugin", "python"]
@@ -72,13 +76,44 @@ class Claims:
             return self.approvals
         return capability in self.limits
 
-    def missing(self, scenario: Scenario) -> tuple[str, ...]:
-        """What ``scenario`` needs that the loop does not claim."""
-        return tuple(c for c in scenario.needs if not self.has(c))
+    def missing(self, scenario: Scenario, path: str | Path | None = None) -> tuple[str, ...]:
+        """What ``scenario`` (read from ``path``) needs that the loop does not claim (see `judged_needs`)."""
+        return tuple(c for c in judged_needs(scenario, path) if not self.has(c))
 
     def names(self) -> tuple[str, ...]:
         """The claimed capabilities by name, in `CAPABILITIES` order."""
         return tuple(c for c in CAPABILITIES if self.has(c))
+
+
+def judged_needs(scenario: Scenario, path: str | Path | None) -> tuple[str, ...]:
+    """The needs that may skip ``scenario``: all of a file of the shipped library (or of one read from no path), only
+    its ``requires:`` for a file of the user's own.
+
+    Why: a file the user wrote and chose is a test of their loop; what it declares (``limits:``, ``followups:``,
+    ``abort:``) is the run's declaration, not a reason to test nothing (a CI run whose files all declared
+    ``limits:`` was all skipped and passed).  A file says ``requires:`` to be skipped where the loop lacks it.
+    """
+    if path is None or in_library(path):
+        return scenario.needs
+    return tuple(c for c in CAPABILITIES if c in scenario.requires)
+
+
+def in_library(path: str | Path) -> bool:
+    """Whether ``path`` is a file of the curated library that ships with simloop."""
+    from simloop._library import scenarios_dir
+
+    try:
+        library = scenarios_dir()
+    except UsageError:
+        return False
+    return Path(path).resolve().is_relative_to(library.resolve())
+
+
+def nothing_tested(skipped: int) -> str:
+    """What a run says when every file it selected was skipped: it tested nothing, and that is not a pass."""
+    files = "the 1 file" if skipped == 1 else f"all {skipped} files"
+    return (f"nothing was tested: {files} selected {'was' if skipped == 1 else 'were'} skipped (see the reasons above); "
+            "claim what your loop has, or choose files it can run")
 
 
 def limit_names(limits: Limits | Mapping[str, Any] | Iterable[str] | None, *, where: str) -> frozenset[str]:
@@ -149,21 +184,35 @@ def skip_reason(scenario: Scenario, missing: Iterable[str], *, surface: Surface)
     return f"needs {what}: pass {how} if your loop has {them}"
 
 
-def other_wire(scenario: Scenario, paths: Iterable[str]) -> str | None:
-    """Why a file that scripts what only the Messages API has proves nothing about a loop on another wire.
+def other_wire(scenario: Scenario, requests: Iterable[Any]) -> str | None:
+    """Why a file that scripts a ``pause_turn`` proves nothing about the loop that ran it: None when it applies.
 
-    A ``pause_turn`` (the API paused a long server-tool turn: send it back to continue) has no form on the
-    OpenAI wires, where it arrives as a plain finish; a correct loop there reports ``final`` and never sends
-    it back, so the file's ``expect:`` and the rest of its script cannot hold.  ``paths``: the run's
-    request paths.  None when the file applies.
+    A ``pause_turn`` (the API paused a long server-tool turn: send it back to continue) is sent only on the Messages
+    API, and only to a request that declares a server tool (web search, web fetch, code execution): on the OpenAI
+    wires it arrives as a plain finish, and a loop whose requests declare no server tool never meets one (nor does
+    it in `simloop.verify`).  A correct loop there reports ``final`` and never sends it back, so the file's
+    ``expect:`` and the rest of its script cannot hold.  ``requests``: the run's requests (``path``, ``body``).
     """
-    others = sorted({p for p in paths if p.startswith("/v1/") and p != "/v1/messages" and "count_tokens" not in p})
-    if not others or not any(r.pause_turn is not None for r in scenario.model):
+    if not any(r.pause_turn is not None for r in scenario.model):
         return None
-    return (
-        f"scripts a pause_turn, which only the Messages API has: the loop called {others[0]}, where it is a plain "
-        "finish (the file is for loops on the anthropic SDK)"
-    )
+    requests = list(requests)
+    paths = [r.path for r in requests]
+    others = sorted({p for p in paths if p.startswith("/v1/") and p != "/v1/messages" and "count_tokens" not in p})
+    if others:
+        return (
+            f"scripts a pause_turn, which only the Messages API has: the loop called {others[0]}, where it is a plain "
+            "finish (the file is for loops on the anthropic SDK)"
+        )
+    from simloop._offer import offer_of
+
+    messages = [r for r in requests if r.path == "/v1/messages" and isinstance(r.body, dict)]
+    if messages and not any(offer_of(r.body).server for r in messages):
+        return (
+            "scripts a pause_turn, which the API sends only to a request that declares a server tool (web_search, "
+            "web_fetch, code_execution): the loop's requests declared none (the file is for loops that give the "
+            "model a server tool)"
+        )
+    return None
 
 
 def _declared(scenario: Scenario, name: str) -> str:

@@ -37,7 +37,7 @@ from typing import Any
 
 from jsonschema import validators  # type: ignore[import-untyped]  # (no stubs shipped)
 
-__all__ = ["POOL", "InputPool", "pool_for"]
+__all__ = ["POOL", "InputPool", "pool_for", "topic_words"]
 
 #: The pool of valid inputs per schema that strategies draw from (``valid(n)``, ``n < POOL``).
 POOL = 64
@@ -55,6 +55,12 @@ _SENTENCES = (
     "We have received your order.",
     "The invoice is attached.",
     "Your account has been updated.",
+)
+_ANY_SENTENCES = (  # a message's text in a run whose task is not the refund story
+    "Here are the details you asked for.",
+    "It is done.",
+    "Everything is confirmed.",
+    "Please see the details below.",
 )
 _FORMATS: dict[str, tuple[str, ...]] = {
     "email": ("ann@example.com", "bob@example.org", "chen@shop.example"),
@@ -88,8 +94,9 @@ class InputPool:
     caller copies one before changing it.
     """
 
-    def __init__(self, schema: Mapping[str, Any]) -> None:
+    def __init__(self, schema: Mapping[str, Any], words: tuple[str, ...] = _WORDS) -> None:
         self.schema = dict(schema)
+        self.words = words or _WORDS  # what free-text values (queries, names) are made of: the task's words
         cls = validators.validator_for(self.schema, default=validators.Draft202012Validator)
         try:
             cls.check_schema(self.schema)
@@ -218,7 +225,7 @@ class InputPool:
             return False if rng is None else rng.random() < 0.5
         if kind == "null":
             return None
-        return _string(s, rng, hint)
+        return _string(s, rng, hint, self.words)
 
     def _object_value(self, s: dict[str, Any], rng: random.Random | None, depth: int) -> dict[str, Any]:
         props: dict[str, Any] = s.get("properties") or {}
@@ -312,7 +319,7 @@ def _number(s: dict[str, Any], rng: random.Random | None, integer: bool) -> int 
     return round(value, 2) if low <= round(value, 2) <= high else value
 
 
-def _string(s: dict[str, Any], rng: random.Random | None, hint: str) -> str:
+def _string(s: dict[str, Any], rng: random.Random | None, hint: str, words: tuple[str, ...] = _WORDS) -> str:
     fmt = s.get("format")
     name = hint.lower()
     if isinstance(fmt, str) and fmt in _FORMATS:
@@ -323,11 +330,12 @@ def _string(s: dict[str, Any], rng: random.Random | None, hint: str) -> str:
     elif name == "id" or name.endswith(("_id", "id")) and name not in ("paid", "valid"):
         value = "1234" if rng is None else str(rng.randint(1000, 99999))
     elif name in _TEXT_HINTS:
-        value = _SENTENCES[0] if rng is None else rng.choice(_SENTENCES)
+        sentences = _SENTENCES if words == _WORDS else _ANY_SENTENCES
+        value = sentences[0] if rng is None else rng.choice(sentences)
     elif name in _QUERY_HINTS or rng is None:
-        value = "refund" if rng is None else f"{rng.choice(_WORDS)} {rng.randint(1, 999)}"
+        value = words[0] if rng is None else f"{rng.choice(words)} {rng.randint(1, 999)}"
     else:
-        value = f"{rng.choice(_WORDS)} {rng.randint(1, 999)}"
+        value = f"{rng.choice(words)} {rng.randint(1, 999)}"
     least, most = int(s.get("minLength") or 0), s.get("maxLength")
     if len(value) < least:
         value += "x" * (least - len(value))
@@ -422,10 +430,28 @@ def _class_char(items: Any, c: Any) -> str | None:
 
 
 @functools.lru_cache(maxsize=256)
-def _pool(key: str) -> InputPool:
-    return InputPool(json.loads(key))
+def _pool(key: str, words: tuple[str, ...]) -> InputPool:
+    return InputPool(json.loads(key), words)
 
 
-def pool_for(schema: Mapping[str, Any]) -> InputPool:
-    """The pool of ``schema``, built once per distinct schema."""
-    return _pool(json.dumps(schema, separators=(",", ":")))
+def pool_for(schema: Mapping[str, Any], words: tuple[str, ...] = _WORDS) -> InputPool:
+    """The pool of ``schema`` whose free text is made of ``words`` (`topic_words`), built once per distinct pair."""
+    return _pool(json.dumps(schema, separators=(",", ":")), words)
+
+
+#: Words a task is not about.
+_STOPWORDS = frozenset([
+    "about", "after", "again", "also", "and", "any", "are", "before", "been", "but", "can", "check", "could",
+    "does", "each", "email", "find", "from", "have", "into", "just", "like", "make", "more", "most", "much",
+    "need", "only", "other", "over", "please", "same", "should", "some", "such", "than", "that", "their",
+    "them", "then", "there", "these", "they", "this", "those", "what", "when", "where", "which", "while",
+    "will", "with", "would", "your", "then", "tell", "show", "give", "list",
+])
+
+
+def topic_words(task: str, default: tuple[str, ...] = _WORDS) -> tuple[str, ...]:
+    """The words generated free text (queries, names) is made of for ``task``: its own content words, so that a
+    run about flight bookings searches for "flight 12", not "refund 12"; ``default`` when it has fewer than two."""
+    found = dict.fromkeys(w.lower() for w in re.findall(r"[A-Za-z]{4,}", task) if w.lower() not in _STOPWORDS)
+    words = tuple(found)[:8]
+    return words if len(words) >= 2 else default

@@ -309,7 +309,7 @@ def unclaimed(path: Path, options: TestOptions) -> str | None:
         limits=frozenset(limits),
         approvals="approvals" in named,
     )
-    missing = claims.missing(scenario)
+    missing = claims.missing(scenario, path)
     return skip_reason(scenario, missing, surface="plugin") if missing else None
 
 

@@ -98,9 +98,11 @@ class GeneratedModel:
         turns: Sequence[tuple[Plan, bool]] | None = None,
         turn: Callable[[], int] | None = None,
         server_tools: ServerTools = "request",
+        words: tuple[str, ...] | None = None,
     ) -> None:
         self.draw = draw
         self.server_tools = server_tools
+        self.words = words  # what its tool inputs' free text is made of (the task's words; None: the refund story's)
         self.plan = plan
         self.turns = tuple(turns) if turns else None
         self._empty = bool(turns and turns[0][1])  # this turn ends with an empty answer (see _done)
@@ -123,11 +125,15 @@ class GeneratedModel:
         # the last request's tools, tool_choice and stop_sequences (the very objects) and what they offer: the
         # simulator's parse of a request shares what is unchanged with the last one's and never changes it
         self._offered: tuple[Any, Any, Any, Offer] | None = None
+        self._filled = False  # a `Plan.fills` run's window-filled reply was sent
+        self._fills = False  # this request's history is past half the window: its reply fills it (see `reply`)
         self._tape = b""  # the bytes of the next replies' draws (see _draw_reply)
         self._at = 0
 
     def reply(self, request: ModelRequest) -> Reply:
         offer = self._offer(request.body)
+        if self.plan.fills and not self._filled:
+            self._fills = _results_sent(request.conversation) >= WINDOW_RESULTS
         try:
             reply = self._fit(self._next(offer), offer)
         except Frozen:  # Hypothesis stopped the example in a tool task the loop left running: wind down
@@ -160,7 +166,7 @@ class GeneratedModel:
         self._turn = self.turn()
         self.plan, self._empty = self.turns[min(self._turn, len(self.turns)) - 1]
         self._burst, self._tool_steps, self._stuck = [], 0, None
-        self._ended, self._endings, self._endings_for = False, 0, {}
+        self._ended, self._endings, self._endings_for, self._filled = False, 0, {}, False
 
     def _done(self) -> Reply:
         """The plain final answer; in a conversation, in three turns of ten an empty one."""
@@ -188,6 +194,10 @@ class GeneratedModel:
                 return one
         if self._ended or (self.plan.persona == "finishes" and self._tool_steps >= self.plan.steps):
             return self._end(offer)
+        if self._fills:  # the long history fills the window as the model writes: a cut reply, once
+            self._filled, self._fills = True, False
+            ending = self.plan.ending
+            return _filled(self._cut(ending if ending.kind == "max_tokens" else _WINDOW_CUT, offer))
         if not offer.tools:  # the request lets the model call no tool: it answers (the plan's ending)
             return self._end(offer)
         self._tool_steps += 1
@@ -203,7 +213,8 @@ class GeneratedModel:
 
     def _calls(self, offer: Offer) -> Reply:
         """A tool-calling reply drawn for the request's tools (see `_fit` for ``disable_parallel_tool_use``)."""
-        return self._draw_reply(_tool_reply(offer.tools, self.plan.slow, self.plan.deadline_s, self.plan.heavy))
+        return self._draw_reply(_tool_reply(offer.tools, self.plan.slow, self.plan.deadline_s, self.plan.heavy,
+                                            words=self.words))
 
     def _fit(self, reply: Reply, offer: Offer) -> Reply:
         """``reply`` as the request lets the model send it: one call at most with ``disable_parallel_tool_use``;
@@ -237,7 +248,7 @@ class GeneratedModel:
         out = []
         for i, call in enumerate(calls):
             schema = json.loads(schemas.get(call.name) or "{}")
-            value = dict(pool_for(schema).valid(POOL + 16 * self._tool_steps + i))
+            value = dict(pool_for(schema, *(self.words,) if self.words else ()).valid(POOL + 16 * self._tool_steps + i))
             if value in self._asked and schema.get("additionalProperties", True) is not False:
                 value["attempt"] = self._tool_steps
             self._asked.append(value)
@@ -269,6 +280,8 @@ class GeneratedModel:
         when it declares none).  The plan is drawn as before whatever the request, so shrinking is unchanged.
         """
         kind = ending.kind
+        if kind == "max_tokens" and self.plan.long:
+            return _filled(self._cut(ending, offer))
         if kind == "stop_sequence":
             return self._stop_sequence(ending, offer)
         if kind == "pause_turn":
@@ -276,12 +289,17 @@ class GeneratedModel:
             if name is None:
                 return _ANSWER
             return fit_pause(ending, name)
+        return self._cut(ending, offer)
+
+    def _cut(self, ending: Reply, offer: Offer) -> Reply:
+        """A cut ending as the request lets the model send it (its cut calls drawn for the request's tools)."""
         body = ending.max_tokens
         if not isinstance(body, MaxTokensBody) or not body.tool_use:
             return ending
         if not offer.tools:
             return ending.model_copy(update={"max_tokens": body.text or _CUT_TEXT})
-        drawn = self._draw_reply(_tool_reply(offer.tools, self.plan.slow, self.plan.deadline_s, self.plan.heavy, cut=True))
+        drawn = self._draw_reply(_tool_reply(offer.tools, self.plan.slow, self.plan.deadline_s, self.plan.heavy, cut=True,
+                                             words=self.words))
         calls = list(drawn.tool_use or [])
         cut = MaxTokensBody(text=body.text, tool_use=calls[-1:] if offer.one_call else calls)
         return ending.model_copy(update={"max_tokens": cut, "latency": drawn.latency, "usage": drawn.usage})
@@ -399,18 +417,46 @@ class GeneratedFaults:
         return []
 
 
+#: In a long run that fills the window (`Plan.fills`; every tool output a quarter of the model's window), the tool
+#: results a request sends (its history past half the window) after which the model's reply fills it: a cut reply (the
+#: plan's
+#: ending when it is a cut, else a cut text) stopped with ``model_context_window_exceeded`` (Anthropic: the response
+#: filled the context window; treat it as truncated).  A cut ending of a long run is the window's too.
+WINDOW_RESULTS = 2
+_WINDOW_CUT = Reply(max_tokens="Here is what the logs show so far: the first failures began when")
+
+
+def _results_sent(conversation: Sequence[Any]) -> int:
+    """How many tool_result blocks a request's history holds."""
+    count = 0
+    for message in conversation:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            count += sum(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+    return count
+
+
+def _filled(reply: Reply) -> Reply:
+    """A cut reply as one that filled the model's context window (``stop_reason: model_context_window_exceeded``)."""
+    body = reply.max_tokens
+    text, calls = (body.text, body.tool_use) if isinstance(body, MaxTokensBody) else (body or _CUT_TEXT, [])
+    cut = MaxTokensBody(text=text, tool_use=list(calls), stop_reason="model_context_window_exceeded")
+    return reply.model_copy(update={"max_tokens": cut})
+
+
 # What a run decodes its replies and faults from (see `simloop.strategies.Codec`), built once per key.
 
 
 @functools.lru_cache(maxsize=256)
-def _tool_reply(tools: ToolKey, slow: bool, deadline_s: float | None, heavy: bool, cut: bool = False) -> Codec[Reply]:
+def _tool_reply(tools: ToolKey, slow: bool, deadline_s: float | None, heavy: bool, cut: bool = False,
+                words: tuple[str, ...] | None = None) -> Codec[Reply]:
     """A reply asking for ``tools`` (inputs from their schemas), with its latency (and budget-breaking usage
     when heavy); ``cut``: the calls of a reply cut off in its last one (`simloop.strategies.CUT_COUNTS`)."""
     latency = slow_latency_codec(deadline_s) if slow else _SHORT
     usage = _HEAVY if heavy else _NONE
     # a copy of a valid reply with the drawn fields (a validation costs more than drawing the reply, and
     # even `model_construct` fills every field): the codecs give valid fields
-    return joined(_tool_reply_of, latency, usage, calls_codec(tools, counts=CUT_COUNTS if cut else None))
+    return joined(_tool_reply_of, latency, usage, calls_codec(tools, counts=CUT_COUNTS if cut else None, words=words))
 
 
 _TOOL_FIELDS = dict(_TOOL_REPLY.__dict__)

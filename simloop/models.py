@@ -334,7 +334,8 @@ def _turn(reply: Reply, kind: str, request: ModelRequest, ids: Ids) -> Turn:
             _text(content, (paused or "").rstrip())
     else:  # pragma: no cover - errors never reach here
         raise ValueError(f"an {kind} reply has no turn")
-    return Turn(content=content, stop_reason=kind, stop_sequence=stop_sequence, stop_details=stop_details)
+    stop = reply.max_tokens.stop_reason if isinstance(reply.max_tokens, MaxTokensBody) else kind
+    return Turn(content=content, stop_reason=stop, stop_sequence=stop_sequence, stop_details=stop_details)
 
 
 def _text(content: list[dict[str, Any]], text: str | None) -> None:

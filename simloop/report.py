@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from simloop.timeline import Step, ToolRun, steps
+from simloop.timeline import Step, ToolRun, steps, unstarted_turn
 from simloop.transcript import AbortEvent, OutcomeEvent, Request, Response, Restart, Transcript, TurnStart
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ _KIND_STYLE = {
     "stop_sequence": "green",
     "tool_use": "blue",
     "max_tokens": "yellow",
+    "model_context_window_exceeded": "yellow",
     "refusal": "magenta",
     "pause_turn": "cyan",
 }
@@ -130,6 +131,10 @@ def timeline_table(
             f"{tin:>{sizes[2]}} ", (bar(s.input_tokens, top, bw).ljust(bw), "red" if s.marks else "cyan")
         )
         table.add_row(call, t, tokens, tout, _reply_text(s), tools, retries, marks)
+    waiting = unstarted_turn(transcript)
+    if waiting is not None:  # a turn the run began but made no model call in (a crash at its start)
+        text = f"turn {waiting.turn + 1}: {json.dumps(waiting.text, ensure_ascii=False)} (no model call)"
+        table.add_row("", "", "", "", Text(text, style="bold"), "", "", "")
     return table
 
 

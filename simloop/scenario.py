@@ -283,11 +283,21 @@ class PauseTurnBody(_Model):
         return v
 
 
+#: The stop reasons of a reply cut off mid-way (Anthropic's stop-reason table): at the request's ``max_tokens``, or
+#: because the response filled the model's context window ("treat it as truncated").
+CUT_STOPS: tuple[str, ...] = ("max_tokens", "model_context_window_exceeded")
+
+
 class MaxTokensBody(_Model):
-    """A reply cut off at ``max_tokens``: its text, and tool calls of which the last is cut mid-input."""
+    """A reply cut off at ``max_tokens``: its text, and tool calls of which the last is cut mid-input.
+
+    ``stop_reason``: ``max_tokens`` (the request's limit), or ``model_context_window_exceeded`` (the response filled
+    the model's context window: a long history left little room).  Either is a cut reply, never an answer.
+    """
 
     text: str = ""
     tool_use: list[ToolCall] = Field(default_factory=list)
+    stop_reason: Literal["max_tokens", "model_context_window_exceeded"] = "max_tokens"
 
 
 class Reply(_Model):

@@ -181,6 +181,7 @@ class Sim:
             self.scenario, self.transcript, now=self.clock.now, sleep=guard.sleep, on_call=guard.on_tool,
             fault_source=fault_source, allow_functions=allow_functions,
         )
+        self.tools.world = guard.world
         #: The user's Stop button: ``sim.abort.is_set()``; ``sim.abort.add_callback(task.cancel)`` for async loops.
         transcript = self.transcript  # (not self: a finished run is freed by reference counting, no cycle through it)
         self._arrivals = Arrivals(lambda: len(transcript.events))  # when each MCP request arrived
@@ -194,7 +195,7 @@ class Sim:
         self._gate = Gate(
             self.scenario, self.transcript, now=self.clock.now, sleep=guard.sleep,
             turn_start=functools.partial(getattr, guard, "t_before"),
-            forever=functools.partial(getattr, guard, "max_virtual_s"),
+            forever=guard.forever,
         )
         self.model = DEFAULT_MODEL
         self.outcomes: list[Outcome] = []  # one per user turn when the drive returned a list, else the one outcome
@@ -411,7 +412,8 @@ class Sim:
 
                 from simloop.wire.transport import SimTransport
 
-                self._clients["http"] = _http_client(httpx2.Client, SimTransport(self.server, sleep=self._guard.sleep))
+                self._clients["http"] = _http_client(httpx2.Client, SimTransport(self.server, sleep=self._guard.sleep,
+                                                                                   world=self._guard.world))
         return self._clients["http"]  # type: ignore[no-any-return]
 
     @property
@@ -423,7 +425,7 @@ class Sim:
                 from simloop.wire.transport import AsyncSimTransport
 
                 self._clients["ahttp"] = _http_client(
-                    httpx2.AsyncClient, AsyncSimTransport(self.server, sleep=self._guard.sleep)
+                    httpx2.AsyncClient, AsyncSimTransport(self.server, sleep=self._guard.sleep, world=self._guard.world)
                 )
         return self._clients["ahttp"]  # type: ignore[no-any-return]
 
@@ -863,7 +865,7 @@ class _Guard:
 
     __slots__ = (
         "abandoned", "abort_at", "budget", "calls_before", "clock", "halts", "max_virtual_s", "on_time",
-        "requests_before", "sub_calls", "sub_requests", "subs", "t_before", "transcript", "watchdog",
+        "requests_before", "sub_calls", "sub_requests", "subs", "t_before", "transcript", "watchdog", "world_s",
     )
 
     def __init__(self, clock: VirtualClock, watchdog: Watchdog, budget: Budget, max_virtual_s: float) -> None:
@@ -881,6 +883,7 @@ class _Guard:
         self.subs: list[list[Any]] = []
         self.sub_calls = self.sub_requests = 0
         self.t_before = 0.0
+        self.world_s = 0.0  # virtual seconds the world took this turn (model and tool latencies): not the loop's own
         self.on_time: Callable[[], None] | None = None  # the abort trigger's clock check
         self.abort_at: float | None = None  # when it fires (virtual seconds), for a wait that spans it
 
@@ -890,7 +893,25 @@ class _Guard:
         self.calls_before, self.requests_before = server.calls, server.requests
         self.sub_calls = self.sub_requests = 0
         self.t_before = self.clock.now()
+        self.world_s = 0.0
         self.clock.end_at(self.t_before + self.max_virtual_s)
+
+    def forever(self) -> float:
+        """Virtual seconds from the start of the turn past which a wait is unwound as a runaway (`Gate`: a person who
+        never answers a loop that sets no bound)."""
+        return self.max_virtual_s + self.world_s
+
+    def world(self, seconds: float) -> None:
+        """The simulated world is about to take ``seconds`` (a model call's latency, a timed-out call's read timeout, a
+        tool's latency for the tool_use it answers): the runaway bound on virtual time moves on by as much.
+
+        Why: the bound is for a loop that runs on in time of its own (sleeps, backoff, waits); a loop inside its
+        declared step cap in a slow world (nine rounds of a 590 s model call and an 1,800 s tool) is not a runaway.
+        The world's time stays bounded: by the model-call budget, and by the tool_use blocks the model issued.
+        """
+        if seconds > 0:
+            self.world_s += seconds
+            self.clock.end_at(self.t_before + self.max_virtual_s + self.world_s)
 
     def on_request(self, server: SimServer) -> None:
         if _process._FORKED:  # in a child forked during the run: its copy of the simulator is not the run's
@@ -950,10 +971,11 @@ class _Guard:
     def check_time(self) -> None:
         if self.on_time is not None:
             self.on_time()
-        if self.clock.now() - self.t_before > self.max_virtual_s:
+        if self.clock.now() - self.t_before - self.world_s > self.max_virtual_s:
+            world = f" beyond the {self.world_s:g} s the model and the tools took" if self.world_s else ""
             raise self._halt(
                 "virtual_time",
-                f"the run passed {self.max_virtual_s:g} virtual seconds without stopping",
+                f"the run passed {self.max_virtual_s:g} virtual seconds of the loop's own time{world} without stopping",
             )
 
     def blocked(self, target: str, where: str) -> BaseException:

@@ -249,7 +249,7 @@ def tool_key(tools: Sequence[str | ToolSpec | dict[str, Any]]) -> tuple[tuple[st
 @functools.lru_cache(maxsize=256)
 def calls_codec(
     tools: tuple[str, ...] | tuple[tuple[str, str], ...], max_parallel: int = MAX_PARALLEL, duplicates: bool = True,
-    *, counts: tuple[tuple[int, int], ...] | None = None,
+    *, counts: tuple[tuple[int, int], ...] | None = None, words: tuple[str, ...] | None = None,
 ) -> Codec[list[ToolCall]]:
     """See `tool_calls`: a byte for the shape, then three bytes for each call (validity, tool and input).
 
@@ -257,9 +257,12 @@ def calls_codec(
     number of calls as ``(count, weight)`` pairs instead (and then no reply repeats a call).  A call's number
     picks the tool and the input together (0 is the first tool with its simplest input; about half the
     numbers give the simplest, so equal calls across replies are common), so it shrinks to both at once.
+    ``words``: what the inputs' free text is made of (`simloop._inputs.topic_words` of the task; default the
+    refund story's).
     """
     keys = tuple((t, "") if isinstance(t, str) else t for t in tools)
-    pools = tuple(pool_for(json.loads(schema) if schema else QUERY_SCHEMA) for _, schema in keys)
+    pools = tuple(pool_for(json.loads(schema) if schema else QUERY_SCHEMA, *(words,) if words else ())
+                  for _, schema in keys)
     names = tuple(name for name, _ in keys)
     weights = dict(counts) if counts is not None else _SHAPES
     shapes = [((n, False), w) for n, w in weights.items() if n <= max_parallel]
@@ -524,7 +527,9 @@ class Plan:
     retries with more room, paused again, refusing again) before it answers.
     ``long``: every tool output is large (a quarter of the model's context window, see `LONG_OUTPUT_SHARE`), so
     a history that keeps them all outgrows the window within a few steps: what a loop without trimming,
-    summarizing or compaction meets in a long task.
+    summarizing or compaction meets in a long task.  ``fills``: in a long run, the reply to the first request whose
+    history holds two large outputs (past half the window) fills the window as the model writes: a cut reply stopped
+    with ``model_context_window_exceeded`` (Anthropic: truncated), whatever the ending.
     Hazards are per run, so most runs are plain and reach their ending.
     """
 
@@ -539,6 +544,7 @@ class Plan:
     deadline_s: float | None = None
     ending_repeats: int = 1
     long: bool = False
+    fills: bool = False
 
 
 #: A long run's tool output, as a share of the model's context window in characters (a quarter of the window in
@@ -583,6 +589,7 @@ def plans(
     ending_repeats: Sequence[tuple[int, int]] = _REPEATS,
     deadline_s: float | None = None,
     long: Sequence[tuple[bool, int]] = ((False, 1),),
+    fills: Sequence[tuple[bool, int]] = ((False, 1),),
 ) -> st.SearchStrategy[Plan]:
     """The model's behaviour for one run; shrinks towards a model that finishes at once with no faults.
 
@@ -615,11 +622,12 @@ def plans(
     tool_fault_rate_of = _choice(tool_fault_rates) if faults else 0
     repeats_of = _choice(ending_repeats)
     long_of = _choice(long)
+    fills_of = _choice(fills)
 
     # in the order they are drawn (a new field last, and a constant by default: the others' draws stay as they were)
     fields = {"outage": outage_of, "persona": persona_of, "slow": slow_of, "heavy": heavy_of, "steps": steps_of,
               "ending": ending_of, "ending_repeats": repeats_of, "fault_rate": fault_rate_of,
-              "tool_fault_rate": tool_fault_rate_of, "long": long_of}
+              "tool_fault_rate": tool_fault_rate_of, "long": long_of, "fills": fills_of}
     if not any(isinstance(f, st.SearchStrategy) for f in fields.values()):
         return st.just(Plan(**fields, deadline_s=deadline_s))  # nothing left to choose
 
@@ -660,7 +668,8 @@ def stages(**narrow: Any) -> list[tuple[str, st.SearchStrategy[Plan], int]]:
         ("stuck", plans(**{**calm, "personas": (("stuck", 1),), **narrow}), 1),
         ("wanders", plans(**{**calm, "personas": (("wanders", 1),), **narrow}), 1),
         ("outage", plans(**{**finishing, "outages": ((Reply(error=529), 1),), **narrow}), 1),
-        ("long", plans(**{**finishing, "min_steps": 5, "max_steps": 8, "long": ((True, 1),), **narrow}), 1),
+        ("long", plans(**{**finishing, "min_steps": 5, "max_steps": 8, "long": ((True, 1),),
+                          "fills": ((False, 1), (True, 1)), **narrow}), 1),
         ("mixed", plans(**narrow), 4),
     ]
 

@@ -198,6 +198,20 @@ def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
     return out
 
 
+def unstarted_turn(transcript: Transcript) -> TurnStart | None:
+    """The last user turn of a conversation when the run ended before its first model call (the loop crashed or
+    returned at its start), else None: no step begins it, so the timeline and the reports name it apart."""
+    waiting: TurnStart | None = None
+    for e in transcript.events:
+        if isinstance(e, TurnStart):
+            waiting = e if e.turn > 0 else None
+        elif isinstance(e, Request) and e.path.endswith(("/messages", "/chat/completions", "/responses")):
+            waiting = None
+        elif isinstance(e, OutcomeEvent):
+            break
+    return waiting
+
+
 def tool_outcome(start: ToolStart, end: ToolEnd | None) -> str:
     """What one execution came to: one of `TOOL_OUTCOMES`."""
     if end is None:
@@ -234,6 +248,10 @@ def render_timeline(
                 f"{nested}{s.reply or '(no reply)'}{retry}{flag}")
         lines.append(_clip(line, width))
         lines.extend(_clip(f"{'':>{43 if priced else 33}}{tool}", width) for tool in s.tools)
+    waiting = unstarted_turn(transcript)
+    if waiting is not None:  # the run ended in a turn it began but made no model call in (a crash at its start)
+        text = f"-- user turn {waiting.turn + 1}: {json.dumps(waiting.text, ensure_ascii=False)} (no model call)"
+        lines.append(_clip(text, width))
     outcome = transcript.outcome
     halt = transcript.of(Halt)
     if halt:

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from simloop.errors import SimulatedCrash, UsageError
-from simloop.scenario import Fault, Scenario, ToolSpec
+from simloop.scenario import CUT_STOPS, Fault, Scenario, ToolSpec
 from simloop.transcript import SUBRUN, AbortEvent, ApprovalEvent, Response, Restart, ToolEnd, ToolStart, Transcript
 
 __all__ = ["FaultSource", "ToolBox", "UnknownToolError"]
@@ -82,6 +82,8 @@ class ToolBox:
         self.sleep = sleep
         self.on_call = on_call
         self.on_end: Callable[[ToolStart], None] | None = None  # set by the Sim (the abort trigger)
+        self.world: Callable[[float], None] | None = None  # set by the Sim: told of the time a tool_use's run takes
+        self._timed: set[str] = set()  # tool_use ids whose execution's latency the world was told of
         self.executions = 0
         self._nth: dict[str, int] = {}
         self._fired: set[int] = set()
@@ -108,15 +110,24 @@ class ToolBox:
         request for it reached simloop's server (a transcript position: `simloop._arrivals`)."""
         start, spec, fault = self._begin(name, input, tool_use_id, arrived)
         if fault is not None and fault.kind in ("slow", "timeout"):
-            self.sleep(fault.latency if fault.latency is not None else DEFAULT_LATENCY)
+            self.sleep(self._latency(start, fault))
         return self._finish(start, spec, fault, input)
+
+    def _latency(self, start: ToolStart, fault: Fault) -> float:
+        """A slow or timed-out execution's latency; the first execution answering a tool_use tells ``world`` of it
+        (a retry of the same call is the loop's own time)."""
+        latency = fault.latency if fault.latency is not None else DEFAULT_LATENCY
+        if self.world is not None and start.matched is not None and start.matched not in self._timed:
+            self._timed.add(start.matched)
+            self.world(latency)
+        return latency
 
     async def arun(self, name: str, input: Any, *, tool_use_id: str | None = None, arrived: int | None = None) -> str:
         """Execute one tool call on the running event loop; latency is a (virtual) timer, so calls overlap."""
         start, spec, fault = self._begin(name, input, tool_use_id, arrived)
         try:
             if fault is not None and fault.kind in ("slow", "timeout"):
-                await asyncio.sleep(fault.latency if fault.latency is not None else DEFAULT_LATENCY)
+                await asyncio.sleep(self._latency(start, fault))
             else:
                 await asyncio.sleep(0)
         except asyncio.CancelledError:
@@ -297,7 +308,7 @@ class ToolBox:
 
 
 #: Replies whose tool calls a correct loop never runs: cut off (the last input may be partial), or refused.
-_DEAD_STOPS = frozenset({"max_tokens", "refusal"})
+_DEAD_STOPS = frozenset({*CUT_STOPS, "refusal"})
 
 
 def _resolve(spec: ToolSpec, *, allow: bool) -> Callable[..., Any]:

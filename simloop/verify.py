@@ -253,13 +253,13 @@ def replay(
     scenario = load_scenario(path, allow_functions=allow_functions)
     unclaimed = _claims(
         abort=abort, restarts=restarts, turns=turns, context=context, limits=limits, approvals=approvals,
-    ).missing(scenario)
+    ).missing(scenario, path)
     if unclaimed:
         reason = skip_reason(scenario, unclaimed, surface="python")
         return Report(violations=[], checked=tuple(invariant_ids(invariants)), skipped=reason)
     with Sim(scenario, seed=seed, network=network, allow_functions=allow_functions) as sim:
         outcome = sim.run(drive)
-    elsewhere = other_wire(scenario, (r.path for r in sim.transcript.requests))
+    elsewhere = other_wire(scenario, sim.transcript.requests)
     if elsewhere:
         return Report(violations=[], checked=tuple(invariant_ids(invariants)), skipped=elsewhere)
     report: Report = sim.check(invariants=invariants)

@@ -582,3 +582,21 @@ def test_a_cassette_of_independent_conversations_says_so_and_converts_the_one_as
     assert to_scenario(path, conversation=1).task == "Capital of Spain?"
     with pytest.raises(simloop.UsageError, match="holds 2 conversation"):
         to_scenario(path, conversation=2)
+
+
+def test_a_cache_breakpoint_moved_to_the_newest_block_keeps_one_conversation(tmp_path: Path) -> None:
+    """Issue 40, item 11: a client that moves its ``cache_control`` breakpoint each turn (chatlas does) sends its first
+    message with a breakpoint, then without: still one conversation, converted whole."""
+    cached = {"type": "text", "text": TASK, "cache_control": {"type": "ephemeral"}}
+    first = [{"role": "user", "content": [cached]}]
+    second = [{"role": "user", "content": [{"type": "text", "text": TASK}]},
+              {"role": "assistant", "content": [{"type": "text", "text": "Paris."}]},
+              {"role": "user", "content": [{"type": "text", "text": "And of Italy?", "cache_control": {"type": "ephemeral"}}]}]
+    path = write_file_layout(tmp_path / "cached.yaml", [
+        (vcr_request({**REQUEST, "messages": first}), vcr_response(message("Paris."))),
+        (vcr_request({**REQUEST, "messages": second}), vcr_response(message("Rome.", id="msg_02"))),
+    ])
+    recording = load_recording(path)
+    assert not any("independent conversations" in n for n in recording.notes), recording.notes
+    scenario = recording.scenario
+    assert scenario.task == TASK and scenario.followups == ["And of Italy?"] and len(scenario.model) == 2

@@ -20,6 +20,7 @@ import httpx2  # noqa: F401
 import pytest
 
 import simloop
+from examples import tool_exception_escapes
 from examples.catalogue import DEFECTS
 from simloop._claims import Claims, claim_flags
 from simloop.cli import main
@@ -97,9 +98,16 @@ def test_a_plain_loop_runs_the_library_and_is_told_what_was_skipped(capsys: pyte
     assert main(["run", str(SCENARIOS), "--drive", PLAIN]) == 0
     out = capsys.readouterr().out
     lines = _lines(out)
-    needing = [p for p in LIBRARY if load_scenario(p).needs]
+    # the plain loop declares no server tool: a paused turn is one the API never sends it (issue 40, item 8)
+    paused = {"pause-turn.yaml", "pause-turn-server-tool.yaml", "langgraph-pause-turn-not-continued.yaml"}
+    needing = [p for p in LIBRARY if load_scenario(p).needs or p.name in paused]
     assert len(lines) == len(LIBRARY)
     assert {name for name, line in lines.items() if line.startswith("skip")} == {p.name for p in needing}
+    for name in paused:
+        assert lines[name].endswith(
+            "scripts a pause_turn, which the API sends only to a request that declares a server tool (web_search, "
+            "web_fetch, code_execution): the loop's requests declared none (the file is for loops that give the model "
+            "a server tool)"), lines[name]
     assert all(line.startswith(("ok", "skip")) for line in lines.values())
     assert lines["stop-button-during-tool.yaml"].endswith(
         "needs a Stop button (abort:) and follow-up user turns (followups:): pass --abort --turns 2 if your loop has them"
@@ -375,3 +383,117 @@ def test_the_findings_say_how_to_replay_them() -> None:
 def test_a_files_replay_line_claims_what_the_file_needs(name: str, line: str) -> None:
     path = next(p for p in LIBRARY if p.name == name)
     assert line.endswith(claim_flags(load_scenario(path))), f"{name}: add the claims it needs to its replay line"
+
+
+# -- a user's own files: their limits: are the run's declaration; a run that tests nothing does not pass (issue 40) --
+
+OWN_FILE = (SCENARIOS / "tool-raises.yaml").read_text(encoding="utf-8")
+
+
+def _own_folder(root: Path, **extra: str) -> Path:
+    """A user's own folder: the tool-raises story, one file declaring a step cap, one a deadline (no requires:)."""
+    folder = root / "my-scenarios"
+    folder.mkdir()
+    (folder / "capped.yaml").write_text(OWN_FILE.replace("name: tool-raises", "name: capped") + "limits: {max_steps: 10}\n")
+    (folder / "timed.yaml").write_text(OWN_FILE.replace("name: tool-raises", "name: timed") + "limits: {deadline_s: 600}\n")
+    for name, text in extra.items():
+        (folder / name).write_text(text)
+    return folder
+
+
+def test_a_users_own_files_declaring_limits_are_run_not_skipped(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _own_folder(tmp_path)
+    assert main(["run", str(folder), "--drive", "examples.tool_exception_escapes:drive"]) == 1
+    lines = _lines(capsys.readouterr().out)
+    assert lines["capped.yaml"].startswith("FAIL") and "tool_errors" in lines["capped.yaml"].split("  ")[-1]
+    assert lines["timed.yaml"].startswith("FAIL")
+    assert main(["run", str(folder), "--drive", PLAIN]) == 0  # the correct loop passes them, under the file's limits
+    assert all(line.startswith("ok") for line in _lines(capsys.readouterr().out).values())
+
+
+def test_a_users_own_file_is_skipped_by_what_its_requires_names(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    gated = OWN_FILE.replace("name: tool-raises", "name: gated") + "limits: {max_steps: 10}\nrequires: [max_writes]\n"
+    path = tmp_path / "gated.yaml"
+    path.write_text(gated)
+    assert main(["run", str(path), "--drive", "examples.tool_exception_escapes:drive"]) == 5
+    out = capsys.readouterr().out
+    assert _lines(out)["gated.yaml"].endswith(
+        "needs a write budget (max_writes): pass --claims max_writes if your loop has one")
+    assert out.rstrip().endswith(
+        "simloop: nothing was tested: the 1 file selected was skipped (see the reasons above); claim what your loop "
+        "has, or choose files it can run")
+
+
+def test_a_run_of_the_library_that_skips_every_file_tested_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    files = [str(SCENARIOS / name) for name in ("one-write.yaml", "error-budget.yaml")]
+    assert main(["run", *files, "--drive", PLAIN]) == 5
+    assert "simloop: nothing was tested: all 2 files selected were skipped" in capsys.readouterr().out
+
+
+def test_replay_runs_a_users_own_file_under_its_limits_whatever_is_claimed(tmp_path: Path) -> None:
+    folder = _own_folder(tmp_path)
+    with pytest.raises(simloop.InvariantViolation, match="tool_errors"):
+        simloop.replay(tool_exception_escapes.drive, folder / "capped.yaml", limits=["deadline_s"])
+
+
+def test_plugin_runs_a_users_own_files_and_fails_a_session_that_tested_nothing(pytester: pytest.Pytester) -> None:
+    _own_folder(pytester.path)
+    pytester.makeini("[pytest]\nsimloop_scenarios = my-scenarios\n")
+    broken = pytester.runpytest("-p", "no:cacheprovider", "--simloop-drive=examples.tool_exception_escapes:drive")
+    broken.assert_outcomes(failed=2)
+    (pytester.path / "gated").mkdir()
+    for name in ("one-write.yaml", "error-budget.yaml"):
+        (pytester.path / "gated" / name).write_text((SCENARIOS / name).read_text(encoding="utf-8"))
+    skipped = pytester.runpytest("-p", "no:cacheprovider", "--simloop-drive=examples.correct_sync:drive",
+                                 "--simloop-scenarios=gated")
+    skipped.assert_outcomes(skipped=2)
+    assert skipped.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    skipped.stdout.fnmatch_lines(["simloop: nothing was tested: all 2 files selected were skipped *"])
+    claimed = pytester.runpytest("-p", "no:cacheprovider", "--simloop-drive=examples.correct_sync:drive",
+                                 "--simloop-scenarios=gated", "--simloop-claims=max_writes,max_tool_errors")
+    claimed.assert_outcomes(passed=2)
+    assert claimed.ret == pytest.ExitCode.OK
+
+
+# -- a paused turn needs a server tool in the request (issue 40, item 8) ------------------------------------------
+
+PAUSED = [SCENARIOS / "pause-turn.yaml", SCENARIOS / "pause-turn-server-tool.yaml",
+          SCENARIOS / "findings" / "langgraph-pause-turn-not-continued.yaml"]
+
+
+def _no_server_tool_loop(sim: simloop.Sim) -> simloop.Outcome:
+    """A README loop with no server tool: the API never pauses it, so it treats every non-tool stop as done."""
+    import anthropic as sdk
+
+    client = sdk.Anthropic(api_key="k", http_client=sim.http_client)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": sim.task}]
+    for _ in range(10):
+        reply = client.messages.create(model=sim.model, max_tokens=1024, messages=messages, tools=sim.tool_schemas)
+        messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in reply.content]})
+        if reply.stop_reason == "max_tokens":
+            return simloop.Outcome("truncated")
+        if reply.stop_reason != "tool_use":
+            return simloop.Outcome("final", "".join(b.text for b in reply.content if b.type == "text"))
+        results = []
+        for block in reply.content:
+            if block.type == "tool_use":
+                try:
+                    out = sim.run_tool(block.name, block.input, tool_use_id=block.id)
+                    results.append({"type": "tool_result", "tool_use_id": block.id, "content": out})
+                except Exception as e:  # noqa: BLE001
+                    results.append({"type": "tool_result", "tool_use_id": block.id, "content": str(e), "is_error": True})
+        messages.append({"role": "user", "content": results})
+    return simloop.Outcome("max_steps")
+
+
+@pytest.mark.parametrize("path", PAUSED, ids=lambda p: p.name)
+def test_a_paused_turn_is_not_held_against_a_loop_that_declares_no_server_tool(path: Path) -> None:
+    with simloop.Sim(load_scenario(path)) as sim:
+        assert not any(t.get("type") for t in sim.tool_schemas)  # (the loop gives the model no server tool)
+    report = simloop.replay(_no_server_tool_loop, path)
+    assert report.skipped == (
+        "scripts a pause_turn, which the API sends only to a request that declares a server tool (web_search, "
+        "web_fetch, code_execution): the loop's requests declared none (the file is for loops that give the model "
+        "a server tool)")

@@ -400,3 +400,53 @@ def test_html_report_shows_turns_the_stop_and_restarts() -> None:
     assert text.count("STOP pressed (while tool execution 1 runs)") == 1 and text.count("PROCESS DIED at 2.000s") == 1
     single = render_html(demo()[0], demo()[1])
     assert '<tr class="turn"' not in single and "Stop pressed" not in single and "process died" not in single
+
+
+def test_a_crash_at_the_start_of_a_later_turn_is_drawn_in_that_turn() -> None:
+    """Issue 40, item 13: the turn the loop crashed in before its first model call has its line, and the crash names it."""
+    import anthropic
+
+    from simloop import Outcome
+
+    def drive(sim: Sim) -> list[Outcome]:
+        client = anthropic.Anthropic(api_key="k", http_client=sim.http_client)
+        messages: list[Any] = []
+        outcomes = []
+        for n, text in enumerate(sim.user_turns):
+            if n == 1:
+                raise RuntimeError("history store unavailable")
+            messages.append({"role": "user", "content": text})
+            reply = client.messages.create(model=sim.model, max_tokens=256, messages=messages)
+            messages.append({"role": "assistant", "content": reply.content})
+            outcomes.append(Outcome("final", reply.content[0].text))
+        return outcomes
+
+    scenario = {"name": "turns", "task": "Where is my order?", "followups": ["And the refund?"],
+                "model": [{"end_turn": "On its way."}], "strict": False}
+    with Sim(scenario) as sim:
+        sim.run(drive)
+    [crash] = sim.check().violations
+    assert crash.invariant == "crash" and crash.step is None
+    assert crash.message.startswith("the loop crashed at the start of user turn 2, before its first model call "
+                                    "(after step 1): RuntimeError: history store unavailable escaped the drive")
+    text = render_timeline(sim.transcript, [crash])
+    assert '-- user turn 2: "And the refund?" (no model call)\noutcome: error RuntimeError' in text
+    assert '\n                                        turn 2: "And the refu' in timeline_text(sim.transcript, [crash])
+
+
+def test_a_body_the_api_cannot_parse_is_reported_with_the_apis_words() -> None:
+    """Issue 40, item 13: no "400 None" and an empty text for a request rejected before it was read."""
+    from simloop import Outcome
+
+    def drive(sim: Sim) -> Outcome:
+        sent = sim.http_client.post("https://api.anthropic.com/v1/messages", content=b"{not json",
+                                    headers={"content-type": "application/json", "x-api-key": "k",
+                                             "anthropic-version": "2023-06-01"})
+        return Outcome("error", sent.text)
+
+    with Sim({"name": "bad-body", "task": "t", "model": [{"end_turn": "hi"}], "strict": False}) as sim:
+        sim.run(drive)
+    [violation] = sim.check().violations
+    assert violation.message.startswith(
+        'the API rejected the request with 400 invalid_request_error: "There was an error parsing the body of your '
+        'request."')

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from simloop._campaign.failure import drive_name
 from simloop._campaign.schedule import Stage, split
+from simloop._inputs import topic_words
 from simloop._offer import SERVER_TOOLS, ServerTools
 from simloop.errors import UsageError
 from simloop.generated import EMPTY_ANSWERS, Draw, GeneratedFaults, GeneratedModel
@@ -29,7 +30,7 @@ from simloop.strategies import DEFAULT_TOOLS, Plan, stages
 if TYPE_CHECKING:
     from simloop.cassettes import FaultedRecording, Recording
 
-__all__ = ["ABORT_POINTS", "APPROVAL_ANSWERS", "DEFAULT_TASK", "FOLLOWUPS", "Run", "World", "followups"]
+__all__ = ["ABORT_POINTS", "ANY_FOLLOWUPS", "APPROVAL_ANSWERS", "DEFAULT_TASK", "FOLLOWUPS", "Run", "World", "followups"]
 
 DEFAULT_TASK = "The customer asks for a refund of order 1234. Check the policy, then email them the outcome."
 #: The user's follow-up messages of a generated conversation (`verify(turns=N)`), in order.
@@ -38,6 +39,13 @@ FOLLOWUPS = (
     "Also check the shipping status of order 1234.",
     "Please summarise what you did for the ticket.",
     "One more thing: is the refund policy the same for gift cards?",
+)
+#: The follow-ups of a conversation whose task is the user's own (`followups`): nothing of the refund story.
+ANY_FOLLOWUPS = (
+    "Thanks. Is that all done?",
+    "Please double-check what you just did.",
+    "Please summarise what you did.",
+    "One more thing: is there anything else I should know?",
 )
 #: Where `verify(abort=True)` presses Stop: after the n-th model call, while the n-th tool execution runs, or at a
 #: virtual time (a model call or a tool in flight, often); the first of each is the simplest.
@@ -197,7 +205,7 @@ class World:
         count = 0
         if self.turns > 1:
             count = draw(self._followup_counts)
-            scenario = scenario.model_copy(update={"followups": followups(count)})
+            scenario = scenario.model_copy(update={"followups": followups(count, self.scenario.task)})
         if self.abort:
             scenario = scenario.model_copy(update={"abort": draw(ABORT_POINTS)})
         turns: list[tuple[Plan, bool]] | None = None
@@ -235,8 +243,14 @@ class World:
             from simloop.cassettes import FaultedRecording
 
             return FaultedRecording(self.recording, draw, chosen), GeneratedFaults(draw, chosen.tool_plan, self.tools)
-        model = GeneratedModel(draw, chosen, turns=turns, server_tools=self.server_tools)
+        model = GeneratedModel(draw, chosen, turns=turns, server_tools=self.server_tools, words=self._words)
         return model, GeneratedFaults(draw, chosen, self.tools)
+
+    @functools.cached_property
+    def _words(self) -> tuple[str, ...] | None:
+        """What generated tool inputs' free text is made of: the task's own words (None: the default task's story)."""
+        task = self.scenario.task
+        return None if task == DEFAULT_TASK else topic_words(task)
 
     @functools.cached_property
     def _followup_counts(self) -> st.SearchStrategy[int]:
@@ -265,10 +279,11 @@ class World:
         return st.frozensets(st.integers(1, _WRITE_POINTS + 3), min_size=1, max_size=self.restarts)
 
 
-def followups(n: int) -> list[str]:
-    """The first ``n`` follow-up messages of a generated conversation."""
-    return [FOLLOWUPS[i % len(FOLLOWUPS)] + (f" ({i // len(FOLLOWUPS) + 1})" if i >= len(FOLLOWUPS) else "")
-            for i in range(n)]
+def followups(n: int, task: str = DEFAULT_TASK) -> list[str]:
+    """The first ``n`` follow-up messages of a generated conversation: the refund story's for the default task, words
+    that fit any task for another (a user asking about flights is not asked about order 1234)."""
+    said = FOLLOWUPS if task == DEFAULT_TASK else ANY_FOLLOWUPS
+    return [said[i % len(said)] + (f" ({i // len(said) + 1})" if i >= len(said) else "") for i in range(n)]
 
 
 def _tools(tools: Sequence[ToolSpec | dict[str, Any]] | None) -> list[ToolSpec]:

@@ -41,7 +41,9 @@ Wall clock: our own ``datetime`` subclasses, not time-machine
     time-machine swaps the C functions.  That catches ``from datetime import datetime`` aliases, but it
     acts on every thread at once and refuses to start under freezegun.  Thread scoping matters more here,
     so while patched ``datetime.datetime``/``date`` are thread-checked subclasses whose ``now``/``utcnow``/
-    ``today`` read the virtual wall clock and which construct real ``datetime`` objects.
+    ``today`` read the virtual wall clock and which construct real ``datetime`` objects.  Their metaclass would
+    make ``class D(date, metaclass=M)`` in a module first imported during a run fail ("metaclass conflict"):
+    ``builtins.__build_class__`` is patched with them, and a class statement naming ours subclasses the real one.
 
 Aliases bound before the patch (``from time import monotonic``, ``from datetime import datetime``)
     At the first ``patched()`` the module globals that hold the real functions (and, in the user's own
@@ -90,6 +92,7 @@ the first two.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import concurrent.futures
 import contextlib
 import copyreg
@@ -280,6 +283,24 @@ def _make_datetime_types() -> None:
     for cls in (date, datetime):  # named as the classes they stand for (pickle finds a class by its name)
         cls.__module__, cls.__qualname__ = "datetime", cls.__name__
     _fakes["datetime.date"], _fakes["datetime.datetime"] = date, datetime
+    _fakes["builtins.__build_class__"] = _real_bases({date: REAL.date, datetime: REAL.datetime})
+
+
+def _real_bases(real: dict[type, type]) -> Callable[..., Any]:
+    """``builtins.__build_class__`` while patched: a class statement naming our ``date``/``datetime`` as a base
+    (a module first imported during a run) subclasses the real class instead, in every thread.
+
+    Why: our classes have their own metaclass, so ``class ConstrainedDate(date, metaclass=M)`` (pydantic v1,
+    imported lazily by langchain_core) would raise "metaclass conflict"; and a subclass of ours would outlive the
+    run with a ``__new__`` that makes plain dates.  Defined outside a run it subclasses the real one too.
+    """
+
+    def __build_class__(func: Callable[..., Any], name: str, *bases: Any, **kwargs: Any) -> Any:
+        if any(base is ours for base in bases for ours in real):  # (by identity: a base need not be hashable)
+            bases = tuple(next((real[ours] for ours in real if base is ours), base) for base in bases)
+        return _saved["builtins.__build_class__"](func, name, *bases, **kwargs)
+
+    return __build_class__
 
 
 def _pickled_by_name(fake: type) -> Callable[[Any], tuple[Any, ...]]:
@@ -319,7 +340,7 @@ _fake("threading.Condition.wait", lambda c, cond, timeout=None: c._wait(cond, ti
 _fake("threading._time", lambda c: c.monotonic())
 _fake("queue.time", lambda c: c.monotonic())
 _WALL = ("time.time", "time.time_ns", "datetime.datetime", "datetime.date")
-_OWNERS: dict[str, Any] = {"time": time, "datetime": _dt, "asyncio.events": asyncio.events, "asyncio": asyncio,
+_OWNERS: dict[str, Any] = {"builtins": builtins, "time": time, "datetime": _dt, "asyncio.events": asyncio.events, "asyncio": asyncio,
                            "threading.Thread": threading.Thread, "threading.Condition": threading.Condition,
                            "threading": threading, "queue": queue}
 # (key, owner, attribute, fake, is a time/datetime attribute): worked out once, installed at every run.

@@ -349,6 +349,9 @@ def reply_of_turn(
     if stop == "max_tokens":
         body: str | MaxTokensBody = MaxTokensBody(text=text, tool_use=calls) if calls else text
         return Reply(max_tokens=body, **common)
+    if stop == "model_context_window_exceeded":  # cut by the window: written as what it is
+        return Reply(max_tokens=MaxTokensBody(text=text, tool_use=calls, stop_reason="model_context_window_exceeded"),
+                     **common)
     if stop == "stop_sequence":
         return Reply(stop_sequence=text, sequence=turn.stop_sequence, **common)
     if stop == "refusal":
@@ -421,9 +424,23 @@ def _then(calls: list[RecordedCall], notes: list[str]) -> Literal["end_turn", "f
     return "end_turn"
 
 
+#: Block fields that only steer caching or transport: they never decide which conversation a request belongs to.
+_STEERING = frozenset({"cache_control"})
+
+
 def _first_message(call: RecordedCall) -> str:
+    """The request's first message as a key of its conversation, without what only steers caching: a client that
+    moves its ``cache_control`` breakpoint to the newest block each turn (Anthropic's documented pattern) sends
+    the same first message with and without one, and a string content is the one text block it stands for."""
     messages = call.request.get("messages")
     head = messages[0] if isinstance(messages, list) and messages else None
+    if isinstance(head, dict):
+        content = head.get("content")
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}]
+        if isinstance(content, list):
+            content = [{k: v for k, v in b.items() if k not in _STEERING} if isinstance(b, dict) else b for b in content]
+        head = {**{k: v for k, v in head.items() if k not in _STEERING}, "content": content}
     return json.dumps(head, sort_keys=True, default=str)
 
 

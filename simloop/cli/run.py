@@ -32,7 +32,10 @@ if TYPE_CHECKING:
     from simloop._claims import Claims
     from simloop.transcript import Transcript
 
-__all__ = ["run"]
+__all__ = ["NOTHING_TESTED", "run"]
+
+#: The exit code of a run that tested nothing (every file selected was skipped): pytest's for "no tests ran".
+NOTHING_TESTED = 5
 
 
 @click.command()
@@ -102,7 +105,8 @@ def run(
     outcome reason). A file that needs what your loop does not claim (a Stop button, restarts, follow-up
     turns, a stop policy: see 'simloop scenarios') is skipped with the reason and the flag to pass. A file
     that cannot be run is reported and the others still run. Exits 1 if any file fails, 2 if a file cannot
-    be run (malformed, or the loop asked for more replies than the file scripts), else 0. With --tools FILE, a
+    be run (malformed, or the loop asked for more replies than the file scripts), 5 if every file was skipped
+    (nothing was tested), else 0. A file of your own is skipped only by what its requires: names. With --tools FILE, a
     file that declares no tools: runs with your loop's tools from FILE (a file's own tools: are kept).
 
     Example: simloop run scenarios/ --drive examples.correct_sync:drive --claims max_steps,deadline_s
@@ -164,6 +168,11 @@ def run(
         + (f", {skipped} skipped (they need what the loop does not claim)" if skipped else "")
         + (f", {errors} error(s)" if errors else "")
     )
+    if skipped == len(files):
+        from simloop._claims import nothing_tested
+
+        click.echo(f"simloop: {nothing_tested(skipped)}")
+        return NOTHING_TESTED
     return 2 if errors else 1 if failed else 0
 
 
@@ -216,12 +225,12 @@ def _run_one(
     scenario = load_scenario(path, allow_functions=allow_functions)
     if tools and not scenario.tools:
         scenario = scenario.model_copy(update={"tools": list(tools)})
-    unclaimed = claims.missing(scenario) if claims is not None else ()
+    unclaimed = claims.missing(scenario, path) if claims is not None else ()
     if unclaimed:
         return skip_reason(scenario, unclaimed, surface="cli")
     with Sim(scenario, seed=seed, network=network, allow_functions=allow_functions) as sim:  # type: ignore[arg-type]
         outcome = sim.run(drive)
-    elsewhere = other_wire(scenario, (r.path for r in sim.transcript.requests))
+    elsewhere = other_wire(scenario, sim.transcript.requests)
     if elsewhere:
         return elsewhere
     report = sim.check()

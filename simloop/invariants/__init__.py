@@ -40,7 +40,7 @@ from simloop.invariants.exits import crash, no_work_after_return
 from simloop.invariants.honesty import honest_outcome, refusal, truncation
 from simloop.invariants.stopping import limits, stops
 from simloop.invariants.subagents import split_runs, subagent_honest
-from simloop.scenario import INVARIANT_IDS
+from simloop.scenario import CUT_STOPS, INVARIANT_IDS
 from simloop.transcript import Transcript
 
 __all__ = ["CATALOGUE", "REASONS", "Invariant", "Report", "Violation", "check"]
@@ -222,7 +222,7 @@ def _fold_overlaps(violations: list[Violation]) -> list[Violation]:
     return [
         v for v in violations
         if not (v.invariant == "results_real" and v.evidence.get("tool_use_id") in gate)
-        and not (v.invariant == "honest_outcome" and cut_final and v.evidence.get("last_stop_reason") == "max_tokens")
+        and not (v.invariant == "honest_outcome" and cut_final and v.evidence.get("last_stop_reason") in CUT_STOPS)
         and not (v.invariant == "tool_errors" and v.evidence.get("kind") == "unreported"
                  and v.evidence.get("tool_use_id") in missing)
         and not (v.invariant == "crash" and escaped)

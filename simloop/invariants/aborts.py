@@ -4,6 +4,7 @@ history the next turn can send)."""
 from __future__ import annotations
 
 from simloop.invariants._base import _FINAL_STOPS, MODEL_PATHS, Violation, _is_reply, _view, too_large
+from simloop.scenario import CUT_STOPS
 from simloop.transcript import AbortEvent, OutcomeEvent, Request, Response, Restart, ToolStart, Transcript, TurnStart
 
 __all__ = ["abort"]
@@ -84,7 +85,7 @@ def _after_stop(t: Transcript, at: int, event: AbortEvent) -> list[Violation]:
 
 
 #: The replies that end a turn by themselves, and the reason a loop honestly gives for each.
-_ENDS_TURN = {**dict.fromkeys(_FINAL_STOPS, "final"), "refusal": "refusal", "max_tokens": "truncated"}
+_ENDS_TURN = {**dict.fromkeys(_FINAL_STOPS, "final"), "refusal": "refusal", **dict.fromkeys(CUT_STOPS, "truncated")}
 
 
 def _returned_before(t: Transcript, at: int) -> bool:

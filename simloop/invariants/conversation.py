@@ -277,7 +277,7 @@ def request_valid(t: Transcript) -> list[Violation]:
     for resp in t.responses:
         if resp.kind != "rejected":
             continue
-        rej = resp.rejection or {}
+        rej = resp.rejection or _error_of(resp)
         text = str(rej.get("message", ""))
         if too_large(resp):
             continue  # answered as the real API does; not a malformed request (see _size_refusals)
@@ -290,6 +290,7 @@ def request_valid(t: Transcript) -> list[Violation]:
         resp = resps[0]
         req = requests.get(resp.index)
         status = int((resp.rejection or {}).get("status") or resp.status)
+        kind = kind if kind != "None" else "error"
         again = f" (the same rejection came back {len(resps) - 1} more time(s))" if len(resps) > 1 else ""
         message = (
             f'the API rejected the request with {status} {kind}: "{text}"{again}'
@@ -299,6 +300,15 @@ def request_valid(t: Transcript) -> list[Violation]:
         evidence = {"request": resp.index, "path": path, "status": status, "type": kind, "api_message": text}
         out.append(Violation("request_valid", message, req.call if req else resp.call, evidence))
     return out + _size_refusals(t, requests)
+
+
+def _error_of(resp: Response) -> dict[str, Any]:
+    """The rejection as the error body the API sent, for a request rejected before it was read as one (a body that
+    is not JSON: "There was an error parsing the body of your request."), which has no ``rejection`` of its own."""
+    body: dict[str, Any] = resp.error if isinstance(resp.error, dict) else {}
+    inner = body.get("error")
+    error: dict[str, Any] = inner if isinstance(inner, dict) else body
+    return {"type": error.get("type"), "message": error.get("message", "")}
 
 
 #: What a correct loop does about a history that outgrows the model's context window.

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from simloop.invariants._base import MESSAGES_PATH, Violation, _canon, _is_write, _View, _view, result_text
+from simloop.scenario import CUT_STOPS
 from simloop.transcript import Request, Response, Restart, ToolStart, Transcript
 
 __all__ = ["no_rerun", "results_real", "results_sent", "results_together", "tool_errors"]
@@ -369,7 +370,7 @@ def results_real(t: Transcript) -> list[Violation]:
             continue
         if block.get("is_error") is True:
             continue
-        if issued[1].stop_reason in ("max_tokens", "refusal"):
+        if issued[1].stop_reason in (*CUT_STOPS, "refusal"):
             continue  # a call the loop rightly never ran; how it settles the history is pairing's
         ran = [s for p, s in v.starts_of.get(name, ()) if p < sent]
         # (the text first: a substring test, where the inputs are compared as canonical JSON)

@@ -4,6 +4,7 @@ still running)."""
 from __future__ import annotations
 
 from simloop.invariants._base import Violation, _view
+from simloop.timeline import unstarted_turn
 from simloop.transcript import OutcomeEvent, Request, Response, ThreadLeft, Transcript
 
 __all__ = ["crash", "no_work_after_return"]
@@ -25,6 +26,10 @@ def crash(t: Transcript) -> list[Violation]:
         return []
     step = v.step_at(v.outcome_pos)
     when = f"at step {step}" if step is not None else "before its first model call"
+    waiting = unstarted_turn(t)
+    if waiting is not None:
+        step = None  # no step of the turn it crashed in: the report names the turn
+        when = f"at the start of user turn {waiting.turn + 1}, before its first model call (after step {v.step_at(v.outcome_pos)})"
     where = f" (raised at {outcome.where})" if outcome.where else ""
     raised = outcome.exception.strip().removesuffix(":")
     message = (

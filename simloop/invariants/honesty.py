@@ -16,6 +16,7 @@ from simloop.invariants._base import (
     _view,
     per_turn,
 )
+from simloop.scenario import CUT_STOPS
 from simloop.transcript import AbortEvent, Request, Response, Restart, Transcript
 
 __all__ = ["honest_outcome", "refusal", "truncation"]
@@ -28,7 +29,7 @@ def truncation(t: Transcript) -> list[Violation]:
     v = _view(t)
     out: list[Violation] = []
     for _, s in v.starts:
-        if s.matched in v.issued and v.issued[s.matched][1].stop_reason == "max_tokens":
+        if s.matched in v.issued and v.issued[s.matched][1].stop_reason in CUT_STOPS:
             reply = v.issued[s.matched][1]
             cut = _cut(v, reply)
             message = (
@@ -40,13 +41,13 @@ def truncation(t: Transcript) -> list[Violation]:
             out.append(Violation("truncation", message, reply.call, evidence))
     last = _last_reply(v)
     outcome = v.outcome
-    if outcome is not None and outcome.reason == "final" and last is not None and last.stop_reason == "max_tokens":
+    if outcome is not None and outcome.reason == "final" and last is not None and last.stop_reason in CUT_STOPS:
         cut = _cut(v, last)
         message = (
             f"the loop reported 'final' but the last reply was cut off at {cut}; a correct loop treats "
             f"{cut} as unfinished: it continues or retries with more room, or stops with reason 'truncated'"
         )
-        evidence = {"request": last.index, "reason": "final", "last_stop_reason": "max_tokens"}
+        evidence = {"request": last.index, "reason": "final", "last_stop_reason": last.stop_reason}
         out.append(Violation("truncation", message, last.call, evidence))
     return out
 
@@ -56,7 +57,7 @@ def _cut(v: _View, reply: Response) -> str:
     ``status "incomplete"`` (Responses)."""
     req = v.request_at.get(reply.index)
     if req is None or req.path == MESSAGES_PATH:
-        return "max_tokens"
+        return "model_context_window_exceeded" if reply.stop_reason == "model_context_window_exceeded" else "max_tokens"
     return 'status "incomplete" (max_output_tokens)' if req.path == RESPONSES_PATH else 'finish_reason "length"'
 
 
@@ -195,12 +196,14 @@ def _honest_outcome(t: Transcript) -> list[Violation]:
             None: "the model never replied",
             "pause_turn": "the last reply was pause_turn, which is continued (send it back), not final",
             "max_tokens": "the last reply was cut off at max_tokens",
+            "model_context_window_exceeded": "the last reply was cut off when it filled the model's context window "
+                                             "(model_context_window_exceeded)",
             "tool_use": "the last reply asked for tools and the loop never sent their results back",
             "refusal": "the last reply was a refusal (reason 'refusal')" + _refusal_words(v, last),
         }.get(last.stop_reason if last else None, f"the last reply stopped with {last.stop_reason if last else None}")
     elif outcome.reason == "refusal" and not any(r.stop_reason == "refusal" for r in replies):
         lie = "the loop reported 'refusal' but no reply was a refusal"
-    elif outcome.reason == "truncated" and not any(r.stop_reason == "max_tokens" for r in replies):
+    elif outcome.reason == "truncated" and not any(r.stop_reason in CUT_STOPS for r in replies):
         lie = "the loop reported 'truncated' but no reply was cut off at max_tokens"
     if lie is None:
         return []

@@ -9,7 +9,7 @@ from typing import Any
 
 from simloop.invariants._base import MODEL_PATHS, Violation, _canon, _is_reply, _is_write, _View, _view, per_turn
 from simloop.pricing import cost_usd
-from simloop.transcript import Halt, Request, Response, Restart, ToolEnd, ToolStart, Transcript
+from simloop.transcript import ApprovalEvent, Halt, Request, Response, Restart, ToolEnd, ToolStart, Transcript
 
 __all__ = ["FORK_FIX", "limits", "reply_cost", "stops"]
 
@@ -41,6 +41,11 @@ def stops(t: Transcript) -> list[Violation]:
     if halt.budget == "model_calls":
         what = f"the loop made {made} without stopping; {_runaway(v, at)}"
         fix = "a correct loop caps its steps (max_steps) and stops on repeated identical tool calls"
+    elif halt.budget == "virtual_time" and (wait := _person_wait(t, at, halt)) is not None:
+        what = (f"the loop waited for a person's answer on {wait.tool} from {wait.asked:g} virtual seconds until simloop "
+                f"unwound it at {halt.t:g} s: the person never answered, and the loop set no bound on the wait")
+        fix = ("a correct loop bounds the wait for a person: sim.approve(..., timeout=...), or a deadline it declares "
+               "(deadline_s), and treats no answer as a no")
     elif halt.budget == "virtual_time":
         what = f"the loop ran for {halt.t:g} virtual seconds without stopping; {_runaway(v, at)}"
         fix = "a correct loop enforces a deadline and bounds its retries, backoff and tool timeouts"
@@ -71,6 +76,15 @@ def stops(t: Transcript) -> list[Violation]:
     if abandoned is not None:
         evidence["abandoned"] = abandoned.detail
     return [Violation("stops", message, step, evidence)]
+
+
+def _person_wait(t: Transcript, at: int, halt: Halt) -> ApprovalEvent | None:
+    """The request for approval whose wait the halt at event position ``at`` unwound (recorded unanswered at that very
+    moment, just before or after the halt), or None."""
+    for event in t.events[max(0, at - 1): at + 2]:
+        if isinstance(event, ApprovalEvent) and event.answer == "none" and event.t == halt.t:
+            return event
+    return None
 
 
 def _runaway(v: _View, until: int) -> str:

@@ -356,6 +356,7 @@ def _tool_choice(choice: Any) -> dict[str, Any] | None:
 # refusal and raises ``ContentFilterFinishReasonError`` only on ``content_filter``); ``content_filter`` is the
 # moderation cutting output off, which the simulator does not model.
 _FINISH = {"end_turn": "stop", "stop_sequence": "stop", "pause_turn": "stop", "max_tokens": "length",
+           "model_context_window_exceeded": "length",
            "tool_use": "tool_calls", "refusal": "stop"}
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from pydantic_core import to_json
 
+from simloop.scenario import CUT_STOPS
 from simloop.wire import openai_rules as rules
 from simloop.wire.openai_chat import (
     CREATED_EPOCH,
@@ -365,7 +366,7 @@ def _status(stop_reason: str | None) -> tuple[str, dict[str, str] | None]:
     """A cut reply is ``incomplete`` (``max_output_tokens``); a refusal is a completed response whose message
     holds a ``refusal`` part (the API's refusal shape; ``content_filter`` is its filter cutting output, not the
     model declining)."""
-    if stop_reason == "max_tokens":
+    if stop_reason in CUT_STOPS:
         return "incomplete", {"reason": "max_output_tokens"}
     return "completed", None
 

@@ -50,6 +50,10 @@ def _headers(request: httpx2.Request) -> dict[str, str]:
     return found
 
 
+def _no_world(seconds: float) -> None:
+    """No runaway bound to move on (a transport outside a Sim)."""
+
+
 def _read_timeout(request: httpx2.Request) -> float:
     timeout = request.extensions.get("timeout") or {}
     value = timeout.get("read") if isinstance(timeout, dict) else None
@@ -86,9 +90,11 @@ def _fault(request: httpx2.Request, kind: str | None, call: int = 0) -> BaseExce
 class SimTransport(httpx2.BaseTransport):
     """Sync transport: ``sleep(seconds)`` spends virtual latency (the Sim passes its clock's sleep)."""
 
-    def __init__(self, server: SimServer, *, sleep: Callable[[float], None]) -> None:
+    def __init__(self, server: SimServer, *, sleep: Callable[[float], None],
+                 world: Callable[[float], None] = _no_world) -> None:
         self.server: SimServer | None = server
         self.sleep = sleep
+        self.world = world  # told of the world's time before it is spent (the Sim's runaway bound moves on)
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         server = self.server
@@ -97,9 +103,11 @@ class SimTransport(httpx2.BaseTransport):
         body = request.read()
         planned = server.handle(request.method, request.url.path, _headers(request), body)
         if planned.latency:
+            self.world(planned.latency)
             self.sleep(planned.latency)
         if planned.raise_ is not None:
             if planned.raise_ == "timeout":
+                self.world(_read_timeout(request))
                 self.sleep(_read_timeout(request))
             call = planned.record.call if planned.record is not None else 0
             server.deliver(planned)
@@ -129,11 +137,14 @@ def _iter_events(request: httpx2.Request, planned: Planned) -> Iterator[bytes]:
 class AsyncSimTransport(httpx2.AsyncBaseTransport):
     """Async transport: latency is a timer on the running loop (virtual inside a Sim)."""
 
-    def __init__(self, server: SimServer, *, sleep: Callable[[float], None]) -> None:
+    def __init__(self, server: SimServer, *, sleep: Callable[[float], None],
+                 world: Callable[[float], None] = _no_world) -> None:
         self.server: SimServer | None = server
         self.sleep = sleep  # used when the running loop is not virtual
+        self.world = world  # see SimTransport
 
     async def _wait(self, seconds: float) -> None:
+        self.world(seconds)
         loop = asyncio.get_running_loop()
         if getattr(loop, "simloop_clock", None) is not None:
             await asyncio.sleep(seconds)

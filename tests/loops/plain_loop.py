@@ -55,7 +55,7 @@ def run_agent(
             return "final", text
         if reply.stop_reason == "pause_turn":
             continue
-        if reply.stop_reason == "max_tokens":
+        if reply.stop_reason in ("max_tokens", "model_context_window_exceeded"):  # cut off: not an answer
             return "truncated", text
         if reply.stop_reason == "refusal":
             return "refusal", text

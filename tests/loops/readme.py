@@ -111,7 +111,7 @@ def run_agent(
             return "error", str(e)
         kept["tokens"] = kept.get("tokens", 0) + reply.usage.input_tokens + reply.usage.output_tokens
         kept["usd"] = kept.get("usd", 0.0) + _cost(reply.usage)
-        if reply.stop_reason == "max_tokens":
+        if reply.stop_reason in ("max_tokens", "model_context_window_exceeded"):  # cut off: not an answer
             return "truncated", _text(reply)  # never run the calls of a cut reply, never keep it
         if reply.stop_reason == "refusal":
             return "refusal", _text(reply)
@@ -213,7 +213,7 @@ async def async_stop(sim: simloop.Sim) -> simloop.Outcome:
             except anthropic.APIError as e:
                 return simloop.Outcome("error", str(e))
             tokens += reply.usage.input_tokens + reply.usage.output_tokens
-            if reply.stop_reason == "max_tokens":
+            if reply.stop_reason in ("max_tokens", "model_context_window_exceeded"):  # cut off: not an answer
                 return simloop.Outcome("truncated", _text(reply))
             if reply.stop_reason == "refusal":
                 return simloop.Outcome("refusal", _text(reply))
