@@ -35,7 +35,7 @@ from simloop._runtime.frames import loop_frame
 from simloop._runtime.halt import LoopHalted
 from simloop._runtime.netguard import NetworkPolicy, check_policy, guarding, simloops_own
 from simloop._runtime.prepare import before_run, once
-from simloop._runtime.process import ProcessExit, Run, forked_call, running
+from simloop._runtime.process import FAKE_OPENAI_KEY, ProcessExit, Run, forked_call, running
 from simloop._runtime.stack import on_held_stack
 from simloop._runtime.watchdog import Watchdog, park, where_in, where_of
 from simloop._runtime.worker import Abandoned, run_on_worker
@@ -58,7 +58,6 @@ from simloop.transcript import (
     Transcript,
     TurnStart,
 )
-from simloop.wire.openai_chat import FAKE_OPENAI_KEY
 from simloop.wire.server import Budget, InternalFailure, SimServer
 
 if TYPE_CHECKING:

@@ -23,7 +23,6 @@ from typing import Any
 
 import anthropic
 import httpx2
-import pytest
 from _report import Say
 from corpus import CORPORA, describe, is_beta, messages_interactions, requires_corpus
 

@@ -15,7 +15,7 @@ import pytest
 openai = pytest.importorskip("openai", reason="the OpenAI wire needs the openai SDK: pip install 'simloop[openai]'")
 
 import simloop
-from simloop.wire.openai_chat import FAKE_OPENAI_KEY
+from simloop._runtime.process import FAKE_OPENAI_KEY
 
 TOOLS: list[Any] = [{"type": "function", "name": "search", "description": "Search.",
                      "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}]

@@ -395,7 +395,7 @@ def _show_pydantic_the_real_classes() -> None:
     module of its own, with the real classes, while we are installed (put back with the other patches)."""
     schema = sys.modules.get("pydantic._internal._generate_schema")
     if schema is not None and getattr(schema, "datetime", None) is _dt:
-        setattr(schema, "datetime", _REAL_DATETIME_MODULE)
+        vars(schema)["datetime"] = _REAL_DATETIME_MODULE
         _State.applied.append((schema, "datetime", _dt, _REAL_DATETIME_MODULE))
 
 

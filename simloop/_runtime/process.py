@@ -45,9 +45,8 @@ from simloop._runtime.halt import LoopHalted
 from simloop._runtime.netguard import _OWN
 from simloop._runtime.watchdog import where_in, where_of
 from simloop.invariants.stopping import FORK_FIX
-from simloop.wire.openai_chat import FAKE_OPENAI_KEY
 
-__all__ = ["CREDENTIALS", "FINAL_CODE", "LAST_RESORT_S", "REAL_EXIT", "ProcessExit", "Run", "bounded", "forked_call", "install",
+__all__ = ["CREDENTIALS", "FAKE_KEY", "FAKE_OPENAI_KEY", "FINAL_CODE", "LAST_RESORT_S", "REAL_EXIT", "ProcessExit", "Run", "bounded", "forked_call", "install",
            "release", "running"]
 
 REAL_EXIT = os._exit
@@ -61,6 +60,7 @@ _get_ident = _thread.get_ident
 
 _SPAWNS = frozenset({"os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.system", "subprocess.Popen"})
 FAKE_KEY = "sk-ant-simloop-0000000000000000000000000000000000000000"
+FAKE_OPENAI_KEY = "sk-simloop-000000000000000000000000000000000000000000000000"  # the simulator takes any
 #: The credentials the ``anthropic`` and ``openai`` SDKs read from the environment, as a run's children see
 #: them (docs/security.md, Credentials): each wire's key is a fake one (an SDK will not start without it), every
 #: other credential or account id is removed (None), and so is each wire's base URL until the run serves its

@@ -33,7 +33,6 @@ from simloop.wire.validate import Rejection
 
 __all__ = [
     "CHAT_COMPLETIONS",
-    "FAKE_OPENAI_KEY",
     "chat_error",
     "chat_error_body",
     "chat_error_headers",
@@ -47,7 +46,6 @@ __all__ = [
 
 CHAT_COMPLETIONS = "/v1/chat/completions"
 #: The fake key simloop gives the ``openai`` SDKs, which will not start without one (the simulated API takes any).
-FAKE_OPENAI_KEY = "sk-simloop-000000000000000000000000000000000000000000000000"
 #: ``created`` of a completion: this epoch (2026-01-01T00:00:00Z) plus the run's virtual seconds, so a run's
 #: responses are the same bytes on every run.
 CREATED_EPOCH = 1_767_225_600
