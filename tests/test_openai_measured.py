@@ -15,7 +15,7 @@ import pytest
 openai = pytest.importorskip("openai", reason="the OpenAI wire needs the openai SDK: pip install 'simloop[openai]'")
 
 import simloop
-from simloop.wire.openai_chat import FAKE_OPENAI_KEY
+from simloop.protocol.openai_chat import FAKE_OPENAI_KEY
 
 TOOLS: list[Any] = [{"type": "function", "name": "search", "description": "Search.",
                      "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}]
@@ -147,7 +147,7 @@ def _refused_chat(**body: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("body", "error"), [
-    # hostile inputs, each a real 400 (texts: simloop/wire/openai_rules.py names each source)
+    # hostile inputs, each a real 400 (texts: simloop/protocol/openai_rules.py names each source)
     ({"model": 123, "messages": USER},
      ("Invalid type for 'model': expected a string, but got an integer instead.", "model", "invalid_type")),
     ({"model": "gpt-4o", "messages": USER, "max_tokens": -7},

@@ -45,7 +45,7 @@ from simloop._runtime.halt import LoopHalted
 from simloop._runtime.netguard import _OWN
 from simloop._runtime.watchdog import where_in, where_of
 from simloop.invariants.stopping import FORK_FIX
-from simloop.wire.openai_chat import FAKE_OPENAI_KEY
+from simloop.protocol.openai_chat import FAKE_OPENAI_KEY
 
 __all__ = ["CREDENTIALS", "FINAL_CODE", "LAST_RESORT_S", "REAL_EXIT", "ProcessExit", "Run", "bounded", "forked_call", "install",
            "release", "running"]

@@ -34,12 +34,10 @@ from typing import Any
 from pydantic_core import from_json, to_json
 
 from simloop.models import Ids, ModelPolicy, ModelRequest, RecordedError, _turn, turn_from_reply
-from simloop.scenario import Reply
-from simloop.transcript import SUBRUN, Request, Response, Transcript
-from simloop.wire import openai_chat, openai_responses
-from simloop.wire.errors import error_body, error_headers
-from simloop.wire.render import Turn, render_error_event, render_message, render_message_json, render_sse
-from simloop.wire.validate import (
+from simloop.protocol import openai_chat, openai_responses
+from simloop.protocol.errors import error_body, error_headers
+from simloop.protocol.render import Turn, render_error_event, render_message, render_message_json, render_sse
+from simloop.protocol.validate import (
     IMAGE_TOKENS,
     ConversationValidator,
     Rejection,
@@ -48,6 +46,8 @@ from simloop.wire.validate import (
     prompt_too_long,
     validate_count_tokens_request,
 )
+from simloop.scenario import Reply
+from simloop.transcript import SUBRUN, Request, Response, Transcript
 
 __all__ = [
     "OPENAI_WIRES", "READ_HEADERS", "Budget", "InternalFailure", "Planned", "SimServer", "estimate_tokens",
