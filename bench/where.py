@@ -59,6 +59,7 @@ AREAS: list[tuple[str, str]] = [  # (substring of the file path, area); first ma
     ("simloop/protocol/render", "renderer"),
     ("simloop/wire/server", "simulator"),
     ("simloop/wire/", "simulator"),
+    ("simloop/protocol/", "simulator"),  # the wires' other rules and formats (errors, servertools, openai_*)
     ("simloop/transcript", "transcript"),
     ("simloop/tools", "ledger (tools)"),
     ("simloop/clock", "clock"),
