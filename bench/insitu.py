@@ -32,7 +32,8 @@ import overhead
 import simloop.sim
 from simloop._runtime.clock import VirtualClock
 from simloop._runtime.watchdog import Watchdog
-from simloop.wire import server, transport, validate
+from simloop.protocol import validate
+from simloop.wire import server, transport
 
 CPU: dict[str, int] = defaultdict(int)
 CALLS: dict[str, int] = defaultdict(int)

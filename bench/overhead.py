@@ -31,7 +31,7 @@ from anthropic.types import MessageParam, ToolParam
 
 import simloop
 from simloop._runtime.clock import REAL
-from simloop.wire.render import Turn, render_json
+from simloop.protocol.render import Turn, render_json
 
 STEPS = 10
 TOOLS: list[ToolParam] = [{"name": "search", "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}}}]

@@ -67,7 +67,7 @@ def _sdk_warm_up(overhead: Any) -> None:
     import anthropic
     import httpx2
 
-    from simloop.wire.render import Turn, render_sse
+    from simloop.protocol.render import Turn, render_sse
 
     handler = overhead.bare_handler()
     client = anthropic.Anthropic(api_key="k", http_client=httpx2.Client(transport=httpx2.MockTransport(handler)))

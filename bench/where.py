@@ -55,10 +55,11 @@ def _profiled_run_on_worker(fn: Callable[[], Any], **kw: Any) -> Any:
 simloop.sim.run_on_worker = _profiled_run_on_worker  # type: ignore[attr-defined]
 
 AREAS: list[tuple[str, str]] = [  # (substring of the file path, area); first match wins
-    ("simloop/wire/validate", "validator"),
-    ("simloop/wire/render", "renderer"),
+    ("simloop/protocol/validate", "validator"),
+    ("simloop/protocol/render", "renderer"),
     ("simloop/wire/server", "simulator"),
     ("simloop/wire/", "simulator"),
+    ("simloop/protocol/", "simulator"),  # the wires' other rules and formats (errors, servertools, openai_*)
     ("simloop/transcript", "transcript"),
     ("simloop/tools", "ledger (tools)"),
     ("simloop/clock", "clock"),

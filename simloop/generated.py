@@ -25,6 +25,7 @@ from hypothesis.errors import Frozen, StopTest
 from simloop._inputs import POOL, pool_for
 from simloop._offer import Offer, ServerTools, fit_pause, offer_of, server_block, stopped_at, with_server_tools
 from simloop.models import ModelRequest
+from simloop.protocol.validate import context_window
 from simloop.scenario import (
     Abort,
     Approval,
@@ -54,7 +55,6 @@ from simloop.strategies import (
     usage_codec,
 )
 from simloop.transcript import Request, Response, Transcript
-from simloop.wire.validate import context_window
 
 __all__ = ["EMPTY_ANSWERS", "GeneratedFaults", "GeneratedModel", "to_scenario"]
 

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from simloop.errors import UsageError
+from simloop.protocol import servertools
+from simloop.protocol.render import Turn
+from simloop.protocol.validate import thinking_signature
 from simloop.scenario import MaxTokensBody, PauseTurnBody, Reply, Scenario, ServerToolCall, ToolCall
-from simloop.wire import servertools
-from simloop.wire.render import Turn
-from simloop.wire.validate import thinking_signature
 
 __all__ = [
     "FunctionModel",

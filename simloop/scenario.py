@@ -46,10 +46,12 @@ from simloop._loading.fileguard import (
     to_plain,
 )
 from simloop.errors import ScenarioError, UsageError
+from simloop.protocol.render import CUT_STOPS  # a fact of the wire's replies, still importable from here
 
 __all__ = [
     "API_ERRORS",
     "CAPABILITIES",
+    "CUT_STOPS",
     "ERROR_REPLIES",
     "LIMIT_NAMES",
     "REPLY_KINDS",
@@ -282,10 +284,6 @@ class PauseTurnBody(_Model):
             raise ValueError("the paused server_tool_use has no result yet: leave out 'result' and 'error'")
         return v
 
-
-#: The stop reasons of a reply cut off mid-way (Anthropic's stop-reason table): at the request's ``max_tokens``, or
-#: because the response filled the model's context window ("treat it as truncated").
-CUT_STOPS: tuple[str, ...] = ("max_tokens", "model_context_window_exceeded")
 
 
 class MaxTokensBody(_Model):

@@ -32,7 +32,8 @@ from collections.abc import Callable
 from typing import Any
 
 from simloop.errors import SimulatedCrash, UsageError
-from simloop.scenario import CUT_STOPS, Fault, Scenario, ToolSpec
+from simloop.protocol.render import CUT_STOPS
+from simloop.scenario import Fault, Scenario, ToolSpec
 from simloop.transcript import SUBRUN, AbortEvent, ApprovalEvent, Response, Restart, ToolEnd, ToolStart, Transcript
 
 __all__ = ["FaultSource", "ToolBox", "UnknownToolError"]

@@ -21,7 +21,7 @@ import pytest
 from anthropic.types import ContentBlock, StopReason
 
 from simloop.cassettes import Interaction, load_cassette
-from simloop.wire.render import Turn
+from simloop.protocol.render import Turn
 
 
 def _shared_corpus(name: str = "cassettes") -> Path:

@@ -12,7 +12,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from simloop.wire.validate import validate_messages_request
+from simloop.protocol.validate import validate_messages_request
 
 ROOT = Path(__file__).resolve().parents[1]
 

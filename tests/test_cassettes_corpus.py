@@ -31,8 +31,8 @@ from corpus import CORPORA, all_interactions, describe, is_beta, requires_corpus
 from simloop import Outcome, Reply, Sim
 from simloop.cassettes import Interaction, Recorded, RecordedCall, Recording, load_recording, reply_of_turn
 from simloop.cassettes._openai import openai_wire
-from simloop.wire.render import Turn, turn_from_message
-from simloop.wire.validate import thinking_signature
+from simloop.protocol.render import Turn, turn_from_message
+from simloop.protocol.validate import thinking_signature
 
 pytestmark = [
     requires_corpus,

@@ -27,7 +27,7 @@ from simloop.cassettes import (
     load_recording,
     to_scenario,
 )
-from simloop.wire.render import render_json, render_sse, turn_from_sse
+from simloop.protocol.render import render_json, render_sse, turn_from_sse
 
 MODEL = "claude-sonnet-4-6"
 TASK = "What is the capital of France?"

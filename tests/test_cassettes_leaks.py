@@ -22,8 +22,9 @@ from simloop import Scenario, load_scenario
 from simloop.cassettes import Scrubber, convert, load_cassette, record
 from simloop.cassettes._record import CassetteSerializer
 from simloop.cassettes._scrub import _base64_forms
-from simloop.wire import loopback, render
-from simloop.wire.render import turn_from_sse
+from simloop.protocol import render
+from simloop.protocol.render import turn_from_sse
+from simloop.wire import loopback
 
 KEY = "sk-ant-api03-" + "x7Gq2LmZ9pWv4Rt8Ks1Nd6Hb3Jc5Fy0Ue" + "-AbC"  # key-shaped, and not repetitive
 LISTED = "tenant-7731-private"
@@ -325,7 +326,7 @@ def test_a_key_echoed_in_an_openai_stream_in_5_character_deltas_keeps_no_piece_o
     wire: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     openai = pytest.importorskip("openai", reason="the OpenAI wire needs the openai SDK")
-    from simloop.wire import openai_chat, openai_responses
+    from simloop.protocol import openai_chat, openai_responses
 
     def five(text: str) -> list[str]:
         return [text[k:k + 5] for k in range(0, len(text), 5)] or [""]

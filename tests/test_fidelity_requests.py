@@ -31,7 +31,7 @@ from corpus import (
 )
 
 from simloop.cassettes import Interaction, load_cassette
-from simloop.wire.validate import Rejection, validate_count_tokens_request, validate_messages_request
+from simloop.protocol.validate import Rejection, validate_count_tokens_request, validate_messages_request
 
 pytestmark = requires_corpus
 
@@ -221,8 +221,8 @@ def test_compressed_bodies_are_decoded() -> None:
 
 def test_every_accepted_recorded_request_fits_its_models_context_window(say: Say) -> None:
     """The window rule rejects none of the requests the real API accepted (counted as the simulator counts)."""
+    from simloop.protocol.validate import context_window
     from simloop.wire.server import request_tokens
-    from simloop.wire.validate import context_window
 
     over = []
     counted = []

@@ -27,7 +27,7 @@ from _report import Say
 from corpus import CORPORA, describe, is_beta, messages_interactions, requires_corpus
 
 from simloop.cassettes import Interaction
-from simloop.wire.render import render_json, render_sse, turn_from_message, turn_from_sse
+from simloop.protocol.render import render_json, render_sse, turn_from_message, turn_from_sse
 
 pytestmark = requires_corpus
 

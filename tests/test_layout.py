@@ -103,6 +103,43 @@ def test_the_invariants_import_nothing_of_the_simulator() -> None:
     assert reached == [], f"the invariants reach the simulator through {reached}"
 
 
+#: What each wire accepts, refuses and writes: pure, the bottom of the package.
+PROTOCOL = ("simloop.protocol",)
+#: The simulated API's server: parses, plans and delivers, on the protocol and the run.
+SERVER = ("simloop.wire",)
+#: The run below the server: what it plans and records with.
+THE_RUN = ("simloop.models", "simloop.tools", "simloop.transcript", "simloop.scenario", "simloop._runtime")
+
+
+def test_the_protocol_imports_nothing_of_simloop_but_itself() -> None:
+    protocol = {m for m in MODULES if _in(m, PROTOCOL)}
+    assert {"simloop.protocol.validate", "simloop.protocol.render", "simloop.protocol.openai_chat",
+            "simloop.protocol.openai_responses", "simloop.protocol.openai_rules", "simloop.protocol.servertools",
+            "simloop.protocol.errors"} <= protocol, "the three wires' rules and formats live in simloop/protocol/"
+    reached = sorted(m for m in _closure(protocol) if not _in(m, PROTOCOL))
+    assert reached == [], f"the protocol reaches {reached}: pass the value in, or move the piece to simloop.wire"
+
+
+def test_the_server_stands_on_the_protocol_and_the_run_never_the_reverse() -> None:
+    server = {m for m in MODULES if _in(m, SERVER)}
+    assert {"simloop.wire.server", "simloop.wire.transport", "simloop.wire.loopback"} <= server
+    assert "simloop.protocol.validate" in GRAPH["simloop.wire.server"]
+    assert "simloop.models" in GRAPH["simloop.wire.server"]
+    below = {m for m in MODULES if _in(m, PROTOCOL + THE_RUN + ("simloop.invariants", "simloop.generated"))}
+    reached = sorted(m for m in _closure(below) if _in(m, SERVER))
+    assert reached == [], f"the protocol or the run reaches up to the server through {reached}"
+
+
+def test_the_protocol_and_the_server_stand_below_the_sim() -> None:
+    assert "simloop.wire.server" in GRAPH["simloop.sim"]
+    # the loopback server may serve the tools over MCP beside the API (simloop.mcp stands on no Sim either)
+    both = {m for m in MODULES if _in(m, PROTOCOL + SERVER)}
+    above = ("simloop.sim", "simloop.verify", "simloop._campaign", "simloop.strategies", "simloop.command",
+             "simloop.cli", "simloop.adapters", "simloop.cassettes")
+    reached = sorted(m for m in _closure(both) if _in(m, above))
+    assert reached == [], f"the protocol or the server reaches up to {reached}"
+
+
 def test_the_runtime_imports_nothing_that_stands_on_it() -> None:
     runtime = {m for m in MODULES if _in(m, ("simloop._runtime",))}
     reached = sorted(m for m in _closure(runtime) if _in(m, ABOVE_THE_RUNTIME))

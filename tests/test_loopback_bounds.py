@@ -109,7 +109,7 @@ def test_the_responses_store_keeps_a_bounded_number_and_size_and_a_chain_past_it
 ) -> None:
     # before: every stored response was kept whole, for good (40 requests of 3 MB grew simloop serve by 120 MB)
     openai = pytest.importorskip("openai", reason="the Responses wire is driven through the openai SDK")
-    from simloop.wire import openai_responses
+    from simloop.protocol import openai_responses
 
     monkeypatch.setattr(openai_responses, "MAX_STORED_BYTES", 1_000_000)
     monkeypatch.setattr(openai_responses, "MAX_STORED_RESPONSES", 4)

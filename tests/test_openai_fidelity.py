@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 import yaml
 
-from simloop.wire import openai_chat, openai_responses
-from simloop.wire.render import Turn
+from simloop.protocol import openai_chat, openai_responses
+from simloop.protocol.render import Turn
 from tests.corpus import OPENAI_CASSETTES, OPENAI_CORPORA
 
 openai = pytest.importorskip("openai", reason="the strict parse needs the openai SDK: pip install 'simloop[openai]'")

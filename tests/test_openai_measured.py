@@ -147,7 +147,7 @@ def _refused_chat(**body: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("body", "error"), [
-    # hostile inputs, each a real 400 (texts: simloop/wire/openai_rules.py names each source)
+    # hostile inputs, each a real 400 (texts: simloop/protocol/openai_rules.py names each source)
     ({"model": 123, "messages": USER},
      ("Invalid type for 'model': expected a string, but got an integer instead.", "model", "invalid_type")),
     ({"model": "gpt-4o", "messages": USER, "max_tokens": -7},

@@ -16,8 +16,8 @@ openai = pytest.importorskip("openai", reason="the OpenAI wire needs the openai 
 import simloop
 from examples import openai_loop, openai_responses_loop
 from examples.catalogue import DECLARED
-from simloop.wire import openai_responses
-from simloop.wire.render import Turn
+from simloop.protocol import openai_responses
+from simloop.protocol.render import Turn
 
 TOOLS: list[Any] = [{"type": "function", "name": "search", "description": "Search.",
                      "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}]

@@ -11,9 +11,9 @@ import pytest
 openai = pytest.importorskip("openai", reason="the OpenAI wire needs the openai SDK: pip install 'simloop[openai]'")
 
 import simloop
+from simloop.protocol import openai_chat
+from simloop.protocol.render import Turn
 from simloop.transcript import Request, Response
-from simloop.wire import openai_chat
-from simloop.wire.render import Turn
 
 TOOLS: list[Any] = [
     {"type": "function", "function": {"name": "search", "description": "Search.",

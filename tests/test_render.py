@@ -16,7 +16,7 @@ import jiter
 import pytest
 from pydantic_core import to_json
 
-from simloop.wire.render import (
+from simloop.protocol.render import (
     Turn,
     render_error_event,
     render_json,

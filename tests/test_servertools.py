@@ -26,11 +26,11 @@ from hypothesis import find, given, settings
 from simloop import Sim
 from simloop.errors import ScenarioError
 from simloop.models import Ids, ModelRequest, turn_from_reply
+from simloop.protocol import servertools
+from simloop.protocol.render import Turn, render_json, render_message, render_sse
+from simloop.protocol.validate import ConversationValidator, Rejection, validate_messages_request
 from simloop.scenario import PauseTurnBody, Reply, Scenario, load_scenario
 from simloop.strategies import _ENDING_REPLIES, endings
-from simloop.wire import servertools
-from simloop.wire.render import Turn, render_json, render_message, render_sse
-from simloop.wire.validate import ConversationValidator, Rejection, validate_messages_request
 from tests.corpus import messages_interactions, requires_corpus
 
 ROOT = Path(__file__).resolve().parents[1]

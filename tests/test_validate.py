@@ -21,7 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from simloop.cassettes import CassetteError, load_cassette
-from simloop.wire.validate import (
+from simloop.protocol.validate import (
     Rejection,
     check_signatures,
     thinking_signature,
@@ -736,7 +736,7 @@ def test_a_block_type_that_is_not_a_string_is_a_400(tag: Any, where: str) -> Non
 
 
 def test_each_models_context_window() -> None:
-    from simloop.wire.validate import CONTEXT_1M_BETA, context_window
+    from simloop.protocol.validate import CONTEXT_1M_BETA, context_window
 
     assert context_window("claude-sonnet-4-5") == 200_000
     assert context_window("claude-sonnet-4-5", f"interleaved-thinking-2025-05-14, {CONTEXT_1M_BETA}") == 1_000_000
@@ -775,7 +775,7 @@ def test_the_1m_context_beta_reaches_the_server_through_the_sdk() -> None:
     """``betas=[CONTEXT_1M_BETA]`` is an ``anthropic-beta`` header: the transport hands it to the server, so a
     request over 200k tokens on a model the beta opens is served (it once was refused, the header unread)."""
     import simloop
-    from simloop.wire.validate import CONTEXT_1M_BETA
+    from simloop.protocol.validate import CONTEXT_1M_BETA
 
     scenario = simloop.Scenario(task="t", model=[simloop.Reply(end_turn="ok")], strict=False)
     text = [{"type": "text", "text": "word " * 170_000}]  # about 212k tokens

@@ -15,7 +15,7 @@ import pytest
 
 from simloop import Outcome, Reply, Scenario, Sim
 from simloop.models import FunctionModel, ModelRequest
-from simloop.wire.validate import ConversationValidator, validate_count_tokens_request, validate_messages_request
+from simloop.protocol.validate import ConversationValidator, validate_count_tokens_request, validate_messages_request
 
 TOOLS = [{"name": "search", "input_schema": {"type": "object"}}]
 

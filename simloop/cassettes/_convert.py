@@ -18,6 +18,7 @@ from simloop.cassettes._read import _FIX, CassetteError, Interaction, _describe,
 from simloop.cassettes._scrub import Scrubber
 from simloop.errors import UsageError
 from simloop.models import RecordedError
+from simloop.protocol.render import Turn, turn_from_message, turn_from_sse
 from simloop.scenario import (
     ERROR_REPLIES,
     SERVER_TOOLS,
@@ -31,7 +32,6 @@ from simloop.scenario import (
     ToolSpec,
     Usage,
 )
-from simloop.wire.render import Turn, turn_from_message, turn_from_sse
 
 # =========================================================================== the recording as calls
 

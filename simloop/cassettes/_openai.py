@@ -1,7 +1,7 @@
 """OpenAI recordings (Chat Completions and Responses) read as the one world's model calls.
 
 The simulator keeps one Messages-shaped world and translates each OpenAI wire at its edge
-(`simloop.wire.openai_chat`, `simloop.wire.openai_responses`).  A recording of either wire is read the
+(`simloop.protocol.openai_chat`, `simloop.protocol.openai_responses`).  A recording of either wire is read the
 same way: each recorded request becomes the Messages request it stands for (what `simloop.models.ModelRequest`
 holds when a loop sends it again, so a replay compares like with like), and each recorded answer a `Turn`
 (text, tool calls with their recorded ids, the stop reason, usage), which the simulator renders back on
@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from simloop.cassettes._read import _FIX, CassetteError, Interaction, RecordedResponse, _describe
+from simloop.protocol import openai_chat, openai_responses
+from simloop.protocol.openai_chat import _arguments
+from simloop.protocol.render import Turn, _sse_events
 from simloop.scenario import Reply
-from simloop.wire import openai_chat, openai_responses
-from simloop.wire.openai_chat import _arguments
-from simloop.wire.render import Turn, _sse_events
 
 CHAT = "chat"
 RESPONSES = "responses"

@@ -11,9 +11,9 @@ from typing import Any
 from simloop.cassettes._convert import RecordedCall, Recording, Source, load_recording
 from simloop.errors import UsageError
 from simloop.models import ModelRequest, RecordedError, ScriptExhausted
+from simloop.protocol.render import Turn
+from simloop.protocol.validate import Rejection, thinking_signature
 from simloop.scenario import Reply
-from simloop.wire.render import Turn
-from simloop.wire.validate import Rejection, thinking_signature
 
 # =========================================================================== replay as a model
 

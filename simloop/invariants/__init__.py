@@ -40,7 +40,8 @@ from simloop.invariants.exits import crash, no_work_after_return
 from simloop.invariants.honesty import honest_outcome, refusal, truncation
 from simloop.invariants.stopping import limits, stops
 from simloop.invariants.subagents import split_runs, subagent_honest
-from simloop.scenario import CUT_STOPS, INVARIANT_IDS
+from simloop.protocol.render import CUT_STOPS
+from simloop.scenario import INVARIANT_IDS
 from simloop.transcript import Transcript
 
 __all__ = ["CATALOGUE", "REASONS", "Invariant", "Report", "Violation", "check"]

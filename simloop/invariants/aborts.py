@@ -4,7 +4,7 @@ history the next turn can send)."""
 from __future__ import annotations
 
 from simloop.invariants._base import _FINAL_STOPS, MODEL_PATHS, Violation, _is_reply, _view, too_large
-from simloop.scenario import CUT_STOPS
+from simloop.protocol.render import CUT_STOPS
 from simloop.transcript import AbortEvent, OutcomeEvent, Request, Response, Restart, ToolStart, Transcript, TurnStart
 
 __all__ = ["abort"]

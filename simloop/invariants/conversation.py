@@ -239,7 +239,7 @@ def pairing(t: Transcript) -> list[Violation]:
 # -- request_valid ----------------------------------------------------------------------------------------------
 
 
-#: The Responses API's 400 for an item sent twice (`simloop.wire.openai_responses.DUPLICATE_ITEM`).
+#: The Responses API's 400 for an item sent twice (`simloop.protocol.openai_responses.DUPLICATE_ITEM`).
 _DUPLICATE = "Duplicate item found with id "
 #: What a loop that got it did, and what to do instead.
 _DUPLICATE_FIX = (

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from simloop.invariants._base import MESSAGES_PATH, Violation, _canon, _is_write, _View, _view, result_text
-from simloop.scenario import CUT_STOPS
+from simloop.protocol.render import CUT_STOPS
 from simloop.transcript import Request, Response, Restart, ToolStart, Transcript
 
 __all__ = ["no_rerun", "results_real", "results_sent", "results_together", "tool_errors"]

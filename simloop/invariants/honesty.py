@@ -16,7 +16,7 @@ from simloop.invariants._base import (
     _view,
     per_turn,
 )
-from simloop.scenario import CUT_STOPS
+from simloop.protocol.render import CUT_STOPS
 from simloop.transcript import AbortEvent, Request, Response, Restart, Transcript
 
 __all__ = ["honest_outcome", "refusal", "truncation"]

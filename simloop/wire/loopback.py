@@ -66,11 +66,11 @@ from simloop._runtime.halt import LoopHalted
 from simloop._runtime.process import FAKE_OPENAI_KEY
 from simloop.errors import UsageError
 from simloop.models import Ids, ModelPolicy, Script, ScriptExhausted
+from simloop.protocol.errors import STATUS_ERRORS, error_body
+from simloop.protocol.openai_chat import chat_error_body
 from simloop.scenario import Scenario, load_scenario
 from simloop.tools import ToolBox
 from simloop.transcript import Header, Request, ToolEnd, ToolStart, Transcript
-from simloop.wire.errors import STATUS_ERRORS, error_body
-from simloop.wire.openai_chat import chat_error_body
 from simloop.wire.server import InternalFailure, Planned, SimServer, is_openai_path
 
 __all__ = ["LoopbackServer", "export_lines", "run", "serve"]

@@ -34,12 +34,10 @@ from typing import Any
 from pydantic_core import from_json, to_json
 
 from simloop.models import Ids, ModelPolicy, ModelRequest, RecordedError, _turn, turn_from_reply
-from simloop.scenario import Reply
-from simloop.transcript import SUBRUN, Request, Response, Transcript
-from simloop.wire import openai_chat, openai_responses
-from simloop.wire.errors import error_body, error_headers
-from simloop.wire.render import Turn, render_error_event, render_message, render_message_json, render_sse
-from simloop.wire.validate import (
+from simloop.protocol import openai_chat, openai_responses
+from simloop.protocol.errors import error_body, error_headers
+from simloop.protocol.render import Turn, render_error_event, render_message, render_message_json, render_sse
+from simloop.protocol.validate import (
     IMAGE_TOKENS,
     ConversationValidator,
     Rejection,
@@ -48,6 +46,8 @@ from simloop.wire.validate import (
     prompt_too_long,
     validate_count_tokens_request,
 )
+from simloop.scenario import Reply
+from simloop.transcript import SUBRUN, Request, Response, Transcript
 
 __all__ = [
     "OPENAI_WIRES", "READ_HEADERS", "Budget", "InternalFailure", "Planned", "SimServer", "estimate_tokens",
@@ -668,7 +668,7 @@ class _Chat:
     """One Chat Completions request: what it stands for in the Messages shape, and how its answer is rendered.
 
     The world (policy, faults, transcript, invariants) sees ``internal``; the loop sees the Chat Completions
-    wire (`simloop.wire.openai_chat`).  ``rejection`` is the real API's 400 for the request as sent, if any.
+    wire (`simloop.protocol.openai_chat`).  ``rejection`` is the real API's 400 for the request as sent, if any.
     """
 
     __slots__ = ("created", "include_usage", "internal", "model", "rejection")
@@ -760,7 +760,7 @@ class _Chat:
 
 
 class _Responses(_Chat):
-    """One Responses API request (`simloop.wire.openai_responses`): the conversation it stands for (its
+    """One Responses API request (`simloop.protocol.openai_responses`): the conversation it stands for (its
     ``previous_response_id`` chain, then its ``input``) in the Messages shape, and its answer rendered as a
     ``response`` or its events.  A response the loop did not send with ``store: false`` is kept for chaining."""
 

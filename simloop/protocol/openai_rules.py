@@ -1,6 +1,6 @@
 """The OpenAI API's 400s for settings and schemas, shared by both OpenAI wires (docs/design.md, The OpenAI wire).
 
-`simloop.wire.openai_chat` and `simloop.wire.openai_responses` check a request's shape and its tool-call pairing;
+`simloop.protocol.openai_chat` and `simloop.protocol.openai_responses` check a request's shape and its tool-call pairing;
 this module holds the rules about its settings, each with the real text, ``param`` and ``code``, and where the
 text was read:
 
@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from simloop.wire.validate import Rejection
+from simloop.protocol.validate import Rejection
 
 __all__ = [
     "FUNCTION_NAME",

@@ -27,9 +27,9 @@ from typing import Any
 
 from pydantic_core import to_json
 
-from simloop.wire import openai_rules as rules
-from simloop.wire.render import Turn
-from simloop.wire.validate import Rejection
+from simloop.protocol import openai_rules as rules
+from simloop.protocol.render import Turn
+from simloop.protocol.validate import Rejection
 
 __all__ = [
     "CHAT_COMPLETIONS",
@@ -161,7 +161,7 @@ def _check_parts(message: dict[str, Any], i: int, model: str) -> None:
 
 
 def _check_settings(body: dict[str, Any]) -> None:
-    """The settings' types and ranges, and what the model does not take (`simloop.wire.openai_rules`)."""
+    """The settings' types and ranges, and what the model does not take (`simloop.protocol.openai_rules`)."""
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise _bad_type("stream", "a boolean", stream)
@@ -238,7 +238,7 @@ _DATA_URI = re.compile(r"data:([\w.+/-]+);base64,", re.ASCII)
 
 def image_block(url: Any) -> dict[str, Any]:
     """An image part's Messages form: a ``data:...;base64,`` URI as a base64 source (so the context window counts
-    it as the API does, by its pixels, `simloop.wire.validate.IMAGE_TOKENS` at most, not by its bytes: issue 42 measured 1.4 MB data
+    it as the API does, by its pixels, `simloop.protocol.validate.IMAGE_TOKENS` at most, not by its bytes: issue 42 measured 1.4 MB data
     URIs billed 1,118 input tokens), any other URL as a URL source."""
     text = str(url)
     found = _DATA_URI.match(text)

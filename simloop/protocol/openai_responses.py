@@ -1,6 +1,6 @@
 """The OpenAI wire, Responses API: one world, a third edge (docs/design.md, The OpenAI wire, Responses API).
 
-As `simloop.wire.openai_chat` does for Chat Completions, this module translates ``POST /v1/responses`` at the
+As `simloop.protocol.openai_chat` does for Chat Completions, this module translates ``POST /v1/responses`` at the
 edge, both ways, so the simulator, the generated model and the invariants keep reading one Messages-shaped world:
 
 * `expand` prepends the stored chain of a ``previous_response_id`` (each stored response's input and output
@@ -13,7 +13,7 @@ edge, both ways, so the simulator, the generated model and the invariants keep r
 * `render_response` and `render_events` turn a reply back into a ``response`` object or its event stream
   (``event:``/``data:`` pairs with ``sequence_number``, ending ``response.completed`` or ``response.incomplete``).
 
-Errors use the Chat Completions envelope (`simloop.wire.openai_chat.chat_error`): the two wires share it.
+Errors use the Chat Completions envelope (`simloop.protocol.openai_chat.chat_error`): the two wires share it.
 Nothing here imports the ``openai`` SDK.
 """
 
@@ -26,9 +26,8 @@ from typing import Any
 
 from pydantic_core import to_json
 
-from simloop.scenario import CUT_STOPS
-from simloop.wire import openai_rules as rules
-from simloop.wire.openai_chat import (
+from simloop.protocol import openai_rules as rules
+from simloop.protocol.openai_chat import (
     CREATED_EPOCH,
     DEFAULT_MAX_TOKENS,
     DEFAULT_REFUSAL,
@@ -40,8 +39,8 @@ from simloop.wire.openai_chat import (
     cache_tokens,
     image_block,
 )
-from simloop.wire.render import Turn
-from simloop.wire.validate import Rejection
+from simloop.protocol.render import CUT_STOPS, Turn
+from simloop.protocol.validate import Rejection
 
 __all__ = [
     "MAX_STORED_BYTES",
@@ -236,7 +235,7 @@ def _validate(body: Any, items: list[Any]) -> None:
 
 
 def _check_settings(body: dict[str, Any]) -> None:
-    """The settings' types and ranges, and the reasoning effort the model offers (`simloop.wire.openai_rules`)."""
+    """The settings' types and ranges, and the reasoning effort the model offers (`simloop.protocol.openai_rules`)."""
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise _bad_type("stream", "a boolean", stream)

@@ -39,6 +39,7 @@ import jiter
 from pydantic_core import to_json
 
 __all__ = [
+    "CUT_STOPS",
     "Turn",
     "render_error_event",
     "render_json",
@@ -47,6 +48,10 @@ __all__ = [
     "turn_from_message",
     "turn_from_sse",
 ]
+
+#: The stop reasons of a reply cut off mid-way (Anthropic's stop-reason table): at the request's ``max_tokens``, or
+#: because the response filled the model's context window ("treat it as truncated").
+CUT_STOPS: tuple[str, ...] = ("max_tokens", "model_context_window_exceeded")
 
 # Blocks whose `input` streams as input_json_delta chunks.
 _TOOL_BLOCKS = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
