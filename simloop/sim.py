@@ -44,7 +44,6 @@ from simloop.errors import SimloopInternalError, SimulatedCrash, UsageError
 from simloop.invariants import Report, check
 from simloop.models import Ids, ModelPolicy, Script, ScriptExhausted
 from simloop.outcome import Outcome
-from simloop.protocol.openai_chat import FAKE_OPENAI_KEY
 from simloop.scenario import Abort, Approval, Limits, Scenario, load_scenario
 from simloop.tools import FaultSource, ToolBox
 from simloop.transcript import (
