@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simloop.transcript import (
+    ApprovalEvent,
     Event,
     Halt,
     OutcomeEvent,
@@ -100,6 +101,8 @@ class _View:
     outcome_pos: int | None = None
     restarts: list[int] = field(default_factory=list)  # positions of the restarts (a crash, then a new life)
     binding: dict[int, str | None] = field(default_factory=dict)  # exec -> the tool_use it answers (see _bind)
+    asks: list[tuple[int, ApprovalEvent]] = field(default_factory=list)  # the requests for approval
+    asked_about: dict[int, str | None] = field(default_factory=dict)  # request position -> its tool_use (_bind_asks)
     _inputs: dict[int, str] = field(default_factory=dict)  # exec -> canonical input
 
     def bound(self, s: ToolStart) -> str | None:
@@ -245,7 +248,11 @@ def _build_view(t: Transcript) -> _View:
             v.outcome_pos = pos
         elif isinstance(e, Restart):
             v.restarts.append(pos)
+        elif isinstance(e, ApprovalEvent):
+            v.asks.append((pos, e))
+            v.asked_about[pos] = e.matched
     _bind(v)
+    _bind_asks(v)
     return v
 
 
@@ -259,8 +266,9 @@ def _bind(v: _View) -> None:
 
     An id the loop passed is exact.  Without one, the `ToolBox` matched the execution when it began (a live
     reply's calls before a dead one's, the latest reply first); executions of the same tool with the same input
-    that answer different tool_uses (identical calls, run concurrently or in any order) are then bound as a set
-    by where each output went: the binding under which the most outputs (an error's text, a result's first
+    are then bound as a set to the identical tool_uses they matched and to the identical calls of the same
+    replies that no execution answered (identical calls, run concurrently or in any order, or only some of them
+    run) by where each output went: the binding under which the most outputs (an error's text, a result's first
     characters) and error flags appear in the tool_result answering their tool_use wins, and the match made at
     run time breaks a tie.  An execution is never bound to a tool_use issued after it began.
     """
@@ -268,12 +276,16 @@ def _bind(v: _View) -> None:
     for pos, s in v.starts:
         if s.tool_use_id is None and s.matched is not None:
             groups.setdefault((s.tool, v.input_of(s)), []).append((pos, s))
-    for members in groups.values():
+    answered = {s.matched for _, s in v.starts if s.matched is not None}
+    for (tool, canon), members in groups.items():
         ids = [s.matched for _, s in members]
-        if not 1 < len(members) <= _MAX_SET or len(set(ids)) != len(ids):
-            continue  # one execution, or a rerun of one tool_use (no_rerun's): the match stands
+        if len(set(ids)) != len(ids):
+            continue  # a rerun of one tool_use (no_rerun's): the match stands
+        pool = [*ids, *(u for u in _identical(v, tool, canon, ids) if u not in answered)]
+        if len(pool) < 2 or len(pool) > _MAX_SET:
+            continue  # one execution and no other call it may answer, or too many: the match made at run time stands
         best: tuple[tuple[int, int], tuple[str | None, ...]] | None = None
-        for order in itertools.permutations(ids):
+        for order in itertools.permutations(pool, len(members)):
             if any(v.issued.get(str(uid), (-1,))[0] > pos for (pos, _), uid in zip(members, order, strict=True)):
                 continue
             score = sum(_evidence(v, s, str(uid)) for (_, s), uid in zip(members, order, strict=True))
@@ -287,6 +299,60 @@ def _bind(v: _View) -> None:
     if v.binding:
         v.starts = [(pos, dataclasses.replace(s, matched=v.binding[s.exec]) if s.exec in v.binding else s)
                     for pos, s in v.starts]
+
+
+def _identical(v: _View, tool: str, canon: str, ids: list[str | None]) -> list[str]:
+    """The other tool_uses of ``tool`` with input ``canon`` in the replies that issued ``ids``, in order."""
+    replies = {v.issued[str(uid)][0]: v.issued[str(uid)][1] for uid in ids if str(uid) in v.issued}
+    return [str(b.get("id")) for _, r in sorted(replies.items()) for b in r.tool_uses
+            if b.get("name") == tool and str(b.get("id")) not in ids and _canon(b.get("input")) == canon]
+
+
+def _bind_asks(v: _View) -> None:
+    """Bind each request for approval made without an id to the tool_use it asked about, by evidence.
+
+    The `Gate` bound it when it was asked (the latest reply's first call of that tool and input not asked about
+    yet); a loop that asks about identical calls in another order (last first, or as a framework hands them
+    over) asked about the same calls all the same.  The requests about one tool and input are rebound as a set,
+    over the identical calls of the replies they matched: a yes to a call that an execution answered after it,
+    a no (or no answer) to a call that did not run and whose tool_result is an error; the match made when it
+    was asked breaks a tie.  A request is never bound to a tool_use issued after it.
+    """
+    ran = {s.matched: pos for pos, s in reversed(v.starts) if s.matched is not None}  # tool_use -> its first run
+    groups: dict[tuple[str, str], list[tuple[int, ApprovalEvent]]] = {}
+    for pos, a in v.asks:
+        if a.tool_use_id is None and a.matched is not None:
+            groups.setdefault((a.tool, _canon(a.input)), []).append((pos, a))
+    for (tool, canon), members in groups.items():
+        ids: list[str | None] = [a.matched for _, a in members]
+        if len(set(ids)) != len(ids):
+            continue  # the same call asked about again: the match stands
+        pool = [*ids, *_identical(v, tool, canon, ids)]
+        if len(pool) < 2 or len(pool) > _MAX_SET:
+            continue
+        best: tuple[tuple[int, int], tuple[str | None, ...]] | None = None
+        for order in itertools.permutations(pool, len(members)):
+            if any(v.issued.get(str(uid), (-1,))[0] > pos for (pos, _), uid in zip(members, order, strict=True)):
+                continue
+            score = sum(_ask_evidence(v, pos, a, str(uid), ran) for (pos, a), uid in zip(members, order, strict=True))
+            kept = sum(uid == a.matched for (_, a), uid in zip(members, order, strict=True))
+            if best is None or (score, kept) > best[0]:
+                best = ((score, kept), order)
+        if best is not None:
+            for (pos, _), uid in zip(members, best[1], strict=True):
+                v.asked_about[pos] = uid
+
+
+def _ask_evidence(v: _View, pos: int, a: ApprovalEvent, uid: str, ran: dict[str | None, int]) -> int:
+    """How well answer ``a`` (at ``pos``) fits tool_use ``uid``: 2 for a yes to a call run after it; for a no (or
+    no answer), 1 for a call that never ran and 1 more when its tool_result is an error."""
+    run = ran.get(uid)
+    if a.approved:
+        return 2 if run is not None and run > pos else 0
+    if run is not None:
+        return 0
+    block = v.result_block.get(uid)
+    return 1 + int(block is not None and block.get("is_error") is True)
 
 
 def _evidence(v: _View, s: ToolStart, uid: str) -> int:

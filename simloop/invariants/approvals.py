@@ -11,8 +11,8 @@ import json
 import re
 from typing import Any
 
-from simloop.invariants._base import Violation, _view, result_text
-from simloop.transcript import ApprovalEvent, Restart, Transcript, TurnStart
+from simloop.invariants._base import Violation, _View, _view, result_text
+from simloop.transcript import ApprovalEvent, Restart, ToolStart, Transcript, TurnStart
 
 __all__ = ["approval"]
 
@@ -57,9 +57,12 @@ def approval(t: Transcript) -> list[Violation]:
             return a.tool == tool and _canon(a.input) == canon
 
         exact = [(p, a) for p, a in asks if p < pos and s.tool_use_id is not None and a.tool_use_id == s.tool_use_id]
-        if exact:  # both sides name the call: its latest answer decides
+        if exact:  # both sides name the call: its latest answer decides, if it was about what runs
             used.add(exact[-1][0])
             latest: ApprovalEvent | None = exact[-1][1]
+            if latest.approved and not same(latest):
+                out.append(_other_input(v, pos, s, uid, latest))
+                continue
         else:  # identical calls are one set: each execution takes a yes of its own, in order
             earlier = [(p, a) for p, a in asks if p < pos and same(a) and p not in used]
             yes = next((p for p, a in earlier if a.approved), None)
@@ -97,14 +100,27 @@ def approval(t: Transcript) -> list[Violation]:
     return out
 
 
+def _other_input(v: _View, pos: int, s: ToolStart, uid: str | None, yes: ApprovalEvent) -> Violation:
+    """The person said yes under this call's id, but to another tool or input than the one that ran."""
+    return Violation(
+        "approval",
+        f"{s.tool}({_shown(s.input)})" + (f" (tool_use {uid})" if uid else "") + f" needs approval: the person said "
+        f"yes at {yes.t:g}s to {yes.tool}({_shown(yes.input)}) under this call's id, yet execution {s.exec} ran "
+        f"{s.tool}({_shown(s.input)}) at {s.t:g}s; a yes is for the tool and input it was asked about: a correct "
+        "loop asks sim.approve(name, input, tool_use_id=...) with the very input it then runs",
+        v.step_at(pos), {"tool": s.tool, "exec": s.exec, "tool_use_id": uid, "kind": "other_input"},
+    )
+
+
 def _told(t: Transcript, asks: list[tuple[int, ApprovalEvent]], ran: set[str]) -> list[Violation]:
     """A call the person did not approve is told to the model as such, and not asked about again after a no."""
     v = _view(t)
     out: list[Violation] = []
     answers: dict[str, list[tuple[int, ApprovalEvent]]] = {}
     for pos, a in asks:
-        if a.matched is not None:
-            answers.setdefault(a.matched, []).append((pos, a))
+        about = v.asked_about.get(pos, a.matched)  # bound by evidence (see _base._bind_asks)
+        if about is not None:
+            answers.setdefault(about, []).append((pos, a))
     restarts = [pos for pos, e in enumerate(t.events) if isinstance(e, Restart)]
     for uid, mine in answers.items():
         for (p1, first), (p2, again) in itertools.pairwise(mine):
