@@ -181,6 +181,8 @@ class Sim:
             self.scenario, self.transcript, now=self.clock.now, sleep=guard.sleep, on_call=guard.on_tool,
             fault_source=fault_source, allow_functions=allow_functions,
         )
+        # each thread's own time, where another thread of the run moved the shared clock on (see VirtualClock.own_now)
+        self.tools.own = self.server.own = self.clock.own_now
         #: The user's Stop button: ``sim.abort.is_set()``; ``sim.abort.add_callback(task.cancel)`` for async loops.
         transcript = self.transcript  # (not self: a finished run is freed by reference counting, no cycle through it)
         self._arrivals = Arrivals(lambda: len(transcript.events))  # when each MCP request arrived
@@ -726,7 +728,8 @@ class Sim:
         outcome = Outcome.coerce(returned)
         self.outcomes = [outcome]
         if self.transcript.outcome is None and not self._guard.abandoned:
-            self.transcript.append(OutcomeEvent(t=self.clock.now(), reason=outcome.reason, text=outcome.text))
+            self.transcript.append(OutcomeEvent(t=self.clock.now(), reason=outcome.reason, text=outcome.text,
+                                                own=self.clock.own_now()))
         return outcome
 
     def _record_turns(self, returned: list[Any]) -> Outcome:
@@ -740,9 +743,9 @@ class Sim:
         outcomes = [Outcome.coerce(r) for r in returned]
         self.outcomes = outcomes
         if self.transcript.outcome is None:
-            now = self.clock.now()
+            now, own = self.clock.now(), self.clock.own_now()
             for n, outcome in enumerate(outcomes):
-                self.transcript.append(OutcomeEvent(t=now, reason=outcome.reason, text=outcome.text, turn=n))
+                self.transcript.append(OutcomeEvent(t=now, reason=outcome.reason, text=outcome.text, turn=n, own=own))
         return outcomes[-1]
 
     def _record_error(self, error: BaseException) -> Outcome:

@@ -56,7 +56,9 @@ def approval(t: Transcript) -> list[Violation]:
         def same(a: ApprovalEvent, canon: str = canon, tool: str = s.tool) -> bool:
             return a.tool == tool and _canon(a.input) == canon
 
-        exact = [(p, a) for p, a in asks if p < pos and s.tool_use_id is not None and a.tool_use_id == s.tool_use_id]
+        # the answers the executing thread had heard when it began: recorded before it, and given by its own time
+        heard = [(p, a) for p, a in asks if p < pos and (s.own is None or a.t <= s.own + _EPS)]
+        exact = [(p, a) for p, a in heard if s.tool_use_id is not None and a.tool_use_id == s.tool_use_id]
         if exact:  # both sides name the call: its latest answer decides, if it was about what runs
             used.add(exact[-1][0])
             latest: ApprovalEvent | None = exact[-1][1]
@@ -64,7 +66,7 @@ def approval(t: Transcript) -> list[Violation]:
                 out.append(_other_input(v, pos, s, uid, latest))
                 continue
         else:  # identical calls are one set: each execution takes a yes of its own, in order
-            earlier = [(p, a) for p, a in asks if p < pos and same(a) and p not in used]
+            earlier = [(p, a) for p, a in heard if same(a) and p not in used]
             yes = next((p for p, a in earlier if a.approved), None)
             if yes is not None:
                 used.add(yes)
@@ -77,6 +79,11 @@ def approval(t: Transcript) -> list[Violation]:
             said = "said no" if latest.answer == "denied" else "gave no answer"
             what = f"the person {said} at {latest.t:g}s, yet execution {s.exec} ran it at {s.t:g}s"
             kind = "ran_denied"
+        elif (pending := next((a for p, a in asks if p < pos and same(a) and (p, a) not in heard), None)) is not None:
+            what = (f"execution {s.exec} ran it at {s.own:g}s of its own thread's time, while the question asked at "
+                    f"{pending.asked:g}s was still unanswered (the person answered at {pending.t:g}s, to another "
+                    "thread); a gated call waits for the answer in the thread that runs it")
+            kind = "unanswered"
         elif any(p > pos and same(a) for p, a in asks):
             what = f"execution {s.exec} ran it at {s.t:g}s and only then asked the person (sim.approve)"
             kind = "asked_after"
