@@ -198,6 +198,8 @@ class Sim:
             turn_start=functools.partial(getattr, guard, "t_before"),
             forever=functools.partial(getattr, guard, "max_virtual_s"),
         )
+        if self._gate.on:  # the answers reach the thread that asked; the others once they wait on it (`heard`)
+            self._gate.mark, self.tools.heard = self.clock.mark, self.clock.heard
         self.model = DEFAULT_MODEL
         self.outcomes: list[Outcome] = []  # one per user turn when the drive returned a list, else the one outcome
         #: What a durable loop persists: it survives a simulated process death (a ``crash`` fault), as a

@@ -83,6 +83,7 @@ class ToolBox:
         self.on_call = on_call
         self.on_end: Callable[[ToolStart], None] | None = None  # set by the Sim (the abort trigger)
         self.own: Callable[[], float | None] | None = None  # the caller's own time when behind (set by the Sim)
+        self.heard: Callable[[], int | None] | None = None  # the answers the caller has heard, when not all (the Sim)
         self.executions = 0
         self._nth: dict[str, int] = {}
         self._fired: set[int] = set()
@@ -172,6 +173,7 @@ class ToolBox:
                 kind=spec.kind if spec else "read", tool_use_id=tool_use_id,
                 matched=matched, fault=fault.kind if fault else None, subrun=SUBRUN.get(), arrived=arrived,
                 own=self.own() if self.own is not None else None,
+                heard=self.heard() if self.heard is not None else None,
             )
             self.transcript.append(start)
         return start, spec, fault

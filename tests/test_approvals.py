@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib
+import threading
 import warnings
 from pathlib import Path
 from typing import Annotated, Any
@@ -377,3 +378,69 @@ def test_identical_calls_asked_about_last_first_bind_each_answer_by_evidence(den
     # the same loop answering the refused call with an error that does not say why is still caught
     _, report = run(scenario, lambda s: _sdk_loop(s, last_first, denied="ok"))
     assert ids(report) == {"approval"} and [v.evidence["kind"] for v in report.violations] == ["unexplained"], report
+
+
+# -- the answer reaches the thread that runs the call (#40 item 3) -----------------------------------------------
+
+LATE_YES = world(email("a"), email("b"), {"end_turn": "done"}, approvals=[{"answer": "approve", "after": 30}])
+
+
+@pytest.mark.parametrize("after", [30, 0])
+def test_a_call_run_without_waiting_for_an_answer_asked_on_another_thread_is_caught(after: int) -> None:
+    """A background wait moves the shared clock on at once, so the write was recorded after the yes; in the loop's
+    own thread the question was still unanswered.  Caught on every run, whatever the threads' scheduling."""
+    from tests.loops.gate_defects import asks_in_the_background
+
+    scenario = world(email("a"), email("b"), {"end_turn": "done"}, approvals=[{"answer": "approve", "after": after}])
+    for _ in range(3):
+        _, report = run(scenario, asks_in_the_background)
+        assert ids(report) == {"approval"}, report
+        assert {v.evidence["kind"] for v in report.violations} <= {"unanswered", "asked_after"}, report
+    assert "before the answer reached that thread" in str(run(LATE_YES, asks_in_the_background)[1])
+
+
+def _asked_on_a_thread(how: str) -> Any:
+    """The README's gated loop asking the person on another thread, and waiting for the answer as ``how`` says."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.loops.readme import run_agent
+
+    def drive(sim: Sim) -> Outcome:
+        pool = ThreadPoolExecutor(2)
+
+        def ask(name: str, input: Any) -> bool:
+            if how == "future":
+                return pool.submit(sim.approve, name, input).result()
+            box: dict[str, bool] = {}
+            done = threading.Event()
+
+            def asking() -> None:
+                box["yes"] = sim.approve(name, input)
+                done.set()
+
+            thread = threading.Thread(target=asking)
+            thread.start()
+            thread.join() if how == "join" else done.wait()
+            return box["yes"]
+
+        def run_tool(name: str, input: Any) -> str:
+            if name in sim.scenario.gated_tools and not ask(name, input):
+                raise PermissionError(f"{name} was denied by the user")
+            if how == "future":  # the call itself on the pool too, as a framework's tool node runs it
+                return pool.submit(sim.run_tool, name, input).result()
+            return sim.run_tool(name, input)
+
+        with pool:
+            return Outcome(*run_agent(sim.client, sim.tool_schemas, run_tool, sim.task))
+
+    return drive
+
+
+@pytest.mark.parametrize("how", ["join", "event", "future"])
+@pytest.mark.parametrize("after", [30, 0])
+def test_a_loop_that_waits_for_the_answer_asked_on_another_thread_passes(how: str, after: int) -> None:
+    scenario = world(email("a"), email("b"), {"end_turn": "done"}, approvals=[{"answer": "approve", "after": after}])
+    for _ in range(2):
+        sim, report = run(scenario, _asked_on_a_thread(how))
+        assert report.ok, report
+        assert len(sim.transcript.of(simloop.transcript.ToolStart)) == 2

@@ -494,7 +494,11 @@ class VirtualClock:
         # a thread of the run -> the virtual ns it has not lived through: another thread of the run moved the clock
         # on since this one last waited (slept, waited on a condition, joined a thread); see `own_now`
         self._behind: dict[int, int] = {}
-        self._behind_lock = threading.Lock()  # (held for no more than an update of `_behind`)
+        self._behind_lock = threading.Lock()  # (held for no more than an update of `_behind` or `_heard`)
+        # answers delivered to one thread (`mark`: a person's answer at the permission gate), and how many of them each
+        # thread of the run has heard: the count when it last waited or received (see `heard`)
+        self._seq = 0
+        self._heard: dict[int, int] = {}
 
     _cond: threading.Condition  # (made by `__getattr__`)
 
@@ -557,7 +561,7 @@ class VirtualClock:
         """
         ns = _to_ns(seconds, "sleep length")
         if ns == 0:
-            if self._behind:
+            if self._behind or self._seq:
                 self._caught_up()
             return
         job: _Job | None = getattr(_TLS, "job", None)
@@ -566,7 +570,7 @@ class VirtualClock:
                 self._sleep_for_loop(job, self._ns + ns)
             else:
                 self._advance_to(self._ns + ns)
-            if self._behind:
+            if self._behind or self._seq:
                 self._caught_up()  # a thread that slept has lived up to now
 
     def _advance_to(self, target: int) -> None:  # with self._cond held
@@ -600,9 +604,42 @@ class VirtualClock:
             behind.pop(me, None)
 
     def _caught_up(self) -> None:
-        """The calling thread has lived up to the clock's time (it waited for something that happened by now)."""
+        """The calling thread has lived up to the clock's time (it waited for something that happened by now), and
+        heard every answer delivered so far."""
+        me = _get_ident()
         with self._behind_lock:
-            self._behind.pop(_get_ident(), None)
+            self._behind.pop(me, None)
+            if self._seq:
+                self._heard[me] = self._seq
+
+    def _forget(self, tid: int) -> None:
+        """A thread of the run ended: its own time and what it heard go with it (its ident may be reused)."""
+        with self._behind_lock:
+            self._behind.pop(tid, None)
+            self._heard.pop(tid, None)
+
+    def mark(self) -> int:
+        """An answer was delivered to the calling thread (a person's, at the permission gate): its number, 1-based.
+        Another thread hears of it only once it waits for or receives something from the others (see `heard`)."""
+        with self._behind_lock:
+            self._seq += 1
+            self._heard[_get_ident()] = self._seq
+            return self._seq
+
+    def heard(self) -> int | None:
+        """How many of the answers delivered so far (`mark`) the calling thread can know of, when not all; else None.
+
+        A thread hears what it was handed itself, and all of them each time it waits for or receives something from
+        another thread (a sleep, ``Event.wait``, ``Future.result``, ``Queue.get``, ``Thread.join``); a thread starts
+        with what its starter had heard, a pool job with what its submitter had.  An event loop's thread hears all.
+        """
+        if not self._seq:
+            return None
+        me = _get_ident()
+        heard = self._heard.get(me)
+        if heard is None or heard >= self._seq or any(getattr(loop, "_thread_id", None) == me for loop in self._loops):
+            return None
+        return heard
 
     def own_now(self) -> float | None:
         """The calling thread's own time, when it is behind the clock; None when it has lived up to now.
@@ -621,18 +658,24 @@ class VirtualClock:
             return None
         return (self._ns - behind) / _NS
 
-    def own_ns(self) -> int:
-        """The calling thread's own time in ns (see `own_now`): where a thread or job it starts begins."""
-        return self._ns - (self._behind.get(_get_ident(), 0) if self._behind else 0)
+    def own_ns(self) -> tuple[int, int]:
+        """The calling thread's own time in ns (see `own_now`) and the answers it has heard (see `heard`): where a
+        thread or job it starts begins."""
+        me = _get_ident()
+        return self._ns - (self._behind.get(me, 0) if self._behind else 0), self._heard.get(me, self._seq)
 
-    def begin_at(self, own_ns: int) -> None:
-        """The calling thread (a thread or pool job just started) lives from ``own_ns`` (its starter's own time)."""
-        lag = self._ns - own_ns
-        if lag > 0:
-            with self._behind_lock:
-                self._behind[_get_ident()] = lag
-        elif self._behind:
-            self._caught_up()
+    def begin_at(self, where: tuple[int, int]) -> None:
+        """The calling thread (a thread or pool job just started) lives from ``where`` (its starter's `own_ns`)."""
+        own_ns, heard = where
+        me = _get_ident()
+        with self._behind_lock:
+            lag = self._ns - own_ns
+            if lag > 0:
+                self._behind[me] = lag
+            else:
+                self._behind.pop(me, None)
+            if self._seq or self._heard:
+                self._heard[me] = heard
 
     def _sleep_for_loop(self, job: _Job, wake: int) -> None:  # with self._cond held
         loop = job.loop
@@ -716,6 +759,7 @@ class VirtualClock:
             if owner:
                 _threads[tid] = self
                 self._thread_ids.add(tid)
+                self._heard[tid] = self._seq  # the run's own thread: it has heard every answer so far
             try:
                 slots = _rebind(modules) if modules else []
             except BaseException:
@@ -767,7 +811,7 @@ class VirtualClock:
             try:
                 return original(cond, timeout)  # type: ignore[no-any-return]
             finally:
-                if self._behind:
+                if self._behind or self._seq:
                     self._caught_up()  # what it waited for happened before now
         if original(cond, 0):  # notified already (by a thread outside the run, say)
             return True
@@ -780,7 +824,7 @@ class VirtualClock:
         try:
             return _saved[key](*args, **kwargs)
         finally:
-            if self._behind:
+            if self._behind or self._seq:
                 self._caught_up()
 
     def _nobody_else(self) -> bool:
@@ -813,7 +857,7 @@ class VirtualClock:
                     if adopted:
                         with _LOCK:
                             clock._unregister(tid)
-                        clock._caught_up()
+                        clock._forget(tid)
                     # thread -> run_on_clock -> thread: a reference cycle that would keep the finished thread
                     # (and what its target holds) alive until the garbage collector finds it
                     if getattr(vars(thread).get("run"), "__wrapped__", None) is run:  # (still this wrapper)

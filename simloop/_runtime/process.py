@@ -361,7 +361,7 @@ def _adopted(run: Run, fn: Callable[..., Any]) -> Callable[..., Any]:
                 with _CLOCK_LOCK:
                     if _threads.get(tid) is clock:
                         del _threads[tid]
-                clock._caught_up()
+                clock._forget(tid)
 
     return on_the_run
 

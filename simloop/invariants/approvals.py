@@ -57,7 +57,8 @@ def approval(t: Transcript) -> list[Violation]:
             return a.tool == tool and _canon(a.input) == canon
 
         # the answers the executing thread had heard when it began: recorded before it, and given by its own time
-        heard = [(p, a) for p, a in asks if p < pos and (s.own is None or a.t <= s.own + _EPS)]
+        heard = [(p, a) for p, a in asks if p < pos and (s.own is None or a.t <= s.own + _EPS)
+                 and (s.heard is None or a.seq is None or a.seq <= s.heard)]
         exact = [(p, a) for p, a in heard if s.tool_use_id is not None and a.tool_use_id == s.tool_use_id]
         if exact:  # both sides name the call: its latest answer decides, if it was about what runs
             used.add(exact[-1][0])
@@ -80,9 +81,10 @@ def approval(t: Transcript) -> list[Violation]:
             what = f"the person {said} at {latest.t:g}s, yet execution {s.exec} ran it at {s.t:g}s"
             kind = "ran_denied"
         elif (pending := next((a for p, a in asks if p < pos and same(a) and (p, a) not in heard), None)) is not None:
-            what = (f"execution {s.exec} ran it at {s.own:g}s of its own thread's time, while the question asked at "
-                    f"{pending.asked:g}s was still unanswered (the person answered at {pending.t:g}s, to another "
-                    "thread); a gated call waits for the answer in the thread that runs it")
+            what = (f"execution {s.exec} ran it at {s.t if s.own is None else s.own:g}s of its own thread's time "
+                    f"before the answer reached that thread (the question was asked at {pending.asked:g}s, and the "
+                    f"person answered at {pending.t:g}s to another thread it had not waited on); a gated call waits "
+                    "for the answer in the thread that runs it")
             kind = "unanswered"
         elif any(p > pos and same(a) for p, a in asks):
             what = f"execution {s.exec} ran it at {s.t:g}s and only then asked the person (sim.approve)"

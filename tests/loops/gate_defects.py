@@ -8,10 +8,14 @@ pytest: bench imports it too.
 
 from __future__ import annotations
 
+import json
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 import anthropic
+import openai
 
 import simloop
 import simloop.strategies
@@ -79,10 +83,78 @@ def subagent_bomb(sim: simloop.Sim) -> simloop.Outcome:
     return simloop.Outcome(reason=reason, text=text)
 
 
+def asks_in_the_background(sim: simloop.Sim) -> simloop.Outcome:
+    """Asks the person on a thread of its own (a notification) and runs the call at once, without waiting for the
+    answer: a yes that comes later, or a no, changes nothing (#40 item 3)."""
+
+    def run_tool(name: str, input: Any) -> str:
+        if name in sim.scenario.gated_tools:
+            threading.Thread(target=sim.approve, args=(name, input)).start()
+        return sim.run_tool(name, input)
+
+    reason, text = run_agent(sim.client, sim.tool_schemas, run_tool, sim.task)
+    return simloop.Outcome(reason=reason, text=text)
+
+
+def _titles_later(create: Callable[[str], Any], text: str) -> None:
+    """Half a second after the answer, three calls for a title for it (a background job the loop never waits on)."""
+
+    def title() -> None:
+        time.sleep(0.5)
+        for _ in range(3):
+            create(f"A title of five words for: {text[:200]}")
+
+    threading.Thread(target=title, daemon=True).start()
+
+
+def titles_after_return(sim: simloop.Sim) -> simloop.Outcome:
+    """The README's loop, then a thread left behind that asks the model for a title after the loop returned (#40
+    item 4)."""
+    reason, text = run_agent(sim.client, sim.tool_schemas, sim.run_tool, sim.task)
+    _titles_later(lambda ask: sim.client.messages.create(
+        model=MODEL, max_tokens=64, messages=[{"role": "user", "content": ask}]), text)
+    return simloop.Outcome(reason=reason, text=text)
+
+
+def titles_after_return_openai(sim: simloop.Sim) -> simloop.Outcome:
+    """The README's Chat Completions loop, with the same thread left behind (#40 item 4, on the OpenAI wire)."""
+    tools = [{"type": "function", "function": {"name": t["name"], "parameters": t["input_schema"]}}
+             for t in sim.tool_schemas]
+    messages: list[Any] = [{"role": "user", "content": sim.task}]
+    reason, text = "max_steps", ""
+    for _ in range(MAX_STEPS):
+        try:
+            reply = sim.openai_client.chat.completions.create(model="gpt-4o", messages=messages, tools=tools)
+        except openai.APIError as exc:
+            reason, text = "error", str(exc)
+            break
+        choice = reply.choices[0]
+        messages.append(choice.message.model_dump(exclude_none=True))
+        if choice.finish_reason != "tool_calls":
+            reason = {"length": "truncated", "content_filter": "refusal"}.get(choice.finish_reason, "final")
+            text = choice.message.content or choice.message.refusal or ""
+            break
+        for call in choice.message.tool_calls or []:
+            try:
+                out = sim.run_tool(call.function.name, json.loads(call.function.arguments), tool_use_id=call.id)  # type: ignore[union-attr]
+            except Exception as exc:  # noqa: BLE001 (an observation for the model)
+                out = f"Error: {exc}"
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": out})
+    _titles_later(lambda ask: sim.openai_client.chat.completions.create(
+        model="gpt-4o", messages=[{"role": "user", "content": ask}]), text)
+    return simloop.Outcome(reason=reason, text=text)
+
+
 #: name -> (drive, the verify options it claims, the invariant ids that are a correct report of it).
 LOOPS: dict[str, tuple[Callable[..., Any], dict[str, Any], frozenset[str]]] = {
-    "asks_about_the_recipient_only": (asks_about_the_recipient_only, {"approvals": True}, frozenset({"approval"})),
+    # (its loop declares its step cap only: the README's deadline and budget checks are not what it is about)
+    "asks_about_the_recipient_only": (asks_about_the_recipient_only, {
+        "approvals": True, "limits": simloop.Limits(max_steps=MAX_STEPS)}, frozenset({"approval"})),
     "subagent_bomb": (subagent_bomb, {"tools": [*simloop.strategies.DEFAULT_TOOLS, DELEGATE]}, frozenset({"stops"})),
+    "asks_in_the_background": (asks_in_the_background, {"approvals": True}, frozenset({"approval"})),
+    "titles_after_return": (titles_after_return, {}, frozenset({"no_work_after_return"})),
+    "titles_after_return_openai": (titles_after_return_openai, {}, frozenset({"no_work_after_return"})),
 }
 
-__all__ = ["LOOPS", "asks_about_the_recipient_only", "subagent_bomb"]
+__all__ = ["LOOPS", "asks_about_the_recipient_only", "asks_in_the_background", "subagent_bomb", "titles_after_return",
+           "titles_after_return_openai"]
