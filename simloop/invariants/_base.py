@@ -318,7 +318,7 @@ def _bind_asks(v: _View) -> None:
     a no (or no answer) to a call that did not run and whose tool_result is an error; the match made when it
     was asked breaks a tie.  A request is never bound to a tool_use issued after it.
     """
-    ran = {s.matched: pos for pos, s in reversed(v.starts) if s.matched is not None}  # tool_use -> its first run
+    ran: dict[str, int] = {s.matched: pos for pos, s in reversed(v.starts) if s.matched is not None}  # -> first run
     groups: dict[tuple[str, str], list[tuple[int, ApprovalEvent]]] = {}
     for pos, a in v.asks:
         if a.tool_use_id is None and a.matched is not None:
@@ -343,7 +343,7 @@ def _bind_asks(v: _View) -> None:
                 v.asked_about[pos] = uid
 
 
-def _ask_evidence(v: _View, pos: int, a: ApprovalEvent, uid: str, ran: dict[str | None, int]) -> int:
+def _ask_evidence(v: _View, pos: int, a: ApprovalEvent, uid: str, ran: dict[str, int]) -> int:
     """How well answer ``a`` (at ``pos``) fits tool_use ``uid``: 2 for a yes to a call run after it; for a no (or
     no answer), 1 for a call that never ran and 1 more when its tool_result is an error."""
     run = ran.get(uid)

@@ -62,10 +62,11 @@ def approval(t: Transcript) -> list[Violation]:
         exact = [(p, a) for p, a in heard if s.tool_use_id is not None and a.tool_use_id == s.tool_use_id]
         if exact:  # both sides name the call: its latest answer decides, if it was about what runs
             used.add(exact[-1][0])
-            latest: ApprovalEvent | None = exact[-1][1]
-            if latest.approved and not same(latest):
-                out.append(_other_input(v, pos, s, uid, latest))
+            answer = exact[-1][1]
+            if answer.approved and not same(answer):
+                out.append(_other_input(v, pos, s, uid, answer))
                 continue
+            latest: ApprovalEvent | None = answer
         else:  # identical calls are one set: each execution takes a yes of its own, in order
             earlier = [(p, a) for p, a in heard if same(a) and p not in used]
             yes = next((p for p, a in earlier if a.approved), None)
