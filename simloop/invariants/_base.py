@@ -270,35 +270,65 @@ def _bind(v: _View) -> None:
     replies that no execution answered (identical calls, run concurrently or in any order, or only some of them
     run) by where each output went: the binding under which the most outputs (an error's text, a result's first
     characters) and error flags appear in the tool_result answering their tool_use wins, and the match made at
-    run time breaks a tie.  An execution is never bound to a tool_use issued after it began.
+    run time breaks a tie.  An execution is never bound to a tool_use issued after it began, nor to one whose
+    tool_result was sent before it began.  A set too large to try every binding of is bound reply by reply.
     """
     groups: dict[tuple[str, str], list[tuple[int, ToolStart]]] = {}
     for pos, s in v.starts:
         if s.tool_use_id is None and s.matched is not None:
             groups.setdefault((s.tool, v.input_of(s)), []).append((pos, s))
     answered = {s.matched for _, s in v.starts if s.matched is not None}
-    for (tool, canon), members in groups.items():
-        ids = [s.matched for _, s in members]
-        if len(set(ids)) != len(ids):
+    for (tool, canon), group in groups.items():
+        if len({s.matched for _, s in group}) != len(group):
             continue  # a rerun of one tool_use (no_rerun's): the match stands
-        pool = [*ids, *(u for u in _identical(v, tool, canon, ids) if u not in answered)]
-        if len(pool) < 2 or len(pool) > _MAX_SET:
-            continue  # one execution and no other call it may answer, or too many: the match made at run time stands
-        best: tuple[tuple[int, int], tuple[str | None, ...]] | None = None
-        for order in itertools.permutations(pool, len(members)):
-            if any(v.issued.get(str(uid), (-1,))[0] > pos for (pos, _), uid in zip(members, order, strict=True)):
-                continue
-            score = sum(_evidence(v, s, str(uid)) for (_, s), uid in zip(members, order, strict=True))
-            kept = sum(uid == s.matched for (_, s), uid in zip(members, order, strict=True))
-            if best is None or (score, kept) > best[0]:
-                best = ((score, kept), order)
-        if best is not None:
-            for (_, s), uid in zip(members, best[1], strict=True):
+        def pool_of(members: list[tuple[int, Any]], tool: str = tool, canon: str = canon) -> list[str | None]:
+            ids = [e.matched for _, e in members]
+            return [*ids, *(u for u in _identical(v, tool, canon, ids) if u not in answered)]
+
+        for members in _sets(v, group, pool_of):
+            pool = pool_of(members)
+            best = _assign(v, members, pool, lambda pos, s, uid: _evidence(v, s, uid),
+                           lambda pos, uid: v.result_sent.get(uid, pos) < pos)
+            for (_, s), uid in zip(members, best or (), strict=False):
                 if uid != s.matched:
                     v.binding[s.exec] = uid
     if v.binding:
         v.starts = [(pos, dataclasses.replace(s, matched=v.binding[s.exec]) if s.exec in v.binding else s)
                     for pos, s in v.starts]
+
+
+def _sets(
+    v: _View, group: list[tuple[int, Any]], pool_of: Callable[[list[tuple[int, Any]]], list[str | None]],
+) -> list[list[tuple[int, Any]]]:
+    """``group`` as the sets to bind: one, or reply by reply (the reply of each one's match) when the tool_uses it
+    may answer (``pool_of``) are too many to try every binding of."""
+    if len(pool_of(group)) <= _MAX_SET:
+        return [group]
+    by_reply: dict[int, list[tuple[int, Any]]] = {}
+    for pos, e in group:
+        by_reply.setdefault(v.issued.get(str(e.matched), (-1,))[0], []).append((pos, e))
+    return list(by_reply.values())
+
+
+def _assign(
+    v: _View, members: list[tuple[int, Any]], pool: list[str | None], score: Callable[[int, Any, str], int],
+    refused: Callable[[int, str], bool],
+) -> tuple[str | None, ...] | None:
+    """The binding of ``members`` (position, event; each with ``matched``) to distinct tool_uses of ``pool`` that
+    scores best (`score`), the one keeping most matches made at run time on a tie; never to a tool_use issued
+    after the member, nor one ``refused`` for it.  None when there is no other choice, or too many to try."""
+    if len(pool) < 2 or len(pool) > _MAX_SET:
+        return None  # one member and no other call it may answer, or too many: the match made at run time stands
+    best: tuple[tuple[int, int], tuple[str | None, ...]] | None = None
+    for order in itertools.permutations(pool, len(members)):
+        pairs = list(zip(members, order, strict=True))
+        if any(v.issued.get(str(uid), (-1,))[0] > pos or refused(pos, str(uid)) for (pos, _), uid in pairs):
+            continue
+        points = sum(score(pos, e, str(uid)) for (pos, e), uid in pairs)
+        kept = sum(uid == e.matched for (_, e), uid in pairs)
+        if best is None or (points, kept) > best[0]:
+            best = ((points, kept), order)
+    return None if best is None else best[1]
 
 
 def _identical(v: _View, tool: str, canon: str, ids: list[str | None]) -> list[str]:
@@ -323,23 +353,17 @@ def _bind_asks(v: _View) -> None:
     for pos, a in v.asks:
         if a.tool_use_id is None and a.matched is not None:
             groups.setdefault((a.tool, _canon(a.input)), []).append((pos, a))
-    for (tool, canon), members in groups.items():
-        ids: list[str | None] = [a.matched for _, a in members]
-        if len(set(ids)) != len(ids):
+    for (tool, canon), group in groups.items():
+        if len({a.matched for _, a in group}) != len(group):
             continue  # the same call asked about again: the match stands
-        pool = [*ids, *_identical(v, tool, canon, ids)]
-        if len(pool) < 2 or len(pool) > _MAX_SET:
-            continue
-        best: tuple[tuple[int, int], tuple[str | None, ...]] | None = None
-        for order in itertools.permutations(pool, len(members)):
-            if any(v.issued.get(str(uid), (-1,))[0] > pos for (pos, _), uid in zip(members, order, strict=True)):
-                continue
-            score = sum(_ask_evidence(v, pos, a, str(uid), ran) for (pos, a), uid in zip(members, order, strict=True))
-            kept = sum(uid == a.matched for (_, a), uid in zip(members, order, strict=True))
-            if best is None or (score, kept) > best[0]:
-                best = ((score, kept), order)
-        if best is not None:
-            for (pos, _), uid in zip(members, best[1], strict=True):
+        def pool_of(members: list[tuple[int, Any]], tool: str = tool, canon: str = canon) -> list[str | None]:
+            ids = [e.matched for _, e in members]
+            return [*ids, *_identical(v, tool, canon, ids)]
+
+        for members in _sets(v, group, pool_of):
+            best = _assign(v, members, pool_of(members),
+                           lambda pos, a, uid: _ask_evidence(v, pos, a, uid, ran), lambda pos, uid: False)
+            for (pos, _), uid in zip(members, best or (), strict=False):
                 v.asked_about[pos] = uid
 
 
