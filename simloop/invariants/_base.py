@@ -467,7 +467,7 @@ def turn_slices(t: Transcript) -> list[TurnSlice]:
         elif outcome is None and i == len(marks) - 1 and untagged:
             outcome = untagged[-1]
         if outcome is not None:
-            shifted.append(dataclasses.replace(outcome, t=outcome.t - t0))
+            shifted.append(dataclasses.replace(outcome, t=outcome.t - t0, **_own_from(outcome, t0)))
         out.append(TurnSlice(mark.turn, base, t0, Transcript(header=t.header, events=shifted)))
         calls_before = max((e.call for e in events if isinstance(e, Request) and e.path in MODEL_PATHS),
                            default=base)
@@ -476,10 +476,16 @@ def turn_slices(t: Transcript) -> list[TurnSlice]:
 
 def _shift(e: Event, t0: float, calls: int) -> Event:
     if isinstance(e, (Request, Response)):
-        return dataclasses.replace(e, t=e.t - t0, call=e.call - calls)
+        return dataclasses.replace(e, t=e.t - t0, call=e.call - calls, **_own_from(e, t0))
     if isinstance(e, (ToolStart, ToolEnd, Halt, OutcomeEvent)):
-        return dataclasses.replace(e, t=e.t - t0) if t0 else e
+        return dataclasses.replace(e, t=e.t - t0, **_own_from(e, t0)) if t0 else e
     return e
+
+
+def _own_from(e: Event, t0: float) -> dict[str, Any]:
+    """An event's own time (a thread behind the clock: `ToolStart.own`) counted from ``t0`` too, when it has one."""
+    own = getattr(e, "own", None)
+    return {"own": own - t0} if own is not None else {}
 
 
 def per_turn(check: Invariant) -> Invariant:
