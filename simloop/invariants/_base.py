@@ -103,6 +103,7 @@ class _View:
     binding: dict[int, str | None] = field(default_factory=dict)  # exec -> the tool_use it answers (see _bind)
     asks: list[tuple[int, ApprovalEvent]] = field(default_factory=list)  # the requests for approval
     asked_about: dict[int, str | None] = field(default_factory=dict)  # request position -> its tool_use (_bind_asks)
+    twins: dict[str, list[str]] = field(default_factory=dict)  # tool_use id -> the identical calls of its reply
     _inputs: dict[int, str] = field(default_factory=dict)  # exec -> canonical input
 
     def bound(self, s: ToolStart) -> str | None:
@@ -235,11 +236,14 @@ def _build_view(t: Transcript) -> _View:
             req = v.request_at.get(e.index)
             if req is None or req.path in MODEL_PATHS:
                 v.replies.append((pos, e))
-                for block in e.tool_uses:
+                uses = e.tool_uses
+                for block in uses:
                     uid = str(block.get("id"))
                     if uid not in v.issued:
                         v.issued[uid] = (pos, e)
                         v.use_block[uid] = block
+                if len(uses) > 1:
+                    _find_twins(v, uses)
         elif isinstance(e, ToolStart):
             v.starts.append((pos, e))
         elif isinstance(e, ToolEnd):
@@ -278,12 +282,12 @@ def _bind(v: _View) -> None:
         if s.tool_use_id is None and s.matched is not None:
             groups.setdefault((s.tool, v.input_of(s)), []).append((pos, s))
     answered = {s.matched for _, s in v.starts if s.matched is not None}
-    for (tool, canon), group in groups.items():
+    for group in groups.values():
         if len({s.matched for _, s in group}) != len(group):
             continue  # a rerun of one tool_use (no_rerun's): the match stands
-        def pool_of(members: list[tuple[int, Any]], tool: str = tool, canon: str = canon) -> list[str | None]:
+        def pool_of(members: list[tuple[int, Any]]) -> list[str | None]:
             ids = [e.matched for _, e in members]
-            return [*ids, *(u for u in _identical(v, tool, canon, ids) if u not in answered)]
+            return [*ids, *(u for u in _identical(v, ids) if u not in answered)]
 
         for members in _sets(v, group, pool_of):
             pool = pool_of(members)
@@ -302,8 +306,10 @@ def _sets(
 ) -> list[list[tuple[int, Any]]]:
     """``group`` as the sets to bind: one, or reply by reply (the reply of each one's match) when the tool_uses it
     may answer (``pool_of``) are too many to try every binding of."""
-    if len(pool_of(group)) <= _MAX_SET:
+    if len(group) <= _MAX_SET and len(pool_of(group)) <= _MAX_SET:
         return [group]
+    if not any(str(e.matched) in v.twins for _, e in group):
+        return []  # no reply holds two of them: each is its reply's only such call, its match stands
     by_reply: dict[int, list[tuple[int, Any]]] = {}
     for pos, e in group:
         by_reply.setdefault(v.issued.get(str(e.matched), (-1,))[0], []).append((pos, e))
@@ -331,11 +337,28 @@ def _assign(
     return None if best is None else best[1]
 
 
-def _identical(v: _View, tool: str, canon: str, ids: list[str | None]) -> list[str]:
-    """The other tool_uses of ``tool`` with input ``canon`` in the replies that issued ``ids``, in order."""
-    replies = {v.issued[str(uid)][0]: v.issued[str(uid)][1] for uid in ids if str(uid) in v.issued}
-    return [str(b.get("id")) for _, r in sorted(replies.items()) for b in r.tool_uses
-            if b.get("name") == tool and str(b.get("id")) not in ids and _canon(b.get("input")) == canon]
+def _find_twins(v: _View, uses: list[dict[str, Any]]) -> None:
+    """Note the identical calls (the same name and input) among one reply's tool_uses, in ``v.twins``."""
+    for i, a in enumerate(uses):
+        for b in uses[i + 1:]:
+            # (== first: it is cheap, and calls that differ, the common case, never reach the canonical form)
+            if a.get("name") == b.get("name") and a.get("input") == b.get("input") and _canon(
+                    a.get("input")) == _canon(b.get("input")):
+                ida, idb = str(a.get("id")), str(b.get("id"))
+                v.twins.setdefault(ida, []).append(idb)
+                v.twins.setdefault(idb, []).append(ida)
+
+
+def _identical(v: _View, ids: list[str | None]) -> list[str]:
+    """The other tool_uses identical to ``ids`` (the same name and input) in the replies that issued them, in order."""
+    seen = {str(uid) for uid in ids}
+    out: list[str] = []
+    for uid in ids:
+        for twin in v.twins.get(str(uid), ()):
+            if twin not in seen:
+                seen.add(twin)
+                out.append(twin)
+    return out
 
 
 def _bind_asks(v: _View) -> None:
@@ -353,12 +376,12 @@ def _bind_asks(v: _View) -> None:
     for pos, a in v.asks:
         if a.tool_use_id is None and a.matched is not None:
             groups.setdefault((a.tool, _canon(a.input)), []).append((pos, a))
-    for (tool, canon), group in groups.items():
+    for group in groups.values():
         if len({a.matched for _, a in group}) != len(group):
             continue  # the same call asked about again: the match stands
-        def pool_of(members: list[tuple[int, Any]], tool: str = tool, canon: str = canon) -> list[str | None]:
+        def pool_of(members: list[tuple[int, Any]]) -> list[str | None]:
             ids = [e.matched for _, e in members]
-            return [*ids, *_identical(v, tool, canon, ids)]
+            return [*ids, *_identical(v, ids)]
 
         for members in _sets(v, group, pool_of):
             best = _assign(v, members, pool_of(members),
