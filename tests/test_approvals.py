@@ -444,3 +444,34 @@ def test_a_loop_that_waits_for_the_answer_asked_on_another_thread_passes(how: st
         sim, report = run(scenario, _asked_on_a_thread(how))
         assert report.ok, report
         assert len(sim.transcript.of(simloop.transcript.ToolStart)) == 2
+
+
+@pytest.mark.parametrize("how", ["background", "to_thread", "aapprove"])
+def test_an_async_loop_is_held_to_the_answers_its_event_loop_heard(how: str) -> None:
+    """On the event loop: an answer asked on a thread of its own and not awaited does not count; one awaited
+    (``asyncio.to_thread``, ``sim.aapprove``) does."""
+    async def drive(sim: Sim) -> Outcome:
+        messages: list[Any] = [{"role": "user", "content": sim.task}]
+        for _ in range(6):
+            reply = await sim.async_client.messages.create(model="m", max_tokens=256, tools=sim.tool_schemas,
+                                                           messages=messages)
+            messages.append({"role": "assistant", "content": reply.content})
+            if reply.stop_reason != "tool_use":
+                return Outcome("final", "")
+            results = []
+            for b in (b for b in reply.content if b.type == "tool_use"):
+                if how == "background":
+                    threading.Thread(target=sim.approve, args=(b.name, b.input)).start()
+                    yes = True
+                else:
+                    yes = await (asyncio.to_thread(sim.approve, b.name, b.input) if how == "to_thread"
+                                 else sim.aapprove(b.name, b.input))
+                results.append({"type": "tool_result", "tool_use_id": b.id, "content": await sim.arun_tool(
+                    b.name, b.input)} if yes else {"type": "tool_result", "tool_use_id": b.id, "is_error": True,
+                                                   "content": "denied by the user"})
+            messages.append({"role": "user", "content": results})
+        return Outcome("max_steps", "")
+
+    for _ in range(2):
+        _, report = run(LATE_YES, drive)
+        assert (ids(report) == {"approval"}) if how == "background" else report.ok, report

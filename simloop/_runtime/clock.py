@@ -630,14 +630,14 @@ class VirtualClock:
         """How many of the answers delivered so far (`mark`) the calling thread can know of, when not all; else None.
 
         A thread hears what it was handed itself, and all of them each time it waits for or receives something from
-        another thread (a sleep, ``Event.wait``, ``Future.result``, ``Queue.get``, ``Thread.join``); a thread starts
-        with what its starter had heard, a pool job with what its submitter had.  An event loop's thread hears all.
+        another thread (a sleep, ``Event.wait``, ``Future.result``, ``Queue.get``, ``Thread.join``, an event loop woken
+        by another thread: a job's result); a thread starts with what its starter had heard, a pool job with what
+        its submitter had.
         """
         if not self._seq:
             return None
-        me = _get_ident()
-        heard = self._heard.get(me)
-        if heard is None or heard >= self._seq or any(getattr(loop, "_thread_id", None) == me for loop in self._loops):
+        heard = self._heard.get(_get_ident())
+        if heard is None or heard >= self._seq:
             return None
         return heard
 
@@ -1099,6 +1099,9 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
                 self._selecting = False
         if events:
             self._busy_since = None
+            clock = self.simloop_clock
+            if clock._seq:
+                clock._caught_up()  # woken by another thread (a job's result, a call_soon_threadsafe): it has heard
         return events
 
     def _idle(self, sel: selectors.BaseSelector, timeout: float | None) -> _Events:
