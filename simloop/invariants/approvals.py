@@ -30,8 +30,10 @@ def approval(t: Transcript) -> list[Violation]:
     for a person ends by the loop's own deadline.
 
     * each execution of a gated tool follows a yes for the same tool and input (and the same tool_use, when
-      both are known), the latest answer for that call before it ran: not one asked after it ran, not one
-      given to another call, not a no or no answer;
+      both are known: a yes under the call's id about another input does not count), the latest answer for that
+      call before it ran that had reached the executing thread (`ToolStart.own`, `ToolStart.heard`): not one
+      asked after it ran, not one still coming to that thread, not one given to another call, not a no or no
+      answer;
     * a call the person did not approve, and that did not run, is answered (when the loop goes on) by a
       tool_result saying so (``is_error``, or text saying it was denied), not one that reads as a success;
       it is not asked about again after a no (in the same life);
