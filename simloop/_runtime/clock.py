@@ -74,6 +74,15 @@ Blocking waits
     loop that waits 30 s on an event each step costs no real time).  With any other thread alive (one of
     the run, a pool started before it, a test's helper), the wait is the real one: it might be notified.
 
+Each thread's own time
+    One clock serves every thread of a run, so a sleep in one thread moves it on for all.  The clock keeps, per
+    thread of the run, how far it is behind (another thread of the run moved the clock on and this one has not
+    waited since: `own_now`) and how many of the person's answers it has heard (`mark`, `heard`).  A thread
+    catches up when it sleeps, waits on a condition (``Event.wait``, ``Queue.get``, ``Future.result``,
+    ``concurrent.futures.wait``), joins a thread, or (an event loop) is woken by another thread; a thread starts
+    where its starter was, a pool job where its submitter was.  The invariants read it (docs/design.md, Virtual
+    time): a gated call is held to the answers its thread had heard, the drive's return to its own time.
+
 Limits: sleeps in plain threads that are not loop jobs advance the clock at once (they add up rather than
 overlap); ``threading.Timer``, ``lock.acquire(timeout=)`` and waits while other threads run are real time;
 threads started through ``_thread`` directly do not inherit virtual time; one loop per clock is precise
