@@ -8,7 +8,8 @@ fit their tool's schema, full examples per second for a 10-step loop against the
 bare SDK cost of the same calls, and peak memory of a long run against a short one.
 
 Besides the reference loops, the correct rows include the loops of ``tests/loops/readme.py`` (rows
-``readme.*``), written from the README alone as a user writes them: the false-alarm table.  The loops of
+``readme.*``), written from the README alone as a user writes them: the false-alarm table; the defect rows
+``readme_defect.*`` are broken loops written so (``tests/loops/gate_defects.py``).  The loops of
 ``examples/catalogue.py``'s ``CONTEXT`` are verified claiming context management (``context=True``) with a token
 budget past the window: the defect that never trims, and the loop that does.
 
@@ -54,6 +55,7 @@ from examples.catalogue import (
     VERIFY,
 )
 from simloop._runtime.clock import REAL
+from tests.loops import gate_defects
 from tests.loops import readme as readme_loops
 
 LIMITS = simloop.Limits.model_validate(DECLARED)  # what the example loops declare
@@ -101,14 +103,17 @@ class _Counter:
 
 #: The correct loops written from the README alone (``tests/loops/readme.py``), each verified with what it claims.
 README_ROWS = {f"readme.{name}": loop for name, loop in readme_loops.LOOPS.items()}
+#: Broken loops written from the README alone (``tests/loops/gate_defects.py``): row -> (drive, claims, the ids that
+#: are a correct report of it).
+README_DEFECT_ROWS = {f"readme_defect.{name}": loop for name, loop in gate_defects.LOOPS.items()}
 #: The OpenAI wire (examples/openai_loop.py, Chat Completions; examples/openai_responses_loop.py, Responses): the
 #: correct loops, and each twin with what catches it (catalogue.OPENAI).
 
 
 def _row(name: str) -> tuple[Any, simloop.Limits, dict[str, Any]]:
     """A row's drive, declared limits and the verify options it claims (turns, abort, restarts, context)."""
-    if name in README_ROWS:
-        drive, claims = README_ROWS[name]
+    if name in README_ROWS or name in README_DEFECT_ROWS:
+        drive, claims = README_ROWS[name] if name in README_ROWS else README_DEFECT_ROWS[name][:2]
         given = dict(claims)
         return drive, given.pop("limits", readme_loops.LIMITS), given
     if name in CONTEXT:  # the loops held to the context claim, with a budget past the window
@@ -332,7 +337,8 @@ def main() -> None:
     only = set(filter(None, args.only.split(",")))
     out = Path(".simloop") / "bench"
     targets: list[tuple[str, frozenset[str] | None]] = [
-        *((n, VERIFY[n][1]) for n in DEFECTS), *CONTEXT.items(),
+        *((n, VERIFY[n][1]) for n in DEFECTS), *((n, row[2]) for n, row in README_DEFECT_ROWS.items()),
+        *CONTEXT.items(),
         *((n, None) for n in [*CORRECT, *POLICY_ROWS, *README_ROWS]), *OPENAI.items(),
     ]
     # measured first, in a process that has only imported what verify needs: after the detection runs its

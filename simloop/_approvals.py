@@ -43,6 +43,7 @@ class Gate:
         self.transcript = transcript
         self.now, self.sleep, self.turn_start, self.forever = now, sleep, turn_start, forever
         self.log: list[ApprovalEvent] = []
+        self.mark: Callable[[], int] | None = None  # the answer delivered to the asking thread (`VirtualClock.mark`)
         self._asked: dict[str, int] = {}  # tool -> requests so far
 
     def approve(self, tool: str, input: Any, *, tool_use_id: str | None = None, timeout: float | None = None) -> bool:
@@ -92,7 +93,7 @@ class Gate:
     def _record(self, tool: str, input: Any, tool_use_id: str | None, asked: float, answer: str) -> bool:
         event = ApprovalEvent(
             t=self.now(), tool=tool, input=_plain(input), asked=asked, answer=answer, tool_use_id=tool_use_id,
-            matched=self._bind(tool, input, tool_use_id),
+            matched=self._bind(tool, input, tool_use_id), seq=self.mark() if self.mark is not None else None,
         )
         self.transcript.append(event)
         self.log.append(event)

@@ -181,6 +181,8 @@ class Sim:
             fault_source=fault_source, allow_functions=allow_functions,
         )
         self.tools.world = guard.world
+        # each thread's own time, where another thread of the run moved the shared clock on (see VirtualClock.own_now)
+        self.tools.own = self.server.own = self.clock.own_now
         #: The user's Stop button: ``sim.abort.is_set()``; ``sim.abort.add_callback(task.cancel)`` for async loops.
         transcript = self.transcript  # (not self: a finished run is freed by reference counting, no cycle through it)
         self._arrivals = Arrivals(lambda: len(transcript.events))  # when each MCP request arrived
@@ -196,6 +198,8 @@ class Sim:
             turn_start=functools.partial(getattr, guard, "t_before"),
             forever=guard.forever,
         )
+        if self._gate.on:  # the answers reach the thread that asked; the others once they wait on it (`heard`)
+            self._gate.mark, self.tools.heard = self.clock.mark, self.clock.heard
         self.model = DEFAULT_MODEL
         self.outcomes: list[Outcome] = []  # one per user turn when the drive returned a list, else the one outcome
         #: What a durable loop persists: it survives a simulated process death (a ``crash`` fault), as a
@@ -727,7 +731,8 @@ class Sim:
         outcome = Outcome.coerce(returned)
         self.outcomes = [outcome]
         if self.transcript.outcome is None and not self._guard.abandoned:
-            self.transcript.append(OutcomeEvent(t=self.clock.now(), reason=outcome.reason, text=outcome.text))
+            self.transcript.append(OutcomeEvent(t=self.clock.now(), reason=outcome.reason, text=outcome.text,
+                                                own=self.clock.own_now()))
         return outcome
 
     def _record_turns(self, returned: list[Any]) -> Outcome:
@@ -741,9 +746,9 @@ class Sim:
         outcomes = [Outcome.coerce(r) for r in returned]
         self.outcomes = outcomes
         if self.transcript.outcome is None:
-            now = self.clock.now()
+            now, own = self.clock.now(), self.clock.own_now()
             for n, outcome in enumerate(outcomes):
-                self.transcript.append(OutcomeEvent(t=now, reason=outcome.reason, text=outcome.text, turn=n))
+                self.transcript.append(OutcomeEvent(t=now, reason=outcome.reason, text=outcome.text, turn=n, own=own))
         return outcomes[-1]
 
     def _record_error(self, error: BaseException) -> Outcome:
@@ -864,7 +869,8 @@ class _Guard:
 
     __slots__ = (
         "abandoned", "abort_at", "budget", "calls_before", "clock", "halts", "max_virtual_s", "on_time",
-        "requests_before", "sub_calls", "sub_requests", "subs", "t_before", "transcript", "watchdog", "world_s",
+        "requests_before", "sub_calls", "sub_requests", "subs", "subs_begun", "t_before", "transcript", "watchdog",
+        "world_s",
     )
 
     def __init__(self, clock: VirtualClock, watchdog: Watchdog, budget: Budget, max_virtual_s: float) -> None:
@@ -881,6 +887,7 @@ class _Guard:
         # at its start, its budget, its nested runs' calls and requests]; the run's own count leaves theirs out
         self.subs: list[list[Any]] = []
         self.sub_calls = self.sub_requests = 0
+        self.subs_begun = 0  # sub-agent runs started in this turn, nested ones included (the run-wide bound)
         self.t_before = 0.0
         self.world_s = 0.0  # virtual seconds the world took this turn (model and tool latencies): not the loop's own
         self.on_time: Callable[[], None] | None = None  # the abort trigger's clock check
@@ -890,7 +897,7 @@ class _Guard:
         if not server.requests:  # the first turn: the run's own budgets
             return
         self.calls_before, self.requests_before = server.calls, server.requests
-        self.sub_calls = self.sub_requests = 0
+        self.sub_calls = self.sub_requests = self.subs_begun = 0
         self.t_before = self.clock.now()
         self.world_s = 0.0
         self.clock.end_at(self.t_before + self.max_virtual_s)
@@ -930,12 +937,28 @@ class _Guard:
                 f"the loop made {calls} model calls ({requests} requests){where} without stopping; "
                 f"simloop stops a {'turn' if where else 'run'} after {budget.model_calls}",
             )
+        if self.subs_begun:
+            total = server.calls - self.calls_before
+            if total > RUNAWAY_TOTAL_CALLS * self.budget.model_calls:
+                raise self._halt("subagents", self._bomb(server))
         self.watchdog.feed()
         self.check_time()
 
     def sub_began(self, server: SimServer, limits: Limits) -> None:
-        """A sub-agent run began: its model calls count against a runaway budget of its own."""
+        """A sub-agent run began: its model calls count against a runaway budget of its own, and the run's sub-runs
+        against the run-wide bound (`RUNAWAY_SUBRUNS` times the run's own budget, in one user turn)."""
+        self.subs_begun += 1
+        if self.halts or self.subs_begun > RUNAWAY_SUBRUNS * self.budget.model_calls:
+            raise self._halt("subagents", self._bomb(server))
         self.subs.append([server.calls, server.requests, _default_budget(limits), 0, 0])
+
+    def _bomb(self, server: SimServer) -> str:
+        """What ran away across the sub-runs, in words (a fresh budget each cannot see it)."""
+        where = " in one user turn" if self.calls_before else ""
+        return (f"the loop started {self.subs_begun} sub-agent runs and made {server.calls - self.calls_before} "
+                f"model calls in all{where} without stopping; each sub-run has a runaway budget of its own, and "
+                f"simloop stops a {'turn' if where else 'run'} after {RUNAWAY_SUBRUNS * self.budget.model_calls} "
+                f"sub-agent runs or {RUNAWAY_TOTAL_CALLS * self.budget.model_calls} model calls across them")
 
     def sub_ended(self, server: SimServer) -> None:
         if not self.subs:
@@ -1200,6 +1223,13 @@ def _bind_tools(scenario: Scenario, tools: Mapping[str, Callable[..., Any]]) -> 
 #: runner's ``max_iterations`` is unset (no cap).  A runaway run of 51 calls takes well under a second, and a
 #: loop declaring ``max_steps=N`` gets ``2N + 5`` when that is more.
 RUNAWAY_MODEL_CALLS = 51
+#: The run-wide bound across sub-agent runs (docs/design.md, Sub-agents), in one user turn: at most this many sub-runs,
+#: and this many model calls in all (the run's and its sub-runs'), per model call of the run's own runaway budget.
+#: Each sub-run has a fresh budget of its own, so a delegate tool that starts sub-agents for ever is halted here
+#: (``stops``, budget ``subagents``).  A parent capped at 10 calls (budget 51) may start 204 sub-runs and make
+#: 1,020 calls: three delegations a step to sub-agents capped at 10 (30 sub-runs, at most 310 calls) stay well under.
+RUNAWAY_SUBRUNS = 4
+RUNAWAY_TOTAL_CALLS = 20
 #: Lives of one run (the first, plus a restart after each simulated process death): past them, `stops` reports it.
 MAX_LIVES = 10
 

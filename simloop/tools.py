@@ -85,6 +85,8 @@ class ToolBox:
         self.on_end: Callable[[ToolStart], None] | None = None  # set by the Sim (the abort trigger)
         self.world: Callable[[float], None] | None = None  # set by the Sim: told of the time a tool_use's run takes
         self._timed: set[str] = set()  # tool_use ids whose execution's latency the world was told of
+        self.own: Callable[[], float | None] | None = None  # the caller's own time when behind (set by the Sim)
+        self.heard: Callable[[], int | None] | None = None  # the answers the caller has heard, when not all (the Sim)
         self.executions = 0
         self._nth: dict[str, int] = {}
         self._fired: set[int] = set()
@@ -182,6 +184,8 @@ class ToolBox:
                 t=self.now(), exec=self.executions, tool=name, input=_jsonable(input), nth=nth,
                 kind=spec.kind if spec else "read", tool_use_id=tool_use_id,
                 matched=matched, fault=fault.kind if fault else None, subrun=SUBRUN.get(), arrived=arrived,
+                own=self.own() if self.own is not None else None,
+                heard=self.heard() if self.heard is not None else None,
             )
             self.transcript.append(start)
         return start, spec, fault

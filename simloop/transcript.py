@@ -108,6 +108,7 @@ class Request:
     messages: list[Any] | None = None
     input_tokens: int = 0
     subrun: int | None = None  # the sub-agent run it was made in (`SUBRUN`), None: the top run
+    own: float | None = None  # the calling thread's own time, when behind ``t`` (see `ToolStart`)
     type: str = "request"
 
     @property
@@ -178,7 +179,12 @@ class ToolStart:
     ``arrived``, for a call that came over MCP to a `Sim`'s server, is where its
     request arrived: the number of events recorded before the client sent it
     (``abort`` forgives a call whose request arrived before the Stop); None
-    otherwise, and then not written.
+    otherwise, and then not written.  ``own`` is the executing thread's own time when it is behind ``t``:
+    another thread of the run moved the shared clock on (a background wait of 30 s is over at once) and this one
+    has not waited since (`simloop._runtime.clock.VirtualClock.own_now`); None otherwise, and then not written.
+    ``heard``, under the approval policy, is how many of the person's answers (`ApprovalEvent.seq`) had reached
+    the executing thread when some had not (an answer given to another thread it has not waited on since); None
+    when all had, and then not written.
     """
 
     t: float
@@ -192,6 +198,8 @@ class ToolStart:
     fault: str | None = None
     subrun: int | None = None  # the sub-agent run it ran in (`SUBRUN`), None: the top run
     arrived: int | None = None
+    own: float | None = None
+    heard: int | None = None
     type: str = "tool_start"
 
 
@@ -227,6 +235,7 @@ class OutcomeEvent:
     exception: str | None = None
     where: str | None = None
     turn: int | None = None  # the user turn it ends (0-based), for a drive that returned one outcome per turn
+    own: float | None = None  # when the drive returned in its own thread's time, when behind ``t`` (see ToolStart)
     type: str = "outcome"
 
 
@@ -315,6 +324,7 @@ class ApprovalEvent:
     answer: str
     tool_use_id: str | None = None
     matched: str | None = None
+    seq: int | None = None  # the answer's number in the run (1-based): which threads heard it (`ToolStart.heard`)
     type: str = "approval"
 
     @property
@@ -468,6 +478,9 @@ def _line(obj: Any) -> str:
     data = asdict(obj)
     if data.get("subrun", 0) is None:
         del data["subrun"]  # the top run's calls and tools write what they always wrote
+    for name in ("own", "heard", "seq"):
+        if data.get(name, 0) is None:
+            del data[name]  # a thread that lived up to the clock's time writes what it always wrote
     if isinstance(obj, Header) and obj.approval is None:
         del data["approval"]  # a run without the approval policy writes the header it always wrote
     if isinstance(obj, Header) and not obj.prices:

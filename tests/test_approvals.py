@@ -6,15 +6,21 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib
+import threading
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 
 import simloop
 from simloop import Outcome, Scenario, ScenarioError, Sim
 from simloop.transcript import ApprovalEvent, Transcript
+
+try:  # (at module level: the tool's annotations are resolved in this module's globals)
+    from langchain_core.tools import InjectedToolCallId
+except ImportError:  # the LangGraph test is skipped then
+    InjectedToolCallId = None  # type: ignore[assignment,misc]
 
 EMAIL = {"name": "send_email", "kind": "write", "results": ["sent"],
          "input_schema": {"type": "object", "properties": {"to": {"type": "string"}}, "required": ["to"]}}
@@ -266,11 +272,11 @@ def test_langgraph_interrupt_is_resumed_with_the_persons_answer() -> None:
 
     def drive(sim: Sim) -> Outcome:
         @tool
-        def send_email(to: str) -> str:
+        def send_email(to: str, call_id: Annotated[str, InjectedToolCallId]) -> str:
             """Send an email."""
-            if not interrupt({"tool": "send_email", "input": {"to": to}}):
+            if not interrupt({"tool": "send_email", "input": {"to": to}, "id": call_id}):
                 return "Denied: the user did not approve this email; it was not sent."
-            return sim.run_tool("send_email", {"to": to})
+            return sim.run_tool("send_email", {"to": to}, tool_use_id=call_id)
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -281,7 +287,8 @@ def test_langgraph_interrupt_is_resumed_with_the_persons_answer() -> None:
         state = agent.invoke({"messages": [{"role": "user", "content": sim.task}]}, config)
         while "__interrupt__" in state:
             ask = state["__interrupt__"][0].value
-            state = agent.invoke(Command(resume=sim.approve(ask["tool"], ask["input"])), config)  # the one line
+            state = agent.invoke(Command(resume=sim.approve(ask["tool"], ask["input"], tool_use_id=ask["id"])),
+                                 config)  # the one line
         return Outcome("final", str(state["messages"][-1].content))
 
     scenario = {**world(email("a"), email("b"), {"end_turn": "done"}, approvals=[{"call": 1, "answer": "deny"}]),
@@ -290,6 +297,8 @@ def test_langgraph_interrupt_is_resumed_with_the_persons_answer() -> None:
     assert report.ok, report
     assert [a.answer for a in sim.approvals] == ["denied", "approved"]
     assert [s.input for s in sim.transcript.of(simloop.transcript.ToolStart)] == [{"to": "b"}]
+    issued = [r.tool_uses[0]["id"] for r in sim.transcript.responses if r.tool_uses]
+    assert [a.tool_use_id for a in sim.approvals] == issued  # the call id carried to the person: bound exactly
 
 
 def test_the_sdk_loop_wiring_reports_a_denial_as_the_tools_error() -> None:
@@ -313,3 +322,156 @@ def test_identical_calls_without_ids_bind_the_run_to_the_approved_one() -> None:
     first, second = (b["id"] for b in sim.transcript.responses[0].tool_uses)
     assert [(a.matched, a.answer) for a in sim.approvals] == [(first, "denied"), (second, "approved")]
     assert [s.matched for s in sim.transcript.of(simloop.transcript.ToolStart)] == [second]
+
+
+def _sdk_loop(sim: Sim, ask: Any, *, denied: str = "Denied by the user; not sent.") -> Outcome:
+    """A README-style SDK loop with its gate: ``ask(sim, calls)`` returns each call's answer by tool_use id; an
+    approved call runs, a refused one is answered with an is_error result saying so."""
+    messages: list[Any] = [{"role": "user", "content": sim.task}]
+    for _ in range(6):
+        reply = sim.client.messages.create(model="m", max_tokens=256, tools=sim.tool_schemas, messages=messages)
+        messages.append({"role": "assistant", "content": reply.content})
+        if reply.stop_reason != "tool_use":
+            return Outcome("final", "".join(b.text for b in reply.content if b.type == "text"))
+        calls = [b for b in reply.content if b.type == "tool_use"]
+        answers = ask(sim, calls)
+        messages.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": b.id, "content": sim.run_tool(b.name, b.input)} if answers[b.id]
+            else {"type": "tool_result", "tool_use_id": b.id, "is_error": True, "content": denied}
+            for b in calls
+        ]})
+    return Outcome("max_steps", "")
+
+
+def test_a_yes_under_the_calls_id_for_another_input_does_not_count() -> None:
+    """The id binds the question to its call; the input asked about must still be the input that runs (#40)."""
+    def drive(sim: Sim) -> Outcome:
+        messages: list[Any] = [{"role": "user", "content": sim.task}]
+        reply = sim.client.messages.create(model="m", max_tokens=256, tools=sim.tool_schemas, messages=messages)
+        call = next(b for b in reply.content if b.type == "tool_use")
+        if sim.approve(call.name, {"to": "benign@example.com"}, tool_use_id=call.id):  # asks about a decoy
+            sim.run_tool(call.name, call.input, tool_use_id=call.id)
+        return Outcome("final", "")
+
+    _, report = run(world(email("a@example.com"), approvals=[]), drive)
+    assert [v.evidence["kind"] for v in report.violations if v.invariant == "approval"] == ["other_input"], report
+    assert "benign@example.com" in str(report) and "a@example.com" in str(report)
+
+    def honest(sim: Sim) -> Outcome:  # the same loop asking about what it runs
+        return _sdk_loop(sim, lambda s, calls: {b.id: s.approve(b.name, b.input, tool_use_id=b.id) for b in calls})
+
+    assert run(world(email("a@example.com"), {"end_turn": "done"}, approvals=[]), honest)[1].ok
+
+
+@pytest.mark.parametrize("denied_call", [1, 2])
+def test_identical_calls_asked_about_last_first_bind_each_answer_by_evidence(denied_call: int) -> None:
+    """Two identical send_email calls, no ids, asked about last-first: the approved one runs, the other is answered
+    as denied; every tool_result is true, so nothing is reported (#40: approval and results_real fired)."""
+    twice = {"tool_use": [{"name": "send_email", "input": {"to": "ann@"}}, {"name": "send_email", "input": {"to": "ann@"}}]}
+
+    def last_first(sim: Sim, calls: list[Any]) -> dict[str, bool]:
+        return {b.id: sim.approve(b.name, b.input) for b in reversed(calls)}
+
+    scenario = world(twice, {"end_turn": "done"}, approvals=[{"call": denied_call, "answer": "deny"}])
+    _, report = run(scenario, lambda s: _sdk_loop(s, last_first))
+    assert report.ok, report
+    # the same loop answering the refused call with an error that does not say why is still caught
+    _, report = run(scenario, lambda s: _sdk_loop(s, last_first, denied="ok"))
+    assert ids(report) == {"approval"} and [v.evidence["kind"] for v in report.violations] == ["unexplained"], report
+
+
+# -- the answer reaches the thread that runs the call (#40 item 3) -----------------------------------------------
+
+LATE_YES = world(email("a"), email("b"), {"end_turn": "done"}, approvals=[{"answer": "approve", "after": 30}])
+
+
+@pytest.mark.parametrize("after", [30, 0])
+def test_a_call_run_without_waiting_for_an_answer_asked_on_another_thread_is_caught(after: int) -> None:
+    """A background wait moves the shared clock on at once, so the write was recorded after the yes; in the loop's
+    own thread the question was still unanswered.  Caught on every run, whatever the threads' scheduling."""
+    from tests.loops.gate_defects import asks_in_the_background
+
+    scenario = world(email("a"), email("b"), {"end_turn": "done"}, approvals=[{"answer": "approve", "after": after}])
+    for _ in range(3):
+        _, report = run(scenario, asks_in_the_background)
+        assert ids(report) == {"approval"}, report
+        assert {v.evidence["kind"] for v in report.violations} <= {"unanswered", "asked_after"}, report
+    assert "before the answer reached that thread" in str(run(LATE_YES, asks_in_the_background)[1])
+
+
+def _asked_on_a_thread(how: str) -> Any:
+    """The README's gated loop asking the person on another thread, and waiting for the answer as ``how`` says."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.loops.readme import run_agent
+
+    def drive(sim: Sim) -> Outcome:
+        pool = ThreadPoolExecutor(2)
+
+        def ask(name: str, input: Any) -> bool:
+            if how == "future":
+                return pool.submit(sim.approve, name, input).result()
+            box: dict[str, bool] = {}
+            done = threading.Event()
+
+            def asking() -> None:
+                box["yes"] = sim.approve(name, input)
+                done.set()
+
+            thread = threading.Thread(target=asking)
+            thread.start()
+            thread.join() if how == "join" else done.wait()
+            return box["yes"]
+
+        def run_tool(name: str, input: Any) -> str:
+            if name in sim.scenario.gated_tools and not ask(name, input):
+                raise PermissionError(f"{name} was denied by the user")
+            if how == "future":  # the call itself on the pool too, as a framework's tool node runs it
+                return pool.submit(sim.run_tool, name, input).result()
+            return sim.run_tool(name, input)
+
+        with pool:
+            return Outcome(*run_agent(sim.client, sim.tool_schemas, run_tool, sim.task))
+
+    return drive
+
+
+@pytest.mark.parametrize("how", ["join", "event", "future"])
+@pytest.mark.parametrize("after", [30, 0])
+def test_a_loop_that_waits_for_the_answer_asked_on_another_thread_passes(how: str, after: int) -> None:
+    scenario = world(email("a"), email("b"), {"end_turn": "done"}, approvals=[{"answer": "approve", "after": after}])
+    for _ in range(2):
+        sim, report = run(scenario, _asked_on_a_thread(how))
+        assert report.ok, report
+        assert len(sim.transcript.of(simloop.transcript.ToolStart)) == 2
+
+
+@pytest.mark.parametrize("how", ["background", "to_thread", "aapprove"])
+def test_an_async_loop_is_held_to_the_answers_its_event_loop_heard(how: str) -> None:
+    """On the event loop: an answer asked on a thread of its own and not awaited does not count; one awaited
+    (``asyncio.to_thread``, ``sim.aapprove``) does."""
+    async def drive(sim: Sim) -> Outcome:
+        messages: list[Any] = [{"role": "user", "content": sim.task}]
+        for _ in range(6):
+            reply = await sim.async_client.messages.create(model="m", max_tokens=256, tools=sim.tool_schemas,
+                                                           messages=messages)
+            messages.append({"role": "assistant", "content": reply.content})
+            if reply.stop_reason != "tool_use":
+                return Outcome("final", "")
+            results = []
+            for b in (b for b in reply.content if b.type == "tool_use"):
+                if how == "background":
+                    threading.Thread(target=sim.approve, args=(b.name, b.input)).start()
+                    yes = True
+                else:
+                    yes = await (asyncio.to_thread(sim.approve, b.name, b.input) if how == "to_thread"
+                                 else sim.aapprove(b.name, b.input))
+                results.append({"type": "tool_result", "tool_use_id": b.id, "content": await sim.arun_tool(
+                    b.name, b.input)} if yes else {"type": "tool_result", "tool_use_id": b.id, "is_error": True,
+                                                   "content": "denied by the user"})
+            messages.append({"role": "user", "content": results})
+        return Outcome("max_steps", "")
+
+    for _ in range(2):
+        _, report = run(LATE_YES, drive)
+        assert (ids(report) == {"approval"}) if how == "background" else report.ok, report

@@ -543,3 +543,54 @@ def test_a_stream_cut_that_escapes_a_loop_catching_nothing_is_a_crash_on_every_s
         outcome = sim.run(drive)
     [violation] = sim.check(outcome).violations
     assert violation.invariant == "crash" and STREAM_CUT_ERROR.__name__ in violation.message
+
+
+# -- work after the return, behind a sleep (#40 item 4) ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("wire", ["messages", "openai"])
+def test_model_calls_a_thread_makes_after_the_return_behind_a_sleep_are_reported_every_time(wire: str) -> None:
+    """A thread left behind sleeps 0.5 s (virtual: over at once) and then makes three model calls, while the drive
+    formats its answer: the calls were recorded before the return, at the slept time.  The return is an event of
+    the drive's own thread: it returned at 0 s of its own time, so they came after it, on every run."""
+    pytest.importorskip("openai")
+    import json
+
+    from tests.loops import gate_defects
+
+    loop = gate_defects.titles_after_return if wire == "messages" else gate_defects.titles_after_return_openai
+
+    def drive(sim: Sim) -> Outcome:
+        outcome = loop(sim)
+        json.dumps([{"line": i} for i in range(100_000)])  # formats a report before returning
+        return outcome
+
+    for _ in range(4):
+        with Sim({**WORLD, "model": [{"end_turn": "done"}]}) as sim:
+            outcome = sim.run(drive)
+        messages = [v.message for v in sim.check(outcome).violations if v.invariant == "no_work_after_return"]
+        assert messages, sim.transcript.to_jsonl()
+        assert any("started after the loop returned" in m for m in messages), messages
+
+
+def test_a_loop_that_waits_for_its_threads_calls_is_not_reported() -> None:
+    """The same calls from a thread the drive joins, or a pool it shuts down, before it returns: nothing after it."""
+    import time
+
+    def drive(sim: Sim) -> Outcome:
+        def titles() -> None:
+            time.sleep(0.5)
+            for _ in range(3):
+                sim.client.messages.create(model="m", max_tokens=64, messages=[{"role": "user", "content": "title"}])
+
+        thread = threading.Thread(target=titles)
+        thread.start()
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            pool.submit(titles)
+        thread.join()
+        return Outcome("final", "done")
+
+    with Sim({**WORLD, "model": [{"end_turn": "done"}]}) as sim:
+        outcome = sim.run(drive)
+    assert sim.check(outcome).ok, sim.check(outcome)
+    assert len(sim.transcript.requests) == 6

@@ -25,7 +25,8 @@ def test_a_correct_loop_written_from_the_readme_passes(name: str, tmp_path: Path
 
 #: The claims each loop states on the command line (the same names as verify's options).
 CLAIMS = {"plain": [], "conversation": ["--abort", "--turns", "3"], "durable": ["--restarts", "1"],
-          "async_stop": ["--abort"], "gated": ["--claims", "approvals"], "delegating": []}
+          "async_stop": ["--abort"], "gated": ["--claims", "approvals"], "gated_review": ["--claims", "approvals"],
+          "delegating": []}
 # (not the budgeted loop: a cent a task is its own choice, and some of the library's files cost more)
 
 

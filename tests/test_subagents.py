@@ -248,3 +248,48 @@ def test_a_transcript_without_subrun_tags_is_split_by_the_order_of_its_events() 
     assert all(e.parent is None for e in old.events if isinstance(e, SubagentStart))
     # read by order, the parent's search inside the window is taken for the sub-run's: what the tags fix
     assert {v.invariant for v in check(old).violations} and not check(sim.transcript).violations
+
+
+# -- the run-wide bound across sub-runs (#40 item 5) ------------------------------------------------------------
+
+BOMB = {"name": "bomb", "task": "Research the refund policy.",
+        "tools": [{"name": "delegate", "kind": "read", "description": "Hand a task to a sub-agent.",
+                   "input_schema": {"type": "object", "properties": {"task": {"type": "string"}}}},
+                  {"name": "search", "kind": "read"}],
+        "model": [{"tool_use": [{"name": "delegate", "input": {"task": "find it"}}]}], "then": "end_turn"}
+
+
+def test_a_delegate_that_starts_sub_agents_for_ever_is_halted_by_the_run_wide_bound() -> None:
+    """Each sub-run has a fresh budget and virtual time stands still: only a bound across sub-runs ends it."""
+    from simloop.sim import RUNAWAY_MODEL_CALLS, RUNAWAY_SUBRUNS
+    from tests.loops.gate_defects import subagent_bomb
+
+    with Sim(BOMB) as sim:
+        outcome = sim.run(subagent_bomb)
+    report = sim.check(outcome)
+    assert [v.invariant for v in report.violations] == ["stops"], report
+    assert report.violations[0].evidence["budget"] == "subagents"
+    bound = RUNAWAY_SUBRUNS * RUNAWAY_MODEL_CALLS
+    assert f"started {bound + 1} sub-agent runs" in str(report) and "kept starting sub-agents" in str(report)
+    assert len(sim.transcript.of(SubagentStart)) == bound
+
+
+def test_simloop_run_ends_a_sub_agent_bomb_with_a_verdict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    from simloop.cli import main
+
+    path = tmp_path / "bomb.yaml"
+    path.write_text(yaml.safe_dump(BOMB))
+    assert main(["run", str(path), "--drive", "tests.loops.gate_defects:subagent_bomb"]) == 1
+    assert "kept starting sub-agents" in capsys.readouterr().out
+
+
+def test_a_parent_that_delegates_within_its_cap_is_no_bomb() -> None:
+    """Ten delegations in one reply, each to a sub-agent that makes its calls and finishes: under the bound."""
+    from tests.loops.readme import delegating
+
+    ten = {"tool_use": [{"name": "delegate", "input": {"task": f"part {i}"}} for i in range(10)]}
+    with Sim({**BOMB, "model": [ten, ten, ten], "then": "end_turn"}) as sim:
+        report = sim.check(sim.run(delegating))
+    assert report.ok, report

@@ -78,6 +78,15 @@ Blocking waits
     loop that waits 30 s on an event each step costs no real time).  With any other thread alive (one of
     the run, a pool started before it, a test's helper), the wait is the real one: it might be notified.
 
+Each thread's own time
+    One clock serves every thread of a run, so a sleep in one thread moves it on for all.  The clock keeps, per
+    thread of the run, how far it is behind (another thread of the run moved the clock on and this one has not
+    waited since: `own_now`) and how many of the person's answers it has heard (`mark`, `heard`).  A thread
+    catches up when it sleeps, waits on a condition (``Event.wait``, ``Queue.get``, ``Future.result``,
+    ``concurrent.futures.wait``), joins a thread, or (an event loop) is woken by another thread; a thread starts
+    where its starter was, a pool job where its submitter was.  The invariants read it (docs/design.md, Virtual
+    time): a gated call is held to the answers its thread had heard, the drive's return to its own time.
+
 Limits: sleeps in plain threads that are not loop jobs advance the clock at once (they add up rather than
 overlap); ``threading.Timer``, ``lock.acquire(timeout=)`` and waits while other threads run are real time;
 threads started through ``_thread`` directly do not inherit virtual time; one loop per clock is precise
@@ -207,7 +216,9 @@ def _fake(key: str, virtual: Callable[..., Any], *, takes_args: bool = False) ->
 
     if not takes_args:
         fake = fake0
-    fake.__name__ = fake.__qualname__ = key.rsplit(".", 1)[1]
+    owner, fake.__name__ = key.rsplit(".", 1)
+    owner = owner.rsplit(".", 1)[-1]  # a method's fake is named as the method is (Event.wait), a function's as it is
+    fake.__qualname__ = f"{owner}.{fake.__name__}" if owner[:1].isupper() else fake.__name__
     fake.__doc__ = f"simloop: {key} on the VirtualClock in threads that run on one, the original elsewhere."
     _fakes[key] = fake
     return fake
@@ -335,6 +346,11 @@ _fake("asyncio.events.new_event_loop", lambda c: c.new_event_loop())
 _fake("asyncio.new_event_loop", lambda c: c.new_event_loop())
 _fake("threading.Thread.start", lambda c, thread: c._start_thread(thread), takes_args=True)
 _fake("threading.Condition.wait", lambda c, cond, timeout=None: c._wait(cond, timeout), takes_args=True)
+# What a thread receives from another: it has then lived up to the clock's time (see `VirtualClock.own_now`).
+_SYNCS = ("threading.Thread.join", "threading.Event.wait", "queue.Queue.get", "concurrent.futures.Future.result",
+          "concurrent.futures.Future.exception", "concurrent.futures.wait")
+for _key in _SYNCS:
+    _fake(_key, functools.partial(lambda key, c, *a, **k: c._received(key, *a, **k), _key), takes_args=True)
 # Deadline arithmetic of the waits above reads these aliases of time.monotonic, bound at import: on the
 # virtual clock too, a wait that timed out there also ends there (Condition.wait_for, Queue.get).
 _fake("threading._time", lambda c: c.monotonic())
@@ -342,7 +358,9 @@ _fake("queue.time", lambda c: c.monotonic())
 _WALL = ("time.time", "time.time_ns", "datetime.datetime", "datetime.date")
 _OWNERS: dict[str, Any] = {"builtins": builtins, "time": time, "datetime": _dt, "asyncio.events": asyncio.events, "asyncio": asyncio,
                            "threading.Thread": threading.Thread, "threading.Condition": threading.Condition,
-                           "threading": threading, "queue": queue}
+                           "threading": threading, "queue": queue, "threading.Event": threading.Event,
+                           "queue.Queue": queue.Queue, "concurrent.futures.Future": concurrent.futures.Future,
+                           "concurrent.futures": concurrent.futures}
 # (key, owner, attribute, fake, is a time/datetime attribute): worked out once, installed at every run.
 _TARGETS = [
     (key, _OWNERS[owner_name], attr, fake, owner_name in ("time", "datetime"))
@@ -525,6 +543,14 @@ class VirtualClock:
         #: simloop's own loopback servers for this run's loops (``port``, ``busy()``): see `VirtualTimeEventLoop`.
         self.own_servers: list[Any] = []
         self._loops: list[VirtualTimeEventLoop] = []  # the loops running on this clock now
+        # a thread of the run -> the virtual ns it has not lived through: another thread of the run moved the clock
+        # on since this one last waited (slept, waited on a condition, joined a thread); see `own_now`
+        self._behind: dict[int, int] = {}
+        self._behind_lock = threading.Lock()  # (held for no more than an update of `_behind` or `_heard`)
+        # answers delivered to one thread (`mark`: a person's answer at the permission gate), and how many of them each
+        # thread of the run has heard: the count when it last waited or received (see `heard`)
+        self._seq = 0
+        self._heard: dict[int, int] = {}
 
     _cond: threading.Condition  # (made by `__getattr__`)
 
@@ -587,6 +613,8 @@ class VirtualClock:
         """
         ns = _to_ns(seconds, "sleep length")
         if ns == 0:
+            if self._behind or self._seq:
+                self._caught_up()
             return
         job: _Job | None = getattr(_TLS, "job", None)
         with self._cond:
@@ -594,6 +622,8 @@ class VirtualClock:
                 self._sleep_for_loop(job, self._ns + ns)
             else:
                 self._advance_to(self._ns + ns)
+            if self._behind or self._seq:
+                self._caught_up()  # a thread that slept has lived up to now
 
     def _advance_to(self, target: int) -> None:  # with self._cond held
         delta = target - self._ns
@@ -604,12 +634,100 @@ class VirtualClock:
                                     f"{self.now():g} s, asked {target / _NS:g} s)"))
             self._ns = target
             _tick_freezegun(delta)
+            if len(_threads) > 1:
+                self._others_fall_behind(delta)
         due = [job for job in self._sleepers if job.wake is not None and job.wake <= self._ns]
         if due:
             for job in due:
                 job.wake = None
                 self._sleepers.remove(job)
             self._cond.notify_all()
+
+    def _others_fall_behind(self, delta: int) -> None:  # with self._cond held
+        """A thread of the run moved the clock on by ``delta``: the run's other threads did not live through it."""
+        me = _get_ident()
+        if _threads.get(me) is not self:
+            return  # simloop's own thread (a server's model latency): the world's time, lived by every thread
+        behind = self._behind
+        with self._behind_lock:
+            for tid, clock in list(_threads.items()):
+                if clock is self and tid != me:
+                    behind[tid] = behind.get(tid, 0) + delta
+            behind.pop(me, None)
+
+    def _caught_up(self) -> None:
+        """The calling thread has lived up to the clock's time (it waited for something that happened by now), and
+        heard every answer delivered so far."""
+        me = _get_ident()
+        with self._behind_lock:
+            self._behind.pop(me, None)
+            if self._seq:
+                self._heard[me] = self._seq
+
+    def _forget(self, tid: int) -> None:
+        """A thread of the run ended: its own time and what it heard go with it (its ident may be reused)."""
+        with self._behind_lock:
+            self._behind.pop(tid, None)
+            self._heard.pop(tid, None)
+
+    def mark(self) -> int:
+        """An answer was delivered to the calling thread (a person's, at the permission gate): its number, 1-based.
+        Another thread hears of it only once it waits for or receives something from the others (see `heard`)."""
+        with self._behind_lock:
+            self._seq += 1
+            self._heard[_get_ident()] = self._seq
+            return self._seq
+
+    def heard(self) -> int | None:
+        """How many of the answers delivered so far (`mark`) the calling thread can know of, when not all; else None.
+
+        A thread hears what it was handed itself, and all of them each time it waits for or receives something from
+        another thread (a sleep, ``Event.wait``, ``Future.result``, ``Queue.get``, ``Thread.join``, an event loop woken
+        by another thread: a job's result); a thread starts with what its starter had heard, a pool job with what
+        its submitter had.
+        """
+        if not self._seq:
+            return None
+        heard = self._heard.get(_get_ident())
+        if heard is None or heard >= self._seq:
+            return None
+        return heard
+
+    def own_now(self) -> float | None:
+        """The calling thread's own time, when it is behind the clock; None when it has lived up to now.
+
+        One clock serves every thread of a run, and a sleep in one thread moves it on for all (a background
+        thread's wait of 30 s is over at once).  A thread that has not waited since (slept, waited on a condition,
+        an event, a queue or a future, joined a thread) has not lived through that time: a gated call it starts
+        while the answer it needs is still coming, or the drive's return, happens at its own time.  A thread
+        starts at its starter's own time, and a pool job at its submitter's; an event loop's thread lives the
+        clock's time (its timers are the run's).
+        """
+        behind = self._behind.get(_get_ident()) if self._behind else None
+        if not behind:
+            return None
+        if any(getattr(loop, "_thread_id", None) == _get_ident() for loop in self._loops):
+            return None
+        return (self._ns - behind) / _NS
+
+    def own_ns(self) -> tuple[int, int]:
+        """The calling thread's own time in ns (see `own_now`) and the answers it has heard (see `heard`): where a
+        thread or job it starts begins."""
+        me = _get_ident()
+        return self._ns - (self._behind.get(me, 0) if self._behind else 0), self._heard.get(me, self._seq)
+
+    def begin_at(self, where: tuple[int, int]) -> None:
+        """The calling thread (a thread or pool job just started) lives from ``where`` (its starter's `own_ns`)."""
+        own_ns, heard = where
+        me = _get_ident()
+        with self._behind_lock:
+            lag = self._ns - own_ns
+            if lag > 0:
+                self._behind[me] = lag
+            else:
+                self._behind.pop(me, None)
+            if self._seq or self._heard:
+                self._heard[me] = heard
 
     def _sleep_for_loop(self, job: _Job, wake: int) -> None:  # with self._cond held
         loop = job.loop
@@ -693,6 +811,7 @@ class VirtualClock:
             if owner:
                 _threads[tid] = self
                 self._thread_ids.add(tid)
+                self._heard[tid] = self._seq  # the run's own thread: it has heard every answer so far
             try:
                 slots = _rebind(modules) if modules else []
             except BaseException:
@@ -741,11 +860,24 @@ class VirtualClock:
         original = _saved["threading.Condition.wait"]
         if (timeout is None or isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                 or not 0 < timeout < math.inf or not self._nobody_else()):
-            return original(cond, timeout)  # type: ignore[no-any-return]
+            try:
+                return original(cond, timeout)  # type: ignore[no-any-return]
+            finally:
+                if self._behind or self._seq:
+                    self._caught_up()  # what it waited for happened before now
         if original(cond, 0):  # notified already (by a thread outside the run, say)
             return True
         self.sleep(timeout)
         return False
+
+    def _received(self, key: str, *args: Any, **kwargs: Any) -> Any:
+        """``Thread.join``, ``Event.wait``, ``Queue.get``, ``Future.result`` (`_SYNCS`) in a thread on this clock:
+        the real one; what it waited for or received happened by now, so the thread has lived up to now."""
+        try:
+            return _saved[key](*args, **kwargs)
+        finally:
+            if self._behind or self._seq:
+                self._caught_up()
 
     def _nobody_else(self) -> bool:
         """Whether no thread but the caller could notify it: it is this clock's only thread, and every other
@@ -759,6 +891,7 @@ class VirtualClock:
     def _start_thread(self, thread: threading.Thread) -> None:
         if not isinstance(thread, RealTimeThread):
             run, clock = thread.run, self
+            began = self.own_ns()  # it lives from its starter's own time
 
             @functools.wraps(run)
             def run_on_clock() -> None:
@@ -768,18 +901,25 @@ class VirtualClock:
                     if adopted:
                         _threads[tid] = clock
                         clock._thread_ids.add(tid)
+                if adopted:
+                    clock.begin_at(began)
                 try:
                     run()
                 finally:
                     if adopted:
                         with _LOCK:
                             clock._unregister(tid)
+                        clock._forget(tid)
                     # thread -> run_on_clock -> thread: a reference cycle that would keep the finished thread
                     # (and what its target holds) alive until the garbage collector finds it
                     if getattr(vars(thread).get("run"), "__wrapped__", None) is run:  # (still this wrapper)
                         del thread.run
 
             thread.run = run_on_clock  # type: ignore[method-assign]
+            _saved["threading.Thread.start"](thread)
+            # start() waits for the thread to begin (an Event), not for what it does: the starter stays where it was
+            self.begin_at(began)
+            return
         _saved["threading.Thread.start"](thread)
 
 
@@ -1012,6 +1152,9 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
                 self._selecting = False
         if events:
             self._busy_since = None
+            clock = self.simloop_clock
+            if clock._seq:
+                clock._caught_up()  # woken by another thread (a job's result, a call_soon_threadsafe): it has heard
         return events
 
     def _idle(self, sel: selectors.BaseSelector, timeout: float | None) -> _Events:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 __all__ = ["HaltReason", "LoopHalted"]
 
-HaltReason = Literal["model_calls", "virtual_time", "watchdog", "deadlock", "network", "restarts", "abandoned"]
+HaltReason = Literal["model_calls", "virtual_time", "watchdog", "deadlock", "network", "restarts", "subagents", "abandoned"]
 
 
 class LoopHalted(BaseException):

@@ -361,6 +361,7 @@ def _raise_signal(sig: int) -> None:
 def _adopted(run: Run, fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` run on ``run``'s clock (virtual time, the network guard) by whatever thread calls it."""
     clock = run.clock
+    began = clock.own_ns() if _threads.get(_get_ident()) is clock else None  # the job lives from its submitter's time
 
     def on_the_run(*args: Any, **kwargs: Any) -> Any:
         # On the clock, but not among the threads the loop started (`clock._thread_ids`): `Run.left` reports
@@ -370,6 +371,8 @@ def _adopted(run: Run, fn: Callable[..., Any]) -> Callable[..., Any]:
             adopted = clock._depth > 0 and tid not in _threads
             if adopted:
                 _threads[tid] = clock
+        if began is not None and _threads.get(tid) is clock:
+            clock.begin_at(began)
         try:
             return fn(*args, **kwargs)
         finally:
@@ -377,6 +380,7 @@ def _adopted(run: Run, fn: Callable[..., Any]) -> Callable[..., Any]:
                 with _CLOCK_LOCK:
                     if _threads.get(tid) is clock:
                         del _threads[tid]
+                clock._forget(tid)
 
     return on_the_run
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simloop.transcript import (
+    ApprovalEvent,
     Event,
     Halt,
     OutcomeEvent,
@@ -100,6 +101,9 @@ class _View:
     outcome_pos: int | None = None
     restarts: list[int] = field(default_factory=list)  # positions of the restarts (a crash, then a new life)
     binding: dict[int, str | None] = field(default_factory=dict)  # exec -> the tool_use it answers (see _bind)
+    asks: list[tuple[int, ApprovalEvent]] = field(default_factory=list)  # the requests for approval
+    asked_about: dict[int, str | None] = field(default_factory=dict)  # request position -> its tool_use (_bind_asks)
+    twins: dict[str, list[str]] = field(default_factory=dict)  # tool_use id -> the identical calls of its reply
     _inputs: dict[int, str] = field(default_factory=dict)  # exec -> canonical input
 
     def bound(self, s: ToolStart) -> str | None:
@@ -234,11 +238,14 @@ def _build_view(t: Transcript) -> _View:
             req = v.request_at.get(e.index)
             if req is None or req.path in MODEL_PATHS:
                 v.replies.append((pos, e))
-                for block in e.tool_uses:
+                uses = e.tool_uses
+                for block in uses:
                     uid = str(block.get("id"))
                     if uid not in v.issued:
                         v.issued[uid] = (pos, e)
                         v.use_block[uid] = block
+                if len(uses) > 1:
+                    _find_twins(v, uses)
         elif isinstance(e, ToolStart):
             v.starts.append((pos, e))
         elif isinstance(e, ToolEnd):
@@ -247,7 +254,11 @@ def _build_view(t: Transcript) -> _View:
             v.outcome_pos = pos
         elif isinstance(e, Restart):
             v.restarts.append(pos)
+        elif isinstance(e, ApprovalEvent):
+            v.asks.append((pos, e))
+            v.asked_about[pos] = e.matched
     _bind(v)
+    _bind_asks(v)
     return v
 
 
@@ -261,34 +272,136 @@ def _bind(v: _View) -> None:
 
     An id the loop passed is exact.  Without one, the `ToolBox` matched the execution when it began (a live
     reply's calls before a dead one's, the latest reply first); executions of the same tool with the same input
-    that answer different tool_uses (identical calls, run concurrently or in any order) are then bound as a set
-    by where each output went: the binding under which the most outputs (an error's text, a result's first
+    are then bound as a set to the identical tool_uses they matched and to the identical calls of the same
+    replies that no execution answered (identical calls, run concurrently or in any order, or only some of them
+    run) by where each output went: the binding under which the most outputs (an error's text, a result's first
     characters) and error flags appear in the tool_result answering their tool_use wins, and the match made at
-    run time breaks a tie.  An execution is never bound to a tool_use issued after it began.
+    run time breaks a tie.  An execution is never bound to a tool_use issued after it began, nor to one whose
+    tool_result was sent before it began.  A set too large to try every binding of is bound reply by reply.
     """
     groups: dict[tuple[str, str], list[tuple[int, ToolStart]]] = {}
     for pos, s in v.starts:
         if s.tool_use_id is None and s.matched is not None:
             groups.setdefault((s.tool, v.input_of(s)), []).append((pos, s))
-    for members in groups.values():
-        ids = [s.matched for _, s in members]
-        if not 1 < len(members) <= _MAX_SET or len(set(ids)) != len(ids):
-            continue  # one execution, or a rerun of one tool_use (no_rerun's): the match stands
-        best: tuple[tuple[int, int], tuple[str | None, ...]] | None = None
-        for order in itertools.permutations(ids):
-            if any(v.issued.get(str(uid), (-1,))[0] > pos for (pos, _), uid in zip(members, order, strict=True)):
-                continue
-            score = sum(_evidence(v, s, str(uid)) for (_, s), uid in zip(members, order, strict=True))
-            kept = sum(uid == s.matched for (_, s), uid in zip(members, order, strict=True))
-            if best is None or (score, kept) > best[0]:
-                best = ((score, kept), order)
-        if best is not None:
-            for (_, s), uid in zip(members, best[1], strict=True):
+    answered = {s.matched for _, s in v.starts if s.matched is not None}
+    for group in groups.values():
+        if len({s.matched for _, s in group}) != len(group):
+            continue  # a rerun of one tool_use (no_rerun's): the match stands
+        def pool_of(members: list[tuple[int, Any]]) -> list[str | None]:
+            ids = [e.matched for _, e in members]
+            return [*ids, *(u for u in _identical(v, ids) if u not in answered)]
+
+        for members in _sets(v, group, pool_of):
+            pool = pool_of(members)
+            best = _assign(v, members, pool, lambda pos, s, uid: _evidence(v, s, uid),
+                           lambda pos, uid: v.result_sent.get(uid, pos) < pos)
+            for (_, s), uid in zip(members, best or (), strict=False):
                 if uid != s.matched:
                     v.binding[s.exec] = uid
     if v.binding:
         v.starts = [(pos, dataclasses.replace(s, matched=v.binding[s.exec]) if s.exec in v.binding else s)
                     for pos, s in v.starts]
+
+
+def _sets(
+    v: _View, group: list[tuple[int, Any]], pool_of: Callable[[list[tuple[int, Any]]], list[str | None]],
+) -> list[list[tuple[int, Any]]]:
+    """``group`` as the sets to bind: one, or reply by reply (the reply of each one's match) when the tool_uses it
+    may answer (``pool_of``) are too many to try every binding of."""
+    if len(group) <= _MAX_SET and len(pool_of(group)) <= _MAX_SET:
+        return [group]
+    if not any(str(e.matched) in v.twins for _, e in group):
+        return []  # no reply holds two of them: each is its reply's only such call, its match stands
+    by_reply: dict[int, list[tuple[int, Any]]] = {}
+    for pos, e in group:
+        by_reply.setdefault(v.issued.get(str(e.matched), (-1,))[0], []).append((pos, e))
+    return list(by_reply.values())
+
+
+def _assign(
+    v: _View, members: list[tuple[int, Any]], pool: list[str | None], score: Callable[[int, Any, str], int],
+    refused: Callable[[int, str], bool],
+) -> tuple[str | None, ...] | None:
+    """The binding of ``members`` (position, event; each with ``matched``) to distinct tool_uses of ``pool`` that
+    scores best (`score`), the one keeping most matches made at run time on a tie; never to a tool_use issued
+    after the member, nor one ``refused`` for it.  None when there is no other choice, or too many to try."""
+    if len(pool) < 2 or len(pool) > _MAX_SET:
+        return None  # one member and no other call it may answer, or too many: the match made at run time stands
+    best: tuple[tuple[int, int], tuple[str | None, ...]] | None = None
+    for order in itertools.permutations(pool, len(members)):
+        pairs = list(zip(members, order, strict=True))
+        if any(v.issued.get(str(uid), (-1,))[0] > pos or refused(pos, str(uid)) for (pos, _), uid in pairs):
+            continue
+        points = sum(score(pos, e, str(uid)) for (pos, e), uid in pairs)
+        kept = sum(uid == e.matched for (_, e), uid in pairs)
+        if best is None or (points, kept) > best[0]:
+            best = ((points, kept), order)
+    return None if best is None else best[1]
+
+
+def _find_twins(v: _View, uses: list[dict[str, Any]]) -> None:
+    """Note the identical calls (the same name and input) among one reply's tool_uses, in ``v.twins``."""
+    for i, a in enumerate(uses):
+        for b in uses[i + 1:]:
+            # (== first: it is cheap, and calls that differ, the common case, never reach the canonical form)
+            if a.get("name") == b.get("name") and a.get("input") == b.get("input") and _canon(
+                    a.get("input")) == _canon(b.get("input")):
+                ida, idb = str(a.get("id")), str(b.get("id"))
+                v.twins.setdefault(ida, []).append(idb)
+                v.twins.setdefault(idb, []).append(ida)
+
+
+def _identical(v: _View, ids: list[str | None]) -> list[str]:
+    """The other tool_uses identical to ``ids`` (the same name and input) in the replies that issued them, in order."""
+    seen = {str(uid) for uid in ids}
+    out: list[str] = []
+    for uid in ids:
+        for twin in v.twins.get(str(uid), ()):
+            if twin not in seen:
+                seen.add(twin)
+                out.append(twin)
+    return out
+
+
+def _bind_asks(v: _View) -> None:
+    """Bind each request for approval made without an id to the tool_use it asked about, by evidence.
+
+    The `Gate` bound it when it was asked (the latest reply's first call of that tool and input not asked about
+    yet); a loop that asks about identical calls in another order (last first, or as a framework hands them
+    over) asked about the same calls all the same.  The requests about one tool and input are rebound as a set,
+    over the identical calls of the replies they matched: a yes to a call that an execution answered after it,
+    a no (or no answer) to a call that did not run and whose tool_result is an error; the match made when it
+    was asked breaks a tie.  A request is never bound to a tool_use issued after it.
+    """
+    ran: dict[str, int] = {s.matched: pos for pos, s in reversed(v.starts) if s.matched is not None}  # -> first run
+    groups: dict[tuple[str, str], list[tuple[int, ApprovalEvent]]] = {}
+    for pos, a in v.asks:
+        if a.tool_use_id is None and a.matched is not None:
+            groups.setdefault((a.tool, _canon(a.input)), []).append((pos, a))
+    for group in groups.values():
+        if len({a.matched for _, a in group}) != len(group):
+            continue  # the same call asked about again: the match stands
+        def pool_of(members: list[tuple[int, Any]]) -> list[str | None]:
+            ids = [e.matched for _, e in members]
+            return [*ids, *_identical(v, ids)]
+
+        for members in _sets(v, group, pool_of):
+            best = _assign(v, members, pool_of(members),
+                           lambda pos, a, uid: _ask_evidence(v, pos, a, uid, ran), lambda pos, uid: False)
+            for (pos, _), uid in zip(members, best or (), strict=False):
+                v.asked_about[pos] = uid
+
+
+def _ask_evidence(v: _View, pos: int, a: ApprovalEvent, uid: str, ran: dict[str, int]) -> int:
+    """How well answer ``a`` (at ``pos``) fits tool_use ``uid``: 2 for a yes to a call run after it; for a no (or
+    no answer), 1 for a call that never ran and 1 more when its tool_result is an error."""
+    run = ran.get(uid)
+    if a.approved:
+        return 2 if run is not None and run > pos else 0
+    if run is not None:
+        return 0
+    block = v.result_block.get(uid)
+    return 1 + int(block is not None and block.get("is_error") is True)
 
 
 def _evidence(v: _View, s: ToolStart, uid: str) -> int:
@@ -379,7 +492,7 @@ def turn_slices(t: Transcript) -> list[TurnSlice]:
         elif outcome is None and i == len(marks) - 1 and untagged:
             outcome = untagged[-1]
         if outcome is not None:
-            shifted.append(dataclasses.replace(outcome, t=outcome.t - t0))
+            shifted.append(dataclasses.replace(outcome, t=outcome.t - t0, **_own_from(outcome, t0)))
         out.append(TurnSlice(mark.turn, base, t0, Transcript(header=t.header, events=shifted)))
         calls_before = max((e.call for e in events if isinstance(e, Request) and e.path in MODEL_PATHS),
                            default=base)
@@ -388,10 +501,16 @@ def turn_slices(t: Transcript) -> list[TurnSlice]:
 
 def _shift(e: Event, t0: float, calls: int) -> Event:
     if isinstance(e, (Request, Response)):
-        return dataclasses.replace(e, t=e.t - t0, call=e.call - calls)
+        return dataclasses.replace(e, t=e.t - t0, call=e.call - calls, **_own_from(e, t0))
     if isinstance(e, (ToolStart, ToolEnd, Halt, OutcomeEvent)):
-        return dataclasses.replace(e, t=e.t - t0) if t0 else e
+        return dataclasses.replace(e, t=e.t - t0, **_own_from(e, t0)) if t0 else e
     return e
+
+
+def _own_from(e: Event, t0: float) -> dict[str, Any]:
+    """An event's own time (a thread behind the clock: `ToolStart.own`) counted from ``t0`` too, when it has one."""
+    own = getattr(e, "own", None)
+    return {"own": own - t0} if own is not None else {}
 
 
 def per_turn(check: Invariant) -> Invariant:

@@ -11,8 +11,8 @@ import json
 import re
 from typing import Any
 
-from simloop.invariants._base import Violation, _view, result_text
-from simloop.transcript import ApprovalEvent, Restart, Transcript, TurnStart
+from simloop.invariants._base import Violation, _View, _view, result_text
+from simloop.transcript import ApprovalEvent, Restart, ToolStart, Transcript, TurnStart
 
 __all__ = ["approval"]
 
@@ -30,8 +30,10 @@ def approval(t: Transcript) -> list[Violation]:
     for a person ends by the loop's own deadline.
 
     * each execution of a gated tool follows a yes for the same tool and input (and the same tool_use, when
-      both are known), the latest answer for that call before it ran: not one asked after it ran, not one
-      given to another call, not a no or no answer;
+      both are known: a yes under the call's id about another input does not count), the latest answer for that
+      call before it ran that had reached the executing thread (`ToolStart.own`, `ToolStart.heard`): not one
+      asked after it ran, not one still coming to that thread, not one given to another call, not a no or no
+      answer;
     * a call the person did not approve, and that did not run, is answered (when the loop goes on) by a
       tool_result saying so (``is_error``, or text saying it was denied), not one that reads as a success;
       it is not asked about again after a no (in the same life);
@@ -56,12 +58,19 @@ def approval(t: Transcript) -> list[Violation]:
         def same(a: ApprovalEvent, canon: str = canon, tool: str = s.tool) -> bool:
             return a.tool == tool and _canon(a.input) == canon
 
-        exact = [(p, a) for p, a in asks if p < pos and s.tool_use_id is not None and a.tool_use_id == s.tool_use_id]
-        if exact:  # both sides name the call: its latest answer decides
+        # the answers the executing thread had heard when it began: recorded before it, and given by its own time
+        heard = [(p, a) for p, a in asks if p < pos and (s.own is None or a.t <= s.own + _EPS)
+                 and (s.heard is None or a.seq is None or a.seq <= s.heard)]
+        exact = [(p, a) for p, a in heard if s.tool_use_id is not None and a.tool_use_id == s.tool_use_id]
+        if exact:  # both sides name the call: its latest answer decides, if it was about what runs
             used.add(exact[-1][0])
-            latest: ApprovalEvent | None = exact[-1][1]
+            answer = exact[-1][1]
+            if answer.approved and not same(answer):
+                out.append(_other_input(v, pos, s, uid, answer))
+                continue
+            latest: ApprovalEvent | None = answer
         else:  # identical calls are one set: each execution takes a yes of its own, in order
-            earlier = [(p, a) for p, a in asks if p < pos and same(a) and p not in used]
+            earlier = [(p, a) for p, a in heard if same(a) and p not in used]
             yes = next((p for p, a in earlier if a.approved), None)
             if yes is not None:
                 used.add(yes)
@@ -74,6 +83,12 @@ def approval(t: Transcript) -> list[Violation]:
             said = "said no" if latest.answer == "denied" else "gave no answer"
             what = f"the person {said} at {latest.t:g}s, yet execution {s.exec} ran it at {s.t:g}s"
             kind = "ran_denied"
+        elif (pending := next((a for p, a in asks if p < pos and same(a) and (p, a) not in heard), None)) is not None:
+            what = (f"execution {s.exec} ran it at {s.t if s.own is None else s.own:g}s of its own thread's time "
+                    f"before the answer reached that thread (the question was asked at {pending.asked:g}s, and the "
+                    f"person answered at {pending.t:g}s to another thread it had not waited on); a gated call waits "
+                    "for the answer in the thread that runs it")
+            kind = "unanswered"
         elif any(p > pos and same(a) for p, a in asks):
             what = f"execution {s.exec} ran it at {s.t:g}s and only then asked the person (sim.approve)"
             kind = "asked_after"
@@ -97,14 +112,27 @@ def approval(t: Transcript) -> list[Violation]:
     return out
 
 
+def _other_input(v: _View, pos: int, s: ToolStart, uid: str | None, yes: ApprovalEvent) -> Violation:
+    """The person said yes under this call's id, but to another tool or input than the one that ran."""
+    return Violation(
+        "approval",
+        f"{s.tool}({_shown(s.input)})" + (f" (tool_use {uid})" if uid else "") + f" needs approval: the person said "
+        f"yes at {yes.t:g}s to {yes.tool}({_shown(yes.input)}) under this call's id, yet execution {s.exec} ran "
+        f"{s.tool}({_shown(s.input)}) at {s.t:g}s; a yes is for the tool and input it was asked about: a correct "
+        "loop asks sim.approve(name, input, tool_use_id=...) with the very input it then runs",
+        v.step_at(pos), {"tool": s.tool, "exec": s.exec, "tool_use_id": uid, "kind": "other_input"},
+    )
+
+
 def _told(t: Transcript, asks: list[tuple[int, ApprovalEvent]], ran: set[str]) -> list[Violation]:
     """A call the person did not approve is told to the model as such, and not asked about again after a no."""
     v = _view(t)
     out: list[Violation] = []
     answers: dict[str, list[tuple[int, ApprovalEvent]]] = {}
     for pos, a in asks:
-        if a.matched is not None:
-            answers.setdefault(a.matched, []).append((pos, a))
+        about = v.asked_about.get(pos, a.matched)  # bound by evidence (see _base._bind_asks)
+        if about is not None:
+            answers.setdefault(about, []).append((pos, a))
     restarts = [pos for pos, e in enumerate(t.events) if isinstance(e, Restart)]
     for uid, mine in answers.items():
         for (p1, first), (p2, again) in itertools.pairwise(mine):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from simloop.invariants._base import Violation, _view
 from simloop.timeline import unstarted_turn
-from simloop.transcript import OutcomeEvent, Request, Response, ThreadLeft, Transcript
+from simloop.transcript import OutcomeEvent, Request, Response, ThreadLeft, ToolStart, Transcript
 
 __all__ = ["crash", "no_work_after_return"]
 
@@ -59,6 +59,19 @@ def crash(t: Transcript) -> list[Violation]:
     return [Violation("crash", message, step, evidence)]
 
 
+_EPS = 1e-9
+
+
+def _returned_at(outcome: object) -> float | None:
+    """When the loop returned in its own thread's time, when that is behind the clock (`OutcomeEvent.own`)."""
+    return outcome.own if isinstance(outcome, OutcomeEvent) else None
+
+
+def _began(e: Request | ToolStart) -> float:
+    """When a model call or tool execution began in its own thread's time."""
+    return e.own if e.own is not None else e.t
+
+
 #: What the SDKs raise, unwrapped, when a stream breaks while it is read (httpx's and httpx2's names).
 _TRANSPORT_ERRORS = ("RemoteProtocolError", "ReadError", "ReadTimeout", "LocalProtocolError")
 
@@ -77,8 +90,14 @@ def no_work_after_return(t: Transcript) -> list[Violation]:
         return []
     out: list[Violation] = []
     fix = "a correct loop waits for (or cancels and awaits) every tool and model call it started before it returns"
+    returned = _returned_at(t.events[at])
     for pos, s in v.starts:
         end = v.ends.get(s.exec)
+        if returned is not None and pos < at and _began(s) > returned + _EPS:
+            message = (f"{s.tool} (exec {s.exec}) started after the loop returned: at {_began(s):g}s, and the loop "
+                       f"returned at {returned:g}s of its own time (a thread it left behind ran on); {fix}")
+            out.append(Violation("no_work_after_return", message, v.step_at(pos), {"exec": s.exec, "tool": s.tool}))
+            continue
         if end is not None and end[0] < at:
             continue
         state = "started after the loop returned" if pos > at else (
@@ -87,6 +106,14 @@ def no_work_after_return(t: Transcript) -> list[Violation]:
         message = f"{s.tool} (exec {s.exec}) {state}; {fix}"
         out.append(Violation("no_work_after_return", message, v.step_at(pos), {"exec": s.exec, "tool": s.tool}))
     reported: set[int] = set()
+    if returned is not None:  # model calls a thread left behind made after the return, recorded before it
+        for pos, r in v.model_requests:
+            if pos < at and r.index not in reported and _began(r) > returned + _EPS:
+                reported.add(r.index)
+                message = (f"model call {r.call} (request {r.index}) started after the loop returned: at "
+                           f"{_began(r):g}s, and the loop returned at {returned:g}s of its own time (a thread it left "
+                           f"behind ran on); {fix}")
+                out.append(Violation("no_work_after_return", message, r.call, {"request": r.index}))
     for e in t.events[at + 1:]:
         if isinstance(e, ThreadLeft) and e.pid is not None:
             message = (f"{e.name} was still running when the loop returned (simloop killed it); a correct loop "

@@ -62,6 +62,10 @@ def stops(t: Transcript) -> list[Violation]:
                 f"{halt.target or 'a host'}{where}, which simloop blocked")
         fix = ("a loop under test reaches the model only through sim.client, sim.async_client or sim.http_client; "
                "for a loop that must reach a local service, run with network='loopback' (--network loopback)")
+    elif halt.budget == "subagents":
+        what = f"the loop kept starting sub-agents: {halt.detail}"
+        fix = ("a correct loop bounds its delegation: a delegate call is a step of the parent like any other, and a "
+               "tool starts a bounded number of sub-agents (never one after another until something else stops it)")
     elif halt.budget == "fork":
         what = (f"after {made} the loop made calls in a child process forked during the run, which simloop refused "
                 f"there (the child's copy of the simulator records nothing the run sees): {halt.detail}")

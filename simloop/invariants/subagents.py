@@ -13,7 +13,7 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-from simloop.invariants._base import MODEL_PATHS, Violation, _view, result_text
+from simloop.invariants._base import MODEL_PATHS, Violation, _own_from, _view, result_text
 from simloop.transcript import (
     Event,
     OutcomeEvent,
@@ -149,9 +149,9 @@ def _renumbered(events: list[Event], t0: float) -> tuple[list[Event], dict[int, 
     out: list[Event] = []
     for e in events:
         if isinstance(e, (Request, Response)):
-            e = dataclasses.replace(e, t=e.t - t0, call=new.get(e.call, e.call))
+            e = dataclasses.replace(e, t=e.t - t0, call=new.get(e.call, e.call), **_own_from(e, t0))
         elif t0 and hasattr(e, "t"):
-            e = dataclasses.replace(e, t=e.t - t0)
+            e = dataclasses.replace(e, t=e.t - t0, **_own_from(e, t0))
         out.append(e)
     return out, {n: old for old, n in new.items()}
 

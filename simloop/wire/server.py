@@ -215,6 +215,7 @@ class SimServer:
         self.now = now
         self.on_request = on_request
         self.on_deliver: Callable[[Response], None] | None = None  # after a response is recorded (the abort trigger)
+        self.own: Callable[[], float | None] | None = None  # the caller's own time when behind (set by the Sim)
         self.sign_thinking = sign_thinking
         self.calls = 0  # logical model calls
         self.requests = 0
@@ -273,6 +274,7 @@ class SimServer:
             t=self.now(), index=index, call=call, attempt=attempt, path=path,
             stream=isinstance(parsed, dict) and bool(parsed.get("stream")),
             body=chat.internal if chat is not None else parsed, input_tokens=0, subrun=SUBRUN.get(),
+            own=self.own() if self.own is not None else None,
         )
         # A thread continuation stands for its whole history: record that before the budgets may halt the
         # run here, so that the transcript never shows a request as only the messages it added.

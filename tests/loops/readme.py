@@ -77,12 +77,15 @@ def run_agent(
     budget: dict[str, Any] | None = None,
     max_cost_usd: float | None = None,
     max_steps: int = MAX_STEPS,
+    review: Callable[[list[Any]], dict[str, bool]] | None = None,
 ) -> tuple[str, str]:
     """One user turn: call the model, run the tools it asks for, repeat until it answers or a limit stops it.
 
     ``resume``: the history already ends with this turn's last user message (a restart goes on from it).
     ``budget``: where the turn's steps, start time and tokens are kept (a durable loop keeps them in its store,
-    so that a restart does not start them over)."""
+    so that a restart does not start them over).
+    ``review``: asks the person about a reply's calls together before any runs (tool_use id -> approved); a call not
+    approved is answered as denied, not run."""
     messages = history if history is not None else []
     _answer_open_calls(messages)
     if resume:
@@ -125,8 +128,13 @@ def run_agent(
         if reply.stop_reason != "tool_use":
             return "final", _text(reply)
         results = []
+        approved = review([b for b in reply.content if b.type == "tool_use"]) if review is not None else {}
         for block in reply.content:
             if block.type != "tool_use":
+                continue
+            if not approved.get(block.id, True):
+                results.append({"type": "tool_result", "tool_use_id": block.id, "is_error": True,
+                                "content": "Denied by the user; not sent."})
                 continue
             if stop is not None and stop():
                 results.append({"type": "tool_result", "tool_use_id": block.id, "is_error": True,
@@ -248,6 +256,18 @@ def gated(sim: simloop.Sim) -> simloop.Outcome:
     return simloop.Outcome(reason=reason, text=text)
 
 
+def gated_review(sim: simloop.Sim) -> simloop.Outcome:
+    """The permission gate as a review screen: the person sees every call of a reply that needs approval before any
+    runs, newest first (a stack of notifications), and the loop runs the approved ones and answers the others as
+    denied.  It passes no ids: identical calls are told apart by what the loop did with each."""
+
+    def review(calls: list[Any]) -> dict[str, bool]:
+        return {c.id: sim.approve(c.name, c.input) for c in reversed(calls) if c.name in sim.scenario.gated_tools}
+
+    reason, text = run_agent(sim.client, sim.tool_schemas, sim.run_tool, sim.task, review=review)
+    return simloop.Outcome(reason=reason, text=text)
+
+
 def budgeted(sim: simloop.Sim) -> simloop.Outcome:
     """The five-line adapter with a cost budget (README: the limits, ``max_cost_usd``): the loop adds up what each
     reply cost at its model's list price and makes no call once the task has spent a cent."""
@@ -285,6 +305,7 @@ LOOPS: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
     "durable": (durable, {"restarts": 1}),
     "async_stop": (async_stop, {"abort": True}),
     "gated": (gated, {"approvals": True}),
+    "gated_review": (gated_review, {"approvals": True}),
     "budgeted": (budgeted, {"limits": BUDGETED}),
     "delegating": (delegating, {"tools": [*simloop.strategies.DEFAULT_TOOLS, DELEGATE]}),
 }
