@@ -1096,7 +1096,9 @@ def _scan_server_tools(messages: list[Any], scan: _ServerToolScan) -> None:
                 if type(use_id) is str:
                     unanswered[use_id] = (i, j, str(block.get("name")))
             elif unanswered and type(btype) is str and btype.endswith("_tool_result"):
-                unanswered.pop(block.get("tool_use_id"), None)  # type: ignore[arg-type]
+                answered = block.get("tool_use_id")
+                if type(answered) is str:  # (any other id answers no call: a list or an object is no dict key)
+                    unanswered.pop(answered, None)
     scan.at, scan.messages, scan.breakpoints = len(messages), messages, breakpoints
 
 
