@@ -439,9 +439,12 @@ def _body_is_an_object(r: _Request) -> Rejection | None:
 def _required_fields(r: _Request) -> Rejection | None:
     """``max_tokens`` (not for count_tokens), ``messages`` and ``model`` are there: "max_tokens: Field required"."""
     get = r.body.get
-    for field in ("max_tokens", "messages", "model") if r.needs_max_tokens else ("messages", "model"):
-        if get(field) is None:
-            return _rejection(f"{field}: Field required", field=field)
+    if r.needs_max_tokens and get("max_tokens") is None:
+        return _rejection("max_tokens: Field required", field="max_tokens")
+    if get("messages") is None:
+        return _rejection("messages: Field required", field="messages")
+    if get("model") is None:
+        return _rejection("model: Field required", field="model")
     return None
 
 
@@ -771,9 +774,15 @@ def _walk_message(walk: _Walk, message: Any, i: int, final: bool, signed: bool) 
     content = message.get("content")
     if content is None:
         raise _fail(f"messages.{i}.content: Field required", i, field="content")
-    if role != walk.role:
+    if role != walk.role:  # close the open turn, pairing a user turn's tool_results with the calls before it
+        if walk.role == "user":
+            if walk.pairing_error is None and (walk.prev_uses or walk.results):
+                walk.pairing_error = _check_pair(walk.prev_uses, walk.results)
+            walk.prev_uses = _NO_USES
+        elif walk.role is not None:
+            walk.prev_uses = walk.uses
         if walk.role is not None:
-            _close_turn(walk)
+            walk.turns.append((walk.role, walk.first, walk.uses, walk.results))
         walk.role, walk.first, walk.uses, walk.results, walk.prefix_open = role, None, [], [], True
     may_be_empty = final and role == "assistant"  # the optional final assistant message (a prefill)
     if type(content) is str:
@@ -789,17 +798,6 @@ def _walk_message(walk: _Walk, message: Any, i: int, final: bool, signed: bool) 
             walk.block_error = _empty_content(i)
     else:
         _walk_blocks(walk, content, i, may_be_empty, signed)
-
-
-def _close_turn(walk: _Walk) -> None:
-    """Close the open turn: a user turn's tool_result blocks are paired with the assistant turn's calls before it."""
-    if walk.role == "user":
-        if walk.pairing_error is None and (walk.prev_uses or walk.results):
-            walk.pairing_error = _check_pair(walk.prev_uses, walk.results)
-        walk.prev_uses = _NO_USES
-    else:
-        walk.prev_uses = walk.uses
-    walk.turns.append((walk.role, walk.first, walk.uses, walk.results))
 
 
 def _walk_blocks(walk: _Walk, content: list[Any], i: int, may_be_empty: bool, signed: bool) -> None:
@@ -821,10 +819,12 @@ def _walk_blocks(walk: _Walk, content: list[Any], i: int, may_be_empty: bool, si
             substance = True
             continue
         if btype == "text":
-            has_text = _text_block(walk, block, i, j)
-            if has_text:
+            text = block.get("text")
+            if type(text) is not str or not text:
+                _empty_text_block(walk, block, i, j)  # raises, or keeps `_MSG_NONEMPTY_TEXT`
+            elif not text.isspace():
                 substance = True
-            elif has_text is not None and blank_text is None:
+            elif blank_text is None:
                 blank_text = j
             leading = False
             continue
@@ -865,19 +865,15 @@ def _tool_result_block(walk: _Walk, block: dict[str, Any], i: int, j: int, leadi
     walk.results.append((i, j, tool_use_id, leading))
 
 
-def _text_block(walk: _Walk, block: dict[str, Any], i: int, j: int) -> bool | None:
-    """Whether a text block has text (True), only whitespace (False) or nothing (None: `_MSG_NONEMPTY_TEXT`, or
-    "messages.0.content.0.text: cache_control cannot be set for empty text blocks" at once)."""
-    text = block.get("text")
-    if type(text) is not str:
+def _empty_text_block(walk: _Walk, block: dict[str, Any], i: int, j: int) -> None:
+    """A text block without text: "messages.0.content.0.text.text: Field required", "messages.0.content.0.text:
+    cache_control cannot be set for empty text blocks" (at once), else `_MSG_NONEMPTY_TEXT` (kept)."""
+    if type(block.get("text")) is not str:
         raise _field_error(block, "text", "text", i, j)
-    if not text:
-        if block.get("cache_control") is not None:
-            raise _fail(f"messages.{i}.content.{j}.text: cache_control cannot be set for empty text blocks", i, j)
-        if walk.block_error is None:
-            walk.block_error = _rejection(_MSG_NONEMPTY_TEXT, i, j)
-        return None
-    return not text.isspace()
+    if block.get("cache_control") is not None:
+        raise _fail(f"messages.{i}.content.{j}.text: cache_control cannot be set for empty text blocks", i, j)
+    if walk.block_error is None:
+        walk.block_error = _rejection(_MSG_NONEMPTY_TEXT, i, j)
 
 
 def _tool_use_block(walk: _Walk, block: dict[str, Any], i: int, j: int, signed: bool) -> None:
