@@ -1,6 +1,6 @@
 """The validators as tables of rules (issue 43 item 2): each rule is one function, with one example here.
 
-`simloop.wire.validate.RULES` (the Messages API), `openai_chat.RULES` and `openai_responses.RULES` list each
+`simloop.protocol.validate.RULES` (the Messages API), `openai_chat.RULES` and `openai_responses.RULES` list each
 wire's rules in the order the real API reports them; one loop walks a table and the first rule that refuses gives
 the 400.  Here every rule of every table has an example request that it, and no rule before it, refuses, with the
 exact text (a new rule is one function in its table and one row here: the coverage test says which row is
@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simloop.wire import openai_chat, openai_responses, validate
-from simloop.wire.openai_rules import Refuse
-from simloop.wire.validate import ConversationValidator, Rejection, thinking_signature, validate_messages_request
+from simloop.protocol import openai_chat, openai_responses, validate
+from simloop.protocol.openai_rules import Refuse
+from simloop.protocol.validate import ConversationValidator, Rejection, thinking_signature, validate_messages_request
 
 _SEARCH = {"name": "search", "input_schema": {"type": "object"}}
 _USE = {"type": "tool_use", "id": "toolu_1", "name": "search", "input": {}}

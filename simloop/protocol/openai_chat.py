@@ -208,7 +208,7 @@ def _check_settings(body: dict[str, Any]) -> None:
 
 
 def _check_tools(body: dict[str, Any]) -> None:
-    """Function tools with a valid ``name`` and, when strict, a strict schema (`simloop.wire.openai_rules`);
+    """Function tools with a valid ``name`` and, when strict, a strict schema (`simloop.protocol.openai_rules`);
     "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified."."""
     tools = body.get("tools")
     if tools is not None:

@@ -172,7 +172,7 @@ BAD_ROLE = "Invalid value: {role}. Supported values are: 'assistant', 'system', 
 
 
 def _body_is_an_object(body: Any, items: list[Any]) -> None:
-    """`simloop.wire.openai_chat.NOT_JSON`."""
+    """`simloop.protocol.openai_chat.NOT_JSON`."""
     if not isinstance(body, dict):
         raise _Refuse(NOT_JSON, None)
 
@@ -190,7 +190,7 @@ def _required_fields(body: dict[str, Any], items: list[Any]) -> None:
 
 
 def _settings(body: dict[str, Any], items: list[Any]) -> None:
-    """The settings' types and ranges, and the reasoning effort the model offers (`simloop.wire.openai_rules`)."""
+    """The settings' types and ranges, and the reasoning effort the model offers (`simloop.protocol.openai_rules`)."""
     _check_settings(body)
 
 
@@ -275,7 +275,7 @@ def _calls_answered(body: dict[str, Any], items: list[Any]) -> None:
 
 def _function_tools(body: dict[str, Any], items: list[Any]) -> None:
     """"Invalid type for 'tools': expected an array of objects."; a function tool's ``name``; a strict function's
-    schema (`simloop.wire.openai_rules.check_strict_schema`)."""
+    schema (`simloop.protocol.openai_rules.check_strict_schema`)."""
     tools = body.get("tools")
     if tools is None:
         return
