@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic_core import to_json
@@ -84,68 +84,103 @@ def validate_chat(body: Any) -> Rejection | None:
 
     Checked: the body's shape (``model``, ``messages`` and each message's ``role``, the tool messages'
     ``tool_call_id``, the assistant's ``tool_calls``), ``tools`` and ``tool_choice``, and the pairing of
-    ``tool_calls`` with ``tool`` messages.  Unknown fields pass, as the real API lets many through.
+    ``tool_calls`` with ``tool`` messages.  Unknown fields pass, as the real API lets many through.  The rules are
+    `RULES`, walked in order: the first that refuses gives the 400.
     """
     try:
-        _validate(body)
+        for rule in RULES:
+            rule(body)
     except _Refuse as refused:
         return refused.rejection
     return None
 
 
-def _validate(body: Any) -> None:
+#: The body is not a JSON object.
+NOT_JSON = ("We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP "
+            "library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON.)")
+#: No ``model``.
+NO_MODEL = "you must provide a model parameter"
+#: ``messages`` is an empty list.
+NO_MESSAGES = ("Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array "
+               "instead.")
+#: A message's role is none of the API's.
+BAD_ROLE = ("Invalid value: {role}. Supported values are: 'system', 'assistant', 'user', 'function', 'tool', and "
+            "'developer'.")
+
+
+def _body_is_an_object(body: Any) -> None:
+    """`NOT_JSON`."""
     if not isinstance(body, dict):
-        raise _Refuse("We could not parse the JSON body of your request. (HINT: This likely means you aren't using "
-                      "your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not "
-                      "valid JSON.)", None)
+        raise _Refuse(NOT_JSON, None)
+
+
+def _model_field(body: dict[str, Any]) -> None:
+    """`NO_MODEL`; "Invalid type for 'model': expected a string, but got an integer instead." (null: an object)."""
     if "model" not in body:
-        raise _Refuse("you must provide a model parameter", None)
+        raise _Refuse(NO_MODEL, None)
     if not isinstance(body["model"], str):  # null too: the API calls it an object
         raise _bad_type("model", "a string", body["model"] if body["model"] is not None else {})
+
+
+def _messages_field(body: dict[str, Any]) -> None:
+    """"Missing required parameter: 'messages'.", "Invalid type for 'messages': expected an array of objects, ...",
+    `NO_MESSAGES`."""
     messages = body.get("messages")
     if "messages" not in body:
         raise _missing("messages")
     if not isinstance(messages, list):
         raise _bad_type("messages", "an array of objects", messages)
     if not messages:
-        raise _Refuse("Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty "
-                      "array instead.", "messages", "empty_array")
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict):
-            raise _bad_type(f"messages[{i}]", "an object", m)
-        if "role" not in m:
-            raise _missing(f"messages[{i}].role")
-        role = m["role"]
-        if role not in _ROLES:
-            raise _Refuse(f"Invalid value: {json.dumps(role)}. Supported values are: 'system', 'assistant', 'user', "
-                          "'function', 'tool', and 'developer'.", f"messages[{i}].role", "invalid_value")
-        if role == "tool" and not isinstance(m.get("tool_call_id"), str):
-            raise _missing(f"messages[{i}].tool_call_id")
-        if role in ("user", "system", "developer", "tool") and "content" not in m:
-            raise _missing(f"messages[{i}].content")
-        _check_parts(m, i, str(body["model"]))
-        calls = m.get("tool_calls") if role == "assistant" else None
-        if calls is not None:
-            if not isinstance(calls, list):
-                raise _bad_type(f"messages[{i}].tool_calls", "an array of objects", calls)
-            for k, c in enumerate(calls):
-                where = f"messages[{i}].tool_calls[{k}]"
-                if not isinstance(c, dict):
-                    raise _bad_type(where, "an object", c)
-                for name in ("id", "function"):
-                    if name not in c:
-                        raise _missing(f"{where}.{name}")
-                if not isinstance(c["id"], str):
-                    raise _bad_type(f"{where}.id", "a string", c["id"])
-                fn = c["function"]
-                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-                    raise _missing(f"{where}.function.name")
-                rules.check_name(fn["name"], f"{where}.function.name")
-                if not isinstance(fn.get("arguments"), str):
-                    raise _missing(f"{where}.function.arguments")
-    _check_settings(body)
-    _check_tools(body)
-    _check_pairing(messages)
+        raise _Refuse(NO_MESSAGES, "messages", "empty_array")
+
+
+def _each_message(body: dict[str, Any]) -> None:
+    """Every message's shape, in order (`_check_message`)."""
+    model = str(body["model"])
+    for i, m in enumerate(body["messages"]):
+        _check_message(m, i, model)
+
+
+def _check_message(m: Any, i: int, model: str) -> None:
+    """An object with a known ``role`` (`BAD_ROLE`), a tool message's ``tool_call_id``, ``content`` where the role
+    needs it ("Missing required parameter: 'messages[1].content'."), its parts, an assistant's ``tool_calls``."""
+    if not isinstance(m, dict):
+        raise _bad_type(f"messages[{i}]", "an object", m)
+    if "role" not in m:
+        raise _missing(f"messages[{i}].role")
+    role = m["role"]
+    if role not in _ROLES:
+        raise _Refuse(BAD_ROLE.format(role=json.dumps(role)), f"messages[{i}].role", "invalid_value")
+    if role == "tool" and not isinstance(m.get("tool_call_id"), str):
+        raise _missing(f"messages[{i}].tool_call_id")
+    if role in ("user", "system", "developer", "tool") and "content" not in m:
+        raise _missing(f"messages[{i}].content")
+    _check_parts(m, i, model)
+    calls = m.get("tool_calls") if role == "assistant" else None
+    if calls is not None:
+        _check_tool_calls(calls, i)
+
+
+def _check_tool_calls(calls: Any, i: int) -> None:
+    """An array of calls, each with a string ``id`` and a ``function`` with a valid ``name`` and string
+    ``arguments`` ("Missing required parameter: 'messages[1].tool_calls[0].function.arguments'.")."""
+    if not isinstance(calls, list):
+        raise _bad_type(f"messages[{i}].tool_calls", "an array of objects", calls)
+    for k, c in enumerate(calls):
+        where = f"messages[{i}].tool_calls[{k}]"
+        if not isinstance(c, dict):
+            raise _bad_type(where, "an object", c)
+        for name in ("id", "function"):
+            if name not in c:
+                raise _missing(f"{where}.{name}")
+        if not isinstance(c["id"], str):
+            raise _bad_type(f"{where}.id", "a string", c["id"])
+        fn = c["function"]
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise _missing(f"{where}.function.name")
+        rules.check_name(fn["name"], f"{where}.function.name")
+        if not isinstance(fn.get("arguments"), str):
+            raise _missing(f"{where}.function.arguments")
 
 
 def _check_parts(message: dict[str, Any], i: int, model: str) -> None:
@@ -173,6 +208,8 @@ def _check_settings(body: dict[str, Any]) -> None:
 
 
 def _check_tools(body: dict[str, Any]) -> None:
+    """Function tools with a valid ``name`` and, when strict, a strict schema (`simloop.protocol.openai_rules`);
+    "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified."."""
     tools = body.get("tools")
     if tools is not None:
         if not isinstance(tools, list):
@@ -195,8 +232,10 @@ def _check_tools(body: dict[str, Any]) -> None:
                           name, None)
 
 
-def _check_pairing(messages: list[dict[str, Any]]) -> None:
-    """Each ``tool_calls`` turn is followed by one tool message per call; a tool message follows such a turn."""
+def _check_pairing(body: dict[str, Any]) -> None:
+    """Each ``tool_calls`` turn is followed by one tool message per call (`MISSING_RESPONSES`, `UNKNOWN_CALL`); a
+    tool message follows such a turn (`ORPHAN_TOOL`)."""
+    messages: list[dict[str, Any]] = body["messages"]
     i, n = 0, len(messages)
     while i < n:
         m = messages[i]
@@ -219,6 +258,18 @@ def _check_pairing(messages: list[dict[str, Any]]) -> None:
         if m["role"] == "tool":
             raise _Refuse(ORPHAN_TOOL, f"messages.[{i}].role")
         i += 1
+
+
+#: The rules in the order the real API reports them: each raises the 400 it finds (`openai_rules.Refuse`).
+RULES: tuple[Callable[[Any], None], ...] = (
+    _body_is_an_object,
+    _model_field,
+    _messages_field,
+    _each_message,
+    _check_settings,
+    _check_tools,
+    _check_pairing,
+)
 
 
 # -- the request, in the Messages shape ---------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic_core import to_json
@@ -31,6 +31,7 @@ from simloop.protocol.openai_chat import (
     CREATED_EPOCH,
     DEFAULT_MAX_TOKENS,
     DEFAULT_REFUSAL,
+    NOT_JSON,
     _arguments,
     _bad_type,
     _missing,
@@ -154,19 +155,31 @@ def validate_responses(body: Any, items: list[Any]) -> Rejection | None:
     Checked: the body's shape (``model``, ``input``, each item's ``role`` or ``type``, a call's ``call_id``, ``name``
     and ``arguments``, an output's ``call_id`` and ``output``), function ``tools``, and the pairing of calls with
     outputs over the whole conversation.  Unknown fields and item types pass, as the real API lets many through.
+    The rules are `RULES`, walked in order: the first that refuses gives the 400.
     """
     try:
-        _validate(body, items)
+        for rule in RULES:
+            rule(body, items)
     except _Refuse as refused:
         return refused.rejection
     return None
 
 
-def _validate(body: Any, items: list[Any]) -> None:
+#: ``input`` of a type the API does not take.
+BAD_INPUT = "Invalid type for 'input': expected one of a string or array of input items, but got {kind} instead."
+#: A message's role is none of the API's.
+BAD_ROLE = "Invalid value: {role}. Supported values are: 'assistant', 'system', 'developer', and 'user'."
+
+
+def _body_is_an_object(body: Any, items: list[Any]) -> None:
+    """`simloop.protocol.openai_chat.NOT_JSON`."""
     if not isinstance(body, dict):
-        raise _Refuse("We could not parse the JSON body of your request. (HINT: This likely means you aren't using "
-                      "your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not "
-                      "valid JSON.)", None)
+        raise _Refuse(NOT_JSON, None)
+
+
+def _required_fields(body: dict[str, Any], items: list[Any]) -> None:
+    """"Missing required parameter: 'model'." (unless a stored ``prompt`` names it), the same for ``input`` (unless a
+    ``previous_response_id`` or a stored prompt holds it); "Invalid type for 'model': expected a string, ..."."""
     stored_prompt = isinstance(body.get("prompt"), dict)  # a stored prompt names its model and may hold the input
     if "model" not in body and not stored_prompt:
         raise _missing("model")
@@ -174,13 +187,25 @@ def _validate(body: Any, items: list[Any]) -> None:
         raise _missing("input")
     if "model" in body and not isinstance(body["model"], str):
         raise _bad_type("model", "a string", body["model"] if body["model"] is not None else {})
+
+
+def _settings(body: dict[str, Any], items: list[Any]) -> None:
+    """The settings' types and ranges, and the reasoning effort the model offers (`simloop.protocol.openai_rules`)."""
     _check_settings(body)
+
+
+def _input_type(body: dict[str, Any], items: list[Any]) -> None:
+    """`BAD_INPUT`: ``input`` is a string or a list of items."""
     value = body.get("input")
     if value is not None and not isinstance(value, (str, list)):
-        raise _Refuse("Invalid type for 'input': expected one of a string or array of input items, but got "
-                      f"{type(value).__name__} instead.", "input", "invalid_type")
+        raise _Refuse(BAD_INPUT.format(kind=type(value).__name__), "input", "invalid_type")
+
+
+def _each_item(body: dict[str, Any], items: list[Any]) -> None:
+    """Every item of the conversation, in order: an object ("Invalid type for 'input[0]': expected an object."), its
+    id not seen before (`DUPLICATE_ITEM`), then the rule for its kind (`ITEM_RULES`); an output answering no call
+    before it is `NO_CALL`."""
     calls: set[str] = set()
-    answered: set[str] = set()
     ids: set[str] = set()
     for i, item in enumerate(items):
         where = f"input[{i}]"
@@ -191,47 +216,88 @@ def _validate(body: Any, items: list[Any]) -> None:
                 raise _Refuse(DUPLICATE_ITEM.format(id=item["id"]), "input")
             ids.add(item["id"])
         kind = _kind(item)
-        if kind == "message":
-            role = item.get("role")
-            if role not in _ROLES:
-                raise _Refuse(f"Invalid value: {json.dumps(role)}. Supported values are: 'assistant', 'system', "
-                              "'developer', and 'user'.", f"{where}.role", "invalid_value")
-            if "content" not in item:
-                raise _missing(f"{where}.content")
-            parts = item["content"] if isinstance(item["content"], list) else []
-            for k, part in enumerate(parts):
-                if isinstance(part, dict) and "type" not in part:
-                    raise _missing(f"{where}.content[{k}].type")
-        elif kind == "function_call":
-            for name in ("call_id", "name", "arguments"):
-                if not isinstance(item.get(name), str):
-                    raise _missing(f"{where}.{name}")
-            calls.add(item["call_id"])
+        rule = ITEM_RULES.get(kind)
+        if rule is not None:
+            rule(item, where, calls)
         elif kind.endswith("_call") and isinstance(item.get("call_id"), str):
             # a client-run call of another kind (``tool_search_call`` with ``execution: client``, a custom tool's
             # call) is answered by a function_call_output too (recorded: pydantic-ai
             # ``test_tool_availability_portability_matrix[R5-T3-native-search].yaml``, accepted)
             calls.add(item["call_id"])
-        elif kind == "function_call_output":
-            if not isinstance(item.get("call_id"), str):
-                raise _missing(f"{where}.call_id")
-            if "output" not in item:
-                raise _missing(f"{where}.output")
-            if item["call_id"] not in calls:
-                raise _Refuse(NO_CALL.format(id=item["call_id"]), "input")
-            answered.add(item["call_id"])
+
+
+def _message_item(item: dict[str, Any], where: str, calls: set[str]) -> None:
+    """`BAD_ROLE`; "Missing required parameter: 'input[0].content'."; each content part names its ``type``."""
+    role = item.get("role")
+    if role not in _ROLES:
+        raise _Refuse(BAD_ROLE.format(role=json.dumps(role)), f"{where}.role", "invalid_value")
+    if "content" not in item:
+        raise _missing(f"{where}.content")
+    parts = item["content"] if isinstance(item["content"], list) else []
+    for k, part in enumerate(parts):
+        if isinstance(part, dict) and "type" not in part:
+            raise _missing(f"{where}.content[{k}].type")
+
+
+def _function_call_item(item: dict[str, Any], where: str, calls: set[str]) -> None:
+    """A string ``call_id``, ``name`` and ``arguments`` ("Missing required parameter: 'input[1].arguments'.")."""
+    for name in ("call_id", "name", "arguments"):
+        if not isinstance(item.get(name), str):
+            raise _missing(f"{where}.{name}")
+    calls.add(item["call_id"])
+
+
+def _function_call_output_item(item: dict[str, Any], where: str, calls: set[str]) -> None:
+    """A string ``call_id`` and an ``output``; `NO_CALL` for an id no call before it has."""
+    if not isinstance(item.get("call_id"), str):
+        raise _missing(f"{where}.call_id")
+    if "output" not in item:
+        raise _missing(f"{where}.output")
+    if item["call_id"] not in calls:
+        raise _Refuse(NO_CALL.format(id=item["call_id"]), "input")
+
+
+#: The item kinds with rules of their own (the kind: a ``type``, or ``message`` for a typeless item with a role).
+ITEM_RULES: dict[str, Callable[[dict[str, Any], str, set[str]], None]] = {
+    "message": _message_item,
+    "function_call": _function_call_item,
+    "function_call_output": _function_call_output_item,
+}
+
+
+def _calls_answered(body: dict[str, Any], items: list[Any]) -> None:
+    """`NO_OUTPUT`: every ``function_call`` has its ``function_call_output``."""
+    answered = {item["call_id"] for item in items if _kind(item) == "function_call_output"}
     unanswered = [x for x in _call_ids(items) if x not in answered]
     if unanswered:
         raise _Refuse(NO_OUTPUT.format(id=unanswered[0]), "input")
+
+
+def _function_tools(body: dict[str, Any], items: list[Any]) -> None:
+    """"Invalid type for 'tools': expected an array of objects."; a function tool's ``name``; a strict function's
+    schema (`simloop.protocol.openai_rules.check_strict_schema`)."""
     tools = body.get("tools")
-    if tools is not None:
-        if not isinstance(tools, list):
-            raise _Refuse("Invalid type for 'tools': expected an array of objects.", "tools", "invalid_type")
-        for k, t in enumerate(tools):
-            if isinstance(t, dict) and t.get("type") == "function" and not isinstance(t.get("name"), str):
-                raise _missing(f"tools[{k}].name")
-            if isinstance(t, dict) and t.get("type") == "function" and t.get("strict") is True:
-                rules.check_strict_schema(t["name"], t.get("parameters"), f"tools[{k}].parameters")
+    if tools is None:
+        return
+    if not isinstance(tools, list):
+        raise _Refuse("Invalid type for 'tools': expected an array of objects.", "tools", "invalid_type")
+    for k, t in enumerate(tools):
+        if isinstance(t, dict) and t.get("type") == "function" and not isinstance(t.get("name"), str):
+            raise _missing(f"tools[{k}].name")
+        if isinstance(t, dict) and t.get("type") == "function" and t.get("strict") is True:
+            rules.check_strict_schema(t["name"], t.get("parameters"), f"tools[{k}].parameters")
+
+
+#: The rules in the order the real API reports them: each raises the 400 it finds (`openai_rules.Refuse`).
+RULES: tuple[Callable[[Any, list[Any]], None], ...] = (
+    _body_is_an_object,
+    _required_fields,
+    _settings,
+    _input_type,
+    _each_item,
+    _calls_answered,
+    _function_tools,
+)
 
 
 def _check_settings(body: dict[str, Any]) -> None:

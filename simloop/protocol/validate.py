@@ -8,12 +8,20 @@ the same `anthropic.BadRequestError` it would see in production.  A request the
 real API accepts must pass: the fidelity test replays every recorded request in
 the cassette corpus through this module and demands zero false rejections.
 
+The rules are a table (`RULES`): one small function per rule, named for what it
+checks, with the 400 text it answers beside it, listed in the order the real API
+reports them (the schema layer: the body, its fields, every message's shape,
+``thinking``, ``tools``; then the request's rules: tool names, content blocks and
+ids, tool pairing, server tools, cache breakpoints, thinking and signatures).  One
+short loop walks the table and the first rule that finds an offence gives the 400.
+A new rule is one function in its place in `RULES` and one test.
+
 Why plain Python over the parsed dict and not pydantic models: this runs on every
 simulated request and the simulator's overhead budget is a few percent of an SDK
-call.  The messages are walked once; schema-style errors (pydantic-like paths such
-as ``messages.1.content.0.tool_use.id``) are raised at once, later rules remember
-the first offence and are decided after the walk, in the order the real API
-reports them (schema -> tool definitions -> block rules -> pairing -> thinking).
+call.  The messages are walked once (`_messages_shape`): schema-style errors
+(pydantic-like paths such as ``messages.1.content.0.tool_use.id``) are raised at
+once, and the walk remembers the first offence of each later rule for that rule
+to report in its turn (`_Walk`).
 
 The context window is `context_window` (the server checks it once it has counted
 a request's tokens).  Deliberately *not* modelled: per-model capabilities (prefill
@@ -30,6 +38,7 @@ import functools
 import hashlib
 import hmac
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,10 +153,27 @@ _THINKING_TAGS = ", ".join(f"'{t}'" for t in _THINKING_TYPES)
 _THINKING_BLOCKS = ("thinking", "redacted_thinking")
 _NO_USES: list[tuple[int, int, str]] = []  # shared, never mutated
 
+
+# -- the 400 texts of the request's rules (those of the schema layer are in each rule's docstring) -----------------
+_MSG_AT_LEAST_ONE = "messages: at least one message is required"
+_MSG_TEMPERATURE = "`temperature` may only be set to 1 when thinking is enabled."
+_MSG_UNIQUE_TOOL_NAMES = "tools: Tool names must be unique."
+_MSG_EMPTY_CONTENT = (
+    "messages.{i}: all messages must have non-empty content except for the optional final assistant message"
+)
 _MSG_NONEMPTY_TEXT = "messages: text content blocks must be non-empty"
 _MSG_WHITESPACE_TEXT = "messages: text content blocks must contain non-whitespace text"
+_MSG_UNIQUE_IDS = "messages.{i}.content.{j}: `tool_use` ids must be unique"
 # (The 2024 rule "Requests which include `tool_use` or `tool_result` blocks must define tools." is not
 # enforced any more: a 2026 recording with tool blocks and no `tools` was answered 200, issue 19 item 6.)
+_MSG_STRAY_RESULT = (
+    "messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: {ids}. "
+    "Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
+)
+_MSG_MISSING_RESULT = (
+    "messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately after: {ids}. "
+    "Each `tool_use` block must have a corresponding `tool_result` block in the next message."
+)
 _MSG_THINKING_FIRST = (
     "Expected `thinking` or `redacted_thinking`, but found `{found}`. When `thinking` is enabled, a final "
     "`assistant` message must start with a thinking block (preceeding the lastmost set of `tool_use` and "
@@ -159,6 +185,7 @@ _MSG_THINKING_DISABLED = (
     "When thinking is disabled, an `assistant` message in the final position cannot contain `thinking`. "
     "To use thinking blocks, enable `thinking` in your request."
 )
+_MSG_BAD_SIGNATURE = "messages.{i}.content.{j}: Invalid `signature` in `thinking` block"
 # Not in wire.md: quoted from the real API's 400s in third-party production logs (a paused web search
 # sent back followed by a "Continue." user turn: "messages.1: `web_search` tool use with id srvtoolu_...
 # was found without a corresponding `web_search_tool_result` block"; the same for `code_execution`).
@@ -199,19 +226,54 @@ class _Reject(Exception):
         self.rejection = Rejection(400, _INVALID, message, None, path)
 
 
-# A closed turn (consecutive same-role messages merged, as the API merges them), for the thinking rules:
-# (role, first block as (message, block, type) or None, its tool_use blocks, its tool_result blocks).
+
 _Uses = list[tuple[int, int, str]]  # tool_use blocks: (message, block, id)
 _Results = list[tuple[int, int, str, bool]]  # tool_result blocks: (message, block, id, in the leading run)
+# A closed turn (consecutive same-role messages merged, as the API merges them), for the thinking rules:
+# (role, first block as (message, block, type) or None, its tool_use blocks, its tool_result blocks).
 _TurnInfo = tuple[str, "tuple[int, int, Any] | None", _Uses, _Results]
-# The walk's state between two messages: closed turns, the open turn (role, first block, uses, results,
-# prefix_open), the previous turn's uses, the offences found so far, the tool_use ids seen, any tool block.
-# fmt: off
-_WalkState = tuple[
-    list[_TurnInfo], Any, "tuple[int, int, Any] | None", _Uses, _Results, bool, _Uses,
-    "Rejection | None", "Rejection | None", set[str], bool, "Rejection | None",
-]
-# fmt: on
+
+
+class _Walk:
+    """The walk over a request's messages so far: the closed turns, the open one, and the first offence of each
+    kind the rules after the walk report (in the real API's order, not the walk's).  A `ConversationValidator`
+    keeps one between the requests of a conversation.  (Attributes, not an object per turn: the walk is the
+    simulator's hot path.)"""
+
+    __slots__ = ("block_error", "first", "pairing_error", "prefix_open", "prev_uses", "results", "role", "seen_ids",
+                 "signature_error", "turns", "uses")  # fmt: skip
+
+    def __init__(self) -> None:
+        self.turns: list[_TurnInfo] = []  # the closed turns
+        self.role: Any = None  # the open turn's role (None before the first user or assistant message)
+        self.first: tuple[int, int, Any] | None = None  # the open turn's first block
+        self.uses: _Uses = []  # the open turn's tool_use blocks
+        self.results: _Results = []  # the open turn's tool_result blocks
+        self.prefix_open = True  # the open turn is still inside its leading run of tool_result blocks
+        self.prev_uses: _Uses = _NO_USES  # the tool_use blocks of the turn before the open one, if an assistant's
+        self.pairing_error: Rejection | None = None  # the first tool_use/tool_result pairing offence
+        self.block_error: Rejection | None = None  # the first empty-text, empty-content or duplicate-id offence
+        self.signature_error: Rejection | None = None  # the first thinking block the simulator did not sign
+        self.seen_ids: set[str] = set()  # the tool_use ids so far
+
+    def copy(self) -> _Walk:
+        """A copy to resume from (the walk goes on after it)."""
+        new = _Walk.__new__(_Walk)
+        new.turns, new.role, new.first, new.prefix_open = self.turns[:], self.role, self.first, self.prefix_open
+        new.uses, new.results, new.seen_ids = self.uses[:], self.results[:], set(self.seen_ids)
+        new.prev_uses, new.pairing_error, new.block_error = self.prev_uses, self.pairing_error, self.block_error
+        new.signature_error = self.signature_error
+        return new
+
+    def all_turns(self) -> list[_TurnInfo]:
+        """The closed turns and the open one (the last), for the rules after the walk."""
+        return [*self.turns, (self.role, self.first, self.uses, self.results)] if self.role is not None else self.turns
+
+    def last_pairing_error(self) -> Rejection | None:
+        """The first pairing offence, the open turn's included (it closes the request)."""
+        if self.pairing_error is None and self.role == "user" and (self.prev_uses or self.results):
+            return _check_pair(self.prev_uses, self.results)
+        return self.pairing_error
 
 
 @functools.lru_cache(maxsize=4096)  # a conversation resends its history: the same texts again and again
@@ -234,10 +296,7 @@ def validate_messages_request(body: Any, *, signed_by_sim: bool = False) -> Reje
     signature `thinking_signature` gives its text (use it when the simulator produced
     every assistant turn; real recorded signatures are Anthropic's and fail it).
     """
-    try:
-        return _validate(body, needs_max_tokens=True, signed_by_sim=signed_by_sim)
-    except _Reject as exc:
-        return exc.rejection
+    return _answer(_Request(body, True, signed_by_sim, None))
 
 
 class ConversationValidator:
@@ -269,25 +328,19 @@ class ConversationValidator:
         #: between requests): what was walked is kept as the same objects, not copied, and compared by identity
         #: first.  The answers are the same; a caller that edits a validated body in place must leave it False.
         self.read_only = read_only
-        # (index, a copy of the messages before it as they were sent, the walk's state there)
-        self._resume: tuple[int, list[Any], _WalkState] | None = None
+        # (index, a copy of the messages before it as they were sent, the walk there)
+        self._resume: tuple[int, list[Any], _Walk] | None = None
         self._tools: tuple[Any, Rejection | None] | None = None  # (a copy of the tools, what _check_tools returned)
-        self._servertools: _ServerToolScan | None = None  # `_check_server_tools_and_breakpoints`'s walk so far
+        self._servertools: _ServerToolScan | None = None  # `_server_scan`'s walk so far
 
     def validate(self, body: Any) -> Rejection | None:
         """Check a ``POST /v1/messages`` body; same answer as `validate_messages_request`."""
-        try:
-            return _validate(body, needs_max_tokens=True, signed_by_sim=self.signed_by_sim, memo=self)
-        except _Reject as exc:
-            return exc.rejection
+        return _answer(_Request(body, True, self.signed_by_sim, self))
 
 
 def validate_count_tokens_request(body: Any, *, signed_by_sim: bool = False) -> Rejection | None:
     """Check a ``POST /v1/messages/count_tokens`` body: the messages rules without ``max_tokens``."""
-    try:
-        return _validate(body, needs_max_tokens=False, signed_by_sim=signed_by_sim)
-    except _Reject as exc:
-        return exc.rejection
+    return _answer(_Request(body, False, signed_by_sim, None))
 
 
 def check_signatures(body: Any) -> Rejection | None:
@@ -306,10 +359,8 @@ def check_signatures(body: Any) -> Rejection | None:
             if type(block) is dict and block.get("type") == "thinking":
                 text, signature = block.get("thinking"), block.get("signature")
                 if type(text) is str and signature != thinking_signature(text):
-                    return _rejection(f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block", i, j)
+                    return _rejection(_MSG_BAD_SIGNATURE.format(i=i, j=j), i, j)
     return None
-
-
 # --------------------------------------------------------------------------- internals
 
 
@@ -347,275 +398,67 @@ def _id_error(block: dict[str, Any], tag: str, name: str, i: int, j: int) -> _Re
     return _fail(f"messages.{i}.content.{j}.{tag}.{name}: String should match pattern '{_ID_PATTERN}'", i, j, name)
 
 
-def _validate(
-    body: Any, *, needs_max_tokens: bool, signed_by_sim: bool, memo: ConversationValidator | None = None
-) -> Rejection | None:
-    if type(body) is not dict:
-        raise _Reject(_NOT_OBJECT, None)
-    get = body.get
-    max_tokens = get("max_tokens")
-    messages = get("messages")
-    model = get("model")
-    if needs_max_tokens and max_tokens is None:
-        raise _fail("max_tokens: Field required", field="max_tokens")
-    if messages is None:
-        raise _fail("messages: Field required", field="messages")
-    if model is None:
-        raise _fail("model: Field required", field="model")
-    if needs_max_tokens and not _is_int(max_tokens):
-        raise _fail("max_tokens: Input should be a valid integer", field="max_tokens")
-    if type(messages) is not list:
-        raise _fail("messages: Input should be a valid list", field="messages")
-    if type(model) is not str:
-        raise _fail("model: Input should be a valid string", field="model")
-    _check_fields(get, needs_max_tokens)
 
-    count = len(messages)
-    last = count - 1
-    # The walk keeps the open turn in locals (no object per turn: this loop is the simulator's hot path)
-    # and checks tool pairing as each user turn closes; every offence is only remembered here and
-    # reported after the walk, in the real API's order.
-    turns: list[_TurnInfo] = []  # closed turns, for the thinking rules
-    role_now: Any = None  # role of the open turn (None before the first user/assistant message)
-    first: tuple[int, int, Any] | None = None  # the open turn's first block
-    uses: _Uses = []
-    results: _Results = []
-    prefix_open = True  # the open turn is still inside its leading run of tool_result blocks
-    prev_uses: _Uses = _NO_USES  # tool_use blocks of the turn before the open one, if an assistant turn
-    pairing_error: Rejection | None = None  # first tool_use/tool_result pairing offence
-    block_error: Rejection | None = None  # first empty-text / empty-content / duplicate-id offence
-    seen_ids: set[str] = set()
-    any_tool_block = False
-    signature_error: Rejection | None = None  # first thinking block the simulator did not sign
-    id_match = _ID_RE.fullmatch
+# --------------------------------------------------------------------------- the rules, in the API's order
 
-    start = 0
-    resume: tuple[int, list[Any], _WalkState] | None = None
-    snapshot_at = -1  # where to keep the state for the next request: after the walk, or before message last
-    if memo is not None and memo.signed_by_sim == signed_by_sim:
-        final = messages[last] if count else None
-        # Only a final assistant message is walked differently for being last (prefill rules).
-        snapshot_at = count if type(final) is dict and final.get("role") in ("user", "system") else last
-        resume = memo._resume
-        if resume is not None:
-            at, before, state = resume
-            # Equal messages walk to the same state; equal to the copy, so an in-place edit is seen.
-            # (A state taken before an assistant message at `at` needs messages after it: at < count.)
-            if at < count and messages[:at] == before:  # before: the copy kept of what was sent
-                start = at
-                # fmt: off
-                (turns, role_now, first, uses, results, prefix_open, prev_uses, pairing_error, block_error,
-                 seen_ids, any_tool_block, signature_error) = state
-                # fmt: on
-                memo._resume = None  # this walk mutates the state: it leaves a new one instead
 
-    for i in range(start, count):
-        message = messages[i]
-        if i == snapshot_at and memo is not None:
-            # fmt: off
-            memo._resume = (i, _sent_copy(messages, i, start, resume, memo.read_only), (
-                turns[:], role_now, first, uses[:], results[:], prefix_open, prev_uses, pairing_error,
-                block_error, set(seen_ids), any_tool_block, signature_error,
-            ))
-            # fmt: on
-        if type(message) is not dict:
-            raise _fail(f"messages.{i}: {_NOT_OBJECT}", i)
-        role = message.get("role")
-        if role is None:
-            raise _fail(f"messages.{i}.role: Field required", i, field="role")
-        if role != "user" and role != "assistant":
-            if role != "system":
-                raise _fail(f"messages.{i}.role: Input should be 'user', 'assistant' or 'system'", i, field="role")
-            # System messages (SDK 1.x+) sit outside the user/assistant turn structure:
-            # they neither merge with nor separate the turns around them.
-            _check_system_message(message, i)
-            continue
-        content = message.get("content")
-        if content is None:
-            raise _fail(f"messages.{i}.content: Field required", i, field="content")
-        if role != role_now:
-            if role_now is not None:  # close the open turn
-                if role_now == "user":
-                    # The common case inline: one call, answered first in the next turn.
-                    if (
-                        pairing_error is None
-                        and (prev_uses or results)
-                        and not (
-                            len(prev_uses) == 1 == len(results) and prev_uses[0][2] == results[0][2] and results[0][3]
-                        )
-                    ):
-                        pairing_error = _check_pair(prev_uses, results)
-                    prev_uses = _NO_USES
-                else:
-                    prev_uses = uses
-                turns.append((role_now, first, uses, results))
-            role_now = role
-            first = None
-            uses = []
-            results = []
-            prefix_open = True
+class _Request:
+    """One request as the rules read it: the body, and what earlier rules found for the later ones."""
 
-        if type(content) is str:
-            if block_error is None:
-                if not content:
-                    if not (i == last and role == "assistant"):
-                        block_error = _empty_content(i)
-                elif content.isspace() and not (i == last and role == "assistant"):
-                    block_error = _rejection(_MSG_WHITESPACE_TEXT, i, 0)
-            if first is None:
-                first = (i, 0, "text")
-            prefix_open = False
-            continue
-        if type(content) is not list:
-            raise _fail(f"messages.{i}.content: Input should be a valid string or a list of content blocks", i)
-        if not content:
-            if block_error is None and not (i == last and role == "assistant"):
-                block_error = _empty_content(i)
-            continue
+    __slots__ = ("body", "memo", "needs_max_tokens", "scan", "signed_by_sim", "thinking_type", "tool_names_error",
+                 "walk")  # fmt: skip
+    walk: _Walk  # `_messages_shape`'s walk, set by it
 
-        if first is None:
-            head = content[0]
-            first = (i, 0, head.get("type") if type(head) is dict else None)
-        leading = prefix_open  # still inside the turn's leading run of tool_result blocks
-        blank_text: int | None = None  # first whitespace-only text block of this message
-        substance = False  # anything in this message besides whitespace-only text
-        for j, block in enumerate(content):
-            if type(block) is not dict:
-                raise _fail(f"messages.{i}.content.{j}: {_NOT_OBJECT}", i, j)
-            btype = block.get("type")
-            if "cache_control" in block or "citations" in block:
-                _check_block_extras(block, btype, i, j)
-            if btype == "tool_result":
-                substance = True
-                tool_use_id = block.get("tool_use_id")
-                # An id already seen on a tool_use passed the pattern there: skip the regex.
-                if type(tool_use_id) is not str or (tool_use_id not in seen_ids and id_match(tool_use_id) is None):
-                    raise _id_error(block, "tool_result", "tool_use_id", i, j)
-                result_content = block.get("content")
-                if type(result_content) is list:
-                    _check_tool_result_content(result_content, i, j)
-                elif result_content is not None and type(result_content) is not str:
-                    # pydantic's wording for a `str | list[block]` field given neither (closest documented).
-                    raise _fail(f"messages.{i}.content.{j}.tool_result.content: Input should be a valid list", i, j)
-                any_tool_block = True
-                results.append((i, j, tool_use_id, leading))
-                continue
-            if btype == "text":
-                text = block.get("text")
-                if type(text) is not str:
-                    raise _field_error(block, "text", "text", i, j)
-                if not text:
-                    if block.get("cache_control") is not None:
-                        raise _fail(
-                            f"messages.{i}.content.{j}.text: cache_control cannot be set for empty text blocks", i, j
-                        )
-                    if block_error is None:
-                        block_error = _rejection(_MSG_NONEMPTY_TEXT, i, j)
-                elif text.isspace():
-                    if blank_text is None:
-                        blank_text = j
-                else:
-                    substance = True
-                leading = False
-                continue
-            if btype is None:
-                raise _fail(f"messages.{i}.content.{j}: {_NO_TAG}", i, j)
-            substance = True
-            leading = False  # any other block ends the leading run of tool_results
-            if btype == "tool_use":
-                tool_use_id = block.get("id")
-                if type(tool_use_id) is not str or id_match(tool_use_id) is None:
-                    raise _id_error(block, "tool_use", "id", i, j)
-                if type(block.get("name")) is not str:
-                    raise _field_error(block, "tool_use", "name", i, j)
-                if type(block.get("input")) is not dict:
-                    raise _field_error(block, "tool_use", "input", i, j, "Input should be a valid dictionary")
-                if tool_use_id in seen_ids:
-                    if block_error is None:
-                        block_error = _rejection(f"messages.{i}.content.{j}: `tool_use` ids must be unique", i, j)
-                else:
-                    seen_ids.add(tool_use_id)
-                any_tool_block = True
-                uses.append((i, j, tool_use_id))
-            elif btype == "thinking":
-                thinking = block.get("thinking")
-                if type(thinking) is not str:
-                    raise _field_error(block, "thinking", "thinking", i, j)
-                signature = block.get("signature")
-                if type(signature) is not str:
-                    raise _field_error(block, "thinking", "signature", i, j)
-                if signed_by_sim and signature_error is None and signature != thinking_signature(thinking):
-                    signature_error = _rejection(
-                        f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block", i, j
-                    )
-            elif btype == "redacted_thinking":
-                if type(block.get("data")) is not str:
-                    raise _field_error(block, "redacted_thinking", "data", i, j)
-            elif type(btype) is not str or (btype not in _BLOCK_TYPES and not _is_server_block(btype)):
-                raise _fail(
-                    f"messages.{i}.content.{j}: Input tag '{btype}' found using 'type' does not match any of "
-                    f"the expected tags: {_BLOCK_TAGS}",
-                    i,
-                    j,
-                )
-        prefix_open = leading
-        # A whitespace-only text block next to other content passes (recorded: " " before
-        # tool_use blocks, answered 200); a message of nothing but blank text does not.
-        if blank_text is not None and not substance and block_error is None and not (i == last and role == "assistant"):
-            block_error = _rejection(_MSG_WHITESPACE_TEXT, i, blank_text)
+    def __init__(self, body: Any, needs_max_tokens: bool, signed_by_sim: bool, memo: ConversationValidator | None):
+        self.body: dict[str, Any] = body  # a dict once `_body_is_an_object` has passed
+        self.needs_max_tokens = needs_max_tokens  # False for count_tokens
+        self.signed_by_sim = signed_by_sim
+        self.memo = memo  # the conversation's validator, whose kept walks this request may resume
+        self.thinking_type: str | None = None  # `_thinking_setting`'s
+        self.tool_names_error: Rejection | None = None  # `_tool_definitions`'
+        self.scan: _ServerToolScan | None = None  # `_server_scan`'s
 
-    if snapshot_at == count and memo is not None:
-        # After the whole walk only closing the open turn (below) mutates anything: copy just the turns.
-        # fmt: off
-        memo._resume = (count, _sent_copy(messages, count, start, resume, memo.read_only), (
-            turns[:], role_now, first, uses, results, prefix_open, prev_uses, pairing_error, block_error,
-            seen_ids, any_tool_block, signature_error,
-        ))
-        # fmt: on
-    if role_now is not None:  # close the last turn
-        if role_now == "user" and pairing_error is None and (prev_uses or results):
-            pairing_error = _check_pair(prev_uses, results)
-        turns.append((role_now, first, uses, results))
 
-    thinking = get("thinking")
-    thinking_type = (
-        None if thinking is None else _check_thinking_config(thinking, max_tokens if needs_max_tokens else None)
-    )
-    tools = get("tools")
-    known = memo._tools if memo is not None else None
-    if known is not None and known[0] == tools:  # equal tools pass the same checks
-        tool_names_error = known[1]
-    else:
-        tool_names_error = _check_tools(tools)
-        if memo is not None:
-            memo._tools = (tools if memo.read_only else _copy_json(tools), tool_names_error)
+def _answer(request: _Request) -> Rejection | None:
+    """Walk `RULES` in order: the first rule that finds an offence gives the 400 (None: every rule passed)."""
+    try:
+        for rule in RULES:
+            rejection = rule(request)
+            if rejection is not None:
+                return rejection
+    except _Reject as exc:  # a schema error raised from inside a walk (a message, a block, a tool)
+        return exc.rejection
+    return None
 
-    # Request-level semantic rules, then the conversation's, in the real API's order.
-    if not count:
-        return _rejection("messages: at least one message is required", field="messages")
-    if thinking_type == "enabled" or thinking_type == "adaptive":
-        temperature = get("temperature")
-        if temperature is not None and temperature != 1:
-            return _rejection("`temperature` may only be set to 1 when thinking is enabled.", field="temperature")
-    if tool_names_error is not None:
-        return tool_names_error
-    if block_error is not None:
-        return block_error
-    # A final assistant turn with unanswered tool_use (prefill, pause_turn continuation) is accepted.
-    if pairing_error is not None:
-        return _at_merged_position(pairing_error, messages)
-    server_error = _check_server_tools_and_breakpoints(body, messages, memo)
-    if server_error is not None:
-        return server_error
-    if thinking_type == "enabled" or thinking_type == "adaptive":
-        thinking_error = _check_thinking_turn(turns)
-        if thinking_error is not None:
-            return thinking_error
-    elif thinking_type != "between_tools" and count and turns:
-        thinking_error = _check_final_without_thinking(messages, turns)
-        if thinking_error is not None:
-            return thinking_error
-    return signature_error
+
+def _body_is_an_object(r: _Request) -> Rejection | None:
+    """The body is a JSON object: "Input should be a valid dictionary or object to extract fields from"."""
+    return None if type(r.body) is dict else _rejection(_NOT_OBJECT)
+
+
+def _required_fields(r: _Request) -> Rejection | None:
+    """``max_tokens`` (not for count_tokens), ``messages`` and ``model`` are there: "max_tokens: Field required"."""
+    get = r.body.get
+    if r.needs_max_tokens and get("max_tokens") is None:
+        return _rejection("max_tokens: Field required", field="max_tokens")
+    if get("messages") is None:
+        return _rejection("messages: Field required", field="messages")
+    if get("model") is None:
+        return _rejection("model: Field required", field="model")
+    return None
+
+
+def _field_types(r: _Request) -> Rejection | None:
+    """"max_tokens: Input should be a valid integer", "messages: Input should be a valid list", "model: Input
+    should be a valid string"."""
+    get = r.body.get
+    if r.needs_max_tokens and not _is_int(get("max_tokens")):
+        return _rejection("max_tokens: Input should be a valid integer", field="max_tokens")
+    if type(get("messages")) is not list:
+        return _rejection("messages: Input should be a valid list", field="messages")
+    if type(get("model")) is not str:
+        return _rejection("model: Input should be a valid string", field="model")
+    return None
 
 
 # The request fields below (issue 19 item 7: cases a fuzzer found the real API refuses) are checked like
@@ -629,37 +472,456 @@ _TOOL_CHOICE_TYPES = ("any", "auto", "none", "tool")
 _TOOL_CHOICE_TAGS = ", ".join(f"'{t}'" for t in _TOOL_CHOICE_TYPES)
 
 
-def _check_fields(get: Any, needs_max_tokens: bool) -> None:
-    """Top-level fields beyond model/messages/max_tokens: system, tool_choice, metadata, stop_sequences, ..."""
-    if needs_max_tokens and get("max_tokens") < 1:
-        # pydantic ("greater than or equal to 1"); the fuzzed real API refused 0 and negatives.  (SDK 2.x
-        # docstrings mention max_tokens 0 for cache pre-warming; the measured API answered 400.)
-        raise _fail("max_tokens: Input should be greater than or equal to 1", field="max_tokens")
-    system = get("system")
-    if system is not None and type(system) is not str:
+def _max_tokens_at_least_one(r: _Request) -> Rejection | None:
+    """"max_tokens: Input should be greater than or equal to 1" (pydantic; the fuzzed real API refused 0 and
+    negatives.  SDK 2.x docstrings mention max_tokens 0 for cache pre-warming; the measured API answered 400.)"""
+    if r.needs_max_tokens and r.body["max_tokens"] < 1:
+        return _rejection("max_tokens: Input should be greater than or equal to 1", field="max_tokens")
+    return None
+
+
+def _optional_fields(r: _Request) -> Rejection | None:
+    """The optional top-level fields the body sets, each checked by its rule in `FIELD_RULES`, in that order."""
+    body = r.body
+    for field, rule in FIELD_RULES:
+        value = body.get(field)
+        if value is not None:
+            rejection = rule(value, body)
+            if rejection is not None:
+                return rejection
+    return None
+
+
+def _system_field(system: Any, body: dict[str, Any]) -> Rejection | None:
+    """``system`` is a string or a list of text blocks: "system: Input should be a valid list", "system.0.type:
+    Input should be 'text'", "system.0.text: Field required" (pydantic)."""
+    if type(system) is not str:
         if type(system) is not list:
-            raise _fail("system: Input should be a valid list", field="system")  # pydantic
+            return _rejection("system: Input should be a valid list", field="system")
         for k, block in enumerate(system):
             _check_system_block(block, k)
-    tool_choice = get("tool_choice")
-    if tool_choice is not None:
-        _check_tool_choice(tool_choice, get("tools"))
-    metadata = get("metadata")
-    if metadata is not None:
-        if type(metadata) is not dict:
-            raise _fail(f"metadata: {_NOT_OBJECT}", field="metadata")  # pydantic (model type)
-        user_id = metadata.get("user_id")
-        if user_id is not None and type(user_id) is not str:
-            raise _fail("metadata.user_id: Input should be a valid string", field="metadata.user_id")  # pydantic
-    stops = get("stop_sequences")
-    if stops is not None:
-        if type(stops) is not list:
-            raise _fail("stop_sequences: Input should be a valid list", field="stop_sequences")  # pydantic
-        for k, stop in enumerate(stops):
-            if type(stop) is not str:
-                raise _fail(f"stop_sequences.{k}: Input should be a valid string", field=f"stop_sequences[{k}]")
-    if get("cache_control") is not None:
-        _check_cache_control(get("cache_control"), "cache_control", "cache_control")
+    return None
+
+
+def _tool_choice_field(tool_choice: Any, body: dict[str, Any]) -> Rejection | None:
+    """``tool_choice`` is one of its tagged kinds, naming a listed tool: "tool_choice: Input tag 'x' found using
+    'type' does not match any of the expected tags: 'any', 'auto', 'none', 'tool'", "Tool 'x' not found in
+    provided tools" (real)."""
+    _check_tool_choice(tool_choice, body.get("tools"))
+    return None
+
+
+def _metadata_field(metadata: Any, body: dict[str, Any]) -> Rejection | None:
+    """``metadata`` is an object whose ``user_id`` is a string: "metadata.user_id: Input should be a valid string"
+    (pydantic)."""
+    if type(metadata) is not dict:
+        return _rejection(f"metadata: {_NOT_OBJECT}", field="metadata")  # pydantic (model type)
+    user_id = metadata.get("user_id")
+    if user_id is not None and type(user_id) is not str:
+        return _rejection("metadata.user_id: Input should be a valid string", field="metadata.user_id")
+    return None
+
+
+def _stop_sequences_field(stops: Any, body: dict[str, Any]) -> Rejection | None:
+    """``stop_sequences`` is a list of strings: "stop_sequences.0: Input should be a valid string" (pydantic)."""
+    if type(stops) is not list:
+        return _rejection("stop_sequences: Input should be a valid list", field="stop_sequences")
+    for k, stop in enumerate(stops):
+        if type(stop) is not str:
+            return _rejection(f"stop_sequences.{k}: Input should be a valid string", field=f"stop_sequences[{k}]")
+    return None
+
+
+def _cache_control_field(cache_control: Any, body: dict[str, Any]) -> Rejection | None:
+    """The automatic ``cache_control`` is an ephemeral one: "cache_control: Input tag 'x' found using 'type' does
+    not match any of the expected tags: 'ephemeral'" (pydantic, tagged union)."""
+    _check_cache_control(cache_control, "cache_control", "cache_control")
+    return None
+
+
+#: The optional top-level fields' rules, in the order the API reports them (as jsonschema's keywords: each field's
+#: rule runs when the body sets it).
+FIELD_RULES: tuple[tuple[str, Callable[[Any, dict[str, Any]], Rejection | None]], ...] = (
+    ("system", _system_field),
+    ("tool_choice", _tool_choice_field),
+    ("metadata", _metadata_field),
+    ("stop_sequences", _stop_sequences_field),
+    ("cache_control", _cache_control_field),
+)
+
+
+def _messages_shape(r: _Request) -> Rejection | None:
+    """Every message's shape, in order, the first schema error raised at once in pydantic's wording
+    ("messages.1.role: Input should be 'user', 'assistant' or 'system'", "messages.0.content.1.tool_use.id: String
+    should match pattern '^[a-zA-Z0-9_-]+$'", "messages.0.content.0: Input tag 'x' found using 'type' does not match
+    any of the expected tags: ...").  The one walk over the messages: it also keeps, for the rules after it, the
+    turns and the first offence of each of their kinds (`_Walk`); a conversation's next request resumes it."""
+    messages: list[Any] = r.body["messages"]
+    memo = r.memo
+    count = len(messages)
+    walk, start, keep_at, resume = _resumed_walk(messages, r.signed_by_sim, memo)
+    final, signed = count - 1, r.signed_by_sim
+    for i in range(start, count):
+        if i == keep_at and memo is not None:
+            memo._resume = (i, _sent_copy(messages, i, start, resume, memo.read_only), walk.copy())
+        _walk_message(walk, messages[i], i, i == final, signed)
+    if keep_at == count and memo is not None:
+        # Nothing changes the walk after its last message (the rules read the open turn as it is): no copy.
+        memo._resume = (count, _sent_copy(messages, count, start, resume, memo.read_only), walk)
+    r.walk = walk
+    return None
+
+
+def _thinking_setting(r: _Request) -> Rejection | None:
+    """``thinking`` is one of its tagged kinds with a budget of at least 1,024 below ``max_tokens``:
+    "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024", "`max_tokens` must be greater
+    than `thinking.budget_tokens`." (real)."""
+    thinking = r.body.get("thinking")
+    if thinking is not None:
+        r.thinking_type = _check_thinking_config(thinking, r.body["max_tokens"] if r.needs_max_tokens else None)
+    return None
+
+
+def _tool_definitions(r: _Request) -> Rejection | None:
+    """Each tool's shape: "tools.0.custom.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'",
+    "tools.0.custom.input_schema.type: Input should be 'object'" (real).  Keeps `_unique_tool_names`' finding."""
+    tools, memo = r.body.get("tools"), r.memo
+    known = memo._tools if memo is not None else None
+    if known is not None and known[0] == tools:  # equal tools pass the same checks
+        r.tool_names_error = known[1]
+    else:
+        r.tool_names_error = _check_tools(tools)
+        if memo is not None:
+            memo._tools = (tools if memo.read_only else _copy_json(tools), r.tool_names_error)
+    return None
+
+
+def _at_least_one_message(r: _Request) -> Rejection | None:
+    """`_MSG_AT_LEAST_ONE`: "messages: at least one message is required"."""
+    return None if r.body["messages"] else _rejection(_MSG_AT_LEAST_ONE, field="messages")
+
+
+def _temperature_with_thinking(r: _Request) -> Rejection | None:
+    """`_MSG_TEMPERATURE`: with thinking on, ``temperature`` is 1 or unset."""
+    if r.thinking_type == "enabled" or r.thinking_type == "adaptive":
+        temperature = r.body.get("temperature")
+        if temperature is not None and temperature != 1:
+            return _rejection(_MSG_TEMPERATURE, field="temperature")
+    return None
+
+
+def _unique_tool_names(r: _Request) -> Rejection | None:
+    """`_MSG_UNIQUE_TOOL_NAMES`: "tools: Tool names must be unique." (found by `_tool_definitions`)."""
+    return r.tool_names_error
+
+
+def _content_and_ids(r: _Request) -> Rejection | None:
+    """The first, in message order, of: a message with no content (`_MSG_EMPTY_CONTENT`), an empty text block
+    (`_MSG_NONEMPTY_TEXT`), a message of nothing but whitespace text (`_MSG_WHITESPACE_TEXT`), a ``tool_use`` id
+    seen before (`_MSG_UNIQUE_IDS`).  The optional final assistant message may be empty (a prefill)."""
+    return r.walk.block_error
+
+
+def _tool_pairing(r: _Request) -> Rejection | None:
+    """Each ``tool_use`` answered at the start of the next user turn (`_MSG_MISSING_RESULT`), each ``tool_result``
+    answering a ``tool_use`` of the turn before (`_MSG_STRAY_RESULT`), positions named after the API merges
+    consecutive same-role messages.  A final assistant turn's unanswered calls (a prefill, a ``pause_turn``
+    continuation) are accepted."""
+    error = r.walk.last_pairing_error()
+    return None if error is None else _at_merged_position(error, r.body["messages"])
+
+
+def _server_tool_results(r: _Request) -> Rejection | None:
+    """`_MSG_SERVER_UNANSWERED`: a ``server_tool_use`` left without its result.
+
+    Accepted only where the real API takes it: in the final assistant turn (a ``pause_turn`` continuation: the
+    API runs the call and its reply opens with the result), or in the assistant turn right before a final user
+    turn of nothing but ``tool_result`` blocks (the call in flight beside client calls).  Anything after that is
+    a 400 naming the call (pydantic-ai measured both shapes on claude-sonnet-4-5: ``test_unpaired_native_tool_calls``,
+    whose in-flight request is recorded as accepted).  ``mcp_tool_use`` is not checked (no exact text).
+    """
+    scan = _server_scan(r)
+    return _unanswered_server_use(r.body["messages"], scan.unanswered) if scan.unanswered else None
+
+
+def _cache_breakpoints(r: _Request) -> Rejection | None:
+    """`_MSG_CACHE_BREAKPOINTS`: at most 4 ``cache_control`` breakpoints, counted as the API counts them: blocks
+    with ``cache_control`` in ``system``, in ``tools``, in every message (blocks inside a ``tool_result`` too), and
+    the top-level automatic ``cache_control``, which takes one of the four slots."""
+    body = r.body
+    count = _server_scan(r).breakpoints + (body.get("cache_control") is not None)
+    for part in (body.get("system"), body.get("tools")):
+        if type(part) is list:
+            for b in part:
+                if type(b) is dict and b.get("cache_control") is not None:
+                    count += 1
+    if count > _MAX_BREAKPOINTS:
+        return _rejection(_MSG_CACHE_BREAKPOINTS.format(n=count), field="cache_control")
+    return None
+
+
+def _thinking_opens_the_tool_turn(r: _Request) -> Rejection | None:
+    """`_MSG_THINKING_FIRST`: with thinking on, the assistant turn holding the lastmost ``tool_use`` opens with a
+    thinking block."""
+    if r.thinking_type != "enabled" and r.thinking_type != "adaptive":
+        return None
+    turns = r.walk.all_turns()
+    start = 0
+    for index in range(len(turns) - 1, -1, -1):
+        role, _, _, results = turns[index]
+        if role == "user" and not results:
+            start = index + 1  # the last genuine user turn: the current assistant turn starts after it
+            break
+    current = turns[start:]
+    if not current or current[0][0] != "assistant" or not any(turn[2] for turn in current):
+        return None
+    first = current[0][1]
+    if first is None or first[2] in _THINKING_BLOCKS:
+        return None
+    i, j, found = first
+    return _rejection(f"messages.{i}.content.{j}.type: " + _MSG_THINKING_FIRST.format(found=found), i, j)
+
+
+def _no_thinking_in_final_message(r: _Request) -> Rejection | None:
+    """`_MSG_THINKING_DISABLED`: with thinking off (not ``between_tools``), the final assistant message holds no
+    thinking block."""
+    walk = r.walk
+    if (r.thinking_type is not None and r.thinking_type != "disabled") or walk.role is None:
+        return None
+    messages = r.body["messages"]
+    role, first = walk.role, walk.first  # the final turn's
+    if messages[-1].get("role") != "assistant" or role != "assistant" or first is None:
+        return None
+    for i in range(first[0], len(messages)):
+        message = messages[i]
+        content = message.get("content")
+        if message.get("role") == "assistant" and type(content) is list:
+            for j, block in enumerate(content):
+                if block.get("type") in _THINKING_BLOCKS:
+                    return _rejection(f"messages.{i}.content.{j}: {_MSG_THINKING_DISABLED}", i, j)
+    return None
+
+
+def _thinking_signatures(r: _Request) -> Rejection | None:
+    """`_MSG_BAD_SIGNATURE`: with ``signed_by_sim``, every thinking block carries `thinking_signature` of its text
+    (the simulator wrote every assistant turn: an edited or made-up thinking block is caught as the API does)."""
+    return r.walk.signature_error
+
+
+#: The rules in the order the real API reports them: the schema layer (raised at once), then the request's rules.
+RULES: tuple[Callable[[_Request], Rejection | None], ...] = (
+    _body_is_an_object,
+    _required_fields,
+    _field_types,
+    _max_tokens_at_least_one,
+    _optional_fields,
+    _messages_shape,
+    _thinking_setting,
+    _tool_definitions,
+    _at_least_one_message,
+    _temperature_with_thinking,
+    _unique_tool_names,
+    _content_and_ids,
+    _tool_pairing,
+    _server_tool_results,
+    _cache_breakpoints,
+    _thinking_opens_the_tool_turn,
+    _no_thinking_in_final_message,
+    _thinking_signatures,
+)
+
+
+# --------------------------------------------------------------------------- the walk over the messages
+
+
+def _resumed_walk(
+    messages: list[Any], signed_by_sim: bool, memo: ConversationValidator | None
+) -> tuple[_Walk, int, int, tuple[int, list[Any], _Walk] | None]:
+    """Where a request's walk starts: (the walk so far, the message it goes on from, where to keep a walk for the
+    next request (-1: nowhere), what the conversation had kept).  A kept walk is taken up when the request's
+    messages start with messages equal to those it was taken after."""
+    if memo is None or memo.signed_by_sim != signed_by_sim:
+        return _Walk(), 0, -1, None
+    count = len(messages)
+    final = messages[count - 1] if count else None
+    # Only a final assistant message is walked differently for being last (prefill rules).
+    keep_at = count if type(final) is dict and final.get("role") in ("user", "system") else count - 1
+    resume = memo._resume
+    if resume is not None:
+        at, before, walk = resume
+        # Equal messages walk to the same state; equal to the copy, so an in-place edit is seen.
+        # (A walk kept before an assistant message at `at` needs messages after it: at < count.)
+        if at < count and messages[:at] == before:  # before: the copy kept of what was sent
+            memo._resume = None  # this walk changes the kept one: it leaves a new one instead
+            return walk, at, keep_at, resume
+    return _Walk(), 0, keep_at, resume
+
+
+def _walk_message(walk: _Walk, message: Any, i: int, final: bool, signed: bool) -> None:
+    """One message: its role and content (raising the first schema error), the turns it opens or extends."""
+    if type(message) is not dict:
+        raise _fail(f"messages.{i}: {_NOT_OBJECT}", i)
+    role = message.get("role")
+    if role is None:
+        raise _fail(f"messages.{i}.role: Field required", i, field="role")
+    if role != "user" and role != "assistant":
+        if role != "system":
+            raise _fail(f"messages.{i}.role: Input should be 'user', 'assistant' or 'system'", i, field="role")
+        # System messages (SDK 1.x+) sit outside the user/assistant turn structure:
+        # they neither merge with nor separate the turns around them.
+        _check_system_message(message, i)
+        return
+    content = message.get("content")
+    if content is None:
+        raise _fail(f"messages.{i}.content: Field required", i, field="content")
+    if role != walk.role:  # close the open turn, pairing a user turn's tool_results with the calls before it
+        if walk.role == "user":
+            if walk.pairing_error is None and (walk.prev_uses or walk.results):
+                walk.pairing_error = _check_pair(walk.prev_uses, walk.results)
+            walk.prev_uses = _NO_USES
+        elif walk.role is not None:
+            walk.prev_uses = walk.uses
+        if walk.role is not None:
+            walk.turns.append((walk.role, walk.first, walk.uses, walk.results))
+        walk.role, walk.first, walk.uses, walk.results, walk.prefix_open = role, None, [], [], True
+    may_be_empty = final and role == "assistant"  # the optional final assistant message (a prefill)
+    if type(content) is str:
+        if walk.block_error is None and not may_be_empty and (not content or content.isspace()):
+            walk.block_error = _empty_content(i) if not content else _rejection(_MSG_WHITESPACE_TEXT, i, 0)
+        if walk.first is None:
+            walk.first = (i, 0, "text")
+        walk.prefix_open = False
+    elif type(content) is not list:
+        raise _fail(f"messages.{i}.content: Input should be a valid string or a list of content blocks", i)
+    elif not content:
+        if walk.block_error is None and not may_be_empty:
+            walk.block_error = _empty_content(i)
+    else:
+        _walk_blocks(walk, content, i, may_be_empty, signed)
+
+
+def _walk_blocks(walk: _Walk, content: list[Any], i: int, may_be_empty: bool, signed: bool) -> None:
+    """A message's content blocks, each checked by the rule for its type (`_BLOCK_RULES`)."""
+    if walk.first is None:
+        head = content[0]
+        walk.first = (i, 0, head.get("type") if type(head) is dict else None)
+    leading = walk.prefix_open  # still inside the turn's leading run of tool_result blocks
+    blank_text: int | None = None  # first whitespace-only text block of this message
+    substance = False  # anything in this message besides whitespace-only text
+    for j, block in enumerate(content):
+        if type(block) is not dict:
+            raise _fail(f"messages.{i}.content.{j}: {_NOT_OBJECT}", i, j)
+        btype = block.get("type")
+        if "cache_control" in block or "citations" in block:
+            _check_block_extras(block, btype, i, j)
+        if btype == "tool_result":
+            _tool_result_block(walk, block, i, j, leading)
+            substance = True
+            continue
+        if btype == "text":
+            text = block.get("text")
+            if type(text) is not str or not text:
+                _empty_text_block(walk, block, i, j)  # raises, or keeps `_MSG_NONEMPTY_TEXT`
+            elif not text.isspace():
+                substance = True
+            elif blank_text is None:
+                blank_text = j
+            leading = False
+            continue
+        if btype is None:
+            raise _fail(f"messages.{i}.content.{j}: {_NO_TAG}", i, j)
+        substance = True
+        leading = False  # any other block ends the leading run of tool_results
+        rule = _BLOCK_RULES.get(btype) if type(btype) is str else None
+        if rule is not None:
+            rule(walk, block, i, j, signed)
+        elif type(btype) is not str or (btype not in _BLOCK_TYPES and not _is_server_block(btype)):
+            raise _fail(
+                f"messages.{i}.content.{j}: Input tag '{btype}' found using 'type' does not match any of "
+                f"the expected tags: {_BLOCK_TAGS}",
+                i,
+                j,
+            )
+    walk.prefix_open = leading
+    # A whitespace-only text block next to other content passes (recorded: " " before
+    # tool_use blocks, answered 200); a message of nothing but blank text does not.
+    if blank_text is not None and not substance and walk.block_error is None and not may_be_empty:
+        walk.block_error = _rejection(_MSG_WHITESPACE_TEXT, i, blank_text)
+
+
+def _tool_result_block(walk: _Walk, block: dict[str, Any], i: int, j: int, leading: bool) -> None:
+    """"messages.0.content.0.tool_result.tool_use_id: String should match pattern '^[a-zA-Z0-9_-]+$'", and its
+    content a string or a list of text, image, document, search result, ... blocks."""
+    tool_use_id = block.get("tool_use_id")
+    # An id already seen on a tool_use passed the pattern there: skip the regex.
+    if type(tool_use_id) is not str or (tool_use_id not in walk.seen_ids and _ID_RE.fullmatch(tool_use_id) is None):
+        raise _id_error(block, "tool_result", "tool_use_id", i, j)
+    result_content = block.get("content")
+    if type(result_content) is list:
+        _check_tool_result_content(result_content, i, j)
+    elif result_content is not None and type(result_content) is not str:
+        # pydantic's wording for a `str | list[block]` field given neither (closest documented).
+        raise _fail(f"messages.{i}.content.{j}.tool_result.content: Input should be a valid list", i, j)
+    walk.results.append((i, j, tool_use_id, leading))
+
+
+def _empty_text_block(walk: _Walk, block: dict[str, Any], i: int, j: int) -> None:
+    """A text block without text: "messages.0.content.0.text.text: Field required", "messages.0.content.0.text:
+    cache_control cannot be set for empty text blocks" (at once), else `_MSG_NONEMPTY_TEXT` (kept)."""
+    if type(block.get("text")) is not str:
+        raise _field_error(block, "text", "text", i, j)
+    if block.get("cache_control") is not None:
+        raise _fail(f"messages.{i}.content.{j}.text: cache_control cannot be set for empty text blocks", i, j)
+    if walk.block_error is None:
+        walk.block_error = _rejection(_MSG_NONEMPTY_TEXT, i, j)
+
+
+def _tool_use_block(walk: _Walk, block: dict[str, Any], i: int, j: int, signed: bool) -> None:
+    """An id matching ``^[a-zA-Z0-9_-]+$``, a string ``name`` and an object ``input`` (pydantic: "messages.1.content.0
+    .tool_use.input: Input should be a valid dictionary"); an id seen before is `_MSG_UNIQUE_IDS`."""
+    tool_use_id = block.get("id")
+    if type(tool_use_id) is not str or _ID_RE.fullmatch(tool_use_id) is None:
+        raise _id_error(block, "tool_use", "id", i, j)
+    if type(block.get("name")) is not str:
+        raise _field_error(block, "tool_use", "name", i, j)
+    if type(block.get("input")) is not dict:
+        raise _field_error(block, "tool_use", "input", i, j, "Input should be a valid dictionary")
+    if tool_use_id in walk.seen_ids:
+        if walk.block_error is None:
+            walk.block_error = _rejection(_MSG_UNIQUE_IDS.format(i=i, j=j), i, j)
+    else:
+        walk.seen_ids.add(tool_use_id)
+    walk.uses.append((i, j, tool_use_id))
+
+
+def _thinking_block(walk: _Walk, block: dict[str, Any], i: int, j: int, signed: bool) -> None:
+    """String ``thinking`` and ``signature`` ("messages.1.content.0.thinking.signature: Field required"); with
+    ``signed``, the first signature that is not the simulator's is kept for `_thinking_signatures`."""
+    thinking = block.get("thinking")
+    if type(thinking) is not str:
+        raise _field_error(block, "thinking", "thinking", i, j)
+    signature = block.get("signature")
+    if type(signature) is not str:
+        raise _field_error(block, "thinking", "signature", i, j)
+    if signed and walk.signature_error is None and signature != thinking_signature(thinking):
+        walk.signature_error = _rejection(_MSG_BAD_SIGNATURE.format(i=i, j=j), i, j)
+
+
+def _redacted_thinking_block(walk: _Walk, block: dict[str, Any], i: int, j: int, signed: bool) -> None:
+    """A string ``data``: "messages.1.content.0.redacted_thinking.data: Field required"."""
+    if type(block.get("data")) is not str:
+        raise _field_error(block, "redacted_thinking", "data", i, j)
+
+
+#: The block types with rules of their own beyond their tag (text and tool_result are walked inline).
+_BLOCK_RULES: dict[str, Callable[[_Walk, dict[str, Any], int, int, bool], None]] = {
+    "tool_use": _tool_use_block,
+    "thinking": _thinking_block,
+    "redacted_thinking": _redacted_thinking_block,
+}
+
+
+# --------------------------------------------------------------------------- the rules' helpers
 
 
 def _check_system_block(block: Any, k: int) -> None:
@@ -830,26 +1092,21 @@ def _scan_server_tools(messages: list[Any], scan: _ServerToolScan) -> None:
                 if type(use_id) is str:
                     unanswered[use_id] = (i, j, str(block.get("name")))
             elif unanswered and type(btype) is str and btype.endswith("_tool_result"):
-                unanswered.pop(block.get("tool_use_id"), None)  # type: ignore[arg-type]
+                answered = block.get("tool_use_id")
+                if type(answered) is str:  # (any other id answers no call: a list or an object is no dict key)
+                    unanswered.pop(answered, None)
     scan.at, scan.messages, scan.breakpoints = len(messages), messages, breakpoints
 
 
-def _check_server_tools_and_breakpoints(
-    body: dict[str, Any], messages: list[Any], memo: ConversationValidator | None
-) -> Rejection | None:
-    """A ``server_tool_use`` left without its result, and more than 4 ``cache_control`` breakpoints.
 
-    A server call with no result block after it is accepted only where the real API takes it: in the
-    final assistant turn (a ``pause_turn`` continuation: the API runs the call and its reply opens with
-    the result), or in the assistant turn right before a final user turn of nothing but ``tool_result``
-    blocks (the call in flight beside client calls).  Anything after that is a 400 naming the call
-    (pydantic-ai measured both shapes on claude-sonnet-4-5: ``test_unpaired_native_tool_calls``, whose
-    in-flight request is recorded as accepted).  ``mcp_tool_use`` is not checked (no exact text).
-
-    Breakpoints are counted as the API counts them: blocks with ``cache_control`` in ``system``, in
-    ``tools``, in every message (blocks inside a ``tool_result`` too), and the top-level automatic
-    ``cache_control``, which takes one of the four slots.
-    """
+def _server_scan(r: _Request) -> _ServerToolScan:
+    """The request's server calls and breakpoints (`_ServerToolScan`), walked once for both rules; a conversation's
+    next request walks only the messages it added."""
+    scan = r.scan
+    if scan is not None:
+        return scan
+    messages: list[Any] = r.body["messages"]
+    memo = r.memo
     scan = memo._servertools if memo is not None else None
     if scan is None or scan.at > len(messages) or messages[: scan.at] != (
         scan.messages if len(scan.messages) == scan.at else scan.messages[: scan.at]
@@ -858,21 +1115,8 @@ def _check_server_tools_and_breakpoints(
     _scan_server_tools(messages, scan)  # what this request added to the last one's messages (all of a new one)
     if memo is not None:
         memo._servertools = scan
-
-    if scan.unanswered:
-        rejection = _unanswered_server_use(messages, scan.unanswered)
-        if rejection is not None:
-            return rejection
-
-    count = scan.breakpoints + (body.get("cache_control") is not None)
-    for part in (body.get("system"), body.get("tools")):
-        if type(part) is list:
-            for b in part:
-                if type(b) is dict and b.get("cache_control") is not None:
-                    count += 1
-    if count > _MAX_BREAKPOINTS:
-        return _rejection(_MSG_CACHE_BREAKPOINTS.format(n=count), field="cache_control")
-    return None
+    r.scan = scan
+    return scan
 
 
 def _unanswered_server_use(messages: list[Any], unanswered: dict[str, tuple[int, int, str]]) -> Rejection | None:
@@ -913,9 +1157,7 @@ def _is_server_block(btype: Any) -> bool:
 
 
 def _empty_content(i: int) -> Rejection:
-    return _rejection(
-        f"messages.{i}: all messages must have non-empty content except for the optional final assistant message", i
-    )
+    return _rejection(_MSG_EMPTY_CONTENT.format(i=i), i)
 
 
 def _check_system_message(message: dict[str, Any], i: int) -> None:
@@ -1057,56 +1299,12 @@ def _pairing_error(uses: _Uses, results: _Results) -> Rejection | None:
     if stray:
         i, j = stray[0][0], stray[0][1]
         ids = ", ".join(dict.fromkeys(result[2] for result in stray))
-        return _rejection(
-            f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: {ids}. "
-            "Each `tool_result` block must have a corresponding `tool_use` block in the previous message.",
-            i,
-            j,
-        )
+        return _rejection(_MSG_STRAY_RESULT.format(i=i, j=j, ids=ids), i, j)
     answered = {result[2] for result in results if result[3]}
     missing = [use for use in uses if use[2] not in answered]
     if missing:
         i, j = missing[0][0], missing[0][1]
         ids = ", ".join(dict.fromkeys(use[2] for use in missing))
-        return _rejection(
-            f"messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately after: {ids}. "
-            "Each `tool_use` block must have a corresponding `tool_result` block in the next message.",
-            i,
-            j,
-        )
+        return _rejection(_MSG_MISSING_RESULT.format(i=i, ids=ids), i, j)
     return None  # answered out of order, or more than once: accepted
 
-
-def _check_thinking_turn(turns: list[_TurnInfo]) -> Rejection | None:
-    """With thinking on, the assistant turn holding the lastmost tool_use must open with thinking."""
-    start = 0
-    for index in range(len(turns) - 1, -1, -1):
-        role, _, _, results = turns[index]
-        if role == "user" and not results:
-            start = index + 1  # the last genuine user turn: the current assistant turn starts after it
-            break
-    current = turns[start:]
-    if not current or current[0][0] != "assistant" or not any(turn[2] for turn in current):
-        return None
-    first = current[0][1]
-    if first is None or first[2] in _THINKING_BLOCKS:
-        return None
-    i, j, found = first
-    return _rejection(f"messages.{i}.content.{j}.type: " + _MSG_THINKING_FIRST.format(found=found), i, j)
-
-
-def _check_final_without_thinking(messages: list[Any], turns: list[_TurnInfo]) -> Rejection | None:
-    """With thinking off, the final assistant message may not contain thinking blocks."""
-    role, first, _, _ = turns[-1]
-    if messages[-1].get("role") != "assistant" or role != "assistant":
-        return None
-    if first is None:
-        return None
-    for i in range(first[0], len(messages)):
-        message = messages[i]
-        content = message.get("content")
-        if message.get("role") == "assistant" and type(content) is list:
-            for j, block in enumerate(content):
-                if block.get("type") in _THINKING_BLOCKS:
-                    return _rejection(f"messages.{i}.content.{j}: {_MSG_THINKING_DISABLED}", i, j)
-    return None
