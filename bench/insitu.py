@@ -33,7 +33,7 @@ import simloop.sim
 from simloop._runtime.clock import VirtualClock
 from simloop._runtime.watchdog import Watchdog
 from simloop.protocol import validate
-from simloop.wire import server, transport
+from simloop.wire import answer, bodies, server, transport
 
 CPU: dict[str, int] = defaultdict(int)
 CALLS: dict[str, int] = defaultdict(int)
@@ -43,12 +43,12 @@ PIECES: dict[str, tuple[Any, str]] = {
     "transport": (transport.SimTransport, "handle_request"),  # the whole simulated call
     "server": (server.SimServer, "handle"),
     "validator": (validate.ConversationValidator, "validate"),
-    "parser": (server._BodyParser, "parse"),
+    "parser": (bodies._BodyParser, "parse"),
     "response": (transport, "_response"),
     "headers": (transport, "_headers"),
-    "render": (server, "render_message"),  # the streamed and OpenAI replies'
-    "render_json": (server, "render_message_json"),  # a JSON reply's message and body
-    "turn": (server, "_turn"),
+    "render": (answer, "render_message"),  # the streamed and OpenAI replies'
+    "render_json": (answer, "render_message_json"),  # a JSON reply's message and body
+    "turn": (answer, "_turn"),
     "deliver": (server.SimServer, "deliver"),
     "sim_init": (simloop.sim.Sim, "__init__"),
     "client": (simloop.sim, "_sdk_client"),

@@ -1,4 +1,4 @@
-"""The simulator's incremental body parser (`simloop.wire.server._BodyParser`) always gives what a full parse gives.
+"""The simulator's incremental body parser (`simloop.wire.bodies._BodyParser`) always gives what a full parse gives.
 
 A loop resends its history plus a turn on every call; the parser parses only the added bytes when the new
 body is the previous one with messages appended.  Every other body (a retry, a changed prefix or tail, a
@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic_core import from_json
 
-from simloop.wire.server import _BodyParser, _settings_bytes, request_tokens
+from simloop.wire.bodies import _BodyParser, _settings_bytes, request_tokens
 
 _texts = st.text(alphabet="ab ]\",[{}", max_size=6)
 _messages = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant"]), "content": _texts}),

@@ -1,9 +1,9 @@
 """Which logical model call a request belongs to: an SDK retry joins the call whose body it repeats.
 
-`SimServer._call_number` keeps a small body as itself and a large one as its digest; both must number
-the same way: a retry (``x-stainless-retry-count`` > 0) of a body joins its latest call, the same body
-sent again without the header is a new call (which later retries then join), and a different body of
-the same length is never taken for it.
+`simloop.wire.bodies.CallNumbers` (what `SimServer` numbers calls with) keeps a small body as itself and
+a large one as its digest; both must number the same way: a retry (``x-stainless-retry-count`` > 0) of a
+body joins its latest call, the same body sent again without the header is a new call (which later retries
+then join), and a different body of the same length is never taken for it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,52 @@
+"""The server's parts (`simloop.wire`) work alone, without a `SimServer`: each concern is testable by itself.
+
+`CallNumbers` numbers model calls as the SDK's retries require, `MessageThreads` keeps what a ``continue``
+request stands for (and refuses what the real API refuses), `ReplyKinds` answers each reply's kind once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simloop.scenario import Reply
+from simloop.wire.answer import ReplyKinds
+from simloop.wire.bodies import CallNumbers
+from simloop.wire.threads import MessageThreads
+
+
+def test_call_numbers_join_retries_to_their_call_and_resends_to_a_new_one() -> None:
+    numbers = CallNumbers()
+    assert [numbers.number(0, b"a"), numbers.number(1, b"a"), numbers.number(0, b"b"), numbers.number(0, b"a"),
+            numbers.number(2, b"a"), numbers.number(1, b"b")] == [1, 1, 2, 3, 3, 2]
+    assert numbers.calls == 3
+
+
+def _message(id: str, text: str) -> dict[str, Any]:
+    return {"id": id, "stop_reason": "end_turn", "content": [{"type": "text", "text": text}]}
+
+
+def test_a_thread_continuation_stands_for_its_whole_history_once() -> None:
+    threads = MessageThreads()
+    first = {"model": "m", "system": "be brief", "messages": [{"role": "user", "content": "hi"}],
+             "thread": {"type": "new"}}
+    effective, history, refused = threads.expand(first)
+    assert (effective, history, refused) == (first, 0, None)
+    threads.store(first, effective, _message("msg_1", "hello"))
+    more = {"model": "m", "messages": [{"role": "user", "content": "again"}],
+            "thread": {"type": "continue", "previous_message_id": "msg_1"}}
+    effective, history, refused = threads.expand(more)
+    assert refused is None and effective["system"] == "be brief" and history > 0
+    assert [m["role"] for m in effective["messages"]] == ["user", "assistant", "user"]
+    threads.store(more, effective, _message("msg_2", "hello again"))
+    rejection = threads.expand(more)[2]  # msg_1's thread was continued already
+    assert rejection is not None and rejection.details == {"error_code": "thread_already_continued"}
+    unknown = {**more, "thread": {"type": "continue", "previous_message_id": "msg_9"}}
+    rejection = threads.expand(unknown)[2]
+    assert rejection is not None and rejection.details == {"error_code": "thread_not_found"}
+
+
+def test_reply_kinds_are_the_replies_own() -> None:
+    kinds = ReplyKinds()
+    end, fault = Reply(end_turn="done"), Reply(error=529)
+    assert [kinds.kind(end), kinds.kind(fault), kinds.kind(end)] == [end.kind, fault.kind, end.kind]
+    assert fault.kind == "error" and end.kind != "error"
