@@ -4,6 +4,11 @@ A loop under test sleeps for backoff, waits on timeouts and checks deadlines.  I
 on a `VirtualClock`, so minutes of simulated latency, retries and backoff take milliseconds and every run
 with the same seed reads the same times.
 
+Where each piece lives: this module holds the `VirtualClock` (each thread's own time included) and the
+`VirtualTimeEventLoop`; the real clocks and `RealTimeThread` are `simloop._runtime.realtime`'s, which thread runs on
+which clock and what was replaced `simloop._runtime.registry`'s, the ``datetime`` substitutes
+`simloop._runtime.datetimes`'s, and what a run patches, installed and put back, `simloop._runtime.patches`'s.
+
 Why our own clock (research: ``shared/research/libs.md`` §1)
     No library makes both ``time.sleep`` and asyncio sleeps instant and deterministic.  freezegun does not
     patch ``time.sleep`` at all, and it freezes ``time.monotonic``/``perf_counter``, so ``asyncio.sleep``
@@ -14,7 +19,7 @@ Why the core clock is never freezegun's frozen monotonic
     Freezing ``time.monotonic`` for the whole process stops every asyncio timer, makes Hypothesis report a
     false ``DeadlineExceeded``, and breaks pytest-timeout and xdist's threads.  freezegun's enter scans
     every loaded module (20-30 ms each time once anthropic is imported, E3), and its scan even rewrites
-    module globals that hold the real functions (E9).  So our real clocks live in a container (`REAL`).
+    module globals that hold the real functions (E9).  So our real clocks live in a container (`simloop._runtime.realtime.REAL`).
     freezegun stays supported as a user's choice: a ``freeze_time`` around or inside a Sim keeps working.
     Every virtual advance ``tick()``s the active freezegun factories.  While we are patched,
     ``freezegun.api.real_*`` point at our functions, so freezegun's exit restores ours and not the C ones.
