@@ -99,7 +99,7 @@ def test_the_clock_does_not_import_the_watchdog() -> None:
 
 #: Virtual time's pieces below the clock (docs/design.md, Virtual time): each its own job, none reaching up to it.
 CLOCK_PARTS = ("simloop._runtime.realtime", "simloop._runtime.registry", "simloop._runtime.datetimes",
-               "simloop._runtime.patches", "simloop._runtime.aliases")
+               "simloop._runtime.patches", "simloop._runtime.aliases", "simloop._runtime.threadtime")
 
 
 def test_virtual_times_pieces_stand_below_the_clock() -> None:

@@ -8,7 +8,7 @@ command line; `tests/test_layout.py`), and what it needs of them is passed in.
 * what the loop runs on: ``clock`` (the `VirtualClock` and its event loop), ``patches`` (what a run patches,
   installed and put back), ``datetimes`` (the ``datetime`` substitutes), ``aliases`` (the loop's
   ``from time import monotonic`` names the clock rebinds), ``realtime`` (the real clocks, `RealTimeThread`),
-  ``registry`` (which thread runs on which clock, and what was replaced);
+  ``registry`` (which thread runs on which clock, and what was replaced), ``threadtime`` (each thread's own time);
 * what runs it: ``worker`` (the thread a run can abandon), ``stack`` (stack space of its own),
   ``prepare`` (simloop's first-time work, done before the loop's time is counted), ``heap`` (whether a search
   may freeze the process's heap);

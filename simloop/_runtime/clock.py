@@ -4,8 +4,8 @@ A loop under test sleeps for backoff, waits on timeouts and checks deadlines.  I
 on a `VirtualClock`, so minutes of simulated latency, retries and backoff take milliseconds and every run
 with the same seed reads the same times.
 
-Where each piece lives: this module holds the `VirtualClock` (each thread's own time included) and the
-`VirtualTimeEventLoop`; the real clocks and `RealTimeThread` are `simloop._runtime.realtime`'s, which thread runs on
+Where each piece lives: this module holds the `VirtualClock` and the `VirtualTimeEventLoop`; each thread's own
+time is `simloop._runtime.threadtime`'s (the clock's base class), the real clocks and `RealTimeThread` are `simloop._runtime.realtime`'s, which thread runs on
 which clock and what was replaced `simloop._runtime.registry`'s, the ``datetime`` substitutes
 `simloop._runtime.datetimes`'s, and what a run patches, installed and put back, `simloop._runtime.patches`'s.
 
@@ -126,6 +126,7 @@ from simloop._runtime.halt import LoopHalted
 from simloop._runtime.patches import install, rebind, tick_freezegun, unbind, uninstall
 from simloop._runtime.realtime import BYSTANDERS, EPOCH, MONOTONIC_ORIGIN, NS, REAL, RealTimeThread
 from simloop._runtime.registry import LOCK, TLS, get_ident, saved, threads
+from simloop._runtime.threadtime import ThreadTime
 from simloop.errors import UsageError
 
 __all__ = ["VirtualClock", "VirtualTimeDeadlock", "VirtualTimeEventLoop", "unsent"]
@@ -170,7 +171,7 @@ class _Job:
         self.pool: concurrent.futures.ThreadPoolExecutor | None = None
 
 
-class VirtualClock:
+class VirtualClock(ThreadTime):
     """The virtual time of one simulated run: integer nanoseconds that only move forward.
 
     ``now()`` counts from 0.0, ``time()`` is the wall clock from ``start`` (default `EPOCH`), and
@@ -193,7 +194,7 @@ class VirtualClock:
             raise UsageError(f"start must be a wall-clock time in seconds since the Unix epoch, got {start!r}")
         self._start_ns = round(start * NS)
         self._end_ns = None if end is None else _to_ns(end, "end")
-        self._ns = 0
+        super().__init__()
         # self._cond, a Condition on a Lock, is made at first use (`__getattr__`): many runs never wait on their clock
         self._sleepers: list[_Job] = []  # executor jobs sleeping until their wake time
         self._depth = 0  # active patched() contexts on this clock, all threads
@@ -207,14 +208,6 @@ class VirtualClock:
         #: simloop's own loopback servers for this run's loops (``port``, ``busy()``): see `VirtualTimeEventLoop`.
         self.own_servers: list[Any] = []
         self._loops: list[VirtualTimeEventLoop] = []  # the loops running on this clock now
-        # a thread of the run -> the virtual ns it has not lived through: another thread of the run moved the clock
-        # on since this one last waited (slept, waited on a condition, joined a thread); see `own_now`
-        self._behind: dict[int, int] = {}
-        self._behind_lock = threading.Lock()  # (held for no more than an update of `_behind` or `_heard`)
-        # answers delivered to one thread (`mark`: a person's answer at the permission gate), and how many of them each
-        # thread of the run has heard: the count when it last waited or received (see `heard`)
-        self._seq = 0
-        self._heard: dict[int, int] = {}
 
     _cond: threading.Condition  # (made by `__getattr__`)
 
@@ -306,92 +299,6 @@ class VirtualClock:
                 job.wake = None
                 self._sleepers.remove(job)
             self._cond.notify_all()
-
-    def _others_fall_behind(self, delta: int) -> None:  # with self._cond held
-        """A thread of the run moved the clock on by ``delta``: the run's other threads did not live through it."""
-        me = get_ident()
-        if threads.get(me) is not self:
-            return  # simloop's own thread (a server's model latency): the world's time, lived by every thread
-        behind = self._behind
-        with self._behind_lock:
-            for tid, clock in list(threads.items()):
-                if clock is self and tid != me:
-                    behind[tid] = behind.get(tid, 0) + delta
-            behind.pop(me, None)
-
-    def _caught_up(self) -> None:
-        """The calling thread has lived up to the clock's time (it waited for something that happened by now), and
-        heard every answer delivered so far."""
-        me = get_ident()
-        with self._behind_lock:
-            self._behind.pop(me, None)
-            if self._seq:
-                self._heard[me] = self._seq
-
-    def _forget(self, tid: int) -> None:
-        """A thread of the run ended: its own time and what it heard go with it (its ident may be reused)."""
-        with self._behind_lock:
-            self._behind.pop(tid, None)
-            self._heard.pop(tid, None)
-
-    def mark(self) -> int:
-        """An answer was delivered to the calling thread (a person's, at the permission gate): its number, 1-based.
-        Another thread hears of it only once it waits for or receives something from the others (see `heard`)."""
-        with self._behind_lock:
-            self._seq += 1
-            self._heard[get_ident()] = self._seq
-            return self._seq
-
-    def heard(self) -> int | None:
-        """How many of the answers delivered so far (`mark`) the calling thread can know of, when not all; else None.
-
-        A thread hears what it was handed itself, and all of them each time it waits for or receives something from
-        another thread (a sleep, ``Event.wait``, ``Future.result``, ``Queue.get``, ``Thread.join``, an event loop woken
-        by another thread: a job's result); a thread starts with what its starter had heard, a pool job with what
-        its submitter had.
-        """
-        if not self._seq:
-            return None
-        heard = self._heard.get(get_ident())
-        if heard is None or heard >= self._seq:
-            return None
-        return heard
-
-    def own_now(self) -> float | None:
-        """The calling thread's own time, when it is behind the clock; None when it has lived up to now.
-
-        One clock serves every thread of a run, and a sleep in one thread moves it on for all (a background
-        thread's wait of 30 s is over at once).  A thread that has not waited since (slept, waited on a condition,
-        an event, a queue or a future, joined a thread) has not lived through that time: a gated call it starts
-        while the answer it needs is still coming, or the drive's return, happens at its own time.  A thread
-        starts at its starter's own time, and a pool job at its submitter's; an event loop's thread lives the
-        clock's time (its timers are the run's).
-        """
-        behind = self._behind.get(get_ident()) if self._behind else None
-        if not behind:
-            return None
-        if any(getattr(loop, "_thread_id", None) == get_ident() for loop in self._loops):
-            return None
-        return (self._ns - behind) / NS
-
-    def own_ns(self) -> tuple[int, int]:
-        """The calling thread's own time in ns (see `own_now`) and the answers it has heard (see `heard`): where a
-        thread or job it starts begins."""
-        me = get_ident()
-        return self._ns - (self._behind.get(me, 0) if self._behind else 0), self._heard.get(me, self._seq)
-
-    def begin_at(self, where: tuple[int, int]) -> None:
-        """The calling thread (a thread or pool job just started) lives from ``where`` (its starter's `own_ns`)."""
-        own_ns, heard = where
-        me = get_ident()
-        with self._behind_lock:
-            lag = self._ns - own_ns
-            if lag > 0:
-                self._behind[me] = lag
-            else:
-                self._behind.pop(me, None)
-            if self._seq or self._heard:
-                self._heard[me] = heard
 
     def _sleep_for_loop(self, job: _Job, wake: int) -> None:  # with self._cond held
         loop = job.loop
