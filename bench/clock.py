@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import simloop
 from examples import correct_async, correct_sync
-from simloop._runtime.clock import REAL
+from simloop._runtime.realtime import REAL
 
 SCENARIO = simloop.load_scenario(Path(__file__).resolve().parents[1] / "scenarios" / "long-virtual-day.yaml")
 

@@ -54,7 +54,7 @@ from examples.catalogue import (
     TURNS,
     VERIFY,
 )
-from simloop._runtime.clock import REAL
+from simloop._runtime.realtime import REAL
 from tests.loops import gate_defects
 from tests.loops import readme as readme_loops
 

@@ -30,7 +30,7 @@ import httpx2
 from anthropic.types import MessageParam, ToolParam
 
 import simloop
-from simloop._runtime.clock import REAL
+from simloop._runtime.realtime import REAL
 from simloop.protocol.render import Turn, render_json
 
 STEPS = 10

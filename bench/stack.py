@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import overhead
 
-from simloop._runtime.clock import REAL
+from simloop._runtime.realtime import REAL
 from simloop._runtime.stack import on_fresh_stack
 
 

@@ -151,7 +151,7 @@ def child(drive: str) -> dict[str, float]:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     import overhead
 
-    import simloop._runtime.clock
+    import simloop._runtime.patches
     import simloop.sim
 
     out["simloop_import"] = CPU() - start
@@ -166,7 +166,7 @@ def child(drive: str) -> dict[str, float]:
     _sdk_warm_up(overhead)
     out["sdk_warm_up"] = CPU() - start
     _timed(simloop.sim, "before_run", out, "prepare", CPU)  # (sim.run calls it in the caller's thread)
-    _timed(simloop._runtime.clock, "find_aliases", out, "alias_scan", time.thread_time)
+    _timed(simloop._runtime.patches, "find_aliases", out, "alias_scan", time.thread_time)
     for name, run in (("bare", bare), ("sim", simulated)):
         start = CPU()
         run()

@@ -59,12 +59,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
-from simloop._runtime.clock import RealTimeThread
 from simloop._runtime.halt import LoopHalted
 from simloop._runtime.netguard import simloops_own
 from simloop._runtime.prepare import once
 from simloop._runtime.process import CREDENTIALS
 from simloop._runtime.proctree import Tree
+from simloop._runtime.realtime import RealTimeThread
 from simloop.errors import UsageError
 from simloop.outcome import REASONS, Outcome
 from simloop.sim import API_KEY, OPENAI_API_KEY, Sim

@@ -40,7 +40,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from simloop._arrivals import ARRIVED, Arrivals
-from simloop._runtime.clock import REAL, RealTimeThread, unsent
+from simloop._runtime.clock import unsent
+from simloop._runtime.realtime import REAL, RealTimeThread
 from simloop.errors import UsageError
 
 if TYPE_CHECKING:

@@ -30,12 +30,13 @@ from simloop._abort import AbortSignal, _AbortTrigger, recorder
 from simloop._approvals import Gate
 from simloop._arrivals import Arrivals
 from simloop._runtime import process as _process
-from simloop._runtime.clock import REAL, VirtualClock
+from simloop._runtime.clock import VirtualClock
 from simloop._runtime.frames import loop_frame
 from simloop._runtime.halt import LoopHalted
 from simloop._runtime.netguard import NetworkPolicy, check_policy, guarding, simloops_own
 from simloop._runtime.prepare import before_run, once
 from simloop._runtime.process import FAKE_OPENAI_KEY, ProcessExit, Run, forked_call, running
+from simloop._runtime.realtime import REAL
 from simloop._runtime.stack import on_held_stack
 from simloop._runtime.watchdog import Watchdog, park, where_in, where_of
 from simloop._runtime.worker import Abandoned, run_on_worker

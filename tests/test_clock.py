@@ -32,17 +32,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import simloop._runtime.clock as clock_module
-from simloop._runtime.clock import (
-    EPOCH,
-    MONOTONIC_ORIGIN,
-    REAL,
-    RealTimeThread,
-    VirtualClock,
-    VirtualTimeDeadlock,
-    VirtualTimeEventLoop,
-)
+from simloop._runtime import registry
+from simloop._runtime.clock import VirtualClock, VirtualTimeDeadlock, VirtualTimeEventLoop
 from simloop._runtime.halt import LoopHalted
+from simloop._runtime.realtime import EPOCH, MONOTONIC_ORIGIN, REAL, RealTimeThread
 from simloop.errors import UsageError
 
 UTC = datetime.UTC
@@ -57,7 +50,7 @@ def _nothing_left_patched() -> Iterator[None]:
     yield
     left = [f"{getattr(o, '__name__', o)}.{n}" for (o, n), v in ORIGINALS.items() if getattr(o, n) is not v]
     assert left == [], f"still patched after the test: {left}"
-    assert clock_module._threads == {}
+    assert registry.threads == {}
 
 
 def in_thread(fn: Callable[[], Any], cls: type[threading.Thread] = threading.Thread) -> Any:

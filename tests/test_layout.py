@@ -81,7 +81,7 @@ def _closure(start: set[str]) -> set[str]:
 
 def test_the_graph_sees_the_known_edges() -> None:
     # the reader sees a module-level import, a lazy (function-level) one and `from pkg import mod as _mod`
-    assert "simloop._runtime.clock" in GRAPH["simloop._runtime.watchdog"]
+    assert "simloop._runtime.realtime" in GRAPH["simloop._runtime.watchdog"]
     assert "simloop._runtime.halt" in GRAPH["simloop._runtime.clock"]
     assert "simloop._workers" in GRAPH["simloop._campaign.engine"]
     assert "simloop._runtime.process" in GRAPH["simloop.sim"]
@@ -95,6 +95,17 @@ def test_no_two_modules_import_each_other() -> None:
 
 def test_the_clock_does_not_import_the_watchdog() -> None:
     assert "simloop._runtime.watchdog" not in _closure({"simloop._runtime.clock"})
+
+
+#: Virtual time's pieces below the clock (docs/design.md, Virtual time): each its own job, none reaching up to it.
+CLOCK_PARTS = ("simloop._runtime.realtime", "simloop._runtime.registry", "simloop._runtime.datetimes",
+               "simloop._runtime.patches", "simloop._runtime.aliases", "simloop._runtime.threadtime")
+
+
+def test_virtual_times_pieces_stand_below_the_clock() -> None:
+    assert set(CLOCK_PARTS) <= set(GRAPH["simloop._runtime.clock"]) | _closure({"simloop._runtime.clock"})
+    reached = sorted(m for m in _closure(set(CLOCK_PARTS)) if not _in(m, CLOCK_PARTS))
+    assert reached == [], f"the clock's pieces reach {reached}: they stand below the clock and import only each other"
 
 
 def test_the_invariants_import_nothing_of_the_simulator() -> None:

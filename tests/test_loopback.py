@@ -16,7 +16,8 @@ import pytest
 from _sdk import STREAM_CUT_ERROR
 
 from simloop import Scenario
-from simloop._runtime.clock import RealTimeThread, VirtualClock
+from simloop._runtime.clock import VirtualClock
+from simloop._runtime.realtime import RealTimeThread
 from simloop.errors import UsageError
 from simloop.transcript import Request, Response
 from simloop.wire import loopback

@@ -28,7 +28,7 @@ import simloop
 from examples._common import tool_params, writes_of
 from examples.correct_async import run_agent
 from simloop import Sim
-from simloop._runtime.clock import REAL
+from simloop._runtime.realtime import REAL
 from simloop.invariants import CATALOGUE
 from simloop.transcript import Halt, ThreadLeft, ToolStart
 

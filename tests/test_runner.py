@@ -234,7 +234,7 @@ def test_the_guard_acts_only_inside_a_run_and_on_the_runs_threads(listener: sock
     outside: list[bool] = []
 
     def drive(sim: Sim) -> Outcome:
-        from simloop._runtime.clock import RealTimeThread
+        from simloop._runtime.realtime import RealTimeThread
 
         def other() -> None:  # not the loop's thread (a thread that never joins the run's clock)
             with socket.create_connection(("127.0.0.1", port), timeout=5):

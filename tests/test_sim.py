@@ -296,12 +296,13 @@ class Spy:  # where each module was first imported: inside a run (watched, on th
         if name not in imported:
             me = threading.get_ident()
             watched = me in sys.modules["simloop._runtime.watchdog"]._MONITOR.watched.values()
-            imported[name] = "watched" if watched else "on the clock" if me in simloop._runtime.clock._threads else "outside"
+            imported[name] = "watched" if watched else "on the clock" if me in simloop._runtime.registry.threads else "outside"
         return None
 
 
 import simloop
 import simloop._runtime.clock
+import simloop._runtime.registry
 
 sys.meta_path.insert(0, Spy())
 s = simloop.Scenario.model_validate({'model': [{'end_turn': 'hi'}]})

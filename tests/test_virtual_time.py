@@ -12,7 +12,7 @@ import pytest
 
 import simloop
 from examples import correct_async, correct_stream, correct_sync
-from simloop._runtime.clock import REAL
+from simloop._runtime.realtime import REAL
 
 LONG_DAY = Path(__file__).resolve().parents[1] / "scenarios" / "long-virtual-day.yaml"
 

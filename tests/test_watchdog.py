@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 
-import simloop._runtime.clock as clock_module
 from simloop import Outcome, Sim
-from simloop._runtime.clock import REAL, RealTimeThread, VirtualClock
+from simloop._runtime import registry
+from simloop._runtime.clock import VirtualClock
 from simloop._runtime.halt import LoopHalted
+from simloop._runtime.realtime import REAL, RealTimeThread
 from simloop._runtime.watchdog import _MONITOR, Watchdog
 from simloop.errors import UsageError
 
@@ -85,7 +86,7 @@ def test_the_watchdog_keeps_real_time_inside_a_sim() -> None:
         from simloop._runtime.watchdog import _MONITOR
 
         assert isinstance(_MONITOR.thread, RealTimeThread)
-        assert _MONITOR.thread.ident not in clock_module._threads
+        assert _MONITOR.thread.ident not in registry.threads
         while True:
             time.sleep(60)
     # fired on real time: not before its budget (virtual time raced minutes ahead meanwhile); the upper bound only

@@ -4,6 +4,11 @@ A loop under test sleeps for backoff, waits on timeouts and checks deadlines.  I
 on a `VirtualClock`, so minutes of simulated latency, retries and backoff take milliseconds and every run
 with the same seed reads the same times.
 
+Where each piece lives: this module holds the `VirtualClock` and the `VirtualTimeEventLoop`; each thread's own
+time is `simloop._runtime.threadtime`'s (the clock's base class), the real clocks and `RealTimeThread` are `simloop._runtime.realtime`'s, which thread runs on
+which clock and what was replaced `simloop._runtime.registry`'s, the ``datetime`` substitutes
+`simloop._runtime.datetimes`'s, and what a run patches, installed and put back, `simloop._runtime.patches`'s.
+
 Why our own clock (research: ``shared/research/libs.md`` §1)
     No library makes both ``time.sleep`` and asyncio sleeps instant and deterministic.  freezegun does not
     patch ``time.sleep`` at all, and it freezes ``time.monotonic``/``perf_counter``, so ``asyncio.sleep``
@@ -14,7 +19,7 @@ Why the core clock is never freezegun's frozen monotonic
     Freezing ``time.monotonic`` for the whole process stops every asyncio timer, makes Hypothesis report a
     false ``DeadlineExceeded``, and breaks pytest-timeout and xdist's threads.  freezegun's enter scans
     every loaded module (20-30 ms each time once anthropic is imported, E3), and its scan even rewrites
-    module globals that hold the real functions (E9).  So our real clocks live in a container (`REAL`).
+    module globals that hold the real functions (E9).  So our real clocks live in a container (`simloop._runtime.realtime.REAL`).
     freezegun stays supported as a user's choice: a ``freeze_time`` around or inside a Sim keeps working.
     Every virtual advance ``tick()``s the active freezegun factories.  While we are patched,
     ``freezegun.api.real_*`` point at our functions, so freezegun's exit restores ours and not the C ones.
@@ -101,386 +106,46 @@ the first two.
 from __future__ import annotations
 
 import asyncio
-import builtins
 import concurrent.futures
 import contextlib
-import copyreg
 import datetime as _dt
 import functools
 import math
 import os
-import queue
 import selectors
 import socket
 import struct
 import sys
 import threading
-import time
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, TypeVar, TypeVarTuple
+from typing import Any, ClassVar, ParamSpec, TypeVar, TypeVarTuple
 
-from simloop._runtime.aliases import find_aliases
 from simloop._runtime.halt import LoopHalted
+from simloop._runtime.patches import install, rebind, tick_freezegun, unbind, uninstall
+from simloop._runtime.realtime import BYSTANDERS, EPOCH, MONOTONIC_ORIGIN, NS, REAL, RealTimeThread
+from simloop._runtime.registry import LOCK, TLS, get_ident, saved, threads
+from simloop._runtime.threadtime import ThreadTime
 from simloop.errors import UsageError
 
-__all__ = ["EPOCH", "MONOTONIC_ORIGIN", "REAL", "RealTimeThread", "VirtualClock", "VirtualTimeDeadlock",
-           "VirtualTimeEventLoop", "unsent"]
+__all__ = ["VirtualClock", "VirtualTimeDeadlock", "VirtualTimeEventLoop", "unsent"]
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 P = ParamSpec("P")
 
-EPOCH: float = 1_767_225_600.0  # 2026-01-01T00:00:00Z: the wall clock every virtual run starts at
-MONOTONIC_ORIGIN: float = 100_000.0  # what time.monotonic()/loop.time() read at now() == 0 (see VirtualClock)
-_NS = 1_000_000_000
 _SLICE = 0.25  # real seconds per wait while time flows at real speed, so the loop re-checks its state
 _SETTLE_POLL = 0.0005  # real seconds per wait while a `settled` waiter waits for an own server's work in flight
 _SLEEPER_POLL = 0.01  # real seconds between a sleeping job's checks that its loop is alive
 _SLEEPER_PATIENCE = 0.1  # real seconds a sleeping job waits for a loop that is busy or blocked, then advances
 
 
-def _unfaked(owner: ModuleType, name: str) -> Any:
-    value = getattr(owner, name)
-    api = sys.modules.get("freezegun.api")
-    if api is not None and getattr(value, "__module__", "") == "freezegun.api":  # freezegun active at import
-        return getattr(api, "real_" + name)
-    return value
-
-
-@dataclass(frozen=True)
-class RealClocks:
-    """The process's real clocks.  An instance, not module globals: freezegun's scan rewrites those (E9)."""
-
-    time: Callable[[], float]
-    time_ns: Callable[[], int]
-    monotonic: Callable[[], float]
-    monotonic_ns: Callable[[], int]
-    perf_counter: Callable[[], float]
-    perf_counter_ns: Callable[[], int]
-    sleep: Callable[[float], None]
-    datetime: type[_dt.datetime]
-    date: type[_dt.date]
-
-
-REAL = RealClocks(
-    **{n: _unfaked(time, n) for n in ("time", "time_ns", "monotonic", "monotonic_ns", "perf_counter",
-                                      "perf_counter_ns", "sleep")},
-    datetime=_unfaked(_dt, "datetime"), date=_unfaked(_dt, "date"),
-)
-
-
-class RealTimeThread(threading.Thread):
-    """A thread that never inherits virtual time, even when started inside ``patched()`` (the watchdog)."""
-
-
-#: Threads that only wait for a run to finish (`simloop.Sim.run`'s callers): they notify none of its waits.
-BYSTANDERS: set[int] = set()
-
-
 class VirtualTimeDeadlock(RuntimeError):
     """A virtual-time event loop can never wake up again (nothing ready, no timer, no job, no fd)."""
 
 
-# -- the patch registry: which thread runs on which clock, and what we replaced -------------------------
-
-_threads: dict[int, VirtualClock] = {}  # thread ident -> its clock, only while some clock is patched
-_saved: dict[str, Any] = {}  # "module.attr" -> what it held before we patched it (kept after exit)
-_fakes: dict[str, Any] = {}  # "module.attr" -> our replacement
-_get_ident = threading.get_ident
-_LOCK = threading.RLock()
 _MAKING_COND = threading.Lock()  # makes a clock's Condition at its first use (see `VirtualClock.__getattr__`)
-_TLS = threading.local()  # .job: the _Job (of a VirtualTimeEventLoop) this executor thread is running
-
-
-class _State:
-    users = 0  # active patched() contexts, all clocks
-    applied: ClassVar[list[tuple[Any, str, Any, Any]]] = []  # (owner, attr, original, fake), install order
-    aliases: ClassVar[dict[int, str]] = {}  # id(original) -> key, for patched(modules=...)
-    rebinds: ClassVar[dict[tuple[int, str], list[Any]]] = {}  # (id(module), attr) -> [count, module, original]
-    reducers: ClassVar[list[tuple[type, Any]]] = []  # (real class, our reducer) put in copyreg's dispatch table
-
-
-def _fake(key: str, virtual: Callable[..., Any], *, takes_args: bool = False) -> Callable[..., Any]:
-    def fake0() -> Any:  # the clock readers: no argument packing on the hot path of foreign threads
-        clock = _threads.get(_get_ident())
-        return _saved[key]() if clock is None else virtual(clock)
-
-    def fake(*args: Any, **kwargs: Any) -> Any:
-        clock = _threads.get(_get_ident())
-        if clock is None:
-            return _saved[key](*args, **kwargs)
-        return virtual(clock, *args, **kwargs)
-
-    if not takes_args:
-        fake = fake0
-    owner, fake.__name__ = key.rsplit(".", 1)
-    owner = owner.rsplit(".", 1)[-1]  # a method's fake is named as the method is (Event.wait), a function's as it is
-    fake.__qualname__ = f"{owner}.{fake.__name__}" if owner[:1].isupper() else fake.__name__
-    fake.__doc__ = f"simloop: {key} on the VirtualClock in threads that run on one, the original elsewhere."
-    _fakes[key] = fake
-    return fake
-
-
-if TYPE_CHECKING:
-    _DateBase = _dt.date
-    _DatetimeBase = _dt.datetime
-else:
-    _DateBase, _DatetimeBase = REAL.date, REAL.datetime
-
-
-def _make_datetime_types() -> None:
-    # Built in a function and kept only in _fakes: freezegun's scan would rewrite a module global.
-    class DateMeta(type):
-        def __instancecheck__(cls, obj: object) -> bool:
-            return isinstance(obj, REAL.date)
-
-        def __subclasscheck__(cls, sub: type) -> bool:
-            return issubclass(sub, REAL.date)
-
-    class DatetimeMeta(DateMeta):
-        def __instancecheck__(cls, obj: object) -> bool:
-            return isinstance(obj, REAL.datetime)
-
-        def __subclasscheck__(cls, sub: type) -> bool:
-            return issubclass(sub, REAL.datetime)
-
-    class date(_DateBase, metaclass=DateMeta):
-        def __new__(cls, *args: Any, **kwargs: Any) -> _dt.date:  # type: ignore[misc]
-            return REAL.date(*args, **kwargs)  # objects made while patched are ordinary dates
-
-        @classmethod
-        def today(cls) -> _dt.date:  # type: ignore[override]
-            clock = _threads.get(_get_ident())
-            return REAL.date.today() if clock is None else clock._wall(None).date()
-
-        @classmethod
-        def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
-            # pydantic (the SDK's models) may build a schema while we are patched: validate real dates.  Not
-            # handler(REAL.date): pydantic before 2.14 knows the date type as `datetime.date`, read at that
-            # moment, which is then this class, and fails on the real one (PydanticSchemaGenerationError)
-            from pydantic_core import core_schema
-
-            return core_schema.date_schema()
-
-    class datetime(_DatetimeBase, metaclass=DatetimeMeta):
-        def __new__(cls, *args: Any, **kwargs: Any) -> _dt.datetime:  # type: ignore[misc]
-            return REAL.datetime(*args, **kwargs)
-
-        @classmethod
-        def now(cls, tz: _dt.tzinfo | None = None) -> _dt.datetime:  # type: ignore[override]
-            clock = _threads.get(_get_ident())
-            return REAL.datetime.now(tz) if clock is None else clock._wall(tz)
-
-        @classmethod
-        def today(cls) -> _dt.datetime:  # type: ignore[override]
-            return cls.now()
-
-        @classmethod
-        def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
-            from pydantic_core import core_schema
-
-            return core_schema.datetime_schema()
-
-        @classmethod
-        def utcnow(cls) -> _dt.datetime:  # type: ignore[override]
-            clock = _threads.get(_get_ident())
-            if clock is None:
-                return REAL.datetime.now(_dt.UTC).replace(tzinfo=None)
-            return clock._wall(_dt.UTC).replace(tzinfo=None)
-
-    for cls in (date, datetime):  # named as the classes they stand for (pickle finds a class by its name)
-        cls.__module__, cls.__qualname__ = "datetime", cls.__name__
-    _fakes["datetime.date"], _fakes["datetime.datetime"] = date, datetime
-    _fakes["builtins.__build_class__"] = _real_bases({date: REAL.date, datetime: REAL.datetime})
-
-
-def _real_bases(real: dict[type, type]) -> Callable[..., Any]:
-    """``builtins.__build_class__`` while patched: a class statement naming our ``date``/``datetime`` as a base
-    (a module first imported during a run) subclasses the real class instead, in every thread.
-
-    Why: our classes have their own metaclass, so ``class ConstrainedDate(date, metaclass=M)`` (pydantic v1,
-    imported lazily by langchain_core) would raise "metaclass conflict"; and a subclass of ours would outlive the
-    run with a ``__new__`` that makes plain dates.  Defined outside a run it subclasses the real one too.
-    """
-
-    def __build_class__(func: Callable[..., Any], name: str, *bases: Any, **kwargs: Any) -> Any:
-        if any(base is ours for base in bases for ours in real):  # (by identity: a base need not be hashable)
-            bases = tuple(next((real[ours] for ours in real if base is ours), base) for base in bases)
-        return _saved["builtins.__build_class__"](func, name, *bases, **kwargs)
-
-    return __build_class__
-
-
-def _pickled_by_name(fake: type) -> Callable[[Any], tuple[Any, ...]]:
-    """A copyreg reducer: a real date or datetime pickled while ``datetime.datetime`` (or ``.date``) names ``fake``.
-
-    pickle saves a class by its name and checks the name gives that very class back; while patched the name
-    gives ours, so a real datetime would not pickle at all, in any thread ("not the same object as
-    datetime.datetime").  freezegun registers the same kind of reducer.  Unpickled while patched, ``fake``
-    makes a real datetime; unpickled later or elsewhere, the name is the real class again.
-    """
-
-    def reduce(value: Any) -> tuple[Any, ...]:
-        return fake, value.__reduce_ex__(4)[1]
-
-    return reduce
-
-
-
-_make_datetime_types()
-_REAL_DATETIME_MODULE = ModuleType("datetime", _dt.__doc__)  # the datetime module as it is outside runs
-_REAL_DATETIME_MODULE.__dict__.update({k: v for k, v in vars(_dt).items() if k not in ("__name__", "__doc__")})
-_REDUCERS = ((REAL.datetime, _pickled_by_name(_fakes["datetime.datetime"])),
-             (REAL.date, _pickled_by_name(_fakes["datetime.date"])))
-_fake("time.time", lambda c: c.time())
-_fake("time.time_ns", lambda c: c._start_ns + c._ns)
-_fake("time.monotonic", lambda c: c.monotonic())
-_fake("time.perf_counter", lambda c: c.monotonic())
-_fake("time.monotonic_ns", lambda c: c._mono_ns())
-_fake("time.perf_counter_ns", lambda c: c._mono_ns())
-_fake("time.sleep", lambda c, seconds: c.sleep(seconds), takes_args=True)
-_fake("asyncio.events.new_event_loop", lambda c: c.new_event_loop())
-_fake("asyncio.new_event_loop", lambda c: c.new_event_loop())
-_fake("threading.Thread.start", lambda c, thread: c._start_thread(thread), takes_args=True)
-_fake("threading.Condition.wait", lambda c, cond, timeout=None: c._wait(cond, timeout), takes_args=True)
-# What a thread receives from another: it has then lived up to the clock's time (see `VirtualClock.own_now`).
-_SYNCS = ("threading.Thread.join", "threading.Event.wait", "queue.Queue.get", "concurrent.futures.Future.result",
-          "concurrent.futures.Future.exception", "concurrent.futures.wait")
-for _key in _SYNCS:
-    _fake(_key, functools.partial(lambda key, c, *a, **k: c._received(key, *a, **k), _key), takes_args=True)
-# Deadline arithmetic of the waits above reads these aliases of time.monotonic, bound at import: on the
-# virtual clock too, a wait that timed out there also ends there (Condition.wait_for, Queue.get).
-_fake("threading._time", lambda c: c.monotonic())
-_fake("queue.time", lambda c: c.monotonic())
-_WALL = ("time.time", "time.time_ns", "datetime.datetime", "datetime.date")
-_OWNERS: dict[str, Any] = {"builtins": builtins, "time": time, "datetime": _dt, "asyncio.events": asyncio.events, "asyncio": asyncio,
-                           "threading.Thread": threading.Thread, "threading.Condition": threading.Condition,
-                           "threading": threading, "queue": queue, "threading.Event": threading.Event,
-                           "queue.Queue": queue.Queue, "concurrent.futures.Future": concurrent.futures.Future,
-                           "concurrent.futures": concurrent.futures}
-# (key, owner, attribute, fake, is a time/datetime attribute): worked out once, installed at every run.
-_TARGETS = [
-    (key, _OWNERS[owner_name], attr, fake, owner_name in ("time", "datetime"))
-    for key, fake in _fakes.items()
-    for owner_name, attr in [key.rsplit(".", 1)]
-]
-
-
-# The real clock functions and classes as the alias scan looks for them (id -> the key of their fake).
-_REAL_FUNCTIONS = {id(getattr(REAL, key[5:])): key for key in _fakes if key.startswith("time.")}
-_REAL_CLASSES = {id(REAL.datetime): "datetime.datetime", id(REAL.date): "datetime.date"}
-
-
-def _freezegun() -> Any:
-    api = sys.modules.get("freezegun.api")
-    return api if api is not None and getattr(api, "freeze_factories", None) is not None else None
-
-
-def _install() -> None:
-    _State.users += 1
-    if _State.users > 1:
-        return
-    api = _freezegun()
-    frozen = api is not None and bool(api.freeze_factories)  # a freeze_time is active: it owns the wall clock
-    for key, owner, attr, fake, aliased in _TARGETS:
-        if frozen and key in _WALL:
-            continue
-        _saved[key] = original = getattr(owner, attr)
-        setattr(owner, attr, fake)
-        _State.applied.append((owner, attr, original, fake))
-        if aliased:
-            _State.aliases[id(original)] = key
-            # A freeze_time entered inside the Sim restores freezegun.api.real_* on exit: make that us.
-            if api is not None and getattr(api, "real_" + attr, None) is original:
-                _State.applied.append((api, "real_" + attr, original, fake))
-                setattr(api, "real_" + attr, fake)
-    _show_pydantic_the_real_classes()
-    if not frozen:  # datetimes pickled while ours holds their names (a freeze_time registers its own reducers)
-        for cls, reducer in _REDUCERS:
-            if cls not in copyreg.dispatch_table:  # (someone else's reducer for it stays theirs)
-                copyreg.dispatch_table[cls] = reducer
-                _State.reducers.append((cls, reducer))
-    _rebind_aliases()
-
-
-def _show_pydantic_the_real_classes() -> None:
-    """pydantic before 2.14 knows a model field's type by ``obj is datetime.datetime``, read when the schema is built
-    (lazily, often during a run: the SDKs' and pydantic-ai's models), which is then our class: a field typed with
-    the real ``datetime`` failed ("Unable to generate pydantic-core schema").  Its schema module gets a ``datetime``
-    module of its own, with the real classes, while we are installed (put back with the other patches)."""
-    schema = sys.modules.get("pydantic._internal._generate_schema")
-    if schema is not None and getattr(schema, "datetime", None) is _dt:
-        vars(schema)["datetime"] = _REAL_DATETIME_MODULE
-        _State.applied.append((schema, "datetime", _dt, _REAL_DATETIME_MODULE))
-
-
-def _rebind_aliases() -> None:
-    """Point the loop's module-level aliases of the clock (``from time import monotonic``) at our functions.
-
-    `simloop._runtime.aliases` finds them (scanning each module once per process); each is checked again here,
-    since a module may have rebound it, and put back by `_uninstall` unless someone replaced ours since.
-    """
-    for module, attr, key in find_aliases(_REAL_FUNCTIONS, _REAL_CLASSES):
-        original = module.__dict__.get(attr)
-        if _State.aliases.get(id(original)) == key and original is _saved[key]:
-            fake = _fakes[key]
-            setattr(module, attr, fake)
-            _State.applied.append((module, attr, original, fake))
-
-
-def _uninstall() -> None:
-    _State.users -= 1
-    if _State.users > 0:
-        return
-    for owner, attr, original, fake in reversed(_State.applied):
-        if getattr(owner, attr) is fake:  # someone patched over us and has not undone it: leave theirs
-            setattr(owner, attr, original)
-    for cls, reducer in _State.reducers:
-        if copyreg.dispatch_table.get(cls) is reducer:
-            del copyreg.dispatch_table[cls]
-    _State.applied.clear()
-    _State.reducers.clear()
-    _State.aliases.clear()
-
-
-def _rebind(modules: Iterable[ModuleType]) -> list[tuple[int, str]]:
-    done = []
-    for module in modules:
-        for attr, value in list(vars(module).items()):
-            key = _State.aliases.get(id(value))
-            slot = (id(module), attr)
-            if slot in _State.rebinds:
-                _State.rebinds[slot][0] += 1
-            elif key is not None and value is _saved[key]:
-                _State.rebinds[slot] = [1, module, value]
-                setattr(module, attr, _fakes[key])
-            else:
-                continue
-            done.append(slot)
-    return done
-
-
-def _unbind(slots: list[tuple[int, str]]) -> None:
-    for slot in slots:
-        entry = _State.rebinds[slot]
-        entry[0] -= 1
-        if entry[0] == 0:
-            del _State.rebinds[slot]
-            setattr(entry[1], slot[1], entry[2])
-
-
-def _tick_freezegun(delta_ns: int) -> None:
-    api = _freezegun()
-    if api is None or not api.freeze_factories:
-        return
-    # A tick=True factory reads api.real_datetime.now(); when that is ours it already follows virtual time.
-    follows = api.real_datetime is _fakes["datetime.datetime"]
-    for factory in api.freeze_factories:
-        if not (follows and type(factory).__name__ == "TickingDateTimeFactory"):
-            factory.tick(_dt.timedelta(microseconds=delta_ns / 1000))
 
 
 def _to_ns(seconds: float, what: str) -> int:
@@ -488,7 +153,7 @@ def _to_ns(seconds: float, what: str) -> int:
         raise TypeError(f"{what} must be a number of seconds, got {seconds!r}")
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"{what} must be a finite number of seconds >= 0, got {seconds!r}; time only moves forward")
-    return round(seconds * _NS)
+    return round(seconds * NS)
 
 
 class _Job:
@@ -506,7 +171,7 @@ class _Job:
         self.pool: concurrent.futures.ThreadPoolExecutor | None = None
 
 
-class VirtualClock:
+class VirtualClock(ThreadTime):
     """The virtual time of one simulated run: integer nanoseconds that only move forward.
 
     ``now()`` counts from 0.0, ``time()`` is the wall clock from ``start`` (default `EPOCH`), and
@@ -527,9 +192,9 @@ class VirtualClock:
     def __init__(self, *, start: float = EPOCH, end: float | None = None) -> None:
         if isinstance(start, bool) or not isinstance(start, (int, float)) or not math.isfinite(start):
             raise UsageError(f"start must be a wall-clock time in seconds since the Unix epoch, got {start!r}")
-        self._start_ns = round(start * _NS)
+        self._start_ns = round(start * NS)
         self._end_ns = None if end is None else _to_ns(end, "end")
-        self._ns = 0
+        super().__init__()
         # self._cond, a Condition on a Lock, is made at first use (`__getattr__`): many runs never wait on their clock
         self._sleepers: list[_Job] = []  # executor jobs sleeping until their wake time
         self._depth = 0  # active patched() contexts on this clock, all threads
@@ -543,14 +208,6 @@ class VirtualClock:
         #: simloop's own loopback servers for this run's loops (``port``, ``busy()``): see `VirtualTimeEventLoop`.
         self.own_servers: list[Any] = []
         self._loops: list[VirtualTimeEventLoop] = []  # the loops running on this clock now
-        # a thread of the run -> the virtual ns it has not lived through: another thread of the run moved the clock
-        # on since this one last waited (slept, waited on a condition, joined a thread); see `own_now`
-        self._behind: dict[int, int] = {}
-        self._behind_lock = threading.Lock()  # (held for no more than an update of `_behind` or `_heard`)
-        # answers delivered to one thread (`mark`: a person's answer at the permission gate), and how many of them each
-        # thread of the run has heard: the count when it last waited or received (see `heard`)
-        self._seq = 0
-        self._heard: dict[int, int] = {}
 
     _cond: threading.Condition  # (made by `__getattr__`)
 
@@ -573,7 +230,7 @@ class VirtualClock:
         return loops[0] if len(loops) == 1 else None
 
     def __repr__(self) -> str:
-        return f"VirtualClock(start={self._start_ns / _NS!r}, now={self.now()!r})"
+        return f"VirtualClock(start={self._start_ns / NS!r}, now={self.now()!r})"
 
     def end_at(self, end: float | None) -> None:
         """Move the end of the run to ``end`` virtual seconds (a conversation's next turn gets time of its own)."""
@@ -582,21 +239,21 @@ class VirtualClock:
 
     def now(self) -> float:
         """Virtual seconds since the run started."""
-        return self._ns / _NS
+        return self._ns / NS
 
     def time(self) -> float:
         """The virtual wall clock, in seconds since the Unix epoch."""
-        return (self._start_ns + self._ns) / _NS
+        return (self._start_ns + self._ns) / NS
 
     def monotonic(self) -> float:
         """``MONOTONIC_ORIGIN + now()``: what ``time.monotonic()`` and ``loop.time()`` read on this clock."""
-        return MONOTONIC_ORIGIN + self._ns / _NS
+        return MONOTONIC_ORIGIN + self._ns / NS
 
     def _mono_ns(self) -> int:
-        return round(MONOTONIC_ORIGIN * _NS) + self._ns
+        return round(MONOTONIC_ORIGIN * NS) + self._ns
 
     def _wall(self, tz: _dt.tzinfo | None) -> _dt.datetime:
-        seconds, rest = divmod(self._start_ns + self._ns, _NS)
+        seconds, rest = divmod(self._start_ns + self._ns, NS)
         return REAL.datetime.fromtimestamp(seconds, tz).replace(microsecond=rest // 1000)
 
     def advance(self, seconds: float) -> None:
@@ -616,7 +273,7 @@ class VirtualClock:
             if self._behind or self._seq:
                 self._caught_up()
             return
-        job: _Job | None = getattr(_TLS, "job", None)
+        job: _Job | None = getattr(TLS, "job", None)
         with self._cond:
             if job is not None and job.loop.simloop_clock is self and job.loop.is_running():
                 self._sleep_for_loop(job, self._ns + ns)
@@ -630,11 +287,11 @@ class VirtualClock:
         if delta > 0:
             if self._end_ns is not None and target > self._end_ns:
                 raise self._halted(LoopHalted(
-                    "virtual_time", f"virtual time would pass the end of the run at {self._end_ns / _NS:g} s (now "
-                                    f"{self.now():g} s, asked {target / _NS:g} s)"))
+                    "virtual_time", f"virtual time would pass the end of the run at {self._end_ns / NS:g} s (now "
+                                    f"{self.now():g} s, asked {target / NS:g} s)"))
             self._ns = target
-            _tick_freezegun(delta)
-            if len(_threads) > 1:
+            tick_freezegun(delta)
+            if len(threads) > 1:
                 self._others_fall_behind(delta)
         due = [job for job in self._sleepers if job.wake is not None and job.wake <= self._ns]
         if due:
@@ -642,92 +299,6 @@ class VirtualClock:
                 job.wake = None
                 self._sleepers.remove(job)
             self._cond.notify_all()
-
-    def _others_fall_behind(self, delta: int) -> None:  # with self._cond held
-        """A thread of the run moved the clock on by ``delta``: the run's other threads did not live through it."""
-        me = _get_ident()
-        if _threads.get(me) is not self:
-            return  # simloop's own thread (a server's model latency): the world's time, lived by every thread
-        behind = self._behind
-        with self._behind_lock:
-            for tid, clock in list(_threads.items()):
-                if clock is self and tid != me:
-                    behind[tid] = behind.get(tid, 0) + delta
-            behind.pop(me, None)
-
-    def _caught_up(self) -> None:
-        """The calling thread has lived up to the clock's time (it waited for something that happened by now), and
-        heard every answer delivered so far."""
-        me = _get_ident()
-        with self._behind_lock:
-            self._behind.pop(me, None)
-            if self._seq:
-                self._heard[me] = self._seq
-
-    def _forget(self, tid: int) -> None:
-        """A thread of the run ended: its own time and what it heard go with it (its ident may be reused)."""
-        with self._behind_lock:
-            self._behind.pop(tid, None)
-            self._heard.pop(tid, None)
-
-    def mark(self) -> int:
-        """An answer was delivered to the calling thread (a person's, at the permission gate): its number, 1-based.
-        Another thread hears of it only once it waits for or receives something from the others (see `heard`)."""
-        with self._behind_lock:
-            self._seq += 1
-            self._heard[_get_ident()] = self._seq
-            return self._seq
-
-    def heard(self) -> int | None:
-        """How many of the answers delivered so far (`mark`) the calling thread can know of, when not all; else None.
-
-        A thread hears what it was handed itself, and all of them each time it waits for or receives something from
-        another thread (a sleep, ``Event.wait``, ``Future.result``, ``Queue.get``, ``Thread.join``, an event loop woken
-        by another thread: a job's result); a thread starts with what its starter had heard, a pool job with what
-        its submitter had.
-        """
-        if not self._seq:
-            return None
-        heard = self._heard.get(_get_ident())
-        if heard is None or heard >= self._seq:
-            return None
-        return heard
-
-    def own_now(self) -> float | None:
-        """The calling thread's own time, when it is behind the clock; None when it has lived up to now.
-
-        One clock serves every thread of a run, and a sleep in one thread moves it on for all (a background
-        thread's wait of 30 s is over at once).  A thread that has not waited since (slept, waited on a condition,
-        an event, a queue or a future, joined a thread) has not lived through that time: a gated call it starts
-        while the answer it needs is still coming, or the drive's return, happens at its own time.  A thread
-        starts at its starter's own time, and a pool job at its submitter's; an event loop's thread lives the
-        clock's time (its timers are the run's).
-        """
-        behind = self._behind.get(_get_ident()) if self._behind else None
-        if not behind:
-            return None
-        if any(getattr(loop, "_thread_id", None) == _get_ident() for loop in self._loops):
-            return None
-        return (self._ns - behind) / _NS
-
-    def own_ns(self) -> tuple[int, int]:
-        """The calling thread's own time in ns (see `own_now`) and the answers it has heard (see `heard`): where a
-        thread or job it starts begins."""
-        me = _get_ident()
-        return self._ns - (self._behind.get(me, 0) if self._behind else 0), self._heard.get(me, self._seq)
-
-    def begin_at(self, where: tuple[int, int]) -> None:
-        """The calling thread (a thread or pool job just started) lives from ``where`` (its starter's `own_ns`)."""
-        own_ns, heard = where
-        me = _get_ident()
-        with self._behind_lock:
-            lag = self._ns - own_ns
-            if lag > 0:
-                self._behind[me] = lag
-            else:
-                self._behind.pop(me, None)
-            if self._seq or self._heard:
-                self._heard[me] = heard
 
     def _sleep_for_loop(self, job: _Job, wake: int) -> None:  # with self._cond held
         loop = job.loop
@@ -797,23 +368,23 @@ class VirtualClock:
         return _Patched(self, modules)
 
     def _enter(self, modules: Iterable[ModuleType]) -> tuple[int, bool, list[tuple[int, str]]]:
-        tid = _get_ident()
-        with _LOCK:
-            other = _threads.get(tid)
+        tid = get_ident()
+        with LOCK:
+            other = threads.get(tid)
             if other is not None and other is not self:
                 raise UsageError(
                     f"this thread already runs on {other!r}: nested Sims in one thread are not supported. "
                     "Run the inner Sim after the outer one exits, or in a simloop._runtime.clock.RealTimeThread "
                     "(a plain thread started inside a Sim inherits its clock).")
-            _install()
+            install()
             self._depth += 1
             owner = other is None
             if owner:
-                _threads[tid] = self
+                threads[tid] = self
                 self._thread_ids.add(tid)
                 self._heard[tid] = self._seq  # the run's own thread: it has heard every answer so far
             try:
-                slots = _rebind(modules) if modules else []
+                slots = rebind(modules) if modules else []
             except BaseException:
                 self._leave(tid, owner, [])
                 raise
@@ -825,29 +396,29 @@ class VirtualClock:
         For a run abandoned on a parked thread: its ``patched()`` block never exits, and the process (the
         rest of a test session, say) must go on in real time with nothing of this clock left installed.
         """
-        with _LOCK:
+        with LOCK:
             for t in list(self._thread_ids):
                 self._unregister(t)
             while self._depth > 0:
                 self._depth -= 1
-                _uninstall()
+                uninstall()
             self._released = True
 
-    def _leave(self, tid: int, owner: bool, slots: list[tuple[int, str]]) -> None:  # with _LOCK held
+    def _leave(self, tid: int, owner: bool, slots: list[tuple[int, str]]) -> None:  # with LOCK held
         if self._released:  # `release` already undid this block's share
             return
-        _unbind(slots)
+        unbind(slots)
         if owner:
             self._unregister(tid)
         self._depth -= 1
         if self._depth == 0:  # the last patched() of this clock: threads it started return to real time
             for t in list(self._thread_ids):
                 self._unregister(t)
-        _uninstall()
+        uninstall()
 
     def _unregister(self, tid: int) -> None:
-        if _threads.get(tid) is self:
-            del _threads[tid]
+        if threads.get(tid) is self:
+            del threads[tid]
         self._thread_ids.discard(tid)
 
     def _wait(self, cond: threading.Condition, timeout: float | None) -> bool:
@@ -857,7 +428,7 @@ class VirtualClock:
         thread of the process is simloop's own (see `_nobody_else`), can only end by timing out: it
         spends its timeout in virtual time and returns at once.  Any other wait is the real one.
         """
-        original = _saved["threading.Condition.wait"]
+        original = saved["threading.Condition.wait"]
         if (timeout is None or isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                 or not 0 < timeout < math.inf or not self._nobody_else()):
             try:
@@ -874,7 +445,7 @@ class VirtualClock:
         """``Thread.join``, ``Event.wait``, ``Queue.get``, ``Future.result`` (`_SYNCS`) in a thread on this clock:
         the real one; what it waited for or received happened by now, so the thread has lived up to now."""
         try:
-            return _saved[key](*args, **kwargs)
+            return saved[key](*args, **kwargs)
         finally:
             if self._behind or self._seq:
                 self._caught_up()
@@ -882,7 +453,7 @@ class VirtualClock:
     def _nobody_else(self) -> bool:
         """Whether no thread but the caller could notify it: it is this clock's only thread, and every other
         thread is a `RealTimeThread` (simloop's watchdog, servers, parked runs) or waits for a run to end."""
-        me = _get_ident()
+        me = get_ident()
         if len(self._thread_ids) != 1 or me not in self._thread_ids:
             return False
         return all(t.ident == me or t.ident in BYSTANDERS or isinstance(t, RealTimeThread)
@@ -895,11 +466,11 @@ class VirtualClock:
 
             @functools.wraps(run)
             def run_on_clock() -> None:
-                tid = _get_ident()
-                with _LOCK:
-                    adopted = clock._depth > 0 and tid not in _threads
+                tid = get_ident()
+                with LOCK:
+                    adopted = clock._depth > 0 and tid not in threads
                     if adopted:
-                        _threads[tid] = clock
+                        threads[tid] = clock
                         clock._thread_ids.add(tid)
                 if adopted:
                     clock.begin_at(began)
@@ -907,7 +478,7 @@ class VirtualClock:
                     run()
                 finally:
                     if adopted:
-                        with _LOCK:
+                        with LOCK:
                             clock._unregister(tid)
                         clock._forget(tid)
                     # thread -> run_on_clock -> thread: a reference cycle that would keep the finished thread
@@ -916,11 +487,11 @@ class VirtualClock:
                         del thread.run
 
             thread.run = run_on_clock  # type: ignore[method-assign]
-            _saved["threading.Thread.start"](thread)
+            saved["threading.Thread.start"](thread)
             # start() waits for the thread to begin (an Event), not for what it does: the starter stays where it was
             self.begin_at(began)
             return
-        _saved["threading.Thread.start"](thread)
+        saved["threading.Thread.start"](thread)
 
 
 class _Patched:
@@ -939,7 +510,7 @@ class _Patched:
     def __exit__(self, *exc: object) -> None:
         entered, self.entered = self.entered, None
         if entered is not None:
-            with _LOCK:
+            with LOCK:
                 self.clock._leave(*entered)
 
 
@@ -1130,13 +701,13 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
     def _as_job(self, func: Callable[P, T], job: _Job) -> Callable[P, T]:
         @functools.wraps(func)
         def run_as_job(*args: P.args, **kwargs: P.kwargs) -> T:
-            previous = getattr(_TLS, "job", None)
-            _TLS.job = job  # clock.sleep() in this thread becomes a timer of the job's loop
+            previous = getattr(TLS, "job", None)
+            TLS.job = job  # clock.sleep() in this thread becomes a timer of the job's loop
             job.started = True
             try:
                 return func(*args, **kwargs)
             finally:
-                _TLS.job = previous
+                TLS.job = previous
                 with job.loop.simloop_clock._cond:
                     job.loop._unfinished.discard(job)
 
@@ -1170,7 +741,7 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
                 if self._draining:
                     running += self._draining_jobs()
         if timeout is not None:  # the next timer (asyncio caps the timeout at one day: we then jump twice)
-            timer = now + round(timeout * _NS)  # within a nanosecond, so the timer is due (clock resolution)
+            timer = now + round(timeout * NS)  # within a nanosecond, so the timer is due (clock resolution)
             wake = timer if wake is None else min(wake, timer)
         # (`settled` waiters are released at each point below where virtual time would move on or the loop block:
         # they run first, at this instant, with everything that was due at it done)
@@ -1234,13 +805,13 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
 
     def _flow(self, sel: selectors.BaseSelector, now: int, wake: int | None, cap: float | None) -> _Events:
         """Wait in real time and let virtual time follow it, up to ``wake`` (nanoseconds of the clock)."""
-        left = None if wake is None else max(0, wake - now) / _NS
+        left = None if wake is None else max(0, wake - now) / NS
         wait = left if cap is None else cap if left is None else min(left, cap)
         started = REAL.monotonic()
         events = sel.select(wait)
         elapsed = REAL.monotonic() - started
         reached = left is not None and (elapsed >= left or (not events and wait == left))
-        self.simloop_clock._jump_to(wake if reached and wake is not None else now + round(elapsed * _NS))
+        self.simloop_clock._jump_to(wake if reached and wake is not None else now + round(elapsed * NS))
         return events
 
     def _has_real_fd(self, sel: selectors.BaseSelector) -> bool:

@@ -45,7 +45,8 @@ from contextlib import contextmanager
 from typing import Any, Literal
 
 from simloop._runtime.audit import on_events
-from simloop._runtime.clock import VirtualClock, _threads
+from simloop._runtime.clock import VirtualClock
+from simloop._runtime.registry import threads as _threads
 from simloop._runtime.watchdog import where_of
 from simloop.errors import UsageError
 

@@ -39,10 +39,12 @@ from typing import Any
 
 from simloop._runtime import netguard as _netguard
 from simloop._runtime.audit import on_events
-from simloop._runtime.clock import _LOCK as _CLOCK_LOCK
-from simloop._runtime.clock import REAL, VirtualClock, _threads
+from simloop._runtime.clock import VirtualClock
 from simloop._runtime.halt import LoopHalted
 from simloop._runtime.netguard import _OWN
+from simloop._runtime.realtime import REAL
+from simloop._runtime.registry import LOCK as _CLOCK_LOCK
+from simloop._runtime.registry import threads as _threads
 from simloop._runtime.watchdog import where_in, where_of
 from simloop.invariants.stopping import FORK_FIX
 

@@ -31,8 +31,8 @@ from collections.abc import Collection
 from pathlib import Path
 from types import FrameType
 
-from simloop._runtime.clock import REAL, RealTimeThread
 from simloop._runtime.halt import LoopHalted
+from simloop._runtime.realtime import REAL, RealTimeThread
 
 __all__ = ["Watchdog", "park", "where_in", "where_of"]
 

@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from simloop._runtime.clock import BYSTANDERS, RealTimeThread
+from simloop._runtime.realtime import BYSTANDERS, RealTimeThread
 from simloop._runtime.stack import hold_fresh_stack
 
 __all__ = ["Abandoned", "run_on_worker"]

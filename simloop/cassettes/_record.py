@@ -123,9 +123,9 @@ def record(
 
 
 def _on_virtual_clock() -> bool:
-    from simloop._runtime import clock
+    from simloop._runtime import registry
 
-    threads: Mapping[int, Any] = getattr(clock, "_threads", {})
+    threads: Mapping[int, Any] = registry.threads
     return threading.get_ident() in threads
 
 

@@ -61,9 +61,9 @@ from pathlib import Path
 from typing import Any, Self
 from urllib.parse import urlsplit
 
-from simloop._runtime.clock import REAL, RealTimeThread
 from simloop._runtime.halt import LoopHalted
 from simloop._runtime.process import FAKE_OPENAI_KEY
+from simloop._runtime.realtime import REAL, RealTimeThread
 from simloop.errors import UsageError
 from simloop.models import Ids, ModelPolicy, Script, ScriptExhausted
 from simloop.protocol.errors import STATUS_ERRORS, error_body
