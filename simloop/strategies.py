@@ -606,6 +606,29 @@ def plans(
     runs aim their latencies at it (see `slow_latencies`).
     """
 
+    fields = _plan_fields(
+        personas=personas, faults=faults, outages=outages, slow=slow, heavy=heavy, min_steps=min_steps,
+        max_steps=max_steps, ending_kinds=ending_kinds, fault_rates=fault_rates, tool_fault_rates=tool_fault_rates,
+        ending_repeats=ending_repeats, long=long, fills=fills,
+    )
+    if not any(isinstance(f, st.SearchStrategy) for f in fields.values()):
+        return st.just(Plan(**fields, deadline_s=deadline_s))  # nothing left to choose
+
+    @st.composite
+    def build(draw: st.DrawFn) -> Plan:
+        drawn = {k: draw(f) if isinstance(f, st.SearchStrategy) else f for k, f in fields.items()}
+        return Plan(**drawn, deadline_s=deadline_s)
+
+    return build()
+
+
+def _plan_fields(
+    *, personas: Sequence[tuple[str, int]], faults: bool, outages: Sequence[tuple[Reply | None, int]],
+    slow: Sequence[tuple[bool, int]], heavy: Sequence[tuple[bool, int]], min_steps: int, max_steps: int,
+    ending_kinds: Sequence[str], fault_rates: Sequence[tuple[int, int]], tool_fault_rates: Sequence[tuple[int, int]],
+    ending_repeats: Sequence[tuple[int, int]], long: Sequence[tuple[bool, int]], fills: Sequence[tuple[bool, int]],
+) -> dict[str, Any]:
+    """`plans`' fields, each a value (one option) or a strategy drawing it, in the order they are drawn."""
     # The run-level hazards are drawn first: Hypothesis keeps the first choices of new examples novel,
     # so every kind of run keeps coming up even when the engine is busy mutating long examples.  They
     # stay small integer choices (not a codec's bytes): Hypothesis enumerates the values of a small
@@ -628,15 +651,7 @@ def plans(
     fields = {"outage": outage_of, "persona": persona_of, "slow": slow_of, "heavy": heavy_of, "steps": steps_of,
               "ending": ending_of, "ending_repeats": repeats_of, "fault_rate": fault_rate_of,
               "tool_fault_rate": tool_fault_rate_of, "long": long_of, "fills": fills_of}
-    if not any(isinstance(f, st.SearchStrategy) for f in fields.values()):
-        return st.just(Plan(**fields, deadline_s=deadline_s))  # nothing left to choose
-
-    @st.composite
-    def build(draw: st.DrawFn) -> Plan:
-        drawn = {k: draw(f) if isinstance(f, st.SearchStrategy) else f for k, f in fields.items()}
-        return Plan(**drawn, deadline_s=deadline_s)
-
-    return build()
+    return fields
 
 
 def _choice(options: Sequence[tuple[Any, int]]) -> Any:

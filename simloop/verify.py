@@ -41,7 +41,7 @@ from simloop._runtime.netguard import NetworkPolicy
 from simloop.errors import InvariantViolation, UsageError
 from simloop.invariants import Report, Violation
 from simloop.outcome import Outcome
-from simloop.scenario import LIMIT_NAMES, Limits, ToolSpec, load_scenario
+from simloop.scenario import LIMIT_NAMES, Limits, Scenario, ToolSpec, load_scenario
 from simloop.sim import Drive, Sim
 from simloop.strategies import Plan
 from simloop.timeline import render_timeline
@@ -74,31 +74,28 @@ def verify(
       stuck models, slow and heavy runs, long histories) comes within the first ~20 examples at any budget;
     * ``recorded``: a cassette (a path or a `simloop.cassettes.Recording`) whose real replies, tools and task are
       kept and faulted; a failure shrinks to "the recording, plus these faults";
-    * ``turns``: one to that many user turns a run, through one history (docs/design.md, Conversations);
-      ``abort``: the user's Stop, pressed once a run at a drawn point (Abort); ``restarts``: up to that many
-      process deaths a run on drawn writes, the drive run again with ``sim.store`` kept (Crash and restart);
-      ``approvals``: the loop asks ``sim.approve`` before each call that needs a person's yes, and a person who
-      approves, denies, answers late or is away is drawn each run (Approvals); ``context``: the loop claims it
-      keeps every request inside the model's context window (it trims, summarizes or compacts), so a request the
-      API refuses as too long is a violation (Claims).  Without it, a run whose history outgrows the window may
-      end with the API's 400 and an honest ``error``.
-    * ``prices``: the prices the loop prices its replies at for a declared ``max_cost_usd`` (model name, name
-      prefix or ``"*"`` -> a `simloop.pricing.Price` or ``{input, output, cache_write, cache_read}`` in US dollars
-      per million tokens), over `simloop.pricing.PRICES`: the ``limits`` invariant counts the cost as the loop does,
-      and the saved failure keeps them (its ``prices:``).
+    * ``turns``: one to that many user turns a run, through one history (docs/design.md, Conversations); ``abort``: the
+      user's Stop, pressed once a run at a drawn point (Abort); ``restarts``: up to that many process deaths a run on
+      drawn writes, the drive run again with ``sim.store`` kept (Crash and restart); ``approvals``: the loop asks
+      ``sim.approve`` before each call that needs a person's yes, and a person who approves, denies, answers late or is
+      away is drawn each run (Approvals); ``context``: the loop claims it keeps every request inside the model's context
+      window (it trims, summarizes or compacts), so a request the API refuses as too long is a violation (Claims);
+      without it, a run whose history outgrows the window may end with the API's 400 and an honest ``error``.
+    * ``prices``: what the loop prices its replies at for a declared ``max_cost_usd`` (model name, name prefix or
+      ``"*"`` -> a `simloop.pricing.Price` or ``{input, output, cache_write, cache_read}`` in USD per million tokens),
+      over `simloop.pricing.PRICES`: ``limits`` counts the cost as the loop does; a saved failure keeps them.
     * ``server_tools``: whether the model runs server tools (``server_tool_use`` blocks, ``pause_turn``):
-      ``"request"`` (the default) only when the request declares one, ``"on"`` whatever it declares (its
-      declared kind, else ``web_search``: for a loop whose server tools are added on the way, e.g. by a
-      gateway), ``"off"`` never (the staged budget is kept; ``plan=`` is not needed).
+      ``"request"`` (the default) only when the request declares one, ``"on"`` whatever it declares (its declared
+      kind, else ``web_search``: for server tools added on the way, e.g. by a gateway), ``"off"`` never (the
+      staged budget is kept; ``plan=`` is not needed).
 
     How the runs are searched: ``max_examples`` of them (as Hypothesis runs of at most a hundred, so memory stays
     flat), the same ones in the same order for a ``seed``, from the Hypothesis ``settings`` given (default: the
     loaded profile's); ``invariants``: the ids checked (default: all; docs/design.md, Invariants); ``out_dir``:
     where the minimal failing scenario is written; ``workers``: processes sharing the budget, and ``database``:
     the example database, a directory or a ``redis://`` URL (Campaigns); ``network``: ``"block"`` (a connection or
-    host-name lookup from the loop fails the run), ``"loopback"`` (this machine only) or ``"allow"``.
-
-    Returns a `Report` (``violations`` empty) when every run holds.
+    host-name lookup from the loop fails the run), ``"loopback"`` (this machine only) or ``"allow"``.  Returns a
+    `Report` (``violations`` empty) when every run holds.
 
     Raises:
         InvariantViolation: with ``.violations``, ``.scenario`` (minimal), ``.scenario_path``, ``.timeline``,
@@ -110,12 +107,10 @@ def verify(
 
         simloop.verify(drive, limits=simloop.Limits(max_steps=10), max_examples=100)
     """
-    return _campaign(
-        "verify", drive, tools=tools, limits=limits, max_examples=max_examples, seed=seed, invariants=invariants,
-        task=task, plan=plan, out_dir=out_dir, settings=settings, recorded=recorded, turns=turns, abort=abort,
-        restarts=restarts, workers=workers, database=database, network=network, server_tools=server_tools,
-        approvals=approvals, context=context, prices=prices,
-    ).run()
+    return _campaign("verify", drive, tools=tools, limits=limits, max_examples=max_examples, seed=seed,
+                     invariants=invariants, task=task, plan=plan, out_dir=out_dir, settings=settings, recorded=recorded,
+                     turns=turns, abort=abort, restarts=restarts, workers=workers, database=database, network=network,
+                     server_tools=server_tools, approvals=approvals, context=context, prices=prices).run()
 
 
 #: A plain Hypothesis test of a loop, as `property` returns it (it takes no arguments: ``@given`` draws them).
@@ -265,16 +260,27 @@ def replay(
     report: Report = sim.check(invariants=invariants)
     unexpected, problems = _mismatches(sim, report, outcome)
     if unexpected or problems:
-        timeline = render_timeline(sim.transcript, report.violations)
-        broke = f" the loop broke {len(unexpected)} invariant(s)" if unexpected else ""
-        lines = [f"replaying {path}:{broke}"]
-        lines += [f"  {v}" for v in unexpected] + [f"  {p}" for p in problems] + ["", "timeline:", timeline]
-        raise InvariantViolation(
-            "\n".join(lines), violations=unexpected, scenario=scenario, scenario_path=str(path), timeline=timeline,
-            replay=replay_line(drive, str(path), seed, allow_functions=allow_functions, scenario=scenario),
-            transcript=sim.transcript,
+        raise _replay_failed(
+            drive, path, scenario, sim, report, unexpected, problems, seed=seed, allow_functions=allow_functions,
         )
     return report
+
+
+def _replay_failed(
+    drive: Drive, path: str | Path, scenario: Scenario, sim: Sim, report: Report, unexpected: list[Violation],
+    problems: list[str], *, seed: int, allow_functions: bool,
+) -> InvariantViolation:
+    """`replay`'s failure: the violations it did not expect and the file's other problems, with the timeline of the
+    run (of ``scenario``, the file as loaded) and the line that replays it again."""
+    timeline = render_timeline(sim.transcript, report.violations)
+    broke = f" the loop broke {len(unexpected)} invariant(s)" if unexpected else ""
+    lines = [f"replaying {path}:{broke}"]
+    lines += [f"  {v}" for v in unexpected] + [f"  {p}" for p in problems] + ["", "timeline:", timeline]
+    return InvariantViolation(
+        "\n".join(lines), violations=unexpected, scenario=scenario, scenario_path=str(path), timeline=timeline,
+        replay=replay_line(drive, str(path), seed, allow_functions=allow_functions, scenario=scenario),
+        transcript=sim.transcript,
+    )
 
 
 def _claims(

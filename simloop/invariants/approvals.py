@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from simloop.invariants._base import Violation, _View, _view, result_text
@@ -53,63 +54,82 @@ def approval(t: Transcript) -> list[Violation]:
         uid = v.bound(s)
         if uid is not None:
             ran.add(uid)
-        canon = v.input_of(s)
-
-        def same(a: ApprovalEvent, canon: str = canon, tool: str = s.tool) -> bool:
-            return a.tool == tool and _canon(a.input) == canon
-
-        # the answers the executing thread had heard when it began: recorded before it, and given by its own time
-        heard = [(p, a) for p, a in asks if p < pos and (s.own is None or a.t <= s.own + _EPS)
-                 and (s.heard is None or a.seq is None or a.seq <= s.heard)]
-        exact = [(p, a) for p, a in heard if s.tool_use_id is not None and a.tool_use_id == s.tool_use_id]
-        if exact:  # both sides name the call: its latest answer decides, if it was about what runs
-            used.add(exact[-1][0])
-            answer = exact[-1][1]
-            if answer.approved and not same(answer):
-                out.append(_other_input(v, pos, s, uid, answer))
-                continue
-            latest: ApprovalEvent | None = answer
-        else:  # identical calls are one set: each execution takes a yes of its own, in order
-            earlier = [(p, a) for p, a in heard if same(a) and p not in used]
-            yes = next((p for p, a in earlier if a.approved), None)
-            if yes is not None:
-                used.add(yes)
-                continue
-            latest = earlier[-1][1] if earlier else None
-        if latest is not None and latest.approved:
-            continue
-        call = f"{s.tool}({_shown(s.input)})" + (f" (tool_use {uid})" if uid else "")
-        if latest is not None:
-            said = "said no" if latest.answer == "denied" else "gave no answer"
-            what = f"the person {said} at {latest.t:g}s, yet execution {s.exec} ran it at {s.t:g}s"
-            kind = "ran_denied"
-        elif (pending := next((a for p, a in asks if p < pos and same(a) and (p, a) not in heard), None)) is not None:
-            what = (f"execution {s.exec} ran it at {s.t if s.own is None else s.own:g}s of its own thread's time "
-                    f"before the answer reached that thread (the question was asked at {pending.asked:g}s, and the "
-                    f"person answered at {pending.t:g}s to another thread it had not waited on); a gated call waits "
-                    "for the answer in the thread that runs it")
-            kind = "unanswered"
-        elif any(p > pos and same(a) for p, a in asks):
-            what = f"execution {s.exec} ran it at {s.t:g}s and only then asked the person (sim.approve)"
-            kind = "asked_after"
-        else:
-            other = next((a for p, a in reversed(asks) if p < pos and a.tool == s.tool and a.approved), None)
-            if other is not None:
-                what = (f"execution {s.exec} ran it on the yes given to another call, {other.tool}"
-                        f"({_shown(other.input)})" + (f" (tool_use {other.matched})" if other.matched else ""))
-                kind = "reused"
-            else:
-                what = f"execution {s.exec} ran it without asking the person (sim.approve)"
-                kind = "unasked"
-        out.append(Violation(
-            "approval",
-            f"{call} needs approval: {what}; a correct loop asks sim.approve(name, input, tool_use_id=...) for each "
-            "call before running it, and runs only that call on a yes",
-            v.step_at(pos), {"tool": s.tool, "exec": s.exec, "tool_use_id": uid, "kind": kind},
-        ))
+        found = _gate(v, asks, used, pos, s, uid)
+        if found is not None:
+            out.append(found)
     out += _told(t, asks, ran)
     out += _deadline(t, asks)
     return out
+
+
+def _gate(
+    v: _View, asks: list[tuple[int, ApprovalEvent]], used: set[int], pos: int, s: ToolStart, uid: str | None,
+) -> Violation | None:
+    """Execution ``s`` (at event position ``pos``) of a gated tool: None if it followed a yes for that very call.
+
+    The yes it runs on is added to ``used`` (a yes matched by tool and input is taken once); otherwise the
+    violation says what it ran on instead (a no, no answer, an answer it had not heard, none, another call's yes).
+    """
+    canon = v.input_of(s)
+
+    def same(a: ApprovalEvent, canon: str = canon, tool: str = s.tool) -> bool:
+        return a.tool == tool and _canon(a.input) == canon
+
+    # the answers the executing thread had heard when it began: recorded before it, and given by its own time
+    heard = [(p, a) for p, a in asks if p < pos and (s.own is None or a.t <= s.own + _EPS)
+             and (s.heard is None or a.seq is None or a.seq <= s.heard)]
+    exact = [(p, a) for p, a in heard if s.tool_use_id is not None and a.tool_use_id == s.tool_use_id]
+    if exact:  # both sides name the call: its latest answer decides, if it was about what runs
+        used.add(exact[-1][0])
+        answer = exact[-1][1]
+        if answer.approved and not same(answer):
+            return _other_input(v, pos, s, uid, answer)
+        latest: ApprovalEvent | None = answer
+    else:  # identical calls are one set: each execution takes a yes of its own, in order
+        earlier = [(p, a) for p, a in heard if same(a) and p not in used]
+        yes = next((p for p, a in earlier if a.approved), None)
+        if yes is not None:
+            used.add(yes)
+            return None
+        latest = earlier[-1][1] if earlier else None
+    if latest is not None and latest.approved:
+        return None
+    call = f"{s.tool}({_shown(s.input)})" + (f" (tool_use {uid})" if uid else "")
+    what, kind = _ran_on(asks, heard, pos, s, latest, same)
+    return Violation(
+        "approval",
+        f"{call} needs approval: {what}; a correct loop asks sim.approve(name, input, tool_use_id=...) for each "
+        "call before running it, and runs only that call on a yes",
+        v.step_at(pos), {"tool": s.tool, "exec": s.exec, "tool_use_id": uid, "kind": kind},
+    )
+
+
+def _ran_on(
+    asks: list[tuple[int, ApprovalEvent]], heard: list[tuple[int, ApprovalEvent]], pos: int, s: ToolStart,
+    latest: ApprovalEvent | None, same: Callable[[ApprovalEvent], bool],
+) -> tuple[str, str]:
+    """What gated execution ``s`` ran on instead of a yes for it, in words, and the violation's kind.
+
+    ``latest`` is the last answer for that call it had heard (a no, or no answer), ``heard`` all it had heard, and
+    ``same`` tells an answer about its tool and input.
+    """
+    if latest is not None:
+        said = "said no" if latest.answer == "denied" else "gave no answer"
+        return f"the person {said} at {latest.t:g}s, yet execution {s.exec} ran it at {s.t:g}s", "ran_denied"
+    if (pending := next((a for p, a in asks if p < pos and same(a) and (p, a) not in heard), None)) is not None:
+        what = (f"execution {s.exec} ran it at {s.t if s.own is None else s.own:g}s of its own thread's time "
+                f"before the answer reached that thread (the question was asked at {pending.asked:g}s, and the "
+                f"person answered at {pending.t:g}s to another thread it had not waited on); a gated call waits "
+                "for the answer in the thread that runs it")
+        return what, "unanswered"
+    if any(p > pos and same(a) for p, a in asks):
+        return f"execution {s.exec} ran it at {s.t:g}s and only then asked the person (sim.approve)", "asked_after"
+    other = next((a for p, a in reversed(asks) if p < pos and a.tool == s.tool and a.approved), None)
+    if other is not None:
+        what = (f"execution {s.exec} ran it on the yes given to another call, {other.tool}"
+                f"({_shown(other.input)})" + (f" (tool_use {other.matched})" if other.matched else ""))
+        return what, "reused"
+    return f"execution {s.exec} ran it without asking the person (sim.approve)", "unasked"
 
 
 def _other_input(v: _View, pos: int, s: ToolStart, uid: str | None, yes: ApprovalEvent) -> Violation:

@@ -347,6 +347,20 @@ def results_real(t: Transcript) -> list[Violation]:
     declared = t.header.tools
     if not declared:
         return []  # a run that declares no tools (a recording replayed as is): nothing to hold results to
+    out: list[Violation] = []
+    for sent, items in sorted(_unreal_results(v, declared).items()):
+        request = t.events[sent]
+        assert isinstance(request, Request)
+        out.append(_unreal_result(v, request, items))
+    return out
+
+
+def _unreal_results(v: _View, declared: dict[str, str]) -> dict[int, list[tuple[str, str, str]]]:
+    """The results of ``declared`` tools (name -> kind) that are not real, by the position of the request that sent them.
+
+    Each is ``(tool_use id, kind, detail)``: ``denied_commit`` (said not run, of a write that had committed;
+    the detail names its execution) or ``fabricated`` (a success no execution produced; the detail is its text).
+    """
     bound: dict[str, list[tuple[int, ToolStart]]] = {}
     for pos, s in v.starts:
         if s.matched is not None:
@@ -382,33 +396,33 @@ def results_real(t: Transcript) -> list[Violation]:
         if _NOT_RUN.search(text):  # (last: the search reads the whole text, a huge output's too)
             continue
         found.setdefault(sent, []).append((uid, "fabricated", text))
-    out: list[Violation] = []
-    for sent, items in sorted(found.items()):
-        request = t.events[sent]
-        assert isinstance(request, Request)
-        uid, kind, detail = items[0]
-        name = str(v.use_block[uid].get("name"))
-        path = _result_path(request, uid)
-        more = f" ({len(items) - 1} more such result(s) in this request)" if len(items) > 1 else ""
-        if kind == "denied_commit":
-            message = (
-                f"the tool_result for {name} (tool_use {uid}) tells the model it was not run or was interrupted, but "
-                f"{detail} had committed its write before that result was sent{more}; a correct loop reports what "
-                "ran: the tool's result (or its error), so the model does not ask for the write again"
-            )
-        else:
-            shown = detail if len(detail) <= 60 else detail[:57] + "..."
-            unrouted = "" if v.starts else (
-                "; not one tool execution reached simloop's ledger in this run: the loop's tools are not routed "
-                "through sim.run_tool (or sim.arun_tool, the tools endpoint, MCP), so its own tools ran or none did")
-            message = (
-                f"the tool_result for {name} (tool_use {uid}) reports a success ({shown!r}) but no execution of "
-                f"{name} produced it{more}{unrouted}; a correct loop runs each tool call through sim.run_tool and "
-                "sends back what it returned, or says it did not run it (an is_error tool_result)"
-            )
-        evidence = {"request": request.index, "path": path, "tool_use_id": uid, "tool": name, "kind": kind}
-        out.append(Violation("results_real", message, request.call, evidence))
-    return out
+    return found
+
+
+def _unreal_result(v: _View, request: Request, items: list[tuple[str, str, str]]) -> Violation:
+    """The violation of ``request``, which sent the results ``items`` that are not real: it names the first."""
+    uid, kind, detail = items[0]
+    name = str(v.use_block[uid].get("name"))
+    path = _result_path(request, uid)
+    more = f" ({len(items) - 1} more such result(s) in this request)" if len(items) > 1 else ""
+    if kind == "denied_commit":
+        message = (
+            f"the tool_result for {name} (tool_use {uid}) tells the model it was not run or was interrupted, but "
+            f"{detail} had committed its write before that result was sent{more}; a correct loop reports what "
+            "ran: the tool's result (or its error), so the model does not ask for the write again"
+        )
+    else:
+        shown = detail if len(detail) <= 60 else detail[:57] + "..."
+        unrouted = "" if v.starts else (
+            "; not one tool execution reached simloop's ledger in this run: the loop's tools are not routed "
+            "through sim.run_tool (or sim.arun_tool, the tools endpoint, MCP), so its own tools ran or none did")
+        message = (
+            f"the tool_result for {name} (tool_use {uid}) reports a success ({shown!r}) but no execution of "
+            f"{name} produced it{more}{unrouted}; a correct loop runs each tool call through sim.run_tool and "
+            "sends back what it returned, or says it did not run it (an is_error tool_result)"
+        )
+    evidence = {"request": request.index, "path": path, "tool_use_id": uid, "tool": name, "kind": kind}
+    return Violation("results_real", message, request.call, evidence)
 
 
 def _committed_before(v: _View, s: ToolStart, pos: int) -> bool:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from typing import Any
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 from simloop.invariants._base import MODEL_PATHS, Violation, _canon, _is_reply, _is_write, _View, _view, per_turn
 from simloop.pricing import cost_usd
@@ -129,13 +131,42 @@ def limits(t: Transcript) -> list[Violation]:
 
 
 def _limits(t: Transcript) -> list[Violation]:
-    """`limits` over one turn."""
+    """`limits` over one turn: each declared budget checked at every model call, then the stop policies."""
     v = _view(t)
     declared = t.header.limits
-    max_steps, deadline, budget = declared.get("max_steps"), declared.get("deadline_s"), declared.get("max_total_tokens")
-    max_cost = declared.get("max_cost_usd")
     out: list[Violation] = []
-    done: set[str] = set()
+    done: set[str] = set()  # the budgets already reported: each once, at the first call past it
+    for call in _calls(t, v, priced=declared.get("max_cost_usd") is not None):
+        for key, check in _BUDGETS:
+            limit = declared.get(key)
+            if limit is None or key in done:
+                continue
+            found = check(t, call, limit)
+            if found is not None:
+                done.add(key)
+                out.append(found)
+    if any(declared.get(k) is not None for k in _POLICIES):
+        out.extend(_policies(t, v))
+    return out
+
+
+class _Call(NamedTuple):
+    """A logical model call (its first attempt) as the budgets see it: its step, and what was spent before it."""
+
+    pos: int  # its event position
+    request: Request
+    step: int  # its call number, less the calls lost to a crash and the loop's own retries
+    used: int  # the tokens of the replies before it
+    spent: float  # what those replies cost in US dollars (0.0 unless a cost budget is declared)
+
+
+def _calls(t: Transcript, v: _View, *, priced: bool) -> Iterator[_Call]:
+    """Each logical model call of ``t``, in order (SDK retries are the same call), with what it counts as.
+
+    A retry the loop makes itself (the same request sent again after it got no reply) is the same step, and a
+    call in flight when the process died is forgiven (the loop never saw it answered).  The replies' cost is
+    summed only when ``priced`` (a cost budget is declared): pricing each reply is work no other budget needs.
+    """
     calls_seen: set[int] = set()
     lost: set[int] = set()  # calls in flight when the process died: forgiven (the loop never saw them answered)
     used = 0
@@ -147,7 +178,7 @@ def _limits(t: Transcript) -> list[Violation]:
     for pos, e in enumerate(t.events):
         if isinstance(e, Response) and pos in reply_positions:
             used += e.input_tokens + e.output_tokens
-            if max_cost is not None:
+            if priced:
                 spent += reply_cost(e, t.header.prices)
         elif isinstance(e, Response) and e.fault == "crash":
             lost.add(e.call)
@@ -159,47 +190,73 @@ def _limits(t: Transcript) -> list[Violation]:
         if last is not None and last.index not in answered and last.path == e.path and last.body == e.body:
             retries += 1  # a retry the loop made itself, of a call that failed: the same step
         last = e
-        if max_steps is not None and e.call - len(lost) - retries > max_steps and "max_steps" not in done:
-            done.add("max_steps")
-            restarted = any(isinstance(x, Restart) for x in t.events[:pos])
-            message = (
-                f"{_lead(t, 'max_steps', max_steps)} but {_pre(t, 'max_steps')}made model call {e.call} "
-                f"({t.model_calls} in all{', across a simulated crash and restart' if restarted else ''}); "
-                "a correct loop checks its step count before each call and stops with reason 'max_steps'"
-                + ("; a durable loop keeps the count in its store with its history (a count that starts over in "
-                   "each life lets a crash loop run for ever)" if restarted else "")
-            )
-            evidence = {"request": e.index, "max_steps": max_steps, "model_calls": t.model_calls}
-            out.append(Violation("limits", message, e.call, evidence))
-        if deadline is not None and e.t >= deadline and "deadline_s" not in done:
-            done.add("deadline_s")
-            message = (
-                f"model call {e.call} started at t={e.t:g}s, at or after {_the(t, 'deadline_s', f'{deadline:g}')}; a "
-                "correct loop checks the clock before each call and stops with reason 'deadline'"
-            )
-            out.append(Violation("limits", message, e.call, {"request": e.index, "deadline_s": deadline, "t": e.t}))
-        if budget is not None and used >= budget and "max_total_tokens" not in done:
-            done.add("max_total_tokens")
-            message = (
-                f"model call {e.call} started after {used} tokens were used, reaching "
-                f"{_the(t, 'max_total_tokens', budget)}; a correct loop sums usage.input_tokens + usage.output_tokens after "
-                "each reply and stops with reason 'token_budget' once the budget is reached"
-            )
-            evidence = {"request": e.index, "max_total_tokens": budget, "used": used}
-            out.append(Violation("limits", message, e.call, evidence))
-        if max_cost is not None and spent >= max_cost and "max_cost_usd" not in done:
-            done.add("max_cost_usd")
-            message = (
-                f"model call {e.call} started after the replies had cost ${spent:.4f}, reaching "
-                f"{_the(t, 'max_cost_usd', f'{max_cost:g}')}; a correct loop prices each reply's usage (input, "
-                "output, cache writes and cache reads, each at the model's price per million tokens) and stops with "
-                "reason 'cost_budget' once the budget is reached"
-            )
-            evidence = {"request": e.index, "max_cost_usd": max_cost, "cost_usd": round(spent, 6)}
-            out.append(Violation("limits", message, e.call, evidence))
-    if any(declared.get(k) is not None for k in _POLICIES):
-        out.extend(_policies(t, v))
-    return out
+        yield _Call(pos, e, e.call - len(lost) - retries, used, spent)
+
+
+def _over_steps(t: Transcript, call: _Call, max_steps: Any) -> Violation | None:
+    """The call is a step past the declared ``max_steps`` (a count that starts over after a restart included)."""
+    e = call.request
+    if not call.step > max_steps:
+        return None
+    restarted = any(isinstance(x, Restart) for x in t.events[:call.pos])
+    message = (
+        f"{_lead(t, 'max_steps', max_steps)} but {_pre(t, 'max_steps')}made model call {e.call} "
+        f"({t.model_calls} in all{', across a simulated crash and restart' if restarted else ''}); "
+        "a correct loop checks its step count before each call and stops with reason 'max_steps'"
+        + ("; a durable loop keeps the count in its store with its history (a count that starts over in "
+           "each life lets a crash loop run for ever)" if restarted else "")
+    )
+    evidence = {"request": e.index, "max_steps": max_steps, "model_calls": t.model_calls}
+    return Violation("limits", message, e.call, evidence)
+
+
+def _past_deadline(t: Transcript, call: _Call, deadline: Any) -> Violation | None:
+    """The call started at or after the declared ``deadline_s``."""
+    e = call.request
+    if not e.t >= deadline:
+        return None
+    message = (
+        f"model call {e.call} started at t={e.t:g}s, at or after {_the(t, 'deadline_s', f'{deadline:g}')}; a "
+        "correct loop checks the clock before each call and stops with reason 'deadline'"
+    )
+    return Violation("limits", message, e.call, {"request": e.index, "deadline_s": deadline, "t": e.t})
+
+
+def _over_tokens(t: Transcript, call: _Call, budget: Any) -> Violation | None:
+    """The call started once the replies before it had used the declared ``max_total_tokens``."""
+    e, used = call.request, call.used
+    if not used >= budget:
+        return None
+    message = (
+        f"model call {e.call} started after {used} tokens were used, reaching "
+        f"{_the(t, 'max_total_tokens', budget)}; a correct loop sums usage.input_tokens + usage.output_tokens after "
+        "each reply and stops with reason 'token_budget' once the budget is reached"
+    )
+    evidence = {"request": e.index, "max_total_tokens": budget, "used": used}
+    return Violation("limits", message, e.call, evidence)
+
+
+def _over_cost(t: Transcript, call: _Call, max_cost: Any) -> Violation | None:
+    """The call started once the replies before it had cost the declared ``max_cost_usd``."""
+    e, spent = call.request, call.spent
+    if not spent >= max_cost:
+        return None
+    message = (
+        f"model call {e.call} started after the replies had cost ${spent:.4f}, reaching "
+        f"{_the(t, 'max_cost_usd', f'{max_cost:g}')}; a correct loop prices each reply's usage (input, "
+        "output, cache writes and cache reads, each at the model's price per million tokens) and stops with "
+        "reason 'cost_budget' once the budget is reached"
+    )
+    evidence = {"request": e.index, "max_cost_usd": max_cost, "cost_usd": round(spent, 6)}
+    return Violation("limits", message, e.call, evidence)
+
+
+#: The budgets checked at each model call, in the order their violations are reported: name -> its check (None
+#: unless the call is past the limit; each tests ``not past``, so a limit no number passes, NaN, never fires).
+_BUDGETS: tuple[tuple[str, Callable[[Transcript, _Call, Any], Violation | None]], ...] = (
+    ("max_steps", _over_steps), ("deadline_s", _past_deadline), ("max_total_tokens", _over_tokens),
+    ("max_cost_usd", _over_cost),
+)
 
 
 _POLICIES = ("max_tool_errors", "max_writes", "max_repeats")
@@ -216,81 +273,119 @@ def _policies(t: Transcript, v: _View) -> list[Violation]:
     """The declared stop policies: the error budget, the write budget ("one write") and repetition."""
     declared = t.header.limits
     max_errors, max_writes, max_repeats = (declared.get(k) for k in _POLICIES)
-    out: list[Violation] = []
-    done: set[str] = set()
-    starts: dict[int, ToolStart] = {}
-    errors = writes = 0
-    spent: dict[str, ToolStart] = {}  # policy -> the execution that spent its budget
-    runs: Counter[tuple[str, str]] = Counter()
-    first_run: dict[tuple[str, str], int] = {}
-    calls_seen: set[int] = set()
+    walk = _PolicyWalk(t, v, max_errors, max_writes, max_repeats)
     for e in t.events:
         if isinstance(e, ToolStart):
-            starts[e.exec] = e
-            if "max_writes" in spent and "max_writes" not in done and _is_write(t, e):
-                done.add("max_writes")
-                last = spent["max_writes"]
-                message = (
-                    f"{_lead(t, 'max_writes', max_writes)} and {max_writes} write(s) had succeeded (the last: "
-                    f"{last.tool}, exec {last.exec}), but {_it(t, 'max_writes')} ran {e.tool} (exec {e.exec}), another write; a correct loop "
-                    "treats its last allowed write as terminal: it runs no further write and stops"
-                )
-                evidence = {"limit": "max_writes", "max_writes": max_writes, "exec": e.exec, "tool": e.tool,
-                            "spent_by": last.exec}
-                out.append(Violation("limits", message, v.step_at(_position(v, e)), evidence))
-            if max_repeats is not None and "max_repeats" not in done:
-                key = (e.tool, v.input_of(e))
-                runs[key] += 1
-                first_run.setdefault(key, e.exec)
-                if runs[key] > max_repeats:
-                    done.add("max_repeats")
-                    message = (
-                        f"{_lead(t, 'max_repeats', max_repeats)} but {_pre(t, 'max_repeats')}ran {e.tool} with the "
-                        f"same input {runs[key]} times (exec {first_run[key]} first, exec {e.exec} last); a correct loop counts "
-                        "each tool and input it runs and, rather than run one again past the limit, stops with "
-                        "reason 'repetition'"
-                    )
-                    evidence = {"limit": "max_repeats", "max_repeats": max_repeats, "exec": e.exec, "tool": e.tool,
-                                "first_exec": first_run[key], "runs": runs[key]}
-                    out.append(Violation("limits", message, v.step_at(_position(v, e)), evidence))
+            walk.started(e)
         elif isinstance(e, ToolEnd):
-            s = starts.get(e.exec)
-            if s is None:
-                continue
-            if e.status == "raised":
-                errors += 1
-                if max_errors is not None and errors == max_errors:
-                    spent["max_tool_errors"] = s
-            elif e.status == "ok" and _is_write(t, s):
-                writes += 1
-                if max_writes is not None and writes == max_writes:
-                    spent["max_writes"] = s
-        elif isinstance(e, Request) and e.path in MODEL_PATHS and e.call not in calls_seen:
-            calls_seen.add(e.call)
-            if "max_tool_errors" in spent and "max_tool_errors" not in done:
-                done.add("max_tool_errors")
-                last = spent["max_tool_errors"]
-                message = (
-                    f"{_lead(t, 'max_tool_errors', max_errors)} and {max_errors} tool execution(s) had failed "
-                    f"(the last: {last.tool}, exec {last.exec}), but {_it(t, 'max_tool_errors')} made model call {e.call}; a correct loop counts "
-                    "failed tool executions and, once the budget is spent, stops with reason 'error_budget' "
-                    "instead of calling the model again"
-                )
-                evidence = {"limit": "max_tool_errors", "max_tool_errors": max_errors, "request": e.index,
-                            "spent_by": last.exec}
-                out.append(Violation("limits", message, e.call, evidence))
-            if "max_writes" in spent and "max_writes" not in done:
-                done.add("max_writes")
-                last = spent["max_writes"]
-                message = (
-                    f"{_lead(t, 'max_writes', max_writes)} and {max_writes} write(s) had succeeded (the last: "
-                    f"{last.tool}, exec {last.exec}), but {_it(t, 'max_writes')} made model call {e.call}; a correct loop treats its last "
-                    "allowed write as terminal: it stops (reason 'final': the write is the result) instead of "
-                    "calling the model again"
-                )
-                evidence = {"limit": "max_writes", "max_writes": max_writes, "request": e.index, "spent_by": last.exec}
-                out.append(Violation("limits", message, e.call, evidence))
-    return out
+            walk.ended(e)
+        elif isinstance(e, Request) and e.path in MODEL_PATHS and e.call not in walk.calls_seen:
+            walk.called(e)
+    return walk.out
+
+
+@dataclass
+class _PolicyWalk:
+    """`_policies`' walk over one turn's events: what each policy has counted so far, and what it found.
+
+    A policy's budget is spent by the execution that reaches it (``spent``); the next write (``max_writes``) or
+    model call (``max_tool_errors``, ``max_writes``) after that is its violation, one each (``done``).
+    """
+
+    t: Transcript
+    v: _View
+    max_errors: Any
+    max_writes: Any
+    max_repeats: Any
+    out: list[Violation] = field(default_factory=list)
+    done: set[str] = field(default_factory=set)
+    starts: dict[int, ToolStart] = field(default_factory=dict)
+    errors: int = 0
+    writes: int = 0
+    spent: dict[str, ToolStart] = field(default_factory=dict)  # policy -> the execution that spent its budget
+    runs: Counter[tuple[str, str]] = field(default_factory=Counter)
+    first_run: dict[tuple[str, str], int] = field(default_factory=dict)
+    calls_seen: set[int] = field(default_factory=set)
+
+    def started(self, e: ToolStart) -> None:
+        """A tool execution began: a write past the write budget, or a repeat past ``max_repeats``, is reported."""
+        t, v = self.t, self.v
+        self.starts[e.exec] = e
+        if "max_writes" in self.spent and "max_writes" not in self.done and _is_write(t, e):
+            self.done.add("max_writes")
+            last = self.spent["max_writes"]
+            message = (
+                f"{_lead(t, 'max_writes', self.max_writes)} and {self.max_writes} write(s) had succeeded (the last: "
+                f"{last.tool}, exec {last.exec}), but {_it(t, 'max_writes')} ran {e.tool} (exec {e.exec}), another "
+                "write; a correct loop treats its last allowed write as terminal: it runs no further write and stops"
+            )
+            evidence = {"limit": "max_writes", "max_writes": self.max_writes, "exec": e.exec, "tool": e.tool,
+                        "spent_by": last.exec}
+            self.out.append(Violation("limits", message, v.step_at(_position(v, e)), evidence))
+        if self.max_repeats is not None and "max_repeats" not in self.done:
+            self._repeat(e)
+
+    def _repeat(self, e: ToolStart) -> None:
+        """Count ``e``'s tool and input; its run past ``max_repeats`` is reported."""
+        t, v, max_repeats = self.t, self.v, self.max_repeats
+        key = (e.tool, v.input_of(e))
+        self.runs[key] += 1
+        self.first_run.setdefault(key, e.exec)
+        if self.runs[key] > max_repeats:
+            self.done.add("max_repeats")
+            message = (
+                f"{_lead(t, 'max_repeats', max_repeats)} but {_pre(t, 'max_repeats')}ran {e.tool} with the "
+                f"same input {self.runs[key]} times (exec {self.first_run[key]} first, exec {e.exec} last); a correct "
+                "loop counts each tool and input it runs and, rather than run one again past the limit, stops with "
+                "reason 'repetition'"
+            )
+            evidence = {"limit": "max_repeats", "max_repeats": max_repeats, "exec": e.exec, "tool": e.tool,
+                        "first_exec": self.first_run[key], "runs": self.runs[key]}
+            self.out.append(Violation("limits", message, v.step_at(_position(v, e)), evidence))
+
+    def ended(self, e: ToolEnd) -> None:
+        """A tool execution ended: a failure counts against the error budget, a succeeded write against the writes."""
+        s = self.starts.get(e.exec)
+        if s is None:
+            return
+        if e.status == "raised":
+            self.errors += 1
+            if self.max_errors is not None and self.errors == self.max_errors:
+                self.spent["max_tool_errors"] = s
+        elif e.status == "ok" and _is_write(self.t, s):
+            self.writes += 1
+            if self.max_writes is not None and self.writes == self.max_writes:
+                self.spent["max_writes"] = s
+
+    def called(self, e: Request) -> None:
+        """A logical model call began: one after a spent error or write budget is reported."""
+        t = self.t
+        self.calls_seen.add(e.call)
+        if "max_tool_errors" in self.spent and "max_tool_errors" not in self.done:
+            self.done.add("max_tool_errors")
+            last = self.spent["max_tool_errors"]
+            max_errors = self.max_errors
+            message = (
+                f"{_lead(t, 'max_tool_errors', max_errors)} and {max_errors} tool execution(s) had failed "
+                f"(the last: {last.tool}, exec {last.exec}), but {_it(t, 'max_tool_errors')} made model call "
+                f"{e.call}; a correct loop counts failed tool executions and, once the budget is spent, stops with "
+                "reason 'error_budget' instead of calling the model again"
+            )
+            evidence = {"limit": "max_tool_errors", "max_tool_errors": max_errors, "request": e.index,
+                        "spent_by": last.exec}
+            self.out.append(Violation("limits", message, e.call, evidence))
+        if "max_writes" in self.spent and "max_writes" not in self.done:
+            self.done.add("max_writes")
+            last = self.spent["max_writes"]
+            message = (
+                f"{_lead(t, 'max_writes', self.max_writes)} and {self.max_writes} write(s) had succeeded (the last: "
+                f"{last.tool}, exec {last.exec}), but {_it(t, 'max_writes')} made model call {e.call}; a correct "
+                "loop treats its last allowed write as terminal: it stops (reason 'final': the write is the result) "
+                "instead of calling the model again"
+            )
+            evidence = {"limit": "max_writes", "max_writes": self.max_writes, "request": e.index,
+                        "spent_by": last.exec}
+            self.out.append(Violation("limits", message, e.call, evidence))
 
 
 def _by_scenario(t: Transcript, key: str) -> bool:
