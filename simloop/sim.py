@@ -28,12 +28,10 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from simloop._abort import AbortSignal, recorder
 from simloop._arrivals import Arrivals
-from simloop._runtime import process as _process
 from simloop._runtime.clock import VirtualClock
 from simloop._runtime.netguard import NetworkPolicy, check_policy
-from simloop._runtime.prepare import before_run, once
+from simloop._runtime.prepare import once
 from simloop._runtime.watchdog import Watchdog
-from simloop._runtime.worker import Abandoned, run_on_worker
 from simloop._sim import clients as _clients
 from simloop._sim import guard as _guard
 from simloop._sim import lives as _lives
@@ -356,22 +354,7 @@ class Sim:
         if self._ran:
             raise UsageError("a Sim runs one loop; make a new Sim (same scenario and seed) to run it again")
         self._ran = True
-        before_run(drive, warm_up_sdk)  # simloop's own imports and first SDK calls, once per process, on nobody's time
-        # The loop runs on a worker thread (also the way out of a running event loop, for an async drive
-        # called from an async test): a run that cannot end is abandoned there (see `Runner.give_up`).
-        runner = Runner(self)
-        state = random.getstate()
-        random.seed(self.seed)  # the SDK's retry jitter reads the global PRNG
-        try:
-            with _process.bounded():  # the command's last resort: a run holding the GIL past it ends the process
-                return run_on_worker(lambda: runner.run(drive), give_up=runner.give_up, on_abandon=runner.let_go)
-        except Abandoned as e:
-            return runner.abandoned(e.thread_id)
-        except KeyboardInterrupt:  # a real Ctrl-C reached the caller: the loop's thread is left as it is
-            runner.interrupted()
-            raise
-        finally:
-            random.setstate(state)
+        return Runner(self).start(drive, warm_up_sdk)
 
     def check(self, outcome: Outcome | None = None, *, invariants: Iterable[str] | None = None) -> Any:
         """Check the run's transcript against the invariants; returns a `Report`.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import random
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -14,9 +15,11 @@ from simloop._runtime import process as _process
 from simloop._runtime.clock import REAL, VirtualClock
 from simloop._runtime.halt import LoopHalted
 from simloop._runtime.netguard import guarding
+from simloop._runtime.prepare import before_run
 from simloop._runtime.process import ProcessExit, running
 from simloop._runtime.stack import on_held_stack
 from simloop._runtime.watchdog import Watchdog, where_in
+from simloop._runtime.worker import Abandoned, run_on_worker
 from simloop._sim.guard import Guard
 from simloop._sim.leftbehind import forks_seen, serve_children, threads_left
 from simloop._sim.lives import Lives
@@ -53,6 +56,24 @@ class Runner:
         self._record = Recorder(sim.transcript, sim.clock, sim._guard, sim._turns)
         self._halted_at: float | None = None  # REAL.monotonic() when the run was first seen halted
         self._proc: _process.Run | None = None  # the run's share of the process, while it runs
+
+    def start(self, drive: Drive, warm_up: Callable[[bool], None]) -> Outcome:
+        """`Sim.run`: the drive on a worker thread (also the way out of a running event loop, for an async drive
+        called from an async test), where a run that cannot end is abandoned (see `give_up`); ``warm_up`` makes
+        simloop's own imports and first SDK calls, once per process, on nobody's time."""
+        before_run(drive, warm_up)
+        state = random.getstate()
+        random.seed(self.sim.seed)  # the SDK's retry jitter reads the global PRNG
+        try:
+            with _process.bounded():  # the command's last resort: a run holding the GIL past it ends the process
+                return run_on_worker(lambda: self.run(drive), give_up=self.give_up, on_abandon=self.let_go)
+        except Abandoned as e:
+            return self.abandoned(e.thread_id)
+        except KeyboardInterrupt:  # a real Ctrl-C reached the caller: the loop's thread is left as it is
+            self.interrupted()
+            raise
+        finally:
+            random.setstate(state)
 
     def run(self, drive: Drive) -> Outcome:
         """The drive, on this (the worker) thread, in the run's world; then what it left behind."""
