@@ -187,7 +187,7 @@ def bare_loop(transcript: Any) -> Any:
     from examples._common import NOT_RUN, _write_key, with_web_search
     from simloop import strategies
     from simloop._runtime.stack import on_fresh_stack
-    from simloop.sim import _drop_resources
+    from simloop._sim.clients import _drop_resources
     from simloop.transcript import ToolEnd
 
     loop = importlib.import_module("examples.correct_sync")

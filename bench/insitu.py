@@ -29,6 +29,8 @@ import random
 
 import overhead
 
+import simloop._sim.clients
+import simloop._sim.runner
 import simloop.sim
 from simloop._runtime.clock import VirtualClock
 from simloop._runtime.watchdog import Watchdog
@@ -51,22 +53,22 @@ PIECES: dict[str, tuple[Any, str]] = {
     "turn": (answer, "_turn"),
     "deliver": (server.SimServer, "deliver"),
     "sim_init": (simloop.sim.Sim, "__init__"),
-    "client": (simloop.sim, "_sdk_client"),
-    "http_client": (simloop.sim, "_http_client"),
+    "client": (simloop._sim.clients, "_sdk_client"),
+    "http_client": (simloop._sim.clients, "_http_client"),
     "close": (simloop.sim.Sim, "close"),
     "run": (simloop.sim.Sim, "run"),  # the caller's thread only (the worker's CPU is not in it)
-    "worker_run": (simloop.sim.Sim, "_run"),  # the worker's share, the drive included
-    "drive": (simloop.sim.Sim, "_drive"),
-    "threads_left": (simloop.sim.Sim, "_threads_left"),
-    "record": (simloop.sim.Sim, "_record"),
+    "worker_run": (simloop._sim.runner.Runner, "run"),  # the worker's share, the drive included
+    "drive": (simloop._sim.runner.Runner, "_drive"),
+    "threads_left": (simloop._sim.runner, "threads_left"),
+    "record": (simloop._sim.runner.Runner, "returned"),
 }
 
 #: name -> (owner, attribute): context managers of the run machinery, timed on entry and exit (name.enter, name.exit)
 BLOCKS: dict[str, tuple[Any, str]] = {
     "patched": (VirtualClock, "patched"),  # the clock's patches on and off
-    "running": (simloop.sim, "running"),  # the process tracking (and the fake key in the environment)
+    "running": (simloop._sim.runner, "running"),  # the process tracking (and the fake key in the environment)
     "watching": (Watchdog, "watching"),
-    "guarding": (simloop.sim, "guarding"),  # the network guard
+    "guarding": (simloop._sim.runner, "guarding"),  # the network guard
 }
 
 

@@ -1,7 +1,7 @@
 """Where the time of a simulated run goes: cProfile on the caller's thread AND the loop's worker thread.
 
 A `Sim` runs the loop on a worker thread (`simloop._runtime.worker`), which a plain ``cProfile.run`` does not
-see.  This script wraps `simloop.sim.run_on_worker` so that a second profiler is enabled inside the
+see.  This script wraps `simloop._sim.runner.run_on_worker` so that a second profiler is enabled inside the
 worker for the drive's whole run, and merges the two profiles.  It then prints the top functions by
 own time and the own time summed by area (simulator, validator, renderer, transcript, ledger, clock,
 generated model, invariants, Hypothesis, the SDK, httpx2, pydantic, ...), per model call and per example.
@@ -32,13 +32,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import simloop
-import simloop.sim
+import simloop._sim.runner
 
 # Each profiler times its own thread's CPU (time.thread_time): a wall-clock profile of a thread on a loaded
 # machine charges the time it spent descheduled, or waiting for the GIL, to whatever it was running.
 TIMER = time.thread_time
 WORKER = cProfile.Profile(TIMER)  # the worker's profiler (a fresh one after the warm-up)
-_real_run_on_worker = simloop.sim.run_on_worker  # type: ignore[attr-defined]
+_real_run_on_worker = simloop._sim.runner.run_on_worker  # type: ignore[attr-defined]
 
 
 def _profiled_run_on_worker(fn: Callable[[], Any], **kw: Any) -> Any:
@@ -52,7 +52,7 @@ def _profiled_run_on_worker(fn: Callable[[], Any], **kw: Any) -> Any:
     return _real_run_on_worker(inside, **kw)
 
 
-simloop.sim.run_on_worker = _profiled_run_on_worker  # type: ignore[attr-defined]
+simloop._sim.runner.run_on_worker = _profiled_run_on_worker  # type: ignore[attr-defined]
 
 AREAS: list[tuple[str, str]] = [  # (substring of the file path, area); first match wins
     ("simloop/protocol/validate", "validator"),
@@ -70,6 +70,7 @@ AREAS: list[tuple[str, str]] = [  # (substring of the file path, area); first ma
     ("simloop/models", "model policy"),
     ("simloop/invariants", "invariants"),
     ("simloop/verify", "verify"),
+    ("simloop/_sim/", "sim"),
     ("simloop/_", "run machinery (simloop/_*)"),
     ("simloop/sim", "sim"),
     ("simloop/", "simloop other"),

@@ -33,10 +33,11 @@ from typing import TYPE_CHECKING, Any
 
 from simloop._claims import Claims, claimed_names, limit_names, skip_reason
 from simloop._offer import SERVER_TOOLS
+from simloop._sim.assemble import ScenarioLike
 from simloop.errors import InvariantViolation, UsageError
 from simloop.invariants import CATALOGUE
 from simloop.scenario import LIMIT_NAMES, Scenario, load_scenario, load_tools
-from simloop.sim import Drive, ScenarioLike, Sim, off_loop
+from simloop.sim import Drive, Sim, off_loop
 from simloop.verify import replay as _replay
 from simloop.verify import verify as _verify
 

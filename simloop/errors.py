@@ -11,7 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["InvariantViolation", "ScenarioError", "SimloopInternalError", "SimulatedCrash", "UsageError", "WorkerDied"]
+__all__ = [
+    "InvariantViolation", "ScenarioError", "ScriptExhaustedError", "SimloopInternalError", "SimulatedCrash", "UsageError",
+    "WorkerDied",
+]
 
 
 class UsageError(ValueError):
@@ -32,6 +35,10 @@ class ScenarioError(UsageError):
         if line is not None:
             where = f"{where}:{line}"
         super().__init__(f"{where}: {message}")
+
+
+class ScriptExhaustedError(UsageError):
+    """The loop asked for more model replies than the scenario scripts (``then: fail``)."""
 
 
 class SimloopInternalError(RuntimeError):

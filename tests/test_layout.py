@@ -15,10 +15,10 @@ import simloop
 ROOT = Path(simloop.__file__).parent
 
 #: The simulator: what runs a loop.  The invariants are pure functions of a transcript and import none of it.
-SIMULATOR = ("simloop.sim", "simloop.wire", "simloop.tools", "simloop.models", "simloop.generated",
+SIMULATOR = ("simloop.sim", "simloop._sim", "simloop.wire", "simloop.tools", "simloop.models", "simloop.generated",
              "simloop._runtime", "simloop.verify", "simloop.command", "simloop.mcp")
 #: What stands on the run's machinery: the runtime imports none of it.
-ABOVE_THE_RUNTIME = ("simloop.sim", "simloop.wire", "simloop.tools", "simloop.models", "simloop.generated",
+ABOVE_THE_RUNTIME = ("simloop.sim", "simloop._sim", "simloop.wire", "simloop.tools", "simloop.models", "simloop.generated",
                      "simloop.strategies", "simloop.verify", "simloop.command", "simloop.mcp", "simloop.cli",
                      "simloop.cassettes", "simloop.adapters", "simloop.report", "simloop._workers")
 
@@ -84,7 +84,8 @@ def test_the_graph_sees_the_known_edges() -> None:
     assert "simloop._runtime.realtime" in GRAPH["simloop._runtime.watchdog"]
     assert "simloop._runtime.halt" in GRAPH["simloop._runtime.clock"]
     assert "simloop._workers" in GRAPH["simloop._campaign.engine"]
-    assert "simloop._runtime.process" in GRAPH["simloop.sim"]
+    assert "simloop._runtime.process" in GRAPH["simloop._sim.runner"]
+    assert "simloop._sim.clients" in GRAPH["simloop.sim"]  # `from simloop._sim import clients as _clients`
     assert "simloop._runtime.process" in GRAPH["simloop.cli._main"]  # lazy, and `from simloop._runtime import process`
 
 
@@ -145,10 +146,19 @@ def test_the_protocol_and_the_server_stand_below_the_sim() -> None:
     assert "simloop.wire.server" in GRAPH["simloop.sim"]
     # the loopback server may serve the tools over MCP beside the API (simloop.mcp stands on no Sim either)
     both = {m for m in MODULES if _in(m, PROTOCOL + SERVER)}
-    above = ("simloop.sim", "simloop.verify", "simloop._campaign", "simloop.strategies", "simloop.command",
+    above = ("simloop.sim", "simloop._sim", "simloop.verify", "simloop._campaign", "simloop.strategies", "simloop.command",
              "simloop.cli", "simloop.adapters", "simloop.cassettes")
     reached = sorted(m for m in _closure(both) if _in(m, above))
     assert reached == [], f"the protocol or the server reaches up to {reached}"
+
+
+def test_the_sims_pieces_stand_below_the_sim() -> None:
+    # the facade delegates to them; they get the parts of the world they need, never import the Sim
+    pieces = {m for m in MODULES if _in(m, ("simloop._sim",))}
+    assert {"simloop._sim.clients", "simloop._sim.lives", "simloop._sim.runner", "simloop._sim.mcptools"} <= pieces
+    assert {"simloop._sim.clients", "simloop._sim.runner"} <= GRAPH["simloop.sim"]
+    reached = sorted(m for m in _closure(pieces) if _in(m, ("simloop.sim", "simloop.verify", "simloop._campaign")))
+    assert reached == [], f"the Sim's pieces reach up to {reached}: pass the part in instead"
 
 
 def test_the_runtime_imports_nothing_that_stands_on_it() -> None:

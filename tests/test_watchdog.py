@@ -200,11 +200,11 @@ def test_simloops_own_work_in_the_watched_thread_is_not_charged() -> None:
 
 def test_a_slow_import_or_client_set_up_in_a_run_is_not_a_runaway(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    import simloop.sim
+    import simloop._sim.clients
 
     (tmp_path / "slow_import_in_a_drive.py").write_text(WAITS_FOR_THE_WATCHDOG)
     monkeypatch.syspath_prepend(str(tmp_path))
-    build = simloop.sim._sdk_client
+    build = simloop._sim.clients._sdk_client
     waits: list[int] = []
 
     def slow_build(cls: Any, http_client: Any) -> Any:  # simloop's client set-up, made slower than the budget
@@ -215,7 +215,7 @@ def test_a_slow_import_or_client_set_up_in_a_run_is_not_a_runaway(tmp_path: Path
         waits.append(dog.deferred - deferred)
         return build(cls, http_client)
 
-    monkeypatch.setattr(simloop.sim, "_sdk_client", slow_build)
+    monkeypatch.setattr(simloop._sim.clients, "_sdk_client", slow_build)
 
     def drive(sim: Sim) -> Outcome:
         import slow_import_in_a_drive  # noqa: F401
