@@ -84,76 +84,16 @@ def on_failure() -> None:
 
 def run_workers(drive: Any, shares: Sequence[Share]) -> Report:
     """Run each share of a campaign of ``drive`` in a process of its own; the first failure wins."""
-    from simloop._runtime.prepare import before_run
-    from simloop.sim import warm_up_sdk
-
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() and sys.platform != "win32" else "spawn"
     ctx: Any = multiprocessing.get_context(method)
     stop = ctx.Event()
     results = ctx.Queue()
     procs: list[tuple[int, Any]] = []  # (worker number, process)
     progress = ctx.Array("l", max((s.index for s in shares), default=0) + 1, lock=False)  # each worker's run (on_run)
-    by_index = {share.index: share for share in shares}
-    failure: InvariantViolation | None = None
-    error: str | None = None
-    died: list[tuple[int, int | None]] = []  # (worker, exit code) of those that died without a result
-    examples = 0
-    checked: tuple[str, ...] = ()
-    reported: set[int] = set()
-
-    def take(i: int, kind: str, payload: Any) -> None:
-        nonlocal failure, error, examples, checked
-        reported.add(i)
-        if kind == "ok":
-            examples += payload["examples"]
-            checked = payload["checked"]
-        elif kind == "stopped":
-            examples += payload["examples"]
-        elif kind == "fail" and failure is None:
-            failure = _unpack(payload)
-            stop.set()
-        elif kind == "usage" or kind == "error":
-            error = error or payload
-            stop.set()
-
+    told = _Told(stop)
     try:
-        # Forked workers share the parent's heap page by page until one of them writes to a page.  A collection, or
-        # the gc.freeze() each worker's search would do, writes to every tracked object; frozen here, before the fork,
-        # the heap stays shared (CPython's advice for forking servers) and the workers keep it frozen.
-        froze = method == "fork" and ours_to_freeze()
-        if method == "fork":  # the SDK's import and first calls, once here for every worker (simloop._runtime.prepare)
-            before_run(drive, warm_up_sdk)
-        if froze:
-            gc.freeze()
-        try:
-            for share in shares:
-                proc = ctx.Process(target=_worker, args=(share, stop, results, progress),
-                                   name=f"simloop-worker-{share.index}")
-                proc.start()
-                procs.append((share.index, proc))
-        finally:
-            if froze:
-                gc.unfreeze()
-        while len(reported) + len(died) < len(procs):
-            try:
-                take(*results.get(timeout=0.5))
-                continue
-            except queue.Empty:
-                pass
-            gone = [i for i, (n, proc) in enumerate(procs) if n not in reported and not proc.is_alive()]
-            if not gone:
-                continue
-            # A worker puts its result before it exits, so what a dead one sent is in the queue by now.
-            while True:
-                try:
-                    take(*results.get(timeout=0.2))
-                except queue.Empty:
-                    break
-            for i in gone:
-                n, proc = procs[i]
-                if n not in reported:
-                    died.append((n, proc.exitcode))
-                    stop.set()  # the others end at their next run: the campaign's verdict is this death
+        _start(ctx, method, drive, shares, procs, stop=stop, results=results, progress=progress)
+        _collect(results, procs, told)
     except BaseException:  # a Ctrl-C or a SIGTERM in the parent: the workers end now, not at their next run
         stop.set()
         for _, proc in procs:
@@ -165,18 +105,109 @@ def run_workers(drive: Any, shares: Sequence[Share]) -> Report:
             if proc.is_alive():
                 proc.terminate()
                 proc.join()
-    if failure is not None:
-        failure.examples = (failure.examples or 0) + examples
-        raise failure
-    if died:
-        n, code = died[0]
-        share = by_index[n]
-        raise _died(n, code, progress[n], workers=len(procs), seed=share.seed, share=share.examples, examples=examples)
-    if error is not None:
-        if error.startswith("UsageError: "):
-            raise UsageError(error.removeprefix("UsageError: "))
-        raise SimloopInternalError(f"a verify worker failed: {error}")
-    return Report(violations=[], checked=checked, examples=examples)
+    ending = told.ending(shares, progress, workers=len(procs))
+    if ending is not None:
+        raise ending
+    return Report(violations=[], checked=told.checked, examples=told.examples)
+
+
+class _Told:
+    """What the workers told the parent (and which died telling nothing): the runs summed, the first failure."""
+
+    def __init__(self, stop: Any) -> None:
+        self.stop = stop  # the shared flag: set, every other worker ends at its next run
+        self.failure: InvariantViolation | None = None
+        self.error: str | None = None
+        self.died: list[tuple[int, int | None]] = []  # (worker, exit code) of those that died without a result
+        self.examples = 0
+        self.checked: tuple[str, ...] = ()
+        self.reported: set[int] = set()
+
+    def take(self, i: int, kind: str, payload: Any) -> None:
+        """Worker ``i``'s result: its runs counted; a failure (the first one wins) or an error stops the others."""
+        self.reported.add(i)
+        if kind == "ok":
+            self.examples += payload["examples"]
+            self.checked = payload["checked"]
+        elif kind == "stopped":
+            self.examples += payload["examples"]
+        elif kind == "fail" and self.failure is None:
+            self.failure = _unpack(payload)
+            self.stop.set()
+        elif kind == "usage" or kind == "error":
+            self.error = self.error or payload
+            self.stop.set()
+
+    def dead(self, n: int, code: int | None) -> None:
+        """Worker ``n`` died without a result: the others end at their next run, the campaign's verdict is this."""
+        self.died.append((n, code))
+        self.stop.set()
+
+    def ending(self, shares: Sequence[Share], progress: Any, *, workers: int) -> Exception | None:
+        """What the campaign raises: the failure (with every worker's runs), a death, or a worker's error."""
+        if self.failure is not None:
+            self.failure.examples = (self.failure.examples or 0) + self.examples
+            return self.failure
+        if self.died:
+            n, code = self.died[0]
+            share = {s.index: s for s in shares}[n]
+            return _died(n, code, progress[n], workers=workers, seed=share.seed, share=share.examples,
+                         examples=self.examples)
+        if self.error is not None:
+            if self.error.startswith("UsageError: "):
+                return UsageError(self.error.removeprefix("UsageError: "))
+            return SimloopInternalError(f"a verify worker failed: {self.error}")
+        return None
+
+
+def _start(
+    ctx: Any, method: str, drive: Any, shares: Sequence[Share], procs: list[tuple[int, Any]], *, stop: Any,
+    results: Any, progress: Any,
+) -> None:
+    """Start a worker process per share (each appended to ``procs`` as it starts), the heap frozen for a fork."""
+    from simloop._runtime.prepare import before_run
+    from simloop.sim import warm_up_sdk
+
+    # Forked workers share the parent's heap page by page until one of them writes to a page.  A collection, or
+    # the gc.freeze() each worker's search would do, writes to every tracked object; frozen here, before the fork,
+    # the heap stays shared (CPython's advice for forking servers) and the workers keep it frozen.
+    froze = method == "fork" and ours_to_freeze()
+    if method == "fork":  # the SDK's import and first calls, once here for every worker (simloop._runtime.prepare)
+        before_run(drive, warm_up_sdk)
+    if froze:
+        gc.freeze()
+    try:
+        for share in shares:
+            proc = ctx.Process(target=_worker, args=(share, stop, results, progress),
+                               name=f"simloop-worker-{share.index}")
+            proc.start()
+            procs.append((share.index, proc))
+    finally:
+        if froze:
+            gc.unfreeze()
+
+
+def _collect(results: Any, procs: list[tuple[int, Any]], told: _Told) -> None:
+    """Wait until every worker told its result or died; a dead one's result, sent before it exited, still counts."""
+    while len(told.reported) + len(told.died) < len(procs):
+        try:
+            told.take(*results.get(timeout=0.5))
+            continue
+        except queue.Empty:
+            pass
+        gone = [i for i, (n, proc) in enumerate(procs) if n not in told.reported and not proc.is_alive()]
+        if not gone:
+            continue
+        # A worker puts its result before it exits, so what a dead one sent is in the queue by now.
+        while True:
+            try:
+                told.take(*results.get(timeout=0.2))
+            except queue.Empty:
+                break
+        for i in gone:
+            n, proc = procs[i]
+            if n not in told.reported:
+                told.dead(n, proc.exitcode)
 
 
 def _died(n: int, code: int | None, progress: int, *, workers: int, seed: int | None, share: int,

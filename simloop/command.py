@@ -230,6 +230,7 @@ def _run(
     sim: Sim, argv: list[str], *, timeout_s: float, env: Mapping[str, str] | None,
     cwd: str | os.PathLike[str] | None, mcp: bool,
 ) -> Outcome:
+    """One run of the command against a loopback server on ``sim``: its outcome, from its last JSON line."""
     from simloop.wire.loopback import LoopbackServer
 
     sim.tools.sleep = _no_sleep  # real time: the tools never sleep (a slow fault's latency is not waited out)
@@ -242,41 +243,13 @@ def _run(
     try:
         child_env = _environment(sim, server, env, tree)
         tree.prepare()
-        try:
-            # a session of its own (POSIX): its process group, and what it starts, are found by its pid (see Tree)
-            proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env,
-                cwd=cwd, start_new_session=os.name == "posix",
-            )
-        except (OSError, ValueError) as e:
-            tree.not_started()
-            raise UsageError(f"cannot start the command {shlex.join(argv)!r}: {e}") from None
-        except BaseException:
-            tree.not_started()
-            raise
+        proc = _started(argv, child_env, cwd, tree)
         tree.start(proc.pid)
         server.on_halt = lambda: _end(proc, tree)  # past the runaway budget: stop the loop now, not at the timeout
         outputs = (_Capped(), _Capped())
         readers = [_reader(pipe, out) for pipe, out in zip((proc.stdout, proc.stderr), outputs)]
-
-        def wait() -> None:  # on real time: subprocess's waits would otherwise run on the Sim's virtual clock
-            assert proc is not None
-            try:
-                try:
-                    proc.wait(timeout=timeout_s)
-                except subprocess.TimeoutExpired:
-                    box["timed_out"] = True
-                    _end(proc, tree)
-                    proc.wait()
-                # The command exited.  Its output ends when every process holding its pipes lets go: what it left
-                # running is given a moment, then ended (a daemon holding stdout would otherwise hold the run).
-                if not _all_released(readers, DRAIN_S):
-                    _end(proc, tree)
-                    _all_released(readers, DRAIN_S)
-            finally:
-                done.release()
-
-        RealTimeThread(target=wait, name="simloop-command", daemon=True).start()
+        RealTimeThread(target=_wait, args=(proc, tree, readers, timeout_s, box, done), name="simloop-command",
+                       daemon=True).start()
         while not done.acquire(timeout=0.25):  # a readiness signal; meanwhile the Sim's watchdog is told the run is alive
             sim.watchdog.feed()
     finally:
@@ -295,6 +268,46 @@ def _run(
         raise LoopHalted("watchdog", f"the command ran for {timeout_s:g} real seconds without stopping; killed")
     assert proc.returncode is not None
     return outcome_of(stdout, proc.returncode, stderr)
+
+
+def _started(
+    argv: list[str], child_env: dict[str, str], cwd: str | os.PathLike[str] | None, tree: Tree
+) -> subprocess.Popen[bytes]:
+    """The command started in ``child_env``; one that cannot start is a usage error naming it."""
+    try:
+        # a session of its own (POSIX): its process group, and what it starts, are found by its pid (see Tree)
+        return subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env,
+            cwd=cwd, start_new_session=os.name == "posix",
+        )
+    except (OSError, ValueError) as e:
+        tree.not_started()
+        raise UsageError(f"cannot start the command {shlex.join(argv)!r}: {e}") from None
+    except BaseException:
+        tree.not_started()
+        raise
+
+
+def _wait(
+    proc: subprocess.Popen[bytes], tree: Tree, readers: list[Any], timeout_s: float, box: dict[str, Any], done: Any
+) -> None:
+    """Wait for the command to exit and its output to end (past ``timeout_s``: kill it, and say so in ``box``),
+    then release ``done``.  On a `RealTimeThread`: subprocess's waits would otherwise run on the Sim's virtual
+    clock."""
+    try:
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            box["timed_out"] = True
+            _end(proc, tree)
+            proc.wait()
+        # The command exited.  Its output ends when every process holding its pipes lets go: what it left
+        # running is given a moment, then ended (a daemon holding stdout would otherwise hold the run).
+        if not _all_released(readers, DRAIN_S):
+            _end(proc, tree)
+            _all_released(readers, DRAIN_S)
+    finally:
+        done.release()
 
 
 def _real_lock() -> Any:

@@ -94,40 +94,46 @@ class Step:
 
 def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
     """The transcript grouped by logical model call; ``violations`` are attached to their step."""
-    out: list[Step] = []
-    by_call: dict[int, Step] = {}
-    starts: dict[int, ToolStart] = {}
-    runs: dict[int, ToolRun] = {}
-    current: Step | None = None
-    # turn marks are shown only for a conversation (more than one turn)
-    turn: TurnStart | None = None
-    conversation = sum(isinstance(e, TurnStart) for e in transcript.events) > 1
-    spent = 0.0
-    parents: list[Step | None] = []  # the step each open sub-agent run was started from
-    inside: list[int] = []  # the open sub-agent runs, innermost last
-    # calls and tools that name their sub-run (``subrun``) go under its latest step, even when sub-runs overlap
-    tagged = any(isinstance(e, SubagentStart) and e.parent is not None for e in transcript.events)
-    latest: dict[int | None, Step] = {}
+    walk = _Walk(transcript)
     for e in transcript.events:
+        walk.take(e)
+    for v in violations:
+        at = walk.by_call.get(v.step) if v.step is not None else None
+        if at is not None:
+            at.violations.append(v)
+            at.marks.append(v.invariant)
+    return walk.out
+
+
+class _Walk:
+    """`steps`' pass over the events: the steps so far, the step in progress, the open tool and sub-agent runs."""
+
+    def __init__(self, transcript: Transcript) -> None:
+        self.out: list[Step] = []
+        self.by_call: dict[int, Step] = {}
+        self.starts: dict[int, ToolStart] = {}
+        self.runs: dict[int, ToolRun] = {}
+        self.current: Step | None = None
+        # turn marks are shown only for a conversation (more than one turn)
+        self.turn: TurnStart | None = None
+        self.conversation = sum(isinstance(e, TurnStart) for e in transcript.events) > 1
+        self.prices = transcript.header.prices
+        self.spent = 0.0
+        self.parents: list[Step | None] = []  # the step each open sub-agent run was started from
+        self.inside: list[int] = []  # the open sub-agent runs, innermost last
+        # calls and tools that name their sub-run (``subrun``) go under its latest step, even when sub-runs overlap
+        self.tagged = any(isinstance(e, SubagentStart) and e.parent is not None for e in transcript.events)
+        self.latest: dict[int | None, Step] = {}
+
+    def take(self, e: Any) -> None:
+        """One event: a step begins (a model call), or what it records goes to the step it belongs to."""
+        current = self.current
         if isinstance(e, SubagentStart):
-            where = f" in {e.tool} (exec {e.exec})" if e.tool else ""
-            line = f"sub-agent {e.run} starts{where}: {json.dumps(e.task[:50], ensure_ascii=False)}"
-            if current is not None:
-                current.tools.append(line)
-            parents.append(current)
-            inside.append(e.run)
-            continue
-        if isinstance(e, SubagentEnd):
-            told = e.exception or json.dumps(e.text[:40], ensure_ascii=False)
-            line = f"sub-agent {e.run} returned {e.reason or '(no outcome)'} {told}"
-            if current is not None:
-                current.tools.append(line)
-            if inside:
-                inside.pop()
-                current = parents.pop()
-            continue
-        if isinstance(e, TurnStart) and conversation:
-            turn = e
+            self._subagent_start(e)
+        elif isinstance(e, SubagentEnd):
+            self._subagent_end(e)
+        elif isinstance(e, TurnStart) and self.conversation:
+            self.turn = e
         elif isinstance(e, AbortEvent) and current is not None:
             current.aborts.append(f"STOP pressed ({e.trigger}) at {e.t:.3f}s")
             current.tools.append(current.aborts[-1])  # in its place among the tool lines
@@ -135,67 +141,99 @@ def steps(transcript: Transcript, violations: Sequence[Any] = ()) -> list[Step]:
             waited = f" after {e.t - e.asked:.1f}s" if e.t - e.asked >= 0.05 else ""
             current.tools.append(f"APPROVAL {e.answer}{waited}: {e.tool}({_args(e.input)})")
         elif isinstance(e, Restart) and current is not None:
-            lost = bool(current.responses) and current.responses[-1].fault == "crash"
-            during = " with the call in flight (its reply never read)" if lost else ""
-            current.restarts.append(
-                f"PROCESS DIED at {e.t:.3f}s{during}: the loop restarts (life {e.life}), sim.store kept"
-            )
-            current.tools.append(current.restarts[-1])
+            _restart(current, e)
         elif isinstance(e, Request) and e.path.endswith(("/messages", "/chat/completions", "/responses")):
-            current = by_call.get(e.call)
-            if current is None:
-                current = by_call[e.call] = Step(call=e.call, t=e.t, input_tokens=e.input_tokens,
-                                                 subagent=e.subrun if tagged else inside[-1] if inside else None)
-                if turn is not None:
-                    current.turn, current.turn_text, turn = turn.turn, turn.text, None
-                out.append(current)
-            else:
-                current.retries += 1
-            current.requests.append(e)
-            latest[current.subagent] = current
+            self._request(e)
         elif isinstance(e, Response) and e.index is not None and current is not None:
-            step = by_call.get(e.call, current)
-            step.responses.append(e)
-            if e.status == 200 and e.message is not None:
-                step.reply = _reply(e)
-                step.kind = e.kind
-                step.output_tokens = e.output_tokens
-                step.input_tokens = e.input_tokens or step.input_tokens
-                if e.fault == "crash":
-                    step.attempts.append("never read: the process died")
-                spent += cost_usd(e.message.get("usage"), e.message.get("model"), transcript.header.prices)
-                step.cost_usd = spent
-            elif e.kind == "rejected":
-                step.attempts.append(f"400 {(e.rejection or {}).get('message', '')[:70]}")
-            else:
-                step.attempts.append(_fault(e))
+            self._response(self.by_call.get(e.call, current), e)
         elif isinstance(e, ToolStart):
-            starts[e.exec] = e
-            if tagged:
-                current = latest.get(e.subrun, current)
-            if current is not None:
-                runs[e.exec] = started = ToolRun(
-                    exec=e.exec, tool=e.tool, input=e.input, kind=e.kind, outcome="running", t=e.t, fault=e.fault,
-                    matched=e.matched is not None,
-                )
-                current.runs.append(started)
+            self._tool_start(e)
         elif isinstance(e, ToolEnd) and current is not None:
-            start = starts.get(e.exec)
-            if start is not None and tagged:
-                current = latest.get(start.subrun, current)
-            if start is not None:
-                current.tools.append(_tool(start, e))
-                ended = runs.get(e.exec)
-                if ended is not None:
-                    ended.outcome = tool_outcome(start, e)
-                    ended.took = e.t - start.t
-                    ended.result, ended.error = e.result, e.error
-    for v in violations:
-        at = by_call.get(v.step) if v.step is not None else None
-        if at is not None:
-            at.violations.append(v)
-            at.marks.append(v.invariant)
-    return out
+            self._tool_end(current, e)
+
+    def _subagent_start(self, e: SubagentStart) -> None:
+        """A sub-agent run starts: a line at the step it starts from, which its end returns to."""
+        where = f" in {e.tool} (exec {e.exec})" if e.tool else ""
+        line = f"sub-agent {e.run} starts{where}: {json.dumps(e.task[:50], ensure_ascii=False)}"
+        if self.current is not None:
+            self.current.tools.append(line)
+        self.parents.append(self.current)
+        self.inside.append(e.run)
+
+    def _subagent_end(self, e: SubagentEnd) -> None:
+        """A sub-agent run returns: a line at its last step, and the step it started from goes on."""
+        told = e.exception or json.dumps(e.text[:40], ensure_ascii=False)
+        line = f"sub-agent {e.run} returned {e.reason or '(no outcome)'} {told}"
+        if self.current is not None:
+            self.current.tools.append(line)
+        if self.inside:
+            self.inside.pop()
+            self.current = self.parents.pop()
+
+    def _request(self, e: Request) -> None:
+        """A model call: a new step (the turn it begins, the sub-agent run it belongs to), or an SDK retry of one."""
+        current = self.by_call.get(e.call)
+        if current is None:
+            subagent = e.subrun if self.tagged else self.inside[-1] if self.inside else None
+            current = self.by_call[e.call] = Step(call=e.call, t=e.t, input_tokens=e.input_tokens, subagent=subagent)
+            if self.turn is not None:
+                current.turn, current.turn_text, self.turn = self.turn.turn, self.turn.text, None
+            self.out.append(current)
+        else:
+            current.retries += 1
+        current.requests.append(e)
+        self.latest[current.subagent] = current
+        self.current = current
+
+    def _response(self, step: Step, e: Response) -> None:
+        """An answer to the step's call: its reply, tokens and running cost, or the rejection or fault it met."""
+        step.responses.append(e)
+        if e.status == 200 and e.message is not None:
+            step.reply = _reply(e)
+            step.kind = e.kind
+            step.output_tokens = e.output_tokens
+            step.input_tokens = e.input_tokens or step.input_tokens
+            if e.fault == "crash":
+                step.attempts.append("never read: the process died")
+            self.spent += cost_usd(e.message.get("usage"), e.message.get("model"), self.prices)
+            step.cost_usd = self.spent
+        elif e.kind == "rejected":
+            step.attempts.append(f"400 {(e.rejection or {}).get('message', '')[:70]}")
+        else:
+            step.attempts.append(_fault(e))
+
+    def _tool_start(self, e: ToolStart) -> None:
+        """A tool execution starts: a `ToolRun` (``running`` until it ends) under the step whose reply asked it."""
+        self.starts[e.exec] = e
+        if self.tagged:
+            self.current = self.latest.get(e.subrun, self.current)
+        if self.current is not None:
+            self.runs[e.exec] = started = ToolRun(
+                exec=e.exec, tool=e.tool, input=e.input, kind=e.kind, outcome="running", t=e.t, fault=e.fault,
+                matched=e.matched is not None,
+            )
+            self.current.runs.append(started)
+
+    def _tool_end(self, current: Step, e: ToolEnd) -> None:
+        """A tool execution ends: its line, and its `ToolRun`'s outcome, duration and result."""
+        start = self.starts.get(e.exec)
+        if start is not None and self.tagged:
+            current = self.current = self.latest.get(start.subrun, current)
+        if start is not None:
+            current.tools.append(_tool(start, e))
+            ended = self.runs.get(e.exec)
+            if ended is not None:
+                ended.outcome = tool_outcome(start, e)
+                ended.took = e.t - start.t
+                ended.result, ended.error = e.result, e.error
+
+
+def _restart(step: Step, e: Restart) -> None:
+    """The process died during ``step`` and the loop restarted: the line saying so (and whether a reply was lost)."""
+    lost = bool(step.responses) and step.responses[-1].fault == "crash"
+    during = " with the call in flight (its reply never read)" if lost else ""
+    step.restarts.append(f"PROCESS DIED at {e.t:.3f}s{during}: the loop restarts (life {e.life}), sim.store kept")
+    step.tools.append(step.restarts[-1])
 
 
 def unstarted_turn(transcript: Transcript) -> TurnStart | None:

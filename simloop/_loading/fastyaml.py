@@ -92,19 +92,77 @@ def load(text: str) -> Any:
 
 def _compose(events: Any) -> Any:
     """Build the tree from libyaml's events with an explicit stack (no recursion), checking the caps."""
-    guard = Guard()
-    anchors: dict[str, tuple[Any, int, int]] = {}
-    # Open collections: [container, anchor, key waiting for its value (or _NO_KEY), key line, key column].
-    stack: list[list[Any]] = []
-    root: Any = DEFER
-    documents = 0
+    return _Composer().compose(events)
 
-    def put(value: Any, line: int, column: int) -> None:
-        nonlocal root
-        if not stack:
-            root = value
+
+class _Composer:
+    """`_compose`'s state: the caps' guard, the anchors, the open collections, the root and the documents seen."""
+
+    def __init__(self) -> None:
+        self.guard = Guard()
+        self.anchors: dict[str, tuple[Any, int, int]] = {}
+        # Open collections: [container, anchor, key waiting for its value (or _NO_KEY), key line, key column].
+        self.stack: list[list[Any]] = []
+        self.root: Any = DEFER
+        self.documents = 0
+
+    def compose(self, events: Any) -> Any:
+        """The tree the events build (None for an empty stream)."""
+        # events are told apart by their class's name, not by isinstance: libyaml's C module keeps the event classes
+        # of the first `import yaml`, and a later re-import (pytest's pytester restores sys.modules after an
+        # in-process run) makes new ones, which the old events are no instances of
+        guard, stack, anchors = self.guard, self.stack, self.anchors
+        for event in events:
+            mark = event.start_mark
+            line, column = mark.line, mark.column
+            kind = type(event).__name__
+            if kind == "ScalarEvent":
+                self._scalar(event, line, column)
+            elif kind in ("MappingStartEvent", "SequenceStartEvent"):
+                self._start(event, kind, line, column)
+            elif kind in ("MappingEndEvent", "SequenceEndEvent"):
+                guard.end(line=line + 1)
+                stack.pop()
+            elif kind == "AliasEvent":
+                guard.alias(event.anchor, line=line + 1)
+                if event.anchor not in anchors:
+                    raise _Defer  # an undefined alias: ruamel's error
+                self._put(*anchors[event.anchor])  # at the anchored value's place, as ruamel shares the node
+            elif kind == "DocumentStartEvent":
+                self.documents += 1
+                if self.documents > 1:
+                    raise _Defer  # several documents: ruamel's error
+        return None if self.root is DEFER else self.root
+
+    def _scalar(self, event: Any, line: int, column: int) -> None:
+        """A scalar: read as ruamel reads it (a plain one through the YAML 1.2 resolver), anchored, put in place."""
+        plain = event.style in ("", None) and event.implicit[0]
+        self.guard.scalar(event.value, anchor=event.anchor, tag=event.tag, plain=plain, line=line + 1)
+        stack = self.stack
+        key = bool(stack) and isinstance(stack[-1][0], CommentedMap) and stack[-1][2] is _NO_KEY
+        if plain and key and event.value == "<<":
+            raise _Defer  # a merge key
+        value = _plain(event.value) if plain else event.value
+        if event.anchor is not None:
+            self.anchors[event.anchor] = (value, line, column)
+        self._put(value, line, column)
+
+    def _start(self, event: Any, kind: str, line: int, column: int) -> None:
+        """A mapping or a sequence opens: put in place, then the collection the next values go into."""
+        self.guard.start(anchor=event.anchor, tag=event.tag, line=line + 1)
+        container: Any = CommentedMap() if kind == "MappingStartEvent" else CommentedSeq()
+        container._yaml_set_line_col(line, column)
+        if event.anchor is not None:
+            self.anchors[event.anchor] = (container, line, column)
+        self._put(container, line, column)
+        self.stack.append([container, event.anchor, _NO_KEY, 0, 0])
+
+    def _put(self, value: Any, line: int, column: int) -> None:
+        """Place a value: the root, the next item of a sequence, a mapping's key (held), or that key's value."""
+        if not self.stack:
+            self.root = value
             return
-        top = stack[-1]
+        top = self.stack[-1]
         container = top[0]
         if isinstance(container, CommentedSeq):
             container._yaml_set_idx_line_col(len(container), [line, column])
@@ -117,45 +175,6 @@ def _compose(events: Any) -> Any:
             container._yaml_set_kv_line_col(top[2], [top[3], top[4], line, column])
             container[top[2]] = value
             top[2] = _NO_KEY
-
-    # events are told apart by their class's name, not by isinstance: libyaml's C module keeps the event classes of
-    # the first `import yaml`, and a later re-import (pytest's pytester restores sys.modules after an in-process
-    # run) makes new ones, which the old events are no instances of
-    for event in events:
-        mark = event.start_mark
-        line, column = mark.line, mark.column
-        kind = type(event).__name__
-        if kind == "ScalarEvent":
-            plain = event.style in ("", None) and event.implicit[0]
-            guard.scalar(event.value, anchor=event.anchor, tag=event.tag, plain=plain, line=line + 1)
-            key = bool(stack) and isinstance(stack[-1][0], CommentedMap) and stack[-1][2] is _NO_KEY
-            if plain and key and event.value == "<<":
-                raise _Defer  # a merge key
-            value = _plain(event.value) if plain else event.value
-            if event.anchor is not None:
-                anchors[event.anchor] = (value, line, column)
-            put(value, line, column)
-        elif kind in ("MappingStartEvent", "SequenceStartEvent"):
-            guard.start(anchor=event.anchor, tag=event.tag, line=line + 1)
-            container: Any = CommentedMap() if kind == "MappingStartEvent" else CommentedSeq()
-            container._yaml_set_line_col(line, column)
-            if event.anchor is not None:
-                anchors[event.anchor] = (container, line, column)
-            put(container, line, column)
-            stack.append([container, event.anchor, _NO_KEY, 0, 0])
-        elif kind in ("MappingEndEvent", "SequenceEndEvent"):
-            guard.end(line=line + 1)
-            stack.pop()
-        elif kind == "AliasEvent":
-            guard.alias(event.anchor, line=line + 1)
-            if event.anchor not in anchors:
-                raise _Defer  # an undefined alias: ruamel's error
-            put(*anchors[event.anchor])  # at the anchored value's place, as ruamel shares the node
-        elif kind == "DocumentStartEvent":
-            documents += 1
-            if documents > 1:
-                raise _Defer  # several documents: ruamel's error
-    return None if root is DEFER else root
 
 
 _NO_KEY: Final = object()

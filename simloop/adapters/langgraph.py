@@ -316,104 +316,123 @@ def make_drive(
     """
 
     def setup(sim: Sim) -> tuple[Any, dict[str, Any]]:
-        from langgraph.checkpoint.memory import InMemorySaver
-        from langgraph.prebuilt import create_react_agent
-
-        # one thread per conversation, its checkpoints in the store a restart keeps: the graph a LangGraph user
-        # builds for a chat, which resumes the same thread after the process died
-        saver = sim.store.setdefault(CHECKPOINTER, InMemorySaver())
-        thread_id = sim.store.setdefault(THREAD, THREAD_ID)
-        node_kwargs: dict[str, Any] = {"handle_tool_errors": True} if handle_tool_errors else {}
-        bridged = stop_aware_tool_node(tools(sim), stop=sim.abort.is_set, **node_kwargs)
-        with warnings.catch_warnings():
-            # LangGraph 1.x points at langchain.agents.create_agent; the prebuilt agent is what is tested here
-            warnings.simplefilter("ignore", DeprecationWarning)
-            agent = create_react_agent(chat_model(sim, streaming=streaming), bridged, prompt=sim.system,
-                                       checkpointer=saver)
-        config: dict[str, Any] = {"configurable": {"thread_id": thread_id}}
-        limit = recursion_limit(sim.limits.max_steps)
-        if limit is not None:
-            config["recursion_limit"] = limit
-        return agent, config
-
-    def step(update: dict[str, Any], guard: Guard, messages: list[BaseMessage]) -> Outcome | None:
-        for node in (update or {}).values():
-            for message in (node or {}).get("messages", []) if isinstance(node, dict) else []:
-                messages.append(message)
-                if isinstance(message, AIMessage) and message.usage_metadata:
-                    guard.used += message.usage_metadata["input_tokens"] + message.usage_metadata["output_tokens"]
-        last = messages[-1] if messages else None
-        if isinstance(last, AIMessage) and not last.tool_calls:
-            return None  # the graph is about to end by itself
-        return guard.spent()
-
-    def finish(messages: list[BaseMessage]) -> Outcome:
-        return outcome_of(messages[-1] if messages else None, check_stop_reason=check_stop_reason)
+        return _agent(sim, streaming=streaming, handle_tool_errors=handle_tool_errors)
 
     if is_async:
         @_prepared
         async def adrive(sim: Sim) -> Outcome | list[Outcome]:
-            agent, config = setup(sim)
-            turns = _Turns(sim)
-            for i, text in enumerate(sim.user_turns):
-                if turns.finished(i):
-                    continue
-                state = await agent.aget_state(config)
-                inputs = turns.inputs(i, text, state, _closing_update(state))
-                if inputs is _SETTLE:
-                    await agent.aupdate_state(config, _closing_update(state), as_node="tools")
-                    inputs = turns.message(text)
-                guard, messages = Guard(sim.limits), list[BaseMessage]()
-                outcome: Outcome | None = None
-                try:
-                    stream = _astream_until_stop(agent, inputs, config, stop=sim.abort.is_set)
-                    async with aclosing(stream) as updates:
-                        async for update in updates:
-                            outcome = step(update, guard, messages)
-                            if outcome is not None:
-                                break
-                except GraphRecursionError as exc:
-                    outcome = Outcome("max_steps", f"GraphRecursionError: {exc}")
-                except _API_ERRORS as exc:
-                    outcome = Outcome("error", f"{type(exc).__name__}: {exc}")
-                if sim.abort.is_set():  # the Stop first, whatever else ended the step it stopped
-                    outcome = Outcome("aborted")
-                turns.done(outcome or finish(messages))
-            return turns.outcomes()
+            return await _aconverse(sim, *setup(sim), check_stop_reason=check_stop_reason)
 
         return adrive
 
     @_prepared
     def sdrive(sim: Sim) -> Outcome | list[Outcome]:
-        agent, config = setup(sim)
-        turns = _Turns(sim)
-        for i, text in enumerate(sim.user_turns):
-            if turns.finished(i):
-                continue
-            state = agent.get_state(config)
-            inputs = turns.inputs(i, text, state, _closing_update(state))
-            if inputs is _SETTLE:
-                agent.update_state(config, _closing_update(state), as_node="tools")
-                inputs = turns.message(text)
-            guard, messages = Guard(sim.limits), list[BaseMessage]()
-            outcome: Outcome | None = None
-            try:
-                stream = stream_until_stop(agent, inputs, config, stop=sim.abort.is_set)
-                with closing(stream) as updates:
-                    for update in updates:
-                        outcome = step(update, guard, messages)
-                        if outcome is not None:
-                            break
-            except GraphRecursionError as exc:
-                outcome = Outcome("max_steps", f"GraphRecursionError: {exc}")
-            except _API_ERRORS as exc:
-                outcome = Outcome("error", f"{type(exc).__name__}: {exc}")
-            if sim.abort.is_set():  # the Stop first, whatever else ended the step it stopped
-                outcome = Outcome("aborted")
-            turns.done(outcome or finish(messages))
-        return turns.outcomes()
+        return _converse(sim, *setup(sim), check_stop_reason=check_stop_reason)
 
     return sdrive
+
+
+def _agent(sim: Sim, *, streaming: bool, handle_tool_errors: bool) -> tuple[Any, dict[str, Any]]:
+    """The prebuilt ReAct agent on the sim's model and tools, and its config (the thread, the recursion limit)."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.prebuilt import create_react_agent
+
+    # one thread per conversation, its checkpoints in the store a restart keeps: the graph a LangGraph user
+    # builds for a chat, which resumes the same thread after the process died
+    saver = sim.store.setdefault(CHECKPOINTER, InMemorySaver())
+    thread_id = sim.store.setdefault(THREAD, THREAD_ID)
+    node_kwargs: dict[str, Any] = {"handle_tool_errors": True} if handle_tool_errors else {}
+    bridged = stop_aware_tool_node(tools(sim), stop=sim.abort.is_set, **node_kwargs)
+    with warnings.catch_warnings():
+        # LangGraph 1.x points at langchain.agents.create_agent; the prebuilt agent is what is tested here
+        warnings.simplefilter("ignore", DeprecationWarning)
+        agent = create_react_agent(chat_model(sim, streaming=streaming), bridged, prompt=sim.system,
+                                   checkpointer=saver)
+    config: dict[str, Any] = {"configurable": {"thread_id": thread_id}}
+    limit = recursion_limit(sim.limits.max_steps)
+    if limit is not None:
+        config["recursion_limit"] = limit
+    return agent, config
+
+
+def _converse(sim: Sim, agent: Any, config: dict[str, Any], *, check_stop_reason: bool) -> Outcome | list[Outcome]:
+    """Each of ``sim.user_turns`` on the thread (``stream``), after closing calls a stopped turn left open."""
+    turns = _Turns(sim)
+    for i, text in enumerate(sim.user_turns):
+        if turns.finished(i):
+            continue
+        state = agent.get_state(config)
+        inputs = turns.inputs(i, text, state, _closing_update(state))
+        if inputs is _SETTLE:
+            agent.update_state(config, _closing_update(state), as_node="tools")
+            inputs = turns.message(text)
+        guard, messages = Guard(sim.limits), list[BaseMessage]()
+        outcome: Outcome | None = None
+        try:
+            stream = stream_until_stop(agent, inputs, config, stop=sim.abort.is_set)
+            with closing(stream) as updates:
+                for update in updates:
+                    outcome = _step(update, guard, messages)
+                    if outcome is not None:
+                        break
+        except GraphRecursionError as exc:
+            outcome = Outcome("max_steps", f"GraphRecursionError: {exc}")
+        except _API_ERRORS as exc:
+            outcome = Outcome("error", f"{type(exc).__name__}: {exc}")
+        turns.done(_turn_outcome(sim, outcome, messages, check_stop_reason=check_stop_reason))
+    return turns.outcomes()
+
+
+async def _aconverse(
+    sim: Sim, agent: Any, config: dict[str, Any], *, check_stop_reason: bool
+) -> Outcome | list[Outcome]:
+    """`_converse` on the async graph (``astream``, ``aget_state``, ``aupdate_state``)."""
+    turns = _Turns(sim)
+    for i, text in enumerate(sim.user_turns):
+        if turns.finished(i):
+            continue
+        state = await agent.aget_state(config)
+        inputs = turns.inputs(i, text, state, _closing_update(state))
+        if inputs is _SETTLE:
+            await agent.aupdate_state(config, _closing_update(state), as_node="tools")
+            inputs = turns.message(text)
+        guard, messages = Guard(sim.limits), list[BaseMessage]()
+        outcome: Outcome | None = None
+        try:
+            stream = _astream_until_stop(agent, inputs, config, stop=sim.abort.is_set)
+            async with aclosing(stream) as updates:
+                async for update in updates:
+                    outcome = _step(update, guard, messages)
+                    if outcome is not None:
+                        break
+        except GraphRecursionError as exc:
+            outcome = Outcome("max_steps", f"GraphRecursionError: {exc}")
+        except _API_ERRORS as exc:
+            outcome = Outcome("error", f"{type(exc).__name__}: {exc}")
+        turns.done(_turn_outcome(sim, outcome, messages, check_stop_reason=check_stop_reason))
+    return turns.outcomes()
+
+
+def _step(update: dict[str, Any], guard: Guard, messages: list[BaseMessage]) -> Outcome | None:
+    """Take one streamed update's messages (and their tokens, into ``guard``); the outcome once a limit is spent."""
+    for node in (update or {}).values():
+        for message in (node or {}).get("messages", []) if isinstance(node, dict) else []:
+            messages.append(message)
+            if isinstance(message, AIMessage) and message.usage_metadata:
+                guard.used += message.usage_metadata["input_tokens"] + message.usage_metadata["output_tokens"]
+    last = messages[-1] if messages else None
+    if isinstance(last, AIMessage) and not last.tool_calls:
+        return None  # the graph is about to end by itself
+    return guard.spent()
+
+
+def _turn_outcome(
+    sim: Sim, outcome: Outcome | None, messages: list[BaseMessage], *, check_stop_reason: bool
+) -> Outcome:
+    """How a turn ended: the Stop, else what ended the stream early, else the last message's ``stop_reason``."""
+    if sim.abort.is_set():  # the Stop first, whatever else ended the step it stopped
+        outcome = Outcome("aborted")
+    return outcome or outcome_of(messages[-1] if messages else None, check_stop_reason=check_stop_reason)
 
 
 #: Where the drives keep their checkpointer and the conversation's thread id in ``sim.store`` (kept across a

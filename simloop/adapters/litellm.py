@@ -171,72 +171,102 @@ def make_drive(
         messages: list[dict[str, Any]] = [{"role": "system", "content": sim.system}] if sim.system else []
         outcomes = []
         for text in sim.user_turns:
-            _close_open_calls(messages)
-            messages.append({"role": "user", "content": text})
-            turn, step, outcome = _Turn(sim, check_finish_reason, refusal_via), 0, None
-            while outcome is None:
-                if (outcome := turn.before_call(step)) is not None:
-                    break
-                step += 1
-                try:
-                    reply = litellm.completion(
-                        model=MODEL, messages=messages, tools=tools(sim), client=sim.openai_client, stream=stream
-                    )
-                    if stream:
-                        reply = litellm.stream_chunk_builder(list(reply), messages=messages)
-                except _API_ERRORS as exc:  # LiteLLM and the SDK have retried what is worth retrying
-                    outcome = Outcome("error", f"{type(exc).__name__}: {exc}")
-                    break
-                messages.append(_as_message(reply))
-                if (outcome := turn.ending(reply)) is None:
-                    for call in reply.choices[0].message.tool_calls:
-                        if sim.abort.is_set():  # Stop: start no further call, answer it as not run
-                            messages.append({"role": "tool", "tool_call_id": call.id, "content": _NOT_RUN})
-                            continue
-                        try:
-                            content = sim.run_tool(call.function.name, _input(call), tool_use_id=call.id)
-                        except Exception as exc:  # noqa: BLE001 - a tool failure is an observation for the model
-                            content = f"Error: {type(exc).__name__}: {exc}"
-                        messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
-            outcomes.append(outcome)
+            outcomes.append(_user_turn(
+                sim, messages, text, stream=stream, check_finish_reason=check_finish_reason, refusal_via=refusal_via
+            ))
         return outcomes
 
     async def adrive(sim: Sim) -> list[Outcome]:
         messages: list[dict[str, Any]] = [{"role": "system", "content": sim.system}] if sim.system else []
         outcomes = []
         for text in sim.user_turns:
-            _close_open_calls(messages)
-            messages.append({"role": "user", "content": text})
-            turn, step, outcome = _Turn(sim, check_finish_reason, refusal_via), 0, None
-            while outcome is None:
-                if (outcome := turn.before_call(step)) is not None:
-                    break
-                step += 1
-                try:
-                    reply = await litellm.acompletion(
-                        model=MODEL, messages=messages, tools=tools(sim), client=sim.async_openai_client,
-                        stream=stream,
-                    )
-                    if stream:
-                        reply = litellm.stream_chunk_builder([chunk async for chunk in reply], messages=messages)
-                except _API_ERRORS as exc:
-                    outcome = Outcome("error", f"{type(exc).__name__}: {exc}")
-                    break
-                messages.append(_as_message(reply))
-                if (outcome := turn.ending(reply)) is None:
-                    for call in reply.choices[0].message.tool_calls:
-                        if sim.abort.is_set():
-                            messages.append({"role": "tool", "tool_call_id": call.id, "content": _NOT_RUN})
-                            continue
-                        try:
-                            content = await sim.arun_tool(call.function.name, _input(call), tool_use_id=call.id)
-                        except Exception as exc:  # noqa: BLE001 - an observation for the model
-                            content = f"Error: {type(exc).__name__}: {exc}"
-                        messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
-            outcomes.append(outcome)
+            outcomes.append(await _auser_turn(
+                sim, messages, text, stream=stream, check_finish_reason=check_finish_reason, refusal_via=refusal_via
+            ))
         return outcomes
 
     return adrive if is_async else sdrive
+
+
+def _user_turn(
+    sim: Sim, messages: list[dict[str, Any]], text: str, *, stream: bool, check_finish_reason: bool,
+    refusal_via: RefusalVia,
+) -> Outcome:
+    """One user turn: model calls and their tools' results until a reply, a limit, the Stop or an API error ends it."""
+    _close_open_calls(messages)
+    messages.append({"role": "user", "content": text})
+    turn, step, outcome = _Turn(sim, check_finish_reason, refusal_via), 0, None
+    while outcome is None:
+        if (outcome := turn.before_call(step)) is not None:
+            break
+        step += 1
+        try:
+            reply = litellm.completion(
+                model=MODEL, messages=messages, tools=tools(sim), client=sim.openai_client, stream=stream
+            )
+            if stream:
+                reply = litellm.stream_chunk_builder(list(reply), messages=messages)
+        except _API_ERRORS as exc:  # LiteLLM and the SDK have retried what is worth retrying
+            outcome = Outcome("error", f"{type(exc).__name__}: {exc}")
+            break
+        messages.append(_as_message(reply))
+        if (outcome := turn.ending(reply)) is None:
+            _run_calls(sim, messages, reply.choices[0].message.tool_calls)
+    return outcome
+
+
+async def _auser_turn(
+    sim: Sim, messages: list[dict[str, Any]], text: str, *, stream: bool, check_finish_reason: bool,
+    refusal_via: RefusalVia,
+) -> Outcome:
+    """`_user_turn` with ``litellm.acompletion`` on the async client and the tools through ``sim.arun_tool``."""
+    _close_open_calls(messages)
+    messages.append({"role": "user", "content": text})
+    turn, step, outcome = _Turn(sim, check_finish_reason, refusal_via), 0, None
+    while outcome is None:
+        if (outcome := turn.before_call(step)) is not None:
+            break
+        step += 1
+        try:
+            reply = await litellm.acompletion(
+                model=MODEL, messages=messages, tools=tools(sim), client=sim.async_openai_client,
+                stream=stream,
+            )
+            if stream:
+                reply = litellm.stream_chunk_builder([chunk async for chunk in reply], messages=messages)
+        except _API_ERRORS as exc:
+            outcome = Outcome("error", f"{type(exc).__name__}: {exc}")
+            break
+        messages.append(_as_message(reply))
+        if (outcome := turn.ending(reply)) is None:
+            await _arun_calls(sim, messages, reply.choices[0].message.tool_calls)
+    return outcome
+
+
+def _run_calls(sim: Sim, messages: list[dict[str, Any]], calls: Any) -> None:
+    """Run a reply's tool calls in order, each result (or failure) a ``tool`` message; after Stop, "not run"."""
+    for call in calls:
+        if sim.abort.is_set():  # Stop: start no further call, answer it as not run
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": _NOT_RUN})
+            continue
+        try:
+            content = sim.run_tool(call.function.name, _input(call), tool_use_id=call.id)
+        except Exception as exc:  # noqa: BLE001 - a tool failure is an observation for the model
+            content = f"Error: {type(exc).__name__}: {exc}"
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+
+
+async def _arun_calls(sim: Sim, messages: list[dict[str, Any]], calls: Any) -> None:
+    """`_run_calls` through ``sim.arun_tool``."""
+    for call in calls:
+        if sim.abort.is_set():
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": _NOT_RUN})
+            continue
+        try:
+            content = await sim.arun_tool(call.function.name, _input(call), tool_use_id=call.id)
+        except Exception as exc:  # noqa: BLE001 - an observation for the model
+            content = f"Error: {type(exc).__name__}: {exc}"
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
 
 
 def _named(fn: Callable[[Sim], Any], name: str) -> Callable[[Sim], Any]:

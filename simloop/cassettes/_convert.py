@@ -292,58 +292,82 @@ def reply_of_turn(
     simulator answers a paused call first); MCP, compaction and other blocks v1 replies cannot
     express are left out (noted in ``notes``).
     """
-    texts: list[str] = []
-    calls: list[ToolCall] = []
-    thinking: str | None = None
-    dropped: list[str] = []
-    server_uses: dict[str, tuple[str, Any]] = {}  # server calls without their result yet, by id
-    server_calls: list[ServerToolCall] = []
+    content = _Content()
     for block in turn.content:
+        content.take(block)
+    paused = None
+    if content.server_uses and turn.stop_reason == "pause_turn":  # the call the turn paused in
+        name, args = content.server_uses.pop(list(content.server_uses)[-1])
+        paused = ServerToolCall.model_validate({"name": name, "input": args if isinstance(args, dict) else {}})
+    dropped = content.dropped + ["server_tool_use" for _ in content.server_uses]
+    if dropped and notes is not None:
+        notes.append(f"{where}: {', '.join(sorted(set(dropped)))} block(s) left out ({_SERVER_BLOCK_HINT})")
+    text = "\n\n".join(t for t in content.texts if t)
+    usage = _usage(turn.usage)
+    common: dict[str, Any] = {"latency": latency, "usage": usage, "thinking": content.thinking or None}
+    if content.server_calls and turn.stop_reason in ("end_turn", "tool_use", "pause_turn"):
+        common["server_tools"] = content.server_calls
+    elif content.server_calls and notes is not None:
+        notes.append(f"{where}: server tool calls left out (a {turn.stop_reason} reply has none in v1)")
+    if paused is not None:
+        return Reply(pause_turn=PauseTurnBody(text=text.rstrip(), server_tool_use=paused), **common)
+    return _reply_for_stop(turn, text, content.calls, common, notes=notes, where=where)
+
+
+@dataclass(slots=True)
+class _Content:
+    """A recorded turn's blocks sorted for a v1 reply: its text, tool calls, thinking, server tool calls (with
+    their results; ``server_uses``: those still without one, by id) and the blocks a v1 reply cannot carry."""
+
+    texts: list[str] = field(default_factory=list)
+    calls: list[ToolCall] = field(default_factory=list)
+    thinking: str | None = None
+    dropped: list[str] = field(default_factory=list)
+    server_uses: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    server_calls: list[ServerToolCall] = field(default_factory=list)
+
+    def take(self, block: dict[str, Any]) -> None:
+        """One content block, in the order of the turn."""
         kind = block.get("type")
         if kind == "server_tool_use" and block.get("name") in SERVER_TOOLS:
-            server_uses[str(block.get("id"))] = (str(block.get("name")), block.get("input"))
-            continue
-        if isinstance(kind, str) and kind.endswith("_tool_result") and kind != "tool_result":
-            use = server_uses.pop(str(block.get("tool_use_id")), None)
-            if use is not None and kind == f"{use[0]}_tool_result":
-                args = use[1] if isinstance(use[1], dict) else {}
-                server_calls.append(
-                    ServerToolCall.model_validate({"name": use[0], "input": args, "result": _without_none(block.get("content"))})
-                )
-                continue
-            if use is None and block.get("tool_use_id") is not None:
-                continue  # the continuation's answer to an earlier reply's paused call: the replay makes it
+            self.server_uses[str(block.get("id"))] = (str(block.get("name")), block.get("input"))
+            return
+        server_result = isinstance(kind, str) and kind.endswith("_tool_result") and kind != "tool_result"
+        if server_result and self._server_result(str(kind), block):
+            return
         if kind == "text":
-            texts.append(str(block.get("text") or ""))
+            self.texts.append(str(block.get("text") or ""))
         elif kind == "tool_use":
             value = block.get("input")
             if "partial_json" in block:
                 value = _partial(block["partial_json"])
-            calls.append(ToolCall(name=str(block.get("name")), input=value if isinstance(value, dict) else {}))
+            self.calls.append(ToolCall(name=str(block.get("name")), input=value if isinstance(value, dict) else {}))
         elif kind == "thinking":
-            if thinking is None:
-                thinking = str(block.get("thinking") or "")
+            if self.thinking is None:
+                self.thinking = str(block.get("thinking") or "")
         else:
-            dropped.append(str(kind))
-    paused = None
-    if server_uses and turn.stop_reason == "pause_turn":  # the call the turn paused in
-        name, args = server_uses.pop(list(server_uses)[-1])
-        paused = ServerToolCall.model_validate({"name": name, "input": args if isinstance(args, dict) else {}})
-    dropped.extend("server_tool_use" for _ in server_uses)
-    if dropped and notes is not None:
-        notes.append(f"{where}: {', '.join(sorted(set(dropped)))} block(s) left out ({_SERVER_BLOCK_HINT})")
-    text = "\n\n".join(t for t in texts if t)
-    usage = _usage(turn.usage)
-    common: dict[str, Any] = {"latency": latency, "usage": usage, "thinking": thinking or None}
-    if server_calls and turn.stop_reason in ("end_turn", "tool_use", "pause_turn"):
-        common["server_tools"] = server_calls
-    elif server_calls and notes is not None:
-        notes.append(f"{where}: server tool calls left out (a {turn.stop_reason} reply has none in v1)")
-    if paused is not None:
-        return Reply(pause_turn=PauseTurnBody(text=text.rstrip(), server_tool_use=paused), **common)
+            self.dropped.append(str(kind))
+
+    def _server_result(self, kind: str, block: dict[str, Any]) -> bool:
+        """A server tool's result block: True when taken (with the call it answers, or left to the replay: the
+        continuation's answer to an earlier reply's paused call); False for one to be left out."""
+        use = self.server_uses.pop(str(block.get("tool_use_id")), None)
+        if use is not None and kind == f"{use[0]}_tool_result":
+            args = use[1] if isinstance(use[1], dict) else {}
+            self.server_calls.append(
+                ServerToolCall.model_validate({"name": use[0], "input": args, "result": _without_none(block.get("content"))})
+            )
+            return True
+        return use is None and block.get("tool_use_id") is not None
+
+
+def _reply_for_stop(
+    turn: Turn, text: str, calls: list[ToolCall], common: dict[str, Any], *, notes: list[str] | None, where: str
+) -> Reply:
+    """The v1 reply kind the turn's ``stop_reason`` maps to (a stream cut before one: ``stream_cut``)."""
     stop = turn.stop_reason
     if stop is None:
-        return Reply(error="stream_cut", latency=latency)
+        return Reply(error="stream_cut", latency=common["latency"])
     if stop == "tool_use" and calls:
         return Reply(tool_use=calls, text=text or None, **common)
     if stop == "max_tokens":

@@ -111,17 +111,7 @@ def run(
 
     Example: simloop run scenarios/ --drive examples.correct_sync:drive --claims max_steps,deadline_s
     """
-    if drive_spec is None and command is None:
-        raise click.UsageError("Missing option '--drive': give --drive package.module:function, or --command CMD")
-    if drive_spec is not None and command is not None:
-        raise click.UsageError("give --drive DRIVE or --command CMD, not both")
-    if command is not None:
-        from simloop.command import command_drive
-
-        fn = command_drive(command)
-    else:
-        assert drive_spec is not None
-        fn = load_drive(drive_spec)
+    fn = _loop(drive_spec, command)
     claims = _claims(abort=abort, restarts=restarts, turns=turns, context=context, claimed=claimed)
     tools = load_tools(tools_file)
     files = _scenario_files(paths)
@@ -130,45 +120,80 @@ def run(
     trace_dir = Path(trace) if trace and (len(files) > 1 or Path(trace).is_dir()) else None
     names = _trace_names(files)
     wide = max(len(str(p)) for p in files)
-    failed = errors = skipped = 0
+    tally: Counter[str] = Counter()
     for path in files:
-        try:
-            result = _run_one(fn, path, seed, network, allow_functions=allow_functions, claims=claims, tools=tools)
-            if isinstance(result, str):
-                skipped += 1
-                click.echo(f"skip  {path!s:<{wide}}  {result}")
-                continue
-            transcript, problems, line = result
-        except UsageError as e:
-            errors += 1
-            click.echo(f"ERROR {path!s:<{wide}}  {e}")
+        result = _attempt(fn, path, wide, seed, network, allow_functions=allow_functions, claims=claims, tools=tools)
+        if isinstance(result, str):
+            tally[result] += 1
             continue
-        except SimloopInternalError as e:  # a simloop bug on one file: reported, and the batch goes on
-            errors += 1
-            click.echo(f"ERROR {path!s:<{wide}}  simloop internal error (please report it): {e}")
-            continue
+        transcript, problems, line = result
         if trace:
             transcript.write(trace_dir / names[path] if trace_dir else Path(trace))
-        if not problems:
+        if problems:
+            tally["failed"] += 1
+            _show_failure(path, wide, transcript, problems, verbose=verbose)
+        else:
             click.echo(f"ok    {path!s:<{wide}}  {line}")
-            continue
-        failed += 1
-        ids = ", ".join(dict.fromkeys(p.split("]", 1)[0].lstrip("[") for p in problems))
-        click.echo(f"FAIL  {path!s:<{wide}}  {ids}")
-        for p in problems:
-            click.echo(f"        {p}")
-        if verbose:
-            from simloop.invariants import check
-            from simloop.report import print_timeline
+    return _totals(len(files), tally)
 
-            print_timeline(transcript, check(transcript).violations, console=console())
-    passed = len(files) - failed - errors - skipped
+
+def _loop(drive_spec: str | None, command: str | None) -> Callable[..., Any]:
+    """The loop to replay the files through: the ``--drive`` imported, or a drive running ``--command``."""
+    if drive_spec is None and command is None:
+        raise click.UsageError("Missing option '--drive': give --drive package.module:function, or --command CMD")
+    if drive_spec is not None and command is not None:
+        raise click.UsageError("give --drive DRIVE or --command CMD, not both")
+    if command is not None:
+        from simloop.command import command_drive
+
+        return command_drive(command)
+    assert drive_spec is not None
+    return load_drive(drive_spec)
+
+
+def _attempt(
+    drive: Callable[..., Any], path: Path, wide: int, seed: int, network: str, *, allow_functions: bool,
+    claims: Claims, tools: Sequence[Any] | None,
+) -> tuple[Transcript, list[str], str] | str:
+    """Run one file (`_run_one`): its transcript, problems and summary; or, once its line is printed, ``"skipped"``
+    (it needs what the loop does not claim) or ``"errors"`` (it cannot be run), and the batch goes on."""
+    try:
+        result = _run_one(drive, path, seed, network, allow_functions=allow_functions, claims=claims, tools=tools)
+    except UsageError as e:
+        click.echo(f"ERROR {path!s:<{wide}}  {e}")
+        return "errors"
+    except SimloopInternalError as e:  # a simloop bug on one file: reported, and the batch goes on
+        click.echo(f"ERROR {path!s:<{wide}}  simloop internal error (please report it): {e}")
+        return "errors"
+    if isinstance(result, str):
+        click.echo(f"skip  {path!s:<{wide}}  {result}")
+        return "skipped"
+    return result
+
+
+def _show_failure(path: Path, wide: int, transcript: Transcript, problems: list[str], *, verbose: bool) -> None:
+    """A failing file's FAIL line naming the invariants, its problems, and with ``-v`` its timeline."""
+    ids = ", ".join(dict.fromkeys(p.split("]", 1)[0].lstrip("[") for p in problems))
+    click.echo(f"FAIL  {path!s:<{wide}}  {ids}")
+    for p in problems:
+        click.echo(f"        {p}")
+    if verbose:
+        from simloop.invariants import check
+        from simloop.report import print_timeline
+
+        print_timeline(transcript, check(transcript).violations, console=console())
+
+
+def _totals(files: int, tally: Counter[str]) -> int:
+    """The closing line (passed, failed, skipped, errors) and the exit status (5: every file was skipped)."""
+    failed, errors, skipped = tally["failed"], tally["errors"], tally["skipped"]
+    passed = files - failed - errors - skipped
     click.echo(
         f"{passed} passed, {failed} failed"
         + (f", {skipped} skipped (they need what the loop does not claim)" if skipped else "")
         + (f", {errors} error(s)" if errors else "")
     )
-    if skipped == len(files):
+    if skipped == files:
         from simloop._claims import nothing_tested
 
         click.echo(f"simloop: {nothing_tested(skipped)}")

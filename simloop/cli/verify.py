@@ -36,6 +36,8 @@ from simloop.errors import UsageError, WorkerDied
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from simloop.errors import InvariantViolation
+    from simloop.invariants import Report
     from simloop.transcript import Transcript
 
 __all__ = ["verify"]
@@ -199,34 +201,12 @@ __all__ = ["verify"]
 @HARD_TIMEOUT
 @ends_commands
 def verify(
-    drive: str | None,
-    command: str | None,
-    timeout_s: float,
-    max_examples: int,
-    workers: int,
-    database: str | None,
-    seed: int | None,
-    profile: str | None,
-    turns: int,
-    abort: bool,
-    approvals: bool,
-    restarts: int,
-    tools_file: str | None,
-    server_tools: str,
-    context: bool,
-    max_steps: int | None,
-    deadline_s: float | None,
-    max_total_tokens: int | None,
-    max_tool_errors: int | None,
-    max_writes: int | None,
-    max_repeats: int | None,
-    max_cost_usd: float | None,
-    price_specs: tuple[str, ...],
-    invariants: tuple[str, ...],
-    out_dir: str,
-    trace: str | None,
-    progress: bool | None,
-    network: str,
+    drive: str | None, command: str | None, timeout_s: float, max_examples: int, workers: int,
+    database: str | None, seed: int | None, profile: str | None, turns: int, abort: bool, approvals: bool,
+    restarts: int, tools_file: str | None, server_tools: str, context: bool, max_steps: int | None,
+    deadline_s: float | None, max_total_tokens: int | None, max_tool_errors: int | None, max_writes: int | None,
+    max_repeats: int | None, max_cost_usd: float | None, price_specs: tuple[str, ...], invariants: tuple[str, ...],
+    out_dir: str, trace: str | None, progress: bool | None, network: str,
 ) -> int:
     """Property-test the loop behind DRIVE under generated model, API, tool and timing behaviour.
 
@@ -244,23 +224,10 @@ def verify(
     Example: simloop verify examples.correct_sync:drive --workers 2 --max-examples 5000 --database redis://ci:6379/0
     """
     import simloop
-    from simloop.verify import verify as run_verify
 
-    if drive is None and command is None:
-        raise click.UsageError(
-            "Missing argument 'DRIVE': give package.module:function, or --command CMD for a loop in any language"
-        )
-    if drive is not None and command is not None:
-        raise click.UsageError(f"give DRIVE or --command CMD, not both (got {drive} and --command {command!r})")
+    _one_loop(drive, command)
     tools = load_tools(tools_file)
-    if command is not None:
-        from simloop.command import command_drive
-
-        fn: Callable[..., Any] = command_drive(command, timeout_s=timeout_s)
-        drive = f"--command {command!r}"
-    else:
-        assert drive is not None
-        fn = load_drive(drive)
+    label, fn = _loop(drive, command, timeout_s)
     limits = simloop.Limits(
         max_steps=max_steps, deadline_s=deadline_s, max_total_tokens=max_total_tokens,
         max_tool_errors=max_tool_errors, max_writes=max_writes, max_repeats=max_repeats,
@@ -269,52 +236,82 @@ def verify(
     base = _profile(profile)
     checked = list(invariants) or None
     show = progress if progress is not None else sys.stderr.isatty()
-    bar = ProgressBar(max_examples, drive) if show else None
+    bar = ProgressBar(max_examples, label) if show else None
     counter = RunCounter(fn, checked, bar.update if bar else None)
     started = time.monotonic()
-    failure: simloop.InvariantViolation | None = None
     try:
         with bar or nullcontext():
-            try:
-                report = run_verify(
-                    counter.wrapped(),
-                    tools=tools,
-                    limits=limits,
-                    max_examples=max_examples,
-                    seed=seed,
-                    invariants=checked,
-                    out_dir=out_dir,
-                    settings=base,
-                    turns=turns,
-                    abort=abort,
-                    approvals=approvals,
-                    restarts=restarts,
-                    context=context,
-                    workers=workers,
-                    database=database,
-                    network=network,  # type: ignore[arg-type]
-                    server_tools=server_tools,  # type: ignore[arg-type]
-                    prices=_prices(price_specs),
-                )
-            finally:
-                counter.settle()
+            report = _search(
+                counter, price_specs, tools=tools, limits=limits, max_examples=max_examples, seed=seed,
+                invariants=checked, out_dir=out_dir, settings=base, turns=turns, abort=abort, approvals=approvals,
+                restarts=restarts, context=context, workers=workers, database=database, network=network,
+                server_tools=server_tools,
+            )
     except simloop.InvariantViolation as e:
-        failure = e
+        return _failed(e, counter, checked, workers, trace, time.monotonic() - started)
     except UsageError as e:
         raise click.UsageError(str(e)) from None
     except WorkerDied as e:  # a verdict on the campaign, not a simloop bug: no traceback
         click.echo(str(e))
         console().print(f"[bold red]FAILED[/]: a worker died; {e.examples} runs ({time.monotonic() - started:.1f}s)")
         return 1
-    elapsed = time.monotonic() - started
+    return _held(report, counter, checked, label, trace, time.monotonic() - started)
+
+
+def _one_loop(drive: str | None, command: str | None) -> None:
+    """A usage error unless exactly one loop is named: a DRIVE or ``--command CMD``."""
+    if drive is None and command is None:
+        raise click.UsageError(
+            "Missing argument 'DRIVE': give package.module:function, or --command CMD for a loop in any language"
+        )
+    if drive is not None and command is not None:
+        raise click.UsageError(f"give DRIVE or --command CMD, not both (got {drive} and --command {command!r})")
+
+
+def _loop(drive: str | None, command: str | None, timeout_s: float) -> tuple[str, Callable[..., Any]]:
+    """The loop to search and how the report names it: the imported DRIVE, or a drive running ``--command``."""
+    if command is not None:
+        from simloop.command import command_drive
+
+        return f"--command {command!r}", command_drive(command, timeout_s=timeout_s)
+    assert drive is not None
+    return drive, load_drive(drive)
+
+
+def _search(counter: RunCounter, price_specs: tuple[str, ...], **options: Any) -> Report:
+    """`simloop.verify` over the counted drive; the counter settles its count however the search ends."""
+    from simloop.verify import verify as run_verify
+
+    try:
+        return run_verify(counter.wrapped(), prices=_prices(price_specs), **options)
+    finally:
+        counter.settle()
+
+
+def _held(
+    report: Report, counter: RunCounter, checked: list[str] | None, drive: str, trace: str | None, elapsed: float
+) -> int:
+    """Every run held: the summary, the ok line and, with ``--trace``, the last run's transcript; exit 0."""
+    import simloop
+
     ids = checked or list(simloop.invariants.CATALOGUE)
     out = console()
-    if failure is None:
-        _summary(out, ids, [], report.examples or counter.runs, elapsed)
-        out.print(f"[green]ok[/]: {report.examples} runs of {drive}, {len(ids)} invariants hold ({elapsed:.1f}s)")
-        if trace and counter.last is not None:  # no failing run to keep: the last run, so show/report have one
-            click.echo(f"no run failed; the last run's transcript written to {counter.last.transcript.write(trace)}")
-        return 0
+    _summary(out, ids, [], report.examples or counter.runs, elapsed)
+    out.print(f"[green]ok[/]: {report.examples} runs of {drive}, {len(ids)} invariants hold ({elapsed:.1f}s)")
+    if trace and counter.last is not None:  # no failing run to keep: the last run, so show/report have one
+        click.echo(f"no run failed; the last run's transcript written to {counter.last.transcript.write(trace)}")
+    return 0
+
+
+def _failed(
+    failure: InvariantViolation, counter: RunCounter, checked: list[str] | None, workers: int, trace: str | None,
+    elapsed: float,
+) -> int:
+    """A run broke an invariant: the shrunk report, the summary, the failing run's transcript (``--trace``); exit 1."""
+    import simloop
+
+    ids = checked or list(simloop.invariants.CATALOGUE)
+    out = console()
     click.echo(str(failure))
     click.echo()
     runs = counter.runs if workers == 1 else (failure.examples or 0)

@@ -111,6 +111,60 @@ class _Walk:
     uses_seen: dict[str, tuple[tuple[int, int], str]] = field(default_factory=dict)  # id -> (place, tool name)
     results_seen: dict[str, tuple[int, int]] = field(default_factory=dict)
 
+    def offence(self, kind: str, order: tuple[int, int], uid: str, tool: str | None, what: str) -> None:
+        """One pairing offence, at ``order``'s place."""
+        self.found.append(_Offence(kind, order, _path(order), uid, tool, what))
+
+    def asked(self, blocks: list[Block], *, last: bool) -> dict[str, tuple[tuple[int, int], str]]:
+        """An assistant turn's tool_use blocks: those the next turn must answer (a reused id is an offence; so is a
+        call in a final assistant message, a prefill, which nothing can answer)."""
+        pending: dict[str, tuple[tuple[int, int], str]] = {}
+        for order, b in blocks:
+            if b.get("type") != "tool_use":
+                continue
+            uid, name = str(b.get("id")), str(b.get("name"))
+            if uid in self.uses_seen:
+                self.offence("duplicate_tool_use", order, uid, name,
+                             f"the tool_use id {uid} appears twice (first at {_path(self.uses_seen[uid][0])})")
+                continue
+            self.uses_seen[uid] = (order, name)
+            pending[uid] = (order, name)
+        if last:  # a final assistant message is a prefill: fine unless it asks for tools
+            for uid, (order, name) in pending.items():
+                self.offence("missing_result", order, uid, name,
+                             f"the tool_use {uid} ({name}) ends the conversation with no tool_result after it")
+        return pending
+
+    def answered(self, blocks: list[Block], pending: dict[str, tuple[tuple[int, int], str]]) -> None:
+        """A user turn's tool_result blocks against the calls ``pending`` from the assistant turn before it."""
+        answered: set[str] = set()
+        leading = True
+        for order, b in blocks:
+            if b.get("type") != "tool_result":
+                leading = False
+                continue
+            uid = str(b.get("tool_use_id"))
+            tool = self.uses_seen[uid][1] if uid in self.uses_seen else None
+            if uid in self.results_seen:
+                self.offence("duplicate_result", order, uid, tool,
+                             f"a second tool_result for {uid} (the first is at {_path(self.results_seen[uid])})")
+            elif uid not in pending:
+                where = (f"it was asked for at {_path(self.uses_seen[uid][0])}" if uid in self.uses_seen
+                         else "no tool_use has that id")
+                self.offence("orphan_result", order, uid, tool,
+                             f"a tool_result answers {uid}, which is not a tool_use of the previous assistant message "
+                             f"({where})")
+            else:
+                answered.add(uid)
+                if not leading:
+                    self.offence("result_not_first", order, uid, tool,
+                                 f"the tool_result for {uid} comes after other content in its message")
+            self.results_seen.setdefault(uid, order)
+        for uid, (order, name) in pending.items():
+            if uid not in answered:
+                self.offence("missing_result", order, uid, name,
+                             f"the tool_use {uid} ({name}) has no tool_result at the start of the next message")
+
 
 def _pairing_offences(conversation: list[Any]) -> list[_Offence]:
     """Every tool_use/tool_result pairing problem of one conversation, in message order."""
@@ -137,72 +191,12 @@ def _walk(conversation: list[Any], resume: _Walk | None = None) -> _Walk:
     turns = _turns(conversation, start)
     for k, (role, blocks) in enumerate(turns):
         if role == "assistant":
-            pending = _assistant_turn(walk, blocks, last=k == len(turns) - 1)
-            continue
-        _user_turn(walk, blocks, pending)
-        pending = {}
+            pending = walk.asked(blocks, last=k == len(turns) - 1)
+        else:
+            walk.answered(blocks, pending)
+            pending = {}
     walk.found.sort(key=lambda o: o.order)
     return walk
-
-
-def _offence(walk: _Walk, kind: str, order: tuple[int, int], uid: str, tool: str | None, what: str) -> None:
-    """Record one pairing offence of ``kind`` at ``order`` in the walk."""
-    walk.found.append(_Offence(kind, order, _path(order), uid, tool, what))
-
-
-def _assistant_turn(walk: _Walk, blocks: list[Block], *, last: bool) -> dict[str, tuple[tuple[int, int], str]]:
-    """Walk an assistant turn: its tool_uses (id -> (place, tool name)), each id once in the conversation.
-
-    The ``last`` turn is a prefill: fine unless it asks for tools, which then have no result after them.
-    """
-    uses_seen = walk.uses_seen
-    pending: dict[str, tuple[tuple[int, int], str]] = {}
-    for order, b in blocks:
-        if b.get("type") != "tool_use":
-            continue
-        uid, name = str(b.get("id")), str(b.get("name"))
-        if uid in uses_seen:
-            _offence(walk, "duplicate_tool_use", order, uid, name,
-                     f"the tool_use id {uid} appears twice (first at {_path(uses_seen[uid][0])})")
-            continue
-        uses_seen[uid] = (order, name)
-        pending[uid] = (order, name)
-    if last:  # a final assistant message is a prefill: fine unless it asks for tools
-        for uid, (order, name) in pending.items():
-            _offence(walk, "missing_result", order, uid, name,
-                     f"the tool_use {uid} ({name}) ends the conversation with no tool_result after it")
-    return pending
-
-
-def _user_turn(walk: _Walk, blocks: list[Block], pending: dict[str, tuple[tuple[int, int], str]]) -> None:
-    """Walk a closed (non-assistant) turn: it answers each of ``pending`` (the previous assistant turn's
-    tool_uses) once, with its tool_results first, and answers nothing else."""
-    uses_seen, results_seen = walk.uses_seen, walk.results_seen
-    answered: set[str] = set()
-    leading = True
-    for order, b in blocks:
-        if b.get("type") != "tool_result":
-            leading = False
-            continue
-        uid = str(b.get("tool_use_id"))
-        tool = uses_seen[uid][1] if uid in uses_seen else None
-        if uid in results_seen:
-            _offence(walk, "duplicate_result", order, uid, tool,
-                     f"a second tool_result for {uid} (the first is at {_path(results_seen[uid])})")
-        elif uid not in pending:
-            where = f"it was asked for at {_path(uses_seen[uid][0])}" if uid in uses_seen else "no tool_use has that id"
-            _offence(walk, "orphan_result", order, uid, tool,
-                     f"a tool_result answers {uid}, which is not a tool_use of the previous assistant message ({where})")
-        else:
-            answered.add(uid)
-            if not leading:
-                _offence(walk, "result_not_first", order, uid, tool,
-                         f"the tool_result for {uid} comes after other content in its message")
-        results_seen.setdefault(uid, order)
-    for uid, (order, name) in pending.items():
-        if uid not in answered:
-            _offence(walk, "missing_result", order, uid, name,
-                     f"the tool_use {uid} ({name}) has no tool_result at the start of the next message")
 
 
 def _extends(conversation: list[Any], walked: list[Any]) -> bool:

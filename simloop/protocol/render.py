@@ -346,8 +346,22 @@ def render_sse(
     """
     message = render_message(turn, id=id, model=model, input_tokens=input_tokens, output_tokens=output_tokens,
                              cache=cache)
-    usage: dict[str, Any] = message["usage"]
     cut = turn.stop_reason is None
+    events = [_message_start(turn, message, cut=cut)]
+    for index, block in enumerate(turn.content):
+        events.extend(_block_events(index, block))
+        if index == 0:
+            events.insert(2, _PING)
+    if cut:
+        return events
+    events.append(_message_delta(turn, message["usage"]))
+    events.append(_MESSAGE_STOP)
+    return events
+
+
+def _message_start(turn: Turn, message: dict[str, Any], *, cut: bool) -> bytes:
+    """The ``message_start`` event: the message without its content and ending, with the usage known so far."""
+    usage: dict[str, Any] = message["usage"]
     if cut:
         # No message_delta will follow, so message_start must already carry the final usage.
         start_usage = dict(usage)
@@ -370,33 +384,29 @@ def render_sse(
         "stop_details": None,
         "usage": start_usage,
     }
-    container = turn.extra.get("container")
-    context_management = turn.extra.get("context_management")
     for key, value in turn.extra.items():
         # The real stream sends container and context_management only with message_delta.
         if key not in ("container", "context_management") or (cut and value is not None):
             start_message[key] = value
-    events = [_event(b"message_start", {"type": "message_start", "message": start_message})]
-    for index, block in enumerate(turn.content):
-        events.extend(_block_events(index, block))
-        if index == 0:
-            events.insert(2, _PING)
-    if cut:
-        return events
+    return _event(b"message_start", {"type": "message_start", "message": start_message})
+
+
+def _message_delta(turn: Turn, usage: dict[str, Any]) -> bytes:
+    """The ``message_delta`` event: the ending, the final usage, and the container and context management."""
     delta: dict[str, Any] = {
         "stop_reason": turn.stop_reason,
         "stop_sequence": turn.stop_sequence,
         "stop_details": turn.stop_details,
     }
+    container = turn.extra.get("container")
     if container is not None:
         delta["container"] = container
     delta_usage = {k: usage[k] for k in _DELTA_USAGE_ORDER if k in usage}
     message_delta: dict[str, Any] = {"type": "message_delta", "delta": delta, "usage": delta_usage}
+    context_management = turn.extra.get("context_management")
     if context_management is not None:
         message_delta["context_management"] = context_management
-    events.append(_event(b"message_delta", message_delta))
-    events.append(_MESSAGE_STOP)
-    return events
+    return _event(b"message_delta", message_delta)
 
 
 def render_error_event(error_type: str, message: str, request_id: str | None = None) -> bytes:
