@@ -214,3 +214,13 @@ def test_no_function_in_simloop_is_longer_than_a_reader_can_see_whole() -> None:
                 if lines > LONGEST and where not in LONG_ON_PURPOSE:
                     long.append(f"{where} ({lines} lines)")
     assert long == [], f"functions over {LONGEST} lines: {sorted(long)}"
+
+
+def test_every_package_of_simloop_ships_in_the_wheel() -> None:
+    """pyproject.toml lists the packages (it maps examples/ and scenarios/ in): a new one left out would be missing
+    from every install while the checkout works (tests/test_wheel.py finds it too, slowly)."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT.parent / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
+    packages = {name for name, path in MODULES.items() if path.name == "__init__.py"}
+    assert packages - listed == set()
