@@ -17,6 +17,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -26,7 +27,7 @@ from examples import correct_sync, openai_loop, openai_responses_loop
 
 CPU = time.process_time
 LIMITS = simloop.Limits(max_steps=10)
-WIRES: dict[str, Callable[[simloop.Sim], simloop.Outcome]] = {
+WIRES: dict[str, Callable[[simloop.Sim], Any]] = {  # a drive returns an Outcome, or one per user turn
     "Messages": correct_sync.drive,
     "Chat Completions": openai_loop.drive,
     "Responses": openai_responses_loop.drive,
@@ -40,7 +41,8 @@ def per_example(chunks: int, examples: int) -> dict[str, float]:
     for n in range(chunks + 1):  # the first round warms up and is not counted
         for name in order[n % len(order):] + order[: n % len(order)]:
             start = CPU()
-            report = simloop.verify(WIRES[name], limits=LIMITS, max_examples=examples, seed=n, out_dir="/tmp/simloop-wires")
+            report = simloop.verify(WIRES[name], limits=LIMITS, max_examples=examples, seed=n,
+                                    out_dir="/tmp/simloop-wires")
             if n:
                 times[name].append((CPU() - start) / (report.examples or examples))
     return {name: statistics.median(t) for name, t in times.items()}
