@@ -2,34 +2,24 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import httpx2
 import pytest
+from _modules import load
 
 from simloop.protocol.validate import validate_messages_request
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_the_bare_side_of_the_overhead_bench_sends_requests_the_api_accepts(monkeypatch: pytest.MonkeyPatch) -> None:
     # bench/overhead.py's bare side answered every tool call with the id toolu_01: from the third call the
     # history held one id twice, a request the real API (and the simulator) refuses; both sides must make the same calls.
-    overhead = _load("bench_overhead_under_test", ROOT / "bench" / "overhead.py")
+    overhead = load("bench_overhead_under_test", ROOT / "bench" / "overhead.py")
     sent: list[Any] = []
     real = httpx2.MockTransport.handle_request
 

@@ -29,6 +29,7 @@ import freezegun
 import freezegun.api
 import httpx2
 import pytest
+from _modules import load as load_module
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -305,16 +306,6 @@ ALIASES = ("from time import monotonic, monotonic_ns, perf_counter, perf_counter
            "from datetime import date, datetime\n")
 
 
-def _load(path: Path, name: str) -> Any:
-    """Import the file as a module the way ``import`` leaves it: in sys.modules (the test removes it)."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture
 def loaded(tmp_path: Path) -> Iterator[Callable[[str, str], Any]]:
     names: list[str] = []
@@ -323,7 +314,7 @@ def loaded(tmp_path: Path) -> Iterator[Callable[[str, str], Any]]:
         (tmp_path / folder).mkdir(parents=True, exist_ok=True)
         (tmp_path / folder / f"{name}.py").write_text(ALIASES)
         names.append(name)
-        return _load(tmp_path / folder / f"{name}.py", name)
+        return load_module(name, tmp_path / folder / f"{name}.py")
 
     yield load
     for name in names:

@@ -553,7 +553,7 @@ def test_model_calls_a_thread_makes_after_the_return_behind_a_sleep_are_reported
     """A thread left behind sleeps 0.5 s (virtual: over at once) and then makes three model calls, while the drive
     formats its answer: the calls were recorded before the return, at the slept time.  The return is an event of
     the drive's own thread: it returned at 0 s of its own time, so they came after it, on every run."""
-    pytest.importorskip("openai")
+    pytest.importorskip("openai", reason="the Chat Completions wire is driven through the openai SDK: pip install 'simloop[openai]'")
     import json
 
     from tests.loops import gate_defects

@@ -2,31 +2,22 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from _modules import load
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
 
 def _script() -> ModuleType:
-    return _load("readme_samples", ROOT / "bench" / "readme_samples.py")
+    return load("readme_samples", ROOT / "bench" / "readme_samples.py")
 
 
 def test_the_readme_samples_are_what_a_real_run_prints() -> None:
-    moved = _load("lockdiff", ROOT / ".ci" / "lockdiff.py").moved(ROOT / "constraints.txt")
+    moved = load("lockdiff", ROOT / ".ci" / "lockdiff.py").moved(ROOT / "constraints.txt")
     if moved:  # make test-latest, make test-floor: the SDK's own texts (its errors' str()) differ between releases
         pytest.skip("the README's samples are made with the locked releases (constraints.txt); here:\n"
                     + "\n".join(moved))
