@@ -38,6 +38,7 @@ from simloop._sim import lives as _lives
 from simloop._sim import runner as _runner
 from simloop._sim.assemble import ScenarioLike, configured, gate, header, stop_button, virtual_bound
 from simloop._sim.clients import Clients
+from simloop._sim.forwarded import Forwarded
 from simloop._sim.guard import Guard, default_budget
 from simloop._sim.lives import Lives
 from simloop._sim.mcptools import McpTools
@@ -85,19 +86,17 @@ class Sim:
         watchdog_s: real seconds a loop may spin without calling the model or a tool before it is unwound
             (simloop's own set-up and a module being imported do not count).
         fault_source: decides each tool execution's fault instead of the scenario's ``faults`` (generated runs).
-        network: ``"block"`` (default) stops the loop at its first real network connection or host-name
-            lookup and reports it (the loop bypassed the simulator); ``"loopback"`` allows connections to
-            this machine (a loop that uses a local service); ``"allow"`` turns the guard off.
-        tools: implementations of the scenario's tools, by name: ``{"search": my_search}`` (called with the
-            tool input as keywords; what it returns is the tool's output).  This is how a tool's code is bound.
+        network: ``"block"`` (default) stops the loop at its first real connection or host-name lookup and reports
+            it; ``"loopback"`` allows this machine (a local service); ``"allow"`` turns the guard off.
+        tools: implementations of the scenario's tools, by name: ``{"search": my_search}`` (called with the input as
+            keywords; what it returns is the tool's output).
         allow_functions: resolve the tools' ``function: "pkg.module:fn"`` import paths (a scenario file's
             opt-in, docs/security.md); off by default, so a file cannot make simloop import and run code.
         abort: when the user presses Stop, replacing the scenario's ``abort`` (see `sim.abort`).
         approvals: the person at the permission gate (see `approve`): a list of `Approval` answers replacing the
             scenario's ``approvals``, or True for the approval policy with the scenario's answers (all yes if none).
 
-    The loop runs on a worker thread: a loop blocked in C (a wait with no timeout) or one that swallows
-    every halt is abandoned with a ``stops`` report instead of hanging the run.
+    The loop runs on a worker thread: one blocked in C or swallowing every halt is abandoned with a ``stops`` report.
     """
 
     def __init__(
@@ -156,32 +155,12 @@ class Sim:
         self._subagents = 0  # sub-agent runs started (`subagent`)
         self._ran = False
 
-    @property
-    def budget(self) -> Budget:
-        """When the run unwinds a loop that does not stop (model calls, requests)."""
-        return self._guard.budget
-
-    @budget.setter
-    def budget(self, value: Budget) -> None:
-        self._guard.budget = value
-
-    @property
-    def max_virtual_s(self) -> float:
-        """Virtual seconds after which the run unwinds the loop."""
-        return self._guard.max_virtual_s
-
-    @max_virtual_s.setter
-    def max_virtual_s(self, value: float) -> None:
-        self._guard.max_virtual_s = value
-
-    @property
-    def lives(self) -> int:
-        """The drive's runs: 1, plus one per restart after a crash."""
-        return self._lives.count
-
-    @lives.setter
-    def lives(self, value: int) -> None:
-        self._lives.count = value
+    #: When the run unwinds a loop that does not stop (model calls, requests).
+    budget: Forwarded[Budget] = Forwarded("_guard")
+    #: Virtual seconds of the loop's own time after which the run unwinds it.
+    max_virtual_s: Forwarded[float] = Forwarded("_guard")
+    #: The drive's runs: 1, plus one per restart after a crash.
+    lives: Forwarded[int] = Forwarded("_lives", "count")
 
     # -- what the drive uses ---------------------------------------------------------
 
@@ -192,12 +171,9 @@ class Sim:
 
     @property
     def user_turns(self) -> UserTurns:
-        """The user's messages of the conversation: the task, then each of the scenario's ``followups``.
-
-        Iterate it as the turns happen (``for text in sim.user_turns: ...``): taking turn *n* marks where
-        it begins in the transcript, so the invariants hold over every request of the conversation and
-        ``honest_outcome`` is checked per turn.  A drive returns one `Outcome` per turn (a list), or the last.
-        """
+        """The user's messages: the task, then the scenario's ``followups``.  Iterate it as the turns happen
+        (``for text in sim.user_turns: ...``): taking a turn marks where it begins in the transcript.  A drive returns
+        one `Outcome` per turn (a list), or the last (docs/design.md, Conversations)."""
         return self._turns
 
     @property
@@ -206,8 +182,7 @@ class Sim:
 
     @property
     def prices(self) -> dict[str, dict[str, float]]:
-        """The scenario's price overrides (``prices:``), for a loop that prices its replies for ``max_cost_usd``:
-        ``simloop.pricing.cost_usd(reply.usage.model_dump(), reply.model, sim.prices)``."""
+        """The scenario's ``prices:``: ``simloop.pricing.cost_usd(reply.usage.model_dump(), reply.model, sim.prices)``."""
         return {name: p.model_dump() for name, p in self.scenario.prices.items()}
 
     @property
@@ -220,8 +195,7 @@ class Sim:
         return self.tools.run(name, input, tool_use_id=tool_use_id)
 
     def bind_tool(self, name: str, fn: Callable[..., Any]) -> None:
-        """Make ``fn`` tool ``name``'s implementation for the rest of the run, from inside the drive: a tool that
-        needs the run itself, such as a delegate tool that starts a `subagent` (``Sim(tools=...)`` binds before)."""
+        """Make ``fn`` tool ``name``'s implementation from inside the drive (a delegate tool that starts a `subagent`)."""
         self.tools.bind(name, fn)
 
     def subagent(
@@ -229,11 +203,9 @@ class Sim:
     ) -> SubAgent:
         """A sub-agent run: a loop a tool runs on this run's simulated API and tools, with a fresh context.
 
-        ``tools``: the names of the tools it gets (default: every tool but the one it runs in); ``limits``: what
-        its loop declares (held by ``limits`` inside the sub-run).  ``.run(drive)`` runs ``drive(sub)`` and
-        returns its `Outcome`; the transcript and the timeline show it as a nested run, the invariants hold
-        inside it, and ``subagent_honest`` holds the parent's tool_result to what it did (docs/design.md,
-        Sub-agents).
+        ``tools``: the tools it gets (default: all but the one it runs in); ``limits``: what its loop declares.
+        ``.run(drive)`` returns its `Outcome`; the invariants hold inside it and ``subagent_honest`` holds the
+        parent's tool_result to it (docs/design.md, Sub-agents).
         """
         if limits is not None and not isinstance(limits, Limits):
             limits = Limits.model_validate(limits)
@@ -247,18 +219,13 @@ class Sim:
     def approve(self, tool: str, input: Any, *, tool_use_id: str | None = None, timeout: float | None = None) -> bool:
         """Ask the person to approve one tool call before running it; True only for a yes.
 
-        Blocks in virtual time until the person answers (the scenario's ``approvals:``), or until ``timeout``
-        seconds, or, without one, until the loop's own deadline (``sim.limits.deadline_s`` from the start of the
-        user turn): no answer by then is False.  Pass the call's ``tool_use_id`` so the request is bound to it
-        exactly.  Without the approval policy (no ``approvals:``, no ``needs_approval: true`` tool, no
-        ``verify(approvals=True)``) it answers yes at once and records nothing.  A denied call is not run: answer
-        it with an ``is_error`` tool_result saying so (docs/design.md, Approvals).
-
-        Example::
+        Blocks in virtual time until the person answers, ``timeout`` seconds pass, or the loop's own deadline: no
+        answer by then is False.  Pass the call's ``tool_use_id`` to bind the request to it.  Without the approval
+        policy it answers yes at once.  A denied call is not run: answer it with an ``is_error`` tool_result saying
+        so (docs/design.md, Approvals)::
 
             if not sim.approve(call.name, call.input, tool_use_id=call.id):
-                results.append({"type": "tool_result", "tool_use_id": call.id, "is_error": True,
-                                "content": "denied: the user did not approve this call"})
+                results.append({"type": "tool_result", "tool_use_id": call.id, "is_error": True, "content": "denied"})
         """
         return self._gate.approve(tool, input, tool_use_id=tool_use_id, timeout=timeout)
 
@@ -274,15 +241,11 @@ class Sim:
         return self._gate.log
 
     def mcp_server(self) -> mcp.server.mcpserver.MCPServer[Any]:
-        """The scenario's tools as an in-memory MCP server on this run's world (virtual time).
+        """The scenario's tools as an in-memory MCP server (the SDK's ``MCPServer``) on this run's world.
 
-        Hand it to any MCP client in this process, as is: the SDK's ``mcp.Client(sim.mcp_server())`` (its
-        ``ClientSession`` is ``client.session``), FastMCP's ``fastmcp.Client(sim.mcp_server())`` or
-        pydantic-ai's ``MCPToolset(sim.mcp_server())``.  It is the SDK's ``MCPServer`` serving one low-level
-        ``Server`` (``.lowlevel``).  Each ``tools/call`` runs like `arun_tool` (faults, ledger, virtual time),
-        bound to the tool_use its ``_meta`` names (``{"tool_use_id": ...}``) or else by name and input
-        (docs/design.md, Tools over MCP).  For clients that take a URL, see `mcp_url`.
-        Needs ``pip install 'simloop[mcp]'``.
+        Hand it to any MCP client in this process: ``mcp.Client(sim.mcp_server())``, ``fastmcp.Client(...)``,
+        pydantic-ai's ``MCPToolset(...)``.  Each ``tools/call`` runs like `arun_tool`, bound to the tool_use its
+        ``_meta`` names or else by name and input (docs/design.md, Tools over MCP).  Needs ``simloop[mcp]``.
         """
         return self._mcp.server(self.tool_schemas)
 
@@ -290,12 +253,9 @@ class Sim:
     def mcp_url(self) -> str:
         """The scenario's tools over MCP streamable HTTP, for the clients that take a URL: ``http://127.0.0.1:PORT/mcp``.
 
-        ``fastmcp.Client(sim.mcp_url)``, pydantic-ai's ``MCPToolset(sim.mcp_url)``, the SDK's ``mcp.Client(sim.mcp_url)``
-        or ``streamable_http_client(sim.mcp_url)`` with a ``ClientSession``.  Read it during the run (in the drive):
-        the server starts then, on a free loopback port, and stops when the run ends.  The run's network guard lets
-        the loop reach it; each call runs as `mcp_server`'s do, on the loop's virtual-time event loop (a ``slow``
-        fault's latency is a timer there), and while a request is on its way the loop waits for the answer with
-        virtual time standing still (docs/design.md, Tools over MCP).  Needs ``pip install 'simloop[mcp]'``.
+        Read it in the drive: the server starts then, on a free loopback port the network guard lets the loop reach,
+        and stops when the run ends; each call runs as `mcp_server`'s do, in virtual time (docs/design.md, Tools over
+        MCP).  Needs ``simloop[mcp]``.
         """
         return self._mcp.url(self.tool_schemas)
 
@@ -320,11 +280,8 @@ class Sim:
 
     @property
     def openai_client(self) -> openai.OpenAI:
-        """An `openai.OpenAI` client on the simulated API's Chat Completions wire (SDK defaults, retries included).
-
-        The same world as `client`: the model, the faults, the clock and the transcript are one, and the
-        invariants read both wires (docs/design.md, The OpenAI wire).  Needs ``pip install 'simloop[openai]'``.
-        """
+        """An `openai.OpenAI` client on the Chat Completions wire of the same world as `client` (docs/design.md, The
+        OpenAI wire).  Needs ``simloop[openai]``."""
         return self._clients.openai(False)  # type: ignore[no-any-return]
 
     @property
@@ -337,38 +294,25 @@ class Sim:
     def run(self, drive: Drive) -> Outcome:
         """Run the loop under test once; returns its `Outcome`.
 
-        An exception escaping ``drive`` is kept in the outcome (reason ``error``),
-        not raised, with the line that raised it (the ``crash`` invariant reports
-        it); so are a `SystemExit` and a `KeyboardInterrupt` the loop raises itself
-        (signals reach the caller's thread only, so a real Ctrl-C of the user aborts
-        the run at once).  Raises `ScriptExhaustedError` when the loop outlives a
-        ``then: fail`` script, and `SimloopInternalError` for a bug in simloop.
-
-        The drive runs on a worker thread (in a copy of the caller's context), so that a run which
-        cannot end is abandoned: halted and neither unwound within ``watchdog_s`` real seconds nor
-        done after `MAX_HALTS` halts (blocked in C, or catching every halt).  Its thread is then
-        parked for good and the outcome is a ``stops`` report.  Objects bound to the calling thread
-        (an sqlite3 connection made without ``check_same_thread=False``, signal handlers) are not
-        usable from the drive.
+        What escapes ``drive`` (an exception, the loop's own `SystemExit`) is kept in the outcome with the line that
+        raised it, not raised.  Raises `ScriptExhaustedError` when the loop outlives a ``then: fail`` script.  The
+        drive runs on a worker thread, in a copy of the caller's context: a run that cannot end is abandoned with a
+        ``stops`` report, and objects bound to the calling thread (signal handlers, an sqlite3 connection) are not
+        usable from it (docs/design.md, Runs end, and stay in the simulator).
         """
         if self._ran:
             raise UsageError("a Sim runs one loop; make a new Sim (same scenario and seed) to run it again")
         self._ran = True
         return Runner(self).start(drive, warm_up_sdk)
 
-    def check(self, outcome: Outcome | None = None, *, invariants: Iterable[str] | None = None) -> Any:
-        """Check the run's transcript against the invariants; returns a `Report`.
-
-        ``outcome`` is what `run` returned (already in the transcript; accepted for readability).
-        """
-        report: Report = check(self.transcript, invariants=invariants)
-        return report
+    def check(self, outcome: Outcome | None = None, *, invariants: Iterable[str] | None = None) -> Report:
+        """Check the run's transcript against the invariants (``outcome``, what `run` returned, reads well here)."""
+        return check(self.transcript, invariants=invariants)
 
     def leftovers(self) -> list[str]:
         """What the scenario scripted and the run never used: unserved replies, faults that never fired."""
         return [*self.policy.leftovers(), *self.tools.unfired_faults()]
 
-    # -- life cycle ------------------------------------------------------------------------------
     # -- life cycle ------------------------------------------------------------------------------
 
     def close(self) -> None:

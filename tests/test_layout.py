@@ -10,6 +10,8 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 import simloop
 
 ROOT = Path(simloop.__file__).parent
@@ -224,3 +226,18 @@ def test_every_package_of_simloop_ships_in_the_wheel() -> None:
     listed = set(tomllib.loads((ROOT.parent / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
     packages = {name for name, path in MODULES.items() if path.name == "__init__.py"}
     assert packages - listed == set()
+
+
+#: The facades users know, each delegating to its pieces: the most lines each may take (docstrings included).
+FACADES = {"simloop.sim": ("Sim", 260), "simloop.wire.server": ("SimServer", 200)}
+
+
+@pytest.mark.parametrize("module", sorted(FACADES))
+def test_the_facades_stay_short_and_delegate(module: str) -> None:
+    """`Sim` and `SimServer` hand each concern to a piece of its own (simloop/_sim/, simloop/wire/): a new concern
+    is a piece, not more lines here."""
+    name, most = FACADES[module]
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    (cls,) = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == name]
+    lines = (cls.end_lineno or cls.lineno) - cls.lineno + 1
+    assert lines <= most, f"{name} is {lines} lines (most {most}): move its new concern into a piece of its own"

@@ -122,3 +122,13 @@ def test_no_fork_reports_without_a_run() -> None:
     sim = _sim()
     forks_seen(None, sim.clock, sim.transcript)
     assert sim.transcript.of(Halt) == []
+
+
+def test_the_sims_forwarded_attributes_are_its_pieces_own() -> None:
+    sim = _sim()
+    budget = default_budget(Limits(max_steps=3))
+    sim.budget = budget
+    sim.max_virtual_s = 60.0
+    assert sim._guard.budget is budget and sim.budget is budget
+    assert sim._guard.max_virtual_s == 60.0 == sim.max_virtual_s
+    assert sim.lives == sim._lives.count == 1
