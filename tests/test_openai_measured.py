@@ -175,6 +175,13 @@ def _refused_chat(**body: Any) -> dict[str, Any]:
     ({"model": "gpt-4o", "messages": USER, "tools": [STRICT_TOOL]},
      (("Invalid schema for function 'search': In context=(), 'additionalProperties' is required to be supplied and "
       "to be false."), "tools[0].function.parameters", "invalid_function_parameters")),
+    # hostile: a 'required' entry that is no name (a list, an object) is refused, not a crash of simloop
+    ({"model": "gpt-4o", "messages": USER, "tools": [{"type": "function", "function": {
+        "name": "search", "strict": True, "parameters": {**STRICT_TOOL["function"]["parameters"],  # type: ignore[index]
+                                                         "additionalProperties": False, "required": ["q", ["q"]]}}}]},
+     (("Invalid schema for function 'search': In context=(), 'required' is required to be supplied and to be an "
+       "array including every key in properties. Extra required key '['q']' supplied."),
+      "tools[0].function.parameters", "invalid_function_parameters")),
     ({"model": "gpt-4o", "messages": [{"role": "user", "content": [
         {"type": "input_audio", "input_audio": {"data": "SUQz", "format": "mp3"}}]}]},
      ("Invalid 'messages[0]'. Content blocks are expected to be either text or image_url type.", "messages[0]",

@@ -166,7 +166,7 @@ def _check_object(name: str, context: tuple[str, ...], node: dict[str, Any], par
     if lacking:
         raise Refuse(where + "'required' is required to be supplied and to be an array including every key in "
                      f"properties. Missing '{lacking[0]}'.", param, "invalid_function_parameters")
-    extra = [k for k in required if k not in properties]
+    extra = [k for k in required if type(k) is not str or k not in properties]  # a list or object is no key either
     if extra:
         raise Refuse(where + "'required' is required to be supplied and to be an array including every key in "
                      f"properties. Extra required key '{extra[0]}' supplied.", param, "invalid_function_parameters")
