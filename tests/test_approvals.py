@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib
+import json
 import threading
 import warnings
 from pathlib import Path
@@ -475,3 +476,107 @@ def test_an_async_loop_is_held_to_the_answers_its_event_loop_heard(how: str) -> 
     for _ in range(2):
         _, report = run(LATE_YES, drive)
         assert (ids(report) == {"approval"}) if how == "background" else report.ok, report
+
+
+# -- the gate on the OpenAI wires: the same binding as on the Messages API (#40 items 2, 3, 10) ---------------------
+
+Ask = Any  # (sim, [(call id, name, input)]) -> {call id: bool}
+
+
+def _chat_loop(sim: Sim, ask: Ask, *, denied: str = "Denied by the user; not sent.") -> Outcome:
+    """A README-style Chat Completions loop with its gate: approved calls run, refused ones are answered so."""
+    tools: Any = [{"type": "function", "function": {"name": t["name"], "parameters": t["input_schema"]}}
+                  for t in sim.tool_schemas]
+    messages: list[Any] = [{"role": "user", "content": sim.task}]
+    for _ in range(6):
+        choice = sim.openai_client.chat.completions.create(model="gpt-4o", messages=messages, tools=tools).choices[0]
+        messages.append(choice.message.model_dump(exclude_none=True))
+        if choice.finish_reason != "tool_calls":
+            return Outcome("final", choice.message.content or "")
+        calls = [(c.id, c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls or []]
+        answers = ask(sim, calls)
+        messages += [{"role": "tool", "tool_call_id": id_, "content": sim.run_tool(name, input) if answers[id_]
+                      else denied} for id_, name, input in calls]
+    return Outcome("max_steps", "")
+
+
+def _responses_loop(sim: Sim, ask: Ask, *, denied: str = "Denied by the user; not sent.") -> Outcome:
+    """The same loop on the Responses API, keeping its own history of items."""
+    tools: Any = [{"type": "function", "name": t["name"], "parameters": t["input_schema"], "strict": False}
+                  for t in sim.tool_schemas]
+    items: list[Any] = [{"role": "user", "content": sim.task}]
+    for _ in range(6):
+        response = sim.openai_client.responses.create(model="gpt-4o", input=items, tools=tools)
+        items += [item.model_dump(exclude_none=True) for item in response.output]
+        calls = [(i.call_id, i.name, json.loads(i.arguments)) for i in response.output if i.type == "function_call"]
+        if not calls:
+            return Outcome("final", response.output_text)
+        answers = ask(sim, calls)
+        items += [{"type": "function_call_output", "call_id": id_, "output": sim.run_tool(name, input)
+                   if answers[id_] else denied} for id_, name, input in calls]
+    return Outcome("max_steps", "")
+
+
+OPENAI_LOOPS = {"chat": _chat_loop, "responses": _responses_loop}
+
+
+@pytest.mark.parametrize("wire", sorted(OPENAI_LOOPS))
+def test_on_the_openai_wires_a_yes_counts_only_for_the_input_asked_about(wire: str) -> None:
+    pytest.importorskip("openai", reason="the OpenAI wires need the openai SDK: pip install 'simloop[openai]'")
+    loop = OPENAI_LOOPS[wire]
+
+    def decoy(sim: Sim, calls: list[Any]) -> dict[str, bool]:  # asks about another input under the call's id
+        return {id_: sim.approve(name, {"to": "benign@example.com"}, tool_use_id=id_) for id_, name, _ in calls}
+
+    def honest(sim: Sim, calls: list[Any]) -> dict[str, bool]:
+        return {id_: sim.approve(name, input, tool_use_id=id_) for id_, name, input in calls}
+
+    scenario = world(email("a@example.com"), {"end_turn": "done"}, approvals=[])
+    _, report = run(scenario, lambda s: loop(s, decoy))
+    assert [v.evidence["kind"] for v in report.violations if v.invariant == "approval"] == ["other_input"], report
+    sim, report = run(scenario, lambda s: loop(s, honest))
+    assert report.ok, report
+    assert [a.tool_use_id for a in sim.approvals] == [r.tool_uses[0]["id"] for r in sim.transcript.responses[:1]]
+
+
+@pytest.mark.parametrize("wire", sorted(OPENAI_LOOPS))
+@pytest.mark.parametrize("denied_call", [1, 2])
+def test_on_the_openai_wires_identical_calls_without_ids_bind_each_answer_by_evidence(wire: str, denied_call: int) -> None:
+    pytest.importorskip("openai", reason="the OpenAI wires need the openai SDK: pip install 'simloop[openai]'")
+    loop = OPENAI_LOOPS[wire]
+    twice = {"tool_use": [{"name": "send_email", "input": {"to": "ann@"}}, {"name": "send_email", "input": {"to": "ann@"}}]}
+
+    def last_first(sim: Sim, calls: list[Any]) -> dict[str, bool]:
+        return {id_: sim.approve(name, input) for id_, name, input in reversed(calls)}
+
+    scenario = world(twice, {"end_turn": "done"}, approvals=[{"call": denied_call, "answer": "deny"}])
+    _, report = run(scenario, lambda s: loop(s, last_first))
+    assert report.ok, report
+    _, report = run(scenario, lambda s: loop(s, last_first, denied="ok"))  # a refusal answered as if it ran
+    # (these wires have no is_error flag: a plain "ok" for the refused call reads as a result of it)
+    assert ids(report) == {"approval"} and [v.evidence["kind"] for v in report.violations] == ["swallowed"], report
+
+
+@pytest.mark.parametrize("wire", sorted(OPENAI_LOOPS))
+def test_on_the_openai_wires_a_call_run_before_the_answer_reached_its_thread_is_caught(wire: str) -> None:
+    pytest.importorskip("openai", reason="the OpenAI wires need the openai SDK: pip install 'simloop[openai]'")
+    loop = OPENAI_LOOPS[wire]
+
+    def background(sim: Sim, calls: list[Any]) -> dict[str, bool]:  # asks on another thread and does not wait
+        for _, name, input in calls:
+            threading.Thread(target=sim.approve, args=(name, input)).start()
+        return {id_: True for id_, _, _ in calls}
+
+    def waits(sim: Sim, calls: list[Any]) -> dict[str, bool]:  # asks on another thread and joins it
+        box: dict[str, bool] = {}
+        threads = [threading.Thread(target=lambda c=c: box.__setitem__(c[0], sim.approve(c[1], c[2]))) for c in calls]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return box
+
+    _, report = run(LATE_YES, lambda s: loop(s, background))
+    assert ids(report) == {"approval"}, report
+    assert "before the answer reached that thread" in str(report)
+    assert run(LATE_YES, lambda s: loop(s, waits))[1].ok

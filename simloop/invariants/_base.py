@@ -405,8 +405,9 @@ def _ask_evidence(v: _View, pos: int, a: ApprovalEvent, uid: str, ran: dict[str,
 
 
 def _evidence(v: _View, s: ToolStart, uid: str) -> int:
-    """How well the tool_result answering ``uid`` carries execution ``s``'s output: 2 for its text, 1 for its
-    error flag (an is_error result for a tool that raised, a plain one for a tool that answered)."""
+    """How well the tool_result answering ``uid`` carries execution ``s``'s output: 2 for its text (3 for its text
+    alone: "sent" is in "Denied; not sent." too), 1 for its error flag (an is_error result for a tool that raised, a
+    plain one for a tool that answered; the OpenAI wires have no flag, so the text decides there)."""
     end = v.ends.get(s.exec)
     block = v.result_block.get(uid)
     if end is None or block is None:
@@ -415,8 +416,9 @@ def _evidence(v: _View, s: ToolStart, uid: str) -> int:
     score = int((block.get("is_error") is True) == failed)
     payload = (end[1].error or "").split(": ", 1)[-1] if failed else (end[1].result or "")
     probe = payload[:200].strip()
-    if probe and probe in result_text(block):
-        score += 2
+    text = result_text(block)
+    if probe and probe in text:
+        score += 2 + (text.strip() == payload.strip())
     return score
 
 

@@ -94,6 +94,9 @@ def _gate(
         latest = earlier[-1][1] if earlier else None
     if latest is not None and latest.approved:
         return None
+    yes_to_it = next((a for _, a in reversed(heard) if a.approved and uid is not None and a.tool_use_id == uid), None)
+    if yes_to_it is not None:  # the run named no call, the question did: a yes to this call, about another input
+        return _other_input(v, pos, s, uid, yes_to_it)
     call = f"{s.tool}({_shown(s.input)})" + (f" (tool_use {uid})" if uid else "")
     what, kind = _ran_on(asks, heard, pos, s, latest, same)
     return Violation(
