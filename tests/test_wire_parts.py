@@ -11,7 +11,7 @@ from typing import Any
 from simloop.scenario import Reply
 from simloop.wire.answer import ReplyKinds
 from simloop.wire.bodies import CallNumbers
-from simloop.wire.threads import MessageThreads
+from simloop.wire.threads import MAX_THREADS, MessageThreads
 
 
 def test_call_numbers_join_retries_to_their_call_and_resends_to_a_new_one() -> None:
@@ -43,6 +43,22 @@ def test_a_thread_continuation_stands_for_its_whole_history_once() -> None:
     unknown = {**more, "thread": {"type": "continue", "previous_message_id": "msg_9"}}
     rejection = threads.expand(unknown)[2]
     assert rejection is not None and rejection.details == {"error_code": "thread_not_found"}
+
+
+def test_the_threads_kept_are_bounded_and_a_continuation_of_a_dropped_one_is_not_found() -> None:
+    threads = MessageThreads()
+    for i in range(MAX_THREADS + 10):  # before: every thread was kept for good (a client could grow simloop serve)
+        new = {"model": "m", "messages": [{"role": "user", "content": f"hi {i}"}], "thread": {"type": "new"}}
+        threads.store(new, new, _message(f"msg_{i}", "hello"))
+    assert len(threads._threads) == MAX_THREADS
+
+    def continuing(id: str) -> Any:
+        return threads.expand({"model": "m", "messages": [{"role": "user", "content": "more"}],
+                               "thread": {"type": "continue", "previous_message_id": id}})[2]
+
+    assert continuing(f"msg_{MAX_THREADS + 9}") is None and continuing("msg_10") is None
+    dropped = continuing("msg_9")
+    assert dropped is not None and dropped.details == {"error_code": "thread_not_found"}
 
 
 def test_reply_kinds_are_the_replies_own() -> None:

@@ -12,7 +12,11 @@ from pydantic_core import to_json
 from simloop.protocol.validate import Rejection
 from simloop.wire.bodies import _json_items
 
-__all__ = ["Expanded", "MessageThreads"]
+__all__ = ["MAX_THREADS", "Expanded", "MessageThreads"]
+
+#: Threads a run (or `simloop serve`) keeps, as many as the Responses API's stored responses: past it the oldest
+#: is dropped, and a continuation of it gets ``thread_not_found`` (a client cannot grow the server without bound).
+MAX_THREADS = 256
 
 #: A request as it stands: the body it means (its thread's history and fields with it), the bytes of that
 #: history the body does not carry, and the thread's refusal if any.
@@ -28,7 +32,7 @@ class _Thread:
 
 
 class MessageThreads:
-    """The run's message threads, by the id of the reply that ends each."""
+    """The run's message threads, by the id of the reply that ends each (the newest `MAX_THREADS`)."""
 
     __slots__ = ("_threads",)
 
@@ -89,6 +93,8 @@ class MessageThreads:
             if parent is not None and parent.json_items >= 0 and messages[: len(parent.messages)] == parent.messages:
                 json_items = parent.json_items + _json_items(messages[len(parent.messages) :])
         self._threads[message["id"]] = _Thread(messages=messages, fields=fields, json_items=json_items)
+        while len(self._threads) > MAX_THREADS:
+            del self._threads[next(iter(self._threads))]
 
 
 def _thread_error(code: str, message: str) -> Rejection:
