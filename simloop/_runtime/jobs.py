@@ -1,0 +1,200 @@
+"""The executor jobs of a virtual-time event loop: which run real code (virtual time stands still for them), which
+sleep virtually (timers of the loop), and anyio's worker threads counted as such jobs.
+
+`JobLoop` is the asyncio loop that keeps this account, the base of `simloop._runtime.eventloop.VirtualTimeEventLoop`
+(which decides from it what its selector does); `VirtualClock.sleep` (`simloop._runtime.clock`) makes a sleeping job
+a timer of its loop.  Both read and write it under the clock's lock.  docs/design.md, Virtual time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, ClassVar, ParamSpec, Protocol, TypeVar, TypeVarTuple
+
+from simloop._runtime.registry import TLS
+
+__all__ = ["AnyioJobs", "Clock", "Job", "JobLoop"]
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+P = ParamSpec("P")
+
+
+class Clock(Protocol):
+    """What a virtual loop reads and drives of its `simloop._runtime.clock.VirtualClock` (given to it as a value:
+    the clock makes its loops, so the loop's modules do not import it)."""
+
+    _cond: threading.Condition
+    _ns: int
+    _seq: int
+    _sleepers: list[Job]
+    _loops: list[Any]
+    own_servers: list[Any]
+
+    def monotonic(self) -> float: ...
+    def _caught_up(self) -> None: ...
+    def _jump_to(self, target: int) -> None: ...
+    def _next_wake(self, loop: Any) -> int | None: ...
+    def _deadlock(self, loop: Any) -> BaseException: ...
+
+
+class Job:
+    """One executor job of a virtual loop; ``wake`` (ns) is set while it waits in `VirtualClock.sleep`.
+
+    ``started``: its thread took it up (a job queued behind a pool whose every thread sleeps virtually runs
+    no real code, and must not hold virtual time still); ``pool``: the thread pool it was queued on."""
+
+    __slots__ = ("loop", "pool", "started", "wake")
+
+    def __init__(self, loop: JobLoop) -> None:
+        self.loop: JobLoop = loop
+        self.wake: int | None = None
+        self.started = True
+        self.pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+class JobLoop(asyncio.SelectorEventLoop):
+    """An asyncio loop on a virtual clock that keeps account of its executor jobs (``run_in_executor``,
+    ``asyncio.to_thread``, ``anyio.to_thread``, the joining of the default pool at the end of ``asyncio.run``)."""
+
+    simloop_clock: Clock
+    _selecting: bool  # read by sleeping jobs: the loop is idle and will handle their wake time
+
+    def _init_jobs(self) -> None:
+        self._jobs: set[Job] = set()  # executor jobs whose result is awaited (under the clock's lock)
+        self._unfinished: set[Job] = set()  # executor jobs whose thread has not returned, awaited or not
+        self._draining = False  # in shutdown_default_executor
+
+    def run_in_executor(self, executor: concurrent.futures.Executor | None, func: Callable[[*Ts], T],
+                        *args: *Ts) -> asyncio.Future[T]:
+        job = Job(self)
+        if executor is None or isinstance(executor, concurrent.futures.ThreadPoolExecutor):
+            func = self._as_job(func, job)  # (a process pool must get the picklable original)
+            with self.simloop_clock._cond:
+                self._unfinished.add(job)
+                job.started = False
+        future = super().run_in_executor(executor, func, *args)
+        pool = executor if executor is not None else getattr(self, "_default_executor", None)
+        job.pool = pool if isinstance(pool, concurrent.futures.ThreadPoolExecutor) else None
+        self._job_done(job, add=True)
+        # Dropped on the loop thread once the result is delivered, never before: else the loop could jump
+        # past a timeout while the result is on its way.
+        future.add_done_callback(lambda _: self._job_done(job))
+        return future
+
+    async def shutdown_default_executor(self, *args: Any) -> None:
+        # asyncio joins the executor from a plain thread; abandoned jobs still running real code are then
+        # waited for like awaited ones (and ones sleeping virtually are timers, as always), and so is the
+        # joining itself once no job is left (see `_draining_jobs`).
+        self._draining = True
+        try:
+            await super().shutdown_default_executor(*args)
+        finally:
+            self._draining = False
+
+    def _job_done(self, job: Job, *, add: bool = False) -> None:
+        with self.simloop_clock._cond:
+            if add:
+                self._jobs.add(job)
+            else:
+                self._jobs.discard(job)
+
+    @contextmanager
+    def _counting_job(self) -> Iterator[Job]:
+        job = Job(self)
+        self._job_done(job, add=True)
+        try:
+            yield job
+        finally:
+            self._job_done(job)
+
+    def _as_job(self, func: Callable[P, T], job: Job) -> Callable[P, T]:
+        @functools.wraps(func)
+        def run_as_job(*args: P.args, **kwargs: P.kwargs) -> T:
+            previous = getattr(TLS, "job", None)
+            TLS.job = job  # clock.sleep() in this thread becomes a timer of the job's loop
+            job.started = True
+            try:
+                return func(*args, **kwargs)
+            finally:
+                TLS.job = previous
+                with job.loop.simloop_clock._cond:
+                    job.loop._unfinished.discard(job)
+
+        return run_as_job
+
+    def _running_jobs(self) -> int:  # with the clock's lock held
+        """How many jobs run real code now: awaited ones neither sleeping virtually nor queued behind a pool of
+        sleepers, and while `shutdown_default_executor` waits, what it waits for (`_draining_jobs`)."""
+        running = sum(job.wake is None and (job.started or not self._full(job.pool)) for job in self._jobs)
+        if self._draining:
+            running += self._draining_jobs()
+        return running
+
+    def _draining_jobs(self) -> int:  # with the clock's lock held
+        """What `shutdown_default_executor` waits for that runs real code: the unfinished jobs neither sleeping
+        virtually nor queued behind a pool of sleepers, and, once the default pool has no job left, the joining
+        thread itself (the pool's threads exiting).
+
+        Why the joining counts: since Python 3.13 asyncio bounds the join with a timer of the loop
+        (``asyncio.timeout(300)``, ``asyncio.run``'s ``THREAD_JOIN_TIMEOUT``), no longer a real-time
+        ``thread.join(300)``; an idle loop would jump to that timer while the threads exit, and every
+        ``asyncio.run`` that used ``to_thread`` would end 300 virtual seconds late."""
+        default = getattr(self, "_default_executor", None)
+        joining = not any(job.pool is default for job in self._unfinished)
+        return joining + sum(job.wake is None and (job.started or not self._full(job.pool)) for job in self._unfinished)
+
+    def _full(self, pool: concurrent.futures.ThreadPoolExecutor | None) -> bool:  # with the clock's lock held
+        """Whether every thread of ``pool`` holds a job of this loop, so a job queued on it cannot start before
+        one of them ends (one sleeping virtually ends only when the loop moves time on)."""
+        if pool is None:
+            return False
+        taken = sum(job.started and job.pool is pool for job in self._unfinished)
+        return taken >= getattr(pool, "_max_workers", taken + 1)
+
+
+class AnyioJobs:
+    """Counts ``anyio.to_thread.run_sync`` calls as loop jobs while any virtual loop runs (refcounted)."""
+
+    users = 0
+    saved: ClassVar[dict[str, Any]] = {}  # "method": the backend's classmethod object (a dict: no binding)
+    lock = threading.Lock()
+
+    @classmethod
+    def acquire(cls) -> None:
+        with cls.lock:
+            cls.users += 1
+            backend = cls._backend() if cls.users == 1 else None
+            if backend is not None:
+                cls.saved["method"] = backend.__dict__["run_sync_in_worker_thread"]
+                backend.run_sync_in_worker_thread = classmethod(cls._counted)
+
+    @classmethod
+    def release(cls) -> None:
+        with cls.lock:
+            cls.users -= 1
+            if cls.users == 0 and "method" in cls.saved:
+                cls._backend().run_sync_in_worker_thread = cls.saved.pop("method")
+
+    @staticmethod
+    def _backend() -> Any:
+        if "anyio" not in sys.modules:
+            return None
+        from anyio._backends import _asyncio
+
+        return _asyncio.AsyncIOBackend
+
+    @staticmethod
+    async def _counted(backend: Any, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        original = AnyioJobs.saved["method"].__func__
+        loop = asyncio.get_running_loop()
+        if not isinstance(loop, JobLoop):
+            return await original(backend, func, *args, **kwargs)
+        with loop._counting_job() as job:
+            return await original(backend, loop._as_job(func, job), *args, **kwargs)
