@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
+import importlib.abc
+import importlib.machinery
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from types import ModuleType
 from typing import Any, ClassVar, ParamSpec, Protocol, TypeVar, TypeVarTuple
 
 from simloop._runtime.registry import TLS
@@ -160,35 +164,62 @@ class JobLoop(asyncio.SelectorEventLoop):
 
 
 class AnyioJobs:
-    """Counts ``anyio.to_thread.run_sync`` calls as loop jobs while any virtual loop runs (refcounted)."""
+    """Counts ``anyio.to_thread.run_sync`` calls as loop jobs while any virtual loop runs (refcounted).
+
+    It patches ``AsyncIOBackend.run_sync_in_worker_thread`` in anyio's asyncio backend, but never imports that
+    backend itself (some 10 ms of CPU, a third of simloop's part of an async drive's first run, for a drive that
+    never uses anyio's threads): a loop that starts with the backend loaded patches it at once; else a
+    `sys.meta_path` hook (`_BackendHook`, there while a loop runs and the backend is not loaded) patches it
+    as soon as anyio has imported it, mid-run included."""
 
     users = 0
-    saved: ClassVar[dict[str, Any]] = {}  # "method": the backend's classmethod object (a dict: no binding)
+    saved: ClassVar[dict[str, Any]] = {}  # "method": the backend's classmethod object (a dict: no binding); "backend"
     lock = threading.Lock()
+    hook: ClassVar[list[_BackendHook]] = []  # the installed import hook, if any
 
     @classmethod
     def acquire(cls) -> None:
         with cls.lock:
             cls.users += 1
-            backend = cls._backend() if cls.users == 1 else None
-            if backend is not None:
-                cls.saved["method"] = backend.__dict__["run_sync_in_worker_thread"]
-                backend.run_sync_in_worker_thread = classmethod(cls._counted)
+            if cls.users == 1:
+                module = sys.modules.get(_BACKEND)
+                if module is not None:
+                    cls._patch(module)
+                elif not cls.hook:
+                    cls.hook.append(_BackendHook())
+                    sys.meta_path.insert(0, cls.hook[0])
 
     @classmethod
     def release(cls) -> None:
         with cls.lock:
             cls.users -= 1
-            if cls.users == 0 and "method" in cls.saved:
-                cls._backend().run_sync_in_worker_thread = cls.saved.pop("method")
+            if cls.users == 0:
+                cls._unhook()
+                if "method" in cls.saved:
+                    cls.saved.pop("backend").run_sync_in_worker_thread = cls.saved.pop("method")
 
-    @staticmethod
-    def _backend() -> Any:
-        if "anyio" not in sys.modules:
-            return None
-        from anyio._backends import _asyncio
+    @classmethod
+    def loaded(cls, module: ModuleType) -> None:
+        """anyio has just imported its asyncio backend (`_BackendHook`): patch it if a virtual loop runs."""
+        with cls.lock:
+            cls._unhook()
+            if cls.users > 0 and "method" not in cls.saved:
+                cls._patch(module)
 
-        return _asyncio.AsyncIOBackend
+    @classmethod
+    def _patch(cls, module: ModuleType) -> None:  # with the lock held
+        backend = getattr(module, "AsyncIOBackend", None)  # (None: a module still being imported by another thread)
+        if backend is not None:
+            cls.saved["method"] = backend.__dict__["run_sync_in_worker_thread"]
+            cls.saved["backend"] = backend
+            backend.run_sync_in_worker_thread = classmethod(cls._counted)
+
+    @classmethod
+    def _unhook(cls) -> None:  # with the lock held
+        if cls.hook:
+            with contextlib.suppress(ValueError):  # (someone else took it out of sys.meta_path)
+                sys.meta_path.remove(cls.hook[0])
+            cls.hook.clear()
 
     @staticmethod
     async def _counted(backend: Any, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -198,3 +229,43 @@ class AnyioJobs:
             return await original(backend, func, *args, **kwargs)
         with loop._counting_job() as job:
             return await original(backend, loop._as_job(func, job), *args, **kwargs)
+
+
+_BACKEND = "anyio._backends._asyncio"
+
+
+class _BackendHook(importlib.abc.MetaPathFinder):
+    """Finds anyio's asyncio backend as the other finders do, with a loader that tells `AnyioJobs` once it has run."""
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None,
+                  ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != _BACKEND:
+            return None
+        for finder in list(sys.meta_path):
+            find = getattr(finder, "find_spec", None)
+            spec = None if finder is self or find is None else find(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _TellingLoader(spec.loader)
+                return spec  # type: ignore[no-any-return]
+        return None
+
+
+class _TellingLoader(importlib.abc.Loader):
+    """The backend's own loader, then `AnyioJobs.loaded`; the module keeps its own loader (put back after)."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)  # type: ignore[no-any-return]
+
+    def exec_module(self, module: ModuleType) -> None:
+        if module.__spec__ is not None:
+            module.__spec__.loader = self.loader
+        module.__loader__ = self.loader
+        self.loader.exec_module(module)
+        AnyioJobs.loaded(module)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.loader, name)
