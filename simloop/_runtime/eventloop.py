@@ -23,7 +23,7 @@ from typing import Any
 
 from simloop._runtime.frames import innermost, where
 from simloop._runtime.jobs import AnyioJobs, Clock, JobLoop
-from simloop._runtime.realtime import NS, REAL
+from simloop._runtime.realtime import MONOTONIC_ORIGIN, NS, REAL
 from simloop._runtime.sockets import LINUX, own_connection
 
 __all__ = ["VirtualTimeDeadlock", "VirtualTimeEventLoop", "default_clock"]
@@ -61,7 +61,22 @@ class _VirtualSelector(selectors.BaseSelector):
         return self.real.modify(fileobj, events, data)
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        return self._loop._select(self.real, timeout)
+        """Look without waiting (a thread's ``call_soon_threadsafe``, a real fd); with nothing there and a wait
+        asked for, the loop decides what to wait for (`VirtualTimeEventLoop._idle`)."""
+        real, loop = self.real, self._loop
+        events = real.select(0)
+        if not events and timeout != 0:
+            loop._selecting = True
+            try:
+                events = loop._idle(real, timeout)
+            finally:
+                loop._selecting = False
+        if events:
+            loop._busy_since = None
+            clock = loop.simloop_clock
+            if clock._seq:
+                clock._caught_up()  # woken by another thread (a job's result, a call_soon_threadsafe): it has heard
+        return events
 
     def get_map(self) -> Any:
         return self.real.get_map()
@@ -99,7 +114,8 @@ class VirtualTimeEventLoop(JobLoop):
         super().__init__(_VirtualSelector(self))
 
     def time(self) -> float:
-        return self.simloop_clock.monotonic()
+        # `VirtualClock.monotonic`'s own arithmetic, read here (asyncio asks at every turn of the loop and timer)
+        return MONOTONIC_ORIGIN + self.simloop_clock._ns / NS
 
     def settled(self) -> asyncio.Future[None]:
         """A future (await it on this loop) done once the loop has run everything due at this virtual instant: no
@@ -137,21 +153,6 @@ class VirtualTimeEventLoop(JobLoop):
             AnyioJobs.release()
             with self.simloop_clock._cond:
                 self.simloop_clock._cond.notify_all()  # sleeping jobs: nobody drives your wake time now
-
-    def _select(self, sel: selectors.BaseSelector, timeout: float | None) -> _Events:
-        events = sel.select(0)  # always look: a thread's call_soon_threadsafe, a real fd
-        if not events and timeout != 0:
-            self._selecting = True
-            try:
-                events = self._idle(sel, timeout)
-            finally:
-                self._selecting = False
-        if events:
-            self._busy_since = None
-            clock = self.simloop_clock
-            if clock._seq:
-                clock._caught_up()  # woken by another thread (a job's result, a call_soon_threadsafe): it has heard
-        return events
 
     def _idle(self, sel: selectors.BaseSelector, timeout: float | None) -> _Events:
         # Targets are integer nanoseconds of the clock: a sleeper's wake time must be hit exactly.

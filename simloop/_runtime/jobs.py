@@ -169,8 +169,10 @@ class AnyioJobs:
     It patches ``AsyncIOBackend.run_sync_in_worker_thread`` in anyio's asyncio backend, but never imports that
     backend itself (some 10 ms of CPU, a third of simloop's part of an async drive's first run, for a drive that
     never uses anyio's threads): a loop that starts with the backend loaded patches it at once; else a
-    `sys.meta_path` hook (`_BackendHook`, there while a loop runs and the backend is not loaded) patches it
-    as soon as anyio has imported it, mid-run included."""
+    `sys.meta_path` hook (`_BackendHook`) patches it as soon as anyio has imported it, mid-run included.  The
+    patch is put back when the last virtual loop stops; the hook, a finder that answers None for every other
+    module, stays from the first virtual loop of the process until the backend is imported (installing it at
+    every loop's start, three a run, and taking it out at its end cost more than it saves)."""
 
     users = 0
     saved: ClassVar[dict[str, Any]] = {}  # "method": the backend's classmethod object (a dict: no binding); "backend"
@@ -185,24 +187,25 @@ class AnyioJobs:
                 module = sys.modules.get(_BACKEND)
                 if module is not None:
                     cls._patch(module)
-                elif not cls.hook:
-                    cls.hook.append(_BackendHook())
+                elif not cls.hook or cls.hook[0] not in sys.meta_path:
+                    cls.hook[:] = [_BackendHook()]
                     sys.meta_path.insert(0, cls.hook[0])
 
     @classmethod
     def release(cls) -> None:
         with cls.lock:
             cls.users -= 1
-            if cls.users == 0:
-                cls._unhook()
-                if "method" in cls.saved:
-                    cls.saved.pop("backend").run_sync_in_worker_thread = cls.saved.pop("method")
+            if cls.users == 0 and "method" in cls.saved:
+                cls.saved.pop("backend").run_sync_in_worker_thread = cls.saved.pop("method")
 
     @classmethod
     def loaded(cls, module: ModuleType) -> None:
         """anyio has just imported its asyncio backend (`_BackendHook`): patch it if a virtual loop runs."""
         with cls.lock:
-            cls._unhook()
+            if cls.hook:
+                with contextlib.suppress(ValueError):  # (someone else took it out of sys.meta_path)
+                    sys.meta_path.remove(cls.hook[0])
+                cls.hook.clear()
             if cls.users > 0 and "method" not in cls.saved:
                 cls._patch(module)
 
@@ -213,13 +216,6 @@ class AnyioJobs:
             cls.saved["method"] = backend.__dict__["run_sync_in_worker_thread"]
             cls.saved["backend"] = backend
             backend.run_sync_in_worker_thread = classmethod(cls._counted)
-
-    @classmethod
-    def _unhook(cls) -> None:  # with the lock held
-        if cls.hook:
-            with contextlib.suppress(ValueError):  # (someone else took it out of sys.meta_path)
-                sys.meta_path.remove(cls.hook[0])
-            cls.hook.clear()
 
     @staticmethod
     async def _counted(backend: Any, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
