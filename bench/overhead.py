@@ -14,11 +14,12 @@ thread).  Both sides make the same calls, so the ratio of run times is the
 ratio of calls per second.
 
 ``--async-stream`` measures the async streaming path instead: the same 10-step loop on
-``AsyncAnthropic`` with ``messages.stream`` (as pydantic-ai's ``AnthropicModel`` and LangGraph call it), an
-``async def`` drive on ``sim.async_client`` (the Sim runs it on its virtual-time event loop) against the bare
-SDK on an async `httpx2.MockTransport` serving the pre-rendered SSE bytes under ``asyncio.run``.
+``AsyncAnthropic`` with ``messages.stream``, an ``async def`` drive on ``sim.async_client`` (the Sim runs it on
+its virtual-time event loop) against the bare SDK on an async `httpx2.MockTransport` serving the pre-rendered
+SSE bytes under ``asyncio.run``.  ``--pydantic-ai`` runs the loop as a pydantic-ai ``Agent`` with
+``AnthropicModel`` on the async client, on both sides (`bench/overhead_pai.py`).
 
-    python bench/overhead.py [--pairs 400] [--async-stream]
+    python bench/overhead.py [--pairs 400] [--async-stream | --pydantic-ai]
 """
 
 from __future__ import annotations
@@ -193,12 +194,17 @@ class Paired:
         return self.bare_cpu / self.sim_cpu
 
 
-def paired(pairs: int, *, async_stream: bool = False) -> Paired:
+def paired(pairs: int, *, drive: str = "sync") -> Paired:
     """Alternate single 10-step runs, bare then simulated, ``pairs`` times (after a warm-up)."""
     sides: tuple[tuple[str, Callable[[], int]], ...]
-    if async_stream:
+    if drive == "async-stream":
         aclient = bare_async_stream_client()
         sides = (("bare", lambda: bare_async_stream_run(aclient)), ("sim", sim_async_stream_run))
+    elif drive == "pydantic-ai":
+        import overhead_pai
+
+        bare, simulated = overhead_pai.sides()
+        sides = (("bare", bare), ("sim", simulated))
     else:
         client = bare_client()
         sides = (("bare", lambda: loop(client)), ("sim", sim_run))
@@ -220,12 +226,16 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=400, help="alternating bare and simulated 10-step runs")
     parser.add_argument("--async-stream", action="store_true",
                         help="the async streaming path: AsyncAnthropic messages.stream, an async def drive")
+    parser.add_argument("--pydantic-ai", action="store_true",
+                        help="the loop as a pydantic-ai Agent with AnthropicModel (bench/overhead_pai.py)")
     args = parser.parse_args()
-    r = paired(args.pairs, async_stream=args.async_stream)
+    drive = "async-stream" if args.async_stream else "pydantic-ai" if args.pydantic_ai else "sync"
+    r = paired(args.pairs, drive=drive)
     per_call = 1e6 / STEPS
-    target = 0.95 if args.async_stream else 0.90
-    if args.async_stream:
-        print("async streaming path: AsyncAnthropic messages.stream, an async def drive")
+    target = 0.90 if drive == "sync" else 0.95
+    if drive != "sync":
+        print({"async-stream": "async streaming path: AsyncAnthropic messages.stream, an async def drive",
+               "pydantic-ai": "a pydantic-ai Agent with AnthropicModel on the async client"}[drive])
     print(f"bare MockTransport : {r.bare_wall * per_call:6.0f} us a call ({r.bare_cpu * per_call:.0f} us CPU)")
     print(f"simloop simulator  : {r.sim_wall * per_call:6.0f} us a call ({r.sim_cpu * per_call:.0f} us CPU), "
           f"a fresh Sim per {STEPS}-step run")
