@@ -62,7 +62,7 @@ Aliases bound before the patch (``from time import monotonic``, ``from datetime 
     the standard library's included.
 
 asyncio
-    `VirtualTimeEventLoop` reads the clock in ``time()``.  When nothing is ready and only a timer is
+    `VirtualTimeEventLoop` (`simloop._runtime.eventloop`) reads the clock in ``time()``.  When nothing is ready and only a timer is
     pending, it jumps to that timer, like trio's ``MockClock(autojump_threshold=0)``.  It never jumps
     while an executor job (``run_in_executor``, ``asyncio.to_thread``, ``anyio.to_thread``) runs real
     code.  It waits for the job in real time, and only after ``thread_grace`` real seconds does virtual
