@@ -7,6 +7,8 @@ own time and the own time summed by area (simulator, validator, renderer, transc
 generated model, invariants, Hypothesis, the SDK, httpx2, pydantic, ...), per model call and per example.
 
     python bench/where.py overhead [--runs 300]       # the bench/overhead.py 10-call run, a fresh Sim each
+    python bench/where.py async-stream [--runs 300]   # the same run on the async streaming path (--async-stream)
+    python bench/where.py pydantic-ai [--runs 300]    # the same run as a pydantic-ai Agent (--pydantic-ai)
     python bench/where.py verify [--examples 300]     # verify(examples.correct_sync:drive, seed=0)
     python bench/where.py throughput [--examples 300] # detect.py's throughput example: 10 calls, no faults
 
@@ -62,8 +64,13 @@ AREAS: list[tuple[str, str]] = [  # (substring of the file path, area); first ma
     ("simloop/protocol/", "simulator"),  # the wires' other rules and formats (errors, servertools, openai_*)
     ("simloop/transcript", "transcript"),
     ("simloop/tools", "ledger (tools)"),
-    ("simloop/clock", "clock"),
-    ("simloop/_aliases", "clock"),
+    ("simloop/_runtime/clock", "clock"),
+    ("simloop/_runtime/threadtime", "clock"),
+    ("simloop/_runtime/registry", "clock"),
+    ("simloop/_runtime/eventloop", "event loop (virtual time)"),
+    ("simloop/_runtime/jobs", "event loop (virtual time)"),
+    ("asyncio/", "asyncio"),
+    ("anyio/", "anyio"),
     ("simloop/generated", "generated model"),
     ("simloop/_offer", "generated model"),
     ("simloop/strategies", "generated model"),
@@ -75,6 +82,8 @@ AREAS: list[tuple[str, str]] = [  # (substring of the file path, area); first ma
     ("simloop/sim", "sim"),
     ("simloop/", "simloop other"),
     ("examples/", "the loop (examples)"),
+    ("pydantic_ai/", "pydantic-ai"),
+    ("pydantic_graph/", "pydantic-ai"),
     ("bench/", "the loop (bench)"),
     ("hypothesis/", "Hypothesis"),
     ("anthropic/", "SDK (anthropic)"),
@@ -109,21 +118,28 @@ def report(stats: pstats.Stats, *, per: int, unit: str, top: int) -> None:
     print(f"\ntop {top} functions by own time (per {unit})")
     rows = sorted(raw.items(), key=lambda kv: -kv[1][2])[:top]
     for (filename, line, name), (_cc, nc, tt, ct, _callers) in rows:
-        short = filename.split("site-packages/")[-1].split("/wt/speed/")[-1]
+        short = filename.split("site-packages/")[-1].split("/simloop/", 1)[-1]
         print(f"  {tt / per * 1e6:8.0f} us {ct / per * 1e6:9.0f} us cum {nc / per:9.1f} calls  {short}:{line}({name})")
 
 
-def run_overhead(runs: int) -> tuple[pstats.Stats, int]:
+def run_overhead(runs: int, *, drive: str = "overhead") -> tuple[pstats.Stats, int]:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import overhead
 
+    run: Callable[[], int] = overhead.sim_run
+    if drive == "async-stream":
+        run = overhead.sim_async_stream_run
+    elif drive == "pydantic-ai":
+        import overhead_pai
+
+        run = overhead_pai.sides()[1]
     for _ in range(10):
-        overhead.sim_run()
+        run()
     _reset()
     main = cProfile.Profile(TIMER)
     main.enable()
     for _ in range(runs):
-        overhead.sim_run()
+        run()
     main.disable()
     return _merged(main), runs * overhead.STEPS
 
@@ -177,15 +193,15 @@ def _merged(main: cProfile.Profile) -> pstats.Stats:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["overhead", "verify", "throughput"])
+    parser.add_argument("what", choices=["overhead", "async-stream", "pydantic-ai", "verify", "throughput"])
     parser.add_argument("--runs", type=int, default=300, help="overhead: 10-call runs")
     parser.add_argument("--examples", type=int, default=300, help="verify: examples")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--dump", help="write the merged pstats here")
     args = parser.parse_args()
-    if args.what == "overhead":
-        stats, calls = run_overhead(args.runs)
+    if args.what in ("overhead", "async-stream", "pydantic-ai"):
+        stats, calls = run_overhead(args.runs, drive=args.what)
         report(stats, per=calls, unit="call", top=args.top)
     elif args.what == "throughput":
         stats, examples = run_throughput(args.examples, args.seed)

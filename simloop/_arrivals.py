@@ -14,7 +14,7 @@ known), and holds one whose request arrived after it (docs/design.md, Abort).
 * over HTTP (``sim.mcp_url``), a request stamps itself when the server's handler takes it, and a Stop fired on
   the loop's thread holds the stamp at the Stop's place while the server takes in every request whose bytes
   have reached it (`simloop.mcp.HTTPServer.settle`): the loop, blocked meanwhile, can have sent nothing new.  Each
-  call starts only once the loop has settled (`simloop._runtime.clock.VirtualTimeEventLoop.settled`), so the requests
+  call starts only once the loop has settled (`simloop._runtime.eventloop.VirtualTimeEventLoop.settled`), so the requests
   a client made ready with it (a second one on a new connection) have reached the server before it runs.
 
 A request still inside its client's ``send`` when Stop fires (not yet written to the pipe) counts as sent after.

@@ -40,8 +40,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from simloop._arrivals import ARRIVED, Arrivals
-from simloop._runtime.clock import unsent
 from simloop._runtime.realtime import REAL, RealTimeThread
+from simloop._runtime.sockets import unsent
 from simloop.errors import UsageError
 
 if TYPE_CHECKING:

@@ -105,6 +105,13 @@ CLOCK_PARTS = ("simloop._runtime.realtime", "simloop._runtime.registry", "simloo
                "simloop._runtime.patches", "simloop._runtime.aliases", "simloop._runtime.threadtime")
 
 
+def test_the_event_loop_stands_below_the_clock_that_makes_it() -> None:
+    # the clock makes its loops (and re-exports the loop's names); the loop reads the clock as a value it is given
+    loop_parts = {"simloop._runtime.eventloop", "simloop._runtime.jobs", "simloop._runtime.sockets"}
+    assert loop_parts <= _closure({"simloop._runtime.clock"})
+    assert "simloop._runtime.clock" not in _closure(loop_parts)
+
+
 def test_virtual_times_pieces_stand_below_the_clock() -> None:
     assert set(CLOCK_PARTS) <= set(GRAPH["simloop._runtime.clock"]) | _closure({"simloop._runtime.clock"})
     reached = sorted(m for m in _closure(set(CLOCK_PARTS)) if not _in(m, CLOCK_PARTS))

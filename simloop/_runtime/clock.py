@@ -4,10 +4,14 @@ A loop under test sleeps for backoff, waits on timeouts and checks deadlines.  I
 on a `VirtualClock`, so minutes of simulated latency, retries and backoff take milliseconds and every run
 with the same seed reads the same times.
 
-Where each piece lives: this module holds the `VirtualClock` and the `VirtualTimeEventLoop`; each thread's own
-time is `simloop._runtime.threadtime`'s (the clock's base class), the real clocks and `RealTimeThread` are `simloop._runtime.realtime`'s, which thread runs on
-which clock and what was replaced `simloop._runtime.registry`'s, the ``datetime`` substitutes
-`simloop._runtime.datetimes`'s, and what a run patches, installed and put back, `simloop._runtime.patches`'s.
+Where each piece lives: this module holds the `VirtualClock` (it makes the run's event loops and sleeps for their
+jobs); the event loop is `simloop._runtime.eventloop`'s (`VirtualTimeEventLoop`, imported here and handed the
+clock as a value, so it never imports this module), its executor jobs `simloop._runtime.jobs`'s, the connections
+to simloop's own servers it tells apart `simloop._runtime.sockets`'s; each thread's own time is
+`simloop._runtime.threadtime`'s (the clock's base class), the real clocks and `RealTimeThread` are
+`simloop._runtime.realtime`'s, which thread runs on which clock and what was replaced `simloop._runtime.registry`'s,
+the ``datetime`` substitutes `simloop._runtime.datetimes`'s, and what a run patches, installed and put back,
+`simloop._runtime.patches`'s.
 
 Why our own clock (research: ``shared/research/libs.md`` §1)
     No library makes both ``time.sleep`` and asyncio sleeps instant and deterministic.  freezegun does not
@@ -58,7 +62,7 @@ Aliases bound before the patch (``from time import monotonic``, ``from datetime 
     the standard library's included.
 
 asyncio
-    `VirtualTimeEventLoop` reads the clock in ``time()``.  When nothing is ready and only a timer is
+    `VirtualTimeEventLoop` (`simloop._runtime.eventloop`) reads the clock in ``time()``.  When nothing is ready and only a timer is
     pending, it jumps to that timer, like trio's ``MockClock(autojump_threshold=0)``.  It never jumps
     while an executor job (``run_in_executor``, ``asyncio.to_thread``, ``anyio.to_thread``) runs real
     code.  It waits for the job in real time, and only after ``thread_grace`` real seconds does virtual
@@ -106,45 +110,32 @@ the first two.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import datetime as _dt
 import functools
 import math
-import os
-import selectors
-import socket
-import struct
-import sys
 import threading
-from collections.abc import Callable, Coroutine, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Coroutine, Iterable
 from types import ModuleType
-from typing import Any, ClassVar, ParamSpec, TypeVar, TypeVarTuple
+from typing import Any, TypeVar
 
+from simloop._runtime.eventloop import VirtualTimeDeadlock, VirtualTimeEventLoop, default_clock
 from simloop._runtime.halt import LoopHalted
+from simloop._runtime.jobs import Job
 from simloop._runtime.patches import install, rebind, tick_freezegun, unbind, uninstall
 from simloop._runtime.realtime import BYSTANDERS, EPOCH, MONOTONIC_ORIGIN, NS, REAL, RealTimeThread
 from simloop._runtime.registry import LOCK, TLS, get_ident, saved, threads
+from simloop._runtime.sockets import unsent
 from simloop._runtime.threadtime import ThreadTime
 from simloop.errors import UsageError
 
 __all__ = ["VirtualClock", "VirtualTimeDeadlock", "VirtualTimeEventLoop", "unsent"]
 
 T = TypeVar("T")
-Ts = TypeVarTuple("Ts")
-P = ParamSpec("P")
 
-_SLICE = 0.25  # real seconds per wait while time flows at real speed, so the loop re-checks its state
-_SETTLE_POLL = 0.0005  # real seconds per wait while a `settled` waiter waits for an own server's work in flight
 _SLEEPER_POLL = 0.01  # real seconds between a sleeping job's checks that its loop is alive
 _SLEEPER_PATIENCE = 0.1  # real seconds a sleeping job waits for a loop that is busy or blocked, then advances
-
-
-class VirtualTimeDeadlock(RuntimeError):
-    """A virtual-time event loop can never wake up again (nothing ready, no timer, no job, no fd)."""
-
-
+_MONOTONIC_ORIGIN_NS = round(MONOTONIC_ORIGIN * NS)  # what `_mono_ns` adds (worked out once: read per clock read)
 _MAKING_COND = threading.Lock()  # makes a clock's Condition at its first use (see `VirtualClock.__getattr__`)
 
 
@@ -154,21 +145,6 @@ def _to_ns(seconds: float, what: str) -> int:
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"{what} must be a finite number of seconds >= 0, got {seconds!r}; time only moves forward")
     return round(seconds * NS)
-
-
-class _Job:
-    """One executor job of a virtual loop; ``wake`` (ns) is set while it waits in `VirtualClock.sleep`.
-
-    ``started``: its thread took it up (a job queued behind a pool whose every thread sleeps virtually runs
-    no real code, and must not hold virtual time still); ``pool``: the thread pool it was queued on."""
-
-    __slots__ = ("loop", "pool", "started", "wake")
-
-    def __init__(self, loop: VirtualTimeEventLoop) -> None:
-        self.loop: VirtualTimeEventLoop = loop
-        self.wake: int | None = None
-        self.started = True
-        self.pool: concurrent.futures.ThreadPoolExecutor | None = None
 
 
 class VirtualClock(ThreadTime):
@@ -196,7 +172,7 @@ class VirtualClock(ThreadTime):
         self._end_ns = None if end is None else _to_ns(end, "end")
         super().__init__()
         # self._cond, a Condition on a Lock, is made at first use (`__getattr__`): many runs never wait on their clock
-        self._sleepers: list[_Job] = []  # executor jobs sleeping until their wake time
+        self._sleepers: list[Job] = []  # executor jobs sleeping until their wake time
         self._depth = 0  # active patched() contexts on this clock, all threads
         self._thread_ids: set[int] = set()
         self._released = False  # `release` took the threads off this clock; a late patched() exit undoes nothing
@@ -250,7 +226,7 @@ class VirtualClock(ThreadTime):
         return MONOTONIC_ORIGIN + self._ns / NS
 
     def _mono_ns(self) -> int:
-        return round(MONOTONIC_ORIGIN * NS) + self._ns
+        return _MONOTONIC_ORIGIN_NS + self._ns
 
     def _wall(self, tz: _dt.tzinfo | None) -> _dt.datetime:
         seconds, rest = divmod(self._start_ns + self._ns, NS)
@@ -273,7 +249,7 @@ class VirtualClock(ThreadTime):
             if self._behind or self._seq:
                 self._caught_up()
             return
-        job: _Job | None = getattr(TLS, "job", None)
+        job: Job | None = getattr(TLS, "job", None)
         with self._cond:
             if job is not None and job.loop.simloop_clock is self and job.loop.is_running():
                 self._sleep_for_loop(job, self._ns + ns)
@@ -300,7 +276,7 @@ class VirtualClock(ThreadTime):
                 self._sleepers.remove(job)
             self._cond.notify_all()
 
-    def _sleep_for_loop(self, job: _Job, wake: int) -> None:  # with self._cond held
+    def _sleep_for_loop(self, job: Job, wake: int) -> None:  # with self._cond held
         loop = job.loop
         job.wake = wake
         self._sleepers.append(job)
@@ -518,412 +494,4 @@ def _noop() -> None:
     pass
 
 
-class _AnyioJobs:
-    """Counts ``anyio.to_thread.run_sync`` calls as loop jobs while any virtual loop runs (refcounted)."""
-
-    users = 0
-    saved: ClassVar[dict[str, Any]] = {}  # "method": the backend's classmethod object (a dict: no binding)
-    lock = threading.Lock()
-
-    @classmethod
-    def acquire(cls) -> None:
-        with cls.lock:
-            cls.users += 1
-            backend = cls._backend() if cls.users == 1 else None
-            if backend is not None:
-                cls.saved["method"] = backend.__dict__["run_sync_in_worker_thread"]
-                backend.run_sync_in_worker_thread = classmethod(cls._counted)
-
-    @classmethod
-    def release(cls) -> None:
-        with cls.lock:
-            cls.users -= 1
-            if cls.users == 0 and "method" in cls.saved:
-                cls._backend().run_sync_in_worker_thread = cls.saved.pop("method")
-
-    @staticmethod
-    def _backend() -> Any:
-        if "anyio" not in sys.modules:
-            return None
-        from anyio._backends import _asyncio
-
-        return _asyncio.AsyncIOBackend
-
-    @staticmethod
-    async def _counted(backend: Any, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        original = _AnyioJobs.saved["method"].__func__
-        loop = asyncio.get_running_loop()
-        if not isinstance(loop, VirtualTimeEventLoop):
-            return await original(backend, func, *args, **kwargs)
-        with loop._counting_job() as job:
-            return await original(backend, loop._as_job(func, job), *args, **kwargs)
-
-
-class _VirtualSelector(selectors.BaseSelector):
-    """The real selector, with ``select`` decided by the virtual loop."""
-
-    def __init__(self, loop: VirtualTimeEventLoop) -> None:
-        self._loop = loop
-        self.real = selectors.DefaultSelector()
-
-    def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
-        return self.real.register(fileobj, events, data)
-
-    def unregister(self, fileobj: Any) -> selectors.SelectorKey:
-        return self.real.unregister(fileobj)
-
-    def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
-        return self.real.modify(fileobj, events, data)
-
-    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        return self._loop._select(self.real, timeout)
-
-    def get_map(self) -> Any:
-        return self.real.get_map()
-
-    def close(self) -> None:
-        self.real.close()
-
-
-_Events = list[tuple[selectors.SelectorKey, int]]
-
-
-class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
-    """An asyncio loop whose time is a `VirtualClock` and which jumps to the next timer when idle.
-
-    Args:
-        clock: the clock to read and drive (a fresh `VirtualClock` when omitted, for loop factories).
-        deadlock_after: real seconds an idle loop (no callback, timer, job or fd) waits for another
-            thread before raising `VirtualTimeDeadlock`.
-        thread_grace: real seconds the loop waits for running executor jobs with virtual time standing
-            still; after that, virtual time flows at real speed until they finish.
-
-    ``loop.simloop_clock`` is the clock.  Use with ``asyncio.Runner(loop_factory=...)``, anyio's
-    ``anyio_backend`` fixture ``("asyncio", {"loop_factory": ...})`` or `VirtualClock.run`.
-    """
-
-    def __init__(self, clock: VirtualClock | None = None, *, deadlock_after: float = 2.0,
-                 thread_grace: float = 1.0) -> None:
-        self.simloop_clock = clock if clock is not None else VirtualClock()
-        self._deadlock_after = deadlock_after
-        self._thread_grace = thread_grace
-        self._jobs: set[_Job] = set()  # executor jobs whose result is awaited (under the clock's lock)
-        self._unfinished: set[_Job] = set()  # executor jobs whose thread has not returned, awaited or not
-        self._draining = False  # in shutdown_default_executor
-        self._busy_since: float | None = None  # real time we began waiting for running jobs
-        self._selecting = False  # read by sleeping jobs: the loop is idle and will handle their wake time
-        self._settling: list[asyncio.Future[None]] = []  # `settled` waiters, released before time moves on
-        super().__init__(_VirtualSelector(self))
-
-    def time(self) -> float:
-        return self.simloop_clock.monotonic()
-
-    def settled(self) -> asyncio.Future[None]:
-        """A future (await it on this loop) done once the loop has run everything due at this virtual instant: no
-        callback ready, no executor job running real code (for up to ``thread_grace`` real seconds), no work in
-        flight with simloop's own servers (a request on its way to ``sim.mcp_url``, the server taking it in), just
-        before virtual time would move on or the loop would block.
-
-        Why: a client that makes two requests ready at one instant sends both before either is answered in
-        production, where sending takes no time next to the work; here a zero-time answer to the first could
-        otherwise be delivered before the client has run its code that sends the second (docs/design.md, Tools
-        over MCP).  Virtual time does not move while it waits.
-        """
-        waiter: asyncio.Future[None] = self.create_future()
-        self._settling.append(waiter)
-        return waiter
-
-    def _release_settled(self) -> bool:
-        """Resolve the `settled` waiters (on the loop's thread, inside its select): whether any was waiting."""
-        waiters, self._settling = self._settling, []
-        released = False
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-                released = True
-        return released
-
-    def run_forever(self) -> None:
-        _AnyioJobs.acquire()
-        loops = self.simloop_clock._loops
-        loops.append(self)
-        try:
-            super().run_forever()
-        finally:
-            loops.remove(self)
-            _AnyioJobs.release()
-            with self.simloop_clock._cond:
-                self.simloop_clock._cond.notify_all()  # sleeping jobs: nobody drives your wake time now
-
-    def run_in_executor(self, executor: concurrent.futures.Executor | None, func: Callable[[*Ts], T],
-                        *args: *Ts) -> asyncio.Future[T]:
-        job = _Job(self)
-        if executor is None or isinstance(executor, concurrent.futures.ThreadPoolExecutor):
-            func = self._as_job(func, job)  # (a process pool must get the picklable original)
-            with self.simloop_clock._cond:
-                self._unfinished.add(job)
-                job.started = False
-        future = super().run_in_executor(executor, func, *args)
-        pool = executor if executor is not None else getattr(self, "_default_executor", None)
-        job.pool = pool if isinstance(pool, concurrent.futures.ThreadPoolExecutor) else None
-        self._job_done(job, add=True)
-        # Dropped on the loop thread once the result is delivered, never before: else the loop could jump
-        # past a timeout while the result is on its way.
-        future.add_done_callback(lambda _: self._job_done(job))
-        return future
-
-    async def shutdown_default_executor(self, *args: Any) -> None:
-        # asyncio joins the executor from a plain thread; abandoned jobs still running real code are then
-        # waited for like awaited ones (and ones sleeping virtually are timers, as always), and so is the
-        # joining itself once no job is left (see `_draining_jobs`).
-        self._draining = True
-        try:
-            await super().shutdown_default_executor(*args)
-        finally:
-            self._draining = False
-
-    def _job_done(self, job: _Job, *, add: bool = False) -> None:
-        with self.simloop_clock._cond:
-            if add:
-                self._jobs.add(job)
-            else:
-                self._jobs.discard(job)
-
-    @contextmanager
-    def _counting_job(self) -> Iterator[_Job]:
-        job = _Job(self)
-        self._job_done(job, add=True)
-        try:
-            yield job
-        finally:
-            self._job_done(job)
-
-    def _as_job(self, func: Callable[P, T], job: _Job) -> Callable[P, T]:
-        @functools.wraps(func)
-        def run_as_job(*args: P.args, **kwargs: P.kwargs) -> T:
-            previous = getattr(TLS, "job", None)
-            TLS.job = job  # clock.sleep() in this thread becomes a timer of the job's loop
-            job.started = True
-            try:
-                return func(*args, **kwargs)
-            finally:
-                TLS.job = previous
-                with job.loop.simloop_clock._cond:
-                    job.loop._unfinished.discard(job)
-
-        return run_as_job
-
-    def _select(self, sel: selectors.BaseSelector, timeout: float | None) -> _Events:
-        events = sel.select(0)  # always look: a thread's call_soon_threadsafe, a real fd
-        if not events and timeout != 0:
-            self._selecting = True
-            try:
-                events = self._idle(sel, timeout)
-            finally:
-                self._selecting = False
-        if events:
-            self._busy_since = None
-            clock = self.simloop_clock
-            if clock._seq:
-                clock._caught_up()  # woken by another thread (a job's result, a call_soon_threadsafe): it has heard
-        return events
-
-    def _idle(self, sel: selectors.BaseSelector, timeout: float | None) -> _Events:
-        # Targets are integer nanoseconds of the clock: a sleeper's wake time must be hit exactly.
-        clock = self.simloop_clock
-        now = clock._ns
-        wake: int | None = None
-        running = 0
-        if self._jobs or clock._sleepers or self._draining:
-            with clock._cond:
-                wake = clock._next_wake(self)
-                running = sum(job.wake is None and (job.started or not self._full(job.pool)) for job in self._jobs)
-                if self._draining:
-                    running += self._draining_jobs()
-        if timeout is not None:  # the next timer (asyncio caps the timeout at one day: we then jump twice)
-            timer = now + round(timeout * NS)  # within a nanosecond, so the timer is due (clock resolution)
-            wake = timer if wake is None else min(wake, timer)
-        # (`settled` waiters are released at each point below where virtual time would move on or the loop block:
-        # they run first, at this instant, with everything that was due at it done)
-        own: bool | None = False
-        if self._has_real_fd(sel):
-            own = self._own_busy(sel)
-            if own is None:  # a real fd: time flows at real speed
-                if self._settling and self._release_settled():
-                    return []
-                return self._flow(sel, now, wake, None)
-            if own:  # simloop's own server is at work: wait for it with virtual time standing still
-                running += 1
-            else:  # only idle connections to simloop's own servers: as if no fd were registered
-                events = sel.select(0)
-                if events:
-                    return events
-        if running > 0:
-            real_now = REAL.monotonic()
-            if self._busy_since is None:
-                self._busy_since = real_now
-            left = self._thread_grace - (real_now - self._busy_since)
-            if left > 0:  # virtual time stands still while jobs run real code
-                # (a `settled` waiter looks again soon at a busy server: its going back to waiting wakes nobody)
-                return sel.select(min(left, _SETTLE_POLL if own and self._settling else _SLICE))
-            if self._settling and self._release_settled():
-                return []
-            if wake is None:
-                return sel.select(_SLICE)
-            return self._flow(sel, now, wake, _SLICE)
-        self._busy_since = None
-        if self._settling and self._release_settled():
-            return []
-        if wake is None:
-            events = sel.select(self._deadlock_after)
-            if events:
-                return events
-            raise self.simloop_clock._deadlock(self)
-        clock._jump_to(wake)
-        return []
-
-    def _draining_jobs(self) -> int:  # with the clock's lock held
-        """What `shutdown_default_executor` waits for that runs real code: the unfinished jobs neither sleeping
-        virtually nor queued behind a pool of sleepers, and, once the default pool has no job left, the joining
-        thread itself (the pool's threads exiting).
-
-        Why the joining counts: since Python 3.13 asyncio bounds the join with a timer of the loop
-        (``asyncio.timeout(300)``, ``asyncio.run``'s ``THREAD_JOIN_TIMEOUT``), no longer a real-time
-        ``thread.join(300)``; an idle loop would jump to that timer while the threads exit, and every
-        ``asyncio.run`` that used ``to_thread`` would end 300 virtual seconds late."""
-        default = getattr(self, "_default_executor", None)
-        joining = not any(job.pool is default for job in self._unfinished)
-        return joining + sum(job.wake is None and (job.started or not self._full(job.pool)) for job in self._unfinished)
-
-    def _full(self, pool: concurrent.futures.ThreadPoolExecutor | None) -> bool:  # with the clock's lock held
-        """Whether every thread of ``pool`` holds a job of this loop, so a job queued on it cannot start before
-        one of them ends (one sleeping virtually ends only when the loop moves time on)."""
-        if pool is None:
-            return False
-        taken = sum(job.started and job.pool is pool for job in self._unfinished)
-        return taken >= getattr(pool, "_max_workers", taken + 1)
-
-    def _flow(self, sel: selectors.BaseSelector, now: int, wake: int | None, cap: float | None) -> _Events:
-        """Wait in real time and let virtual time follow it, up to ``wake`` (nanoseconds of the clock)."""
-        left = None if wake is None else max(0, wake - now) / NS
-        wait = left if cap is None else cap if left is None else min(left, cap)
-        started = REAL.monotonic()
-        events = sel.select(wait)
-        elapsed = REAL.monotonic() - started
-        reached = left is not None and (elapsed >= left or (not events and wait == left))
-        self.simloop_clock._jump_to(wake if reached and wake is not None else now + round(elapsed * NS))
-        return events
-
-    def _has_real_fd(self, sel: selectors.BaseSelector) -> bool:
-        registered = sel.get_map()
-        if len(registered) != 1:
-            return len(registered) > 1
-        ssock = getattr(self, "_ssock", None)
-        return ssock is None or ssock.fileno() not in registered
-
-    def _own_busy(self, sel: selectors.BaseSelector) -> bool | None:
-        """None when a registered fd is not a connection to one of simloop's own servers on this clock (``own_servers``,
-        on loopback); else whether one of them has work in flight: bytes this loop sent that the server has not
-        received, a connection being made, or the server busy (``busy()``, which looks at its side in the order
-        work moves).  Linux only (elsewhere None: the fds are real)."""
-        servers = self.simloop_clock.own_servers
-        if not servers or not _LINUX:
-            return None
-        ports = {server.port for server in servers}
-        ssock = getattr(self, "_ssock", None)
-        skip = ssock.fileno() if ssock is not None else -1
-        busy = False
-        for fd in list(sel.get_map()):
-            if fd == skip:
-                continue
-            state = _own_connection(fd, ports) if isinstance(fd, int) else None
-            if state is None:
-                return None
-            busy = busy or state
-        return busy or any(server.busy() for server in servers)
-
-    def _stuck_at(self) -> str | None:
-        """Where the first pending task (by name: the main one is ``Task-1`` or the like) waits; not simloop's own
-        task that awaits a Sim's drive task."""
-        own = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the simloop package
-        for task in sorted(asyncio.all_tasks(self), key=lambda t: t.get_name()):
-            where = _innermost(task)
-            if where is not None and not where.startswith(own + os.sep):
-                return where
-        return None
-
-    def _deadlock_report(self) -> str:
-        tasks = [f"  {task.get_name()}: {_where(task)}" for task in asyncio.all_tasks(self)]
-        return (
-            "the virtual-time event loop can never wake up: no callback is ready, no timer is scheduled, no "
-            "executor job is running and no real file descriptor is registered, and no other thread woke it "
-            f"within {self._deadlock_after:g} s of real time.  Something awaits a future, event, lock or queue "
-            "that nothing will ever set.\nPending tasks:\n" + ("\n".join(tasks) or "  (none)"))
-
-
-_LINUX = sys.platform.startswith("linux")
-_SYN_SENT = 2  # tcp_states.h
-
-
-def unsent(fd: int) -> bool:
-    """Whether a TCP socket holds bytes its peer has not yet received (Linux ``SIOCOUTQ``); False when unknown."""
-    import fcntl  # (Unix only)
-    import termios
-
-    try:
-        queued: int = struct.unpack("i", fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0\0\0\0"))[0]
-    except OSError:
-        return False
-    return queued > 0
-
-
-def _own_connection(fd: int, ports: set[int]) -> bool | None:
-    """For a TCP socket connected (or connecting) to one of ``ports`` on loopback: whether bytes or a handshake are in
-    flight; None for any other fd."""
-    try:
-        sock = socket.socket(fileno=fd)
-    except OSError:
-        return None
-    try:
-        if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.type != socket.SOCK_STREAM:
-            return None
-        try:
-            host, port = sock.getpeername()[:2]
-        except OSError:  # not connected yet: a handshake in flight counts as work (else the fd is nobody's)
-            info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)
-            return True if info[0] == _SYN_SENT else None
-        if port not in ports or not (host.startswith("127.") or host in ("::1", "::ffff:127.0.0.1")):
-            return None
-        return unsent(fd)
-    except OSError:
-        return None
-    finally:
-        sock.detach()
-
-
-def _innermost(task: asyncio.Task[Any]) -> str | None:
-    """``FILE:LINE in function`` of the innermost coroutine frame a suspended task waits in."""
-    coro: Any = task.get_coro()
-    found = None
-    while coro is not None:
-        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
-        if frame is None:
-            break
-        found = f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
-        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
-    return found
-
-
-def _where(task: asyncio.Task[Any]) -> str:
-    """Where a suspended task waits: its chain of coroutine frames, outermost first, and what it awaits."""
-    coro: Any = task.get_coro()
-    chain = []
-    while coro is not None:
-        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
-        if frame is None:
-            kind = type(coro).__name__
-            chain.append(f"awaiting {'a Future' if kind == 'FutureIter' else kind}")
-            break
-        chain.append(f"{frame.f_code.co_name} ({frame.f_code.co_filename}:{frame.f_lineno})")
-        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
-    return " -> ".join(chain) or "(not started)"
+default_clock(VirtualClock)  # a loop made without a clock (a loop factory) gets a fresh one

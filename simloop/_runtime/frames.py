@@ -7,6 +7,8 @@ the deepest frame of the user's own code (neither simloop's nor an installed
 library's nor the standard library's); failing that, the deepest frame
 outside simloop's core (a framework's line, or a bundled adapter's); failing
 that, the deepest frame of all.
+
+A virtual-time event loop that can never wake up names where its suspended tasks wait (`innermost`, `where`).
 """
 
 from __future__ import annotations
@@ -16,8 +18,12 @@ import os
 import sysconfig
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["loop_frame"]
+if TYPE_CHECKING:
+    import asyncio
+
+__all__ = ["innermost", "loop_frame", "where"]
 
 _SIMLOOP = str(Path(__file__).resolve().parents[1]) + os.sep  # the simloop package (this is simloop/_runtime/)
 _ADAPTERS = _SIMLOOP + "adapters" + os.sep
@@ -64,3 +70,31 @@ def _shown(filename: str) -> str:
         return str(Path(filename).resolve().relative_to(Path.cwd()))
     except (ValueError, OSError):
         return filename
+
+
+def innermost(task: asyncio.Task[Any]) -> str | None:
+    """``FILE:LINE in function`` of the innermost coroutine frame a suspended task waits in."""
+    coro: Any = task.get_coro()
+    found = None
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is None:
+            break
+        found = f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return found
+
+
+def where(task: asyncio.Task[Any]) -> str:
+    """Where a suspended task waits: its chain of coroutine frames, outermost first, and what it awaits."""
+    coro: Any = task.get_coro()
+    chain = []
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is None:
+            kind = type(coro).__name__
+            chain.append(f"awaiting {'a Future' if kind == 'FutureIter' else kind}")
+            break
+        chain.append(f"{frame.f_code.co_name} ({frame.f_code.co_filename}:{frame.f_lineno})")
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return " -> ".join(chain) or "(not started)"

@@ -9,10 +9,10 @@ and before the clock is patched, what the run would otherwise do on the loop's t
 * for a drive on the SDK (any drive, unless it says otherwise): import ``anthropic``, ``httpx2`` and the
   transports, build the SDK client prototypes, and make a sync call, a tool round trip and a stream
   through a throwaway Sim (`simloop.sim.warm_up_sdk`), and for an ``async def`` drive an async call on a
-  virtual-time event loop, so that the SDK's lazily built pydantic schemas (0.4 s quiet) and anyio's
-  asyncio backend are built and imported now, in real time, outside any run (a sync drive's process does
-  not import that backend: some 10 ms of a process's first run; a sync drive that runs an event loop
-  itself imports it then, an import the watchdog does not count);
+  virtual-time event loop, so that the SDK's lazily built pydantic schemas (0.4 s quiet) are built now, in
+  real time, outside any run (anyio's asyncio backend, some 10 ms, is imported by no run that does not use
+  anyio: the clock patches it once anyio has loaded it, `simloop._runtime.jobs.AnyioJobs`; a loop that uses it
+  imports it in its first such run, an import the watchdog does not count);
 * for a drive that names its own preparation (``drive.simloop_prepare``, a callable), that instead:
   `command_drive` imports the loopback server and the MCP app (the command brings its own SDK), the
   LangGraph adapter's drives the SDK's and LangGraph's prebuilt agent.
