@@ -399,11 +399,9 @@ def _warm_up_sdk() -> None:
 
 
 def _warm_up_async() -> None:
-    """The async client's first call through a throwaway Sim, on a virtual-time loop as an async drive runs.
-
-    Its first run imports anyio's asyncio backend (the clock counts anyio's worker-thread jobs): some 10 ms, which a
-    sync drive's process does not pay (a sync drive that starts an event loop itself pays it then, as an import).
-    """
+    """The async client's first call through a throwaway Sim, on a virtual-time loop as an async drive runs (a sync
+    drive's process does not pay it).  anyio's asyncio backend is not imported for it: the clock patches the backend
+    only once something imports it (`simloop._runtime.jobs`)."""
     with Sim({**_WARM_UP, "model": [{"end_turn": "ok"}]}) as sim:
         async def async_call() -> None:
             await sim.async_client.messages.create(

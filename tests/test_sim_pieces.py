@@ -132,3 +132,29 @@ def test_the_sims_forwarded_attributes_are_its_pieces_own() -> None:
     assert sim._guard.budget is budget and sim.budget is budget
     assert sim._guard.max_virtual_s == 60.0 == sim.max_virtual_s
     assert sim.lives == sim._lives.count == 1
+
+
+def test_the_async_clients_send_the_platform_a_bare_client_sends_without_looking_it_up_per_run() -> None:
+    """The SDK's async client looks its platform up on a worker thread at its first request (some 1 ms a run):
+    a Sim's clients have it already, and send the very header a bare client does."""
+    import asyncio
+
+    import anthropic
+    import httpx2
+
+    seen: list[str] = []
+
+    def bare(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request.headers["x-stainless-os"])
+        return httpx2.Response(500)
+
+    async def first_call() -> None:
+        client = anthropic.AsyncAnthropic(api_key="k", max_retries=0,
+                                          http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(bare)))
+        with pytest.raises(anthropic.APIStatusError):
+            await client.messages.create(model="m", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+
+    asyncio.run(first_call())
+    with _sim() as sim:
+        assert sim.async_client._platform is not None and str(sim.async_client._platform) == seen[0]
+        assert str(sim.async_openai_client._platform) == seen[0]

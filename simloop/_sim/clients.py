@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import sys
 from typing import TYPE_CHECKING, Any
 
 from simloop._runtime.process import FAKE_OPENAI_KEY
@@ -209,9 +210,21 @@ def _prototype(cls: Any) -> tuple[Any, str | None]:
         if "Async" in cls.__name__
         else httpx2.Client(transport=httpx2.BaseTransport())
     )
-    proto = cls(api_key=API_KEY, base_url=_base_url(), http_client=placeholder)
+    proto = _known_platform(cls(api_key=API_KEY, base_url=_base_url(), http_client=placeholder))
     slots = [name for name, value in vars(proto).items() if value is placeholder]
     return proto, slots[0] if len(slots) == 1 else None
+
+
+def _known_platform(client: Any) -> Any:
+    """``client`` with the platform its headers name looked up already, as the SDK's own async client does on its
+    first request (``X-Stainless-OS``): there, on a worker thread (``asyncify(get_platform)``), about 1 ms of every
+    run's first async call that the same lookup here, once per process, saves.  A sync client looks it up per header
+    set, cached; an SDK release without the attribute is left as it is."""
+    if vars(client).get("_platform", 0) is None:
+        get_platform = getattr(sys.modules.get(type(client).__module__.split(".")[0] + "._base_client"), "get_platform", None)
+        if callable(get_platform):
+            client._platform = get_platform()
+    return client
 
 
 
@@ -224,5 +237,5 @@ def _openai_client(is_async: bool, http_client: Any) -> Any:
             "sim.openai_client needs the openai SDK: pip install 'simloop[openai]' (or pip install 'openai>=3.50,<4')"
         ) from None
     cls = openai.AsyncOpenAI if is_async else openai.OpenAI
-    return cls(api_key=OPENAI_API_KEY, base_url=OPENAI_BASE_URL, http_client=http_client)
+    return _known_platform(cls(api_key=OPENAI_API_KEY, base_url=OPENAI_BASE_URL, http_client=http_client))
 
