@@ -337,15 +337,17 @@ def _block_events(index: int, block: dict[str, Any]) -> list[bytes]:
 
 def render_sse(
     turn: Turn, *, id: str, model: str, input_tokens: int, output_tokens: int | None = None,
-    cache: tuple[int, int] = (0, 0),
+    cache: tuple[int, int] = (0, 0), message: dict[str, Any] | None = None,
 ) -> list[bytes]:
     """The streaming response for ``turn``: one ``event: X\\ndata: {...}\\n\\n`` bytes item per SSE event.
 
     The items come in the real order, so a transport can cut the stream or inject an error between
-    any two of them.  The SDK accumulates them into the same Message :func:`render_json` gives.
+    any two of them.  The SDK accumulates them into the same Message :func:`render_json` gives
+    (``message``: that Message, when it is rendered already, with these arguments).
     """
-    message = render_message(turn, id=id, model=model, input_tokens=input_tokens, output_tokens=output_tokens,
-                             cache=cache)
+    if message is None:
+        message = render_message(turn, id=id, model=model, input_tokens=input_tokens, output_tokens=output_tokens,
+                                 cache=cache)
     cut = turn.stop_reason is None
     events = [_message_start(turn, message, cut=cut)]
     for index, block in enumerate(turn.content):

@@ -98,7 +98,7 @@ def planned(answer: Answer, req: Request, request_id: str, chat: _Chat | None) -
         return chat.planned(answer.turn, answer.message, rec, request_id, latency, stream=req.stream)
     if req.stream:
         events = render_sse(answer.turn, id=answer.msg_id, model=answer.model, input_tokens=answer.input_tokens,
-                            output_tokens=answer.output_tokens, cache=answer.cache)
+                            output_tokens=answer.output_tokens, cache=answer.cache, message=answer.message)
         return Planned(headers=[SSE, ("request-id", request_id)], events=events, latency=latency, record=rec)
     body = answer.body_json if answer.body_json is not None else to_json(answer.message)
     return Planned(headers=[JSON, ("request-id", request_id)], body=body, latency=latency, record=rec)
