@@ -10,8 +10,10 @@ the two messages, and the tool_use ids of the history (once per conversation).
 Why it is exact: the previous request passed the full check and ended with a user message; the rules then read
 the same head (model, tools, system, thinking, ...: the same bytes) and the same history; what they would read of
 the two new messages is what `offer` and `Lane.admit` demand of them (plain text and tool_use blocks with valid,
-new, distinct ids; a user turn answering each of them once, in any order, with string results; no cache_control,
-no citations, no thinking, no server tools anywhere in the history).  Anything else is left to the full path,
+new, distinct ids, thinking blocks as simloop signs them; a user turn answering each call once, in any order, with
+string results; no cache_control, no citations, no server tools anywhere in the history).  With thinking on, the
+reply must open with its thinking block: the tool turn the rule reads then opens either with it or, when the last
+genuine user turn lies further back, where it opened in the previous request, which passed.  Anything else is left to the full path,
 which stays the oracle: `tests/test_fastlane.py` runs both on generated histories and edge bodies and demands the
 same bytes, transcript and verdict.
 """
@@ -20,13 +22,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from simloop.protocol.validate import _ID_RE
+from simloop.protocol.validate import _ID_RE, thinking_signature
 from simloop.wire.bodies import _BodyParser
 
 __all__ = ["Lane", "offer"]
 
 _TEXT_KEYS = frozenset({"type", "text"})
 _USE_KEYS = frozenset({"type", "id", "name", "input"})
+_THINKING_KEYS = frozenset({"type", "thinking", "signature"})
 _RESULT_KEYS = frozenset({"type", "tool_use_id", "content", "is_error"})
 #: Block types of a history the lane may extend: none of them is a server tool's (whose calls a request may leave
 #: in flight only just before its final user turn, a rule the two appended messages would then break).
@@ -79,34 +82,49 @@ class Lane:
 
 def offer(body: dict[str, Any], message: dict[str, Any], seen: frozenset[str] | None) -> Lane | None:
     """The lane for the request after ``body``, answered with ``message`` (a plain 200), if it can have one."""
-    if body.get("thinking") is not None or "thread" in body:  # thinking's rules read the turns; a thread is expanded
+    if "thread" in body:  # a thread continuation is expanded: the full path
         return None
     messages = body["messages"]
     last = messages[-1] if messages else None
     if type(last) is not dict or last.get("role") != "user":  # the reply must open a turn of its own
         return None
     content = message.get("content")
-    if type(content) is not list:
+    if type(content) is not list or not content:
         return None
     uses: list[str] = []
     for block in content:
-        kind = block.get("type")
-        if kind == "text":
-            text = block.get("text")
-            if block.keys() != _TEXT_KEYS or type(text) is not str or not text or text.isspace():
-                return None
-        elif kind == "tool_use":
-            use_id = block.get("id")
-            if (block.keys() != _USE_KEYS or type(use_id) is not str or _ID_RE.fullmatch(use_id) is None
-                    or type(block.get("name")) is not str or type(block.get("input")) is not dict):
-                return None
-            uses.append(use_id)
-        else:
+        use_id = _plain_block(block)
+        if use_id is None:
             return None
+        if use_id:
+            uses.append(use_id)
     distinct = frozenset(uses)
     if not uses or len(distinct) != len(uses):
         return None
+    thinking = body.get("thinking")  # valid (the request passed): with thinking on, a tool turn opens with it
+    if type(thinking) is dict and thinking.get("type") in ("enabled", "adaptive") and content[0]["type"] != "thinking":
+        return None
     return Lane(body, content, distinct, seen)
+
+
+def _plain_block(block: Any) -> str | None:
+    """A reply's block the rules pass wherever it stands: its tool_use id, "" for text or signed thinking; None:
+    anything else (blank text, a server tool's block, cache_control, citations, ...)."""
+    kind = block.get("type")
+    if kind == "text":
+        text = block.get("text")
+        return "" if block.keys() == _TEXT_KEYS and type(text) is str and text and not text.isspace() else None
+    if kind == "tool_use":
+        use_id = block.get("id")
+        if (block.keys() != _USE_KEYS or type(use_id) is not str or _ID_RE.fullmatch(use_id) is None
+                or type(block.get("name")) is not str or type(block.get("input")) is not dict):
+            return None
+        return use_id
+    if kind == "thinking":
+        text = block.get("thinking")
+        if block.keys() == _THINKING_KEYS and type(text) is str and block.get("signature") == thinking_signature(text):
+            return ""
+    return None
 
 
 def _history_ids(messages: list[Any]) -> frozenset[str] | None:
