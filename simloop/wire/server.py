@@ -14,6 +14,10 @@ SDKs send when their base URL lacks it).
 call each body belongs to, the token counts), `checks` (the rules and the size), `threads` (message threads),
 `answer` (the model's answer planned), `failures` (errors and scripted faults) and `openai_wires` (the
 OpenAI wires' translation; their ``previous_response_id`` chains are ``stored_responses``).
+
+The fast lane (`simloop.wire.fastlane`, `SimServer._fast`): a tool loop's next request that is the previous one
+plus simloop's own plain reply and its tool_results skips the rules' walk (which it is proven to pass) and the
+routing; every other request takes the full path, the lane's oracle (`_FAST_LANE`).
 """
 
 from __future__ import annotations
