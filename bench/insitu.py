@@ -31,8 +31,8 @@ import overhead
 
 import simloop._sim.clients
 import simloop._sim.guard
-import simloop.models
 import simloop._sim.runner
+import simloop.models
 import simloop.sim
 from simloop._runtime.clock import VirtualClock
 from simloop._runtime.watchdog import Watchdog
