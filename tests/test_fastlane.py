@@ -582,6 +582,15 @@ REFUSED: list[tuple[str, dict[str, Any], list[Any], list[Any], list[Any] | None,
     ("a stray result", HEAD, HISTORIES[0], [_use("toolu_b")], None, [_result("toolu_z")]),
     ("a result beside a text", HEAD, HISTORIES[0], [_use("toolu_b")], None,
      [{"type": "text", "text": "note"}, _result("toolu_b")]),
+    ("a result with a bad cache_control", HEAD, HISTORIES[0], [_use("toolu_b")], None,
+     [{**_result("toolu_b"), "cache_control": {"type": "forever"}}]),
+    ("a fifth cache breakpoint", {**HEAD, "system": [{"type": "text", "text": t, "cache_control": {"type": "ephemeral"}}
+                                                     for t in ("a", "b", "c", "d")]},
+     HISTORIES[0], [_use("toolu_b")], None, [{**_result("toolu_b"), "cache_control": {"type": "ephemeral"}}]),
+    ("a reply's text with bad citations", HEAD, HISTORIES[0],
+     [{"type": "text", "text": "ok", "citations": 5}, _use("toolu_b")], None, [_result("toolu_b")]),
+    ("a reply's call with a bad cache_control", HEAD, HISTORIES[0],
+     [{**_use("toolu_b"), "cache_control": {"type": "forever"}}], None, [_result("toolu_b")]),
 ]
 
 
