@@ -30,12 +30,14 @@ import random
 import overhead
 
 import simloop._sim.clients
+import simloop._sim.guard
 import simloop._sim.runner
+import simloop.models
 import simloop.sim
 from simloop._runtime.clock import VirtualClock
 from simloop._runtime.watchdog import Watchdog
 from simloop.protocol import validate
-from simloop.wire import answer, bodies, server, transport
+from simloop.wire import answer, bodies, fastlane, server, transport
 
 CPU: dict[str, int] = defaultdict(int)
 CALLS: dict[str, int] = defaultdict(int)
@@ -52,6 +54,17 @@ PIECES: dict[str, tuple[Any, str]] = {
     "render_json": (answer, "render_message_json"),  # a JSON reply's message and body
     "turn": (answer, "_turn"),
     "deliver": (server.SimServer, "deliver"),
+    # the fast lane (simloop.wire.fastlane) and the steps of an accepted request's reply
+    "fast": (server.SimServer, "_fast"),
+    "admit": (fastlane.Lane, "admit"),
+    "offer": (server, "offer"),
+    "reply": (server.SimServer, "_reply"),
+    "policy": (simloop.models.Script, "reply"),
+    "on_request": (simloop._sim.guard.Guard, "on_request"),
+    "numbers": (bodies.CallNumbers, "number"),
+    "compose": (server, "compose"),
+    "planned": (server, "planned"),
+    "make_turn": (server, "make_turn"),
     "sim_init": (simloop.sim.Sim, "__init__"),
     "client": (simloop._sim.clients, "_sdk_client"),
     "http_client": (simloop._sim.clients, "_http_client"),

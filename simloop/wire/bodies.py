@@ -32,18 +32,21 @@ class _BodyParser:
     parse.  The result always equals ``from_json(body)``; invalid JSON raises its ValueError.
     """
 
-    __slots__ = ("_doc", "_end", "_raw", "last", "settings_bytes")
+    __slots__ = ("_doc", "_end", "_raw", "base", "last", "settings_bytes")
 
     def __init__(self) -> None:
         self._raw = b""  # the previous body, once located
         self._doc: dict[str, Any] = {}  # its parse
         self._end = -1  # offset in _raw of the `]` closing _doc["messages"]; -1: nothing to extend
         self.last: Any = None  # the latest parse returned
+        #: the parse ``last`` extends (its bytes with messages added at the end of its array), else None
+        self.base: dict[str, Any] | None = None
         #: `_settings_bytes` of ``last``, once worked out (-1: not yet).  An extended body has the previous
         #: one's head and tail bytes, so the same settings (the same objects): the count is kept, not redone.
         self.settings_bytes = -1
 
     def parse(self, body: bytes) -> Any:
+        self.base = None
         if self._end >= 0:
             doc = self._extend(body)
             if doc is not None:
@@ -77,6 +80,7 @@ class _BodyParser:
             return None
         doc = dict(self._doc)  # the same keys in the same order: head and tail are the same bytes
         doc["messages"] = [*doc["messages"], *added]
+        self.base = self._doc
         self._raw, self._doc, self._end = body, doc, new_end
         return doc
 

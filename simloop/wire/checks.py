@@ -45,7 +45,7 @@ class Checks:
         if rejection is not None:
             return rejection
         # valid: then the size, as the real API checks it last
-        req.input_tokens = estimate_tokens(nbytes - self._settings(body))
+        req.input_tokens = estimate_tokens(nbytes - self.settings(body))
         window = context_window(effective.get("model"), betas)
         if req.input_tokens > window:  # by its bytes; then without what the model does not read as text
             opaque, sources = opaque_bytes(effective)
@@ -54,7 +54,7 @@ class Checks:
                 return prompt_too_long(read, window)
         return None
 
-    def _settings(self, body: dict[str, Any]) -> int:
+    def settings(self, body: dict[str, Any]) -> int:
         """`_settings_bytes` of ``body``: the parser's latest body keeps its count (an extended body has the same)."""
         parser = self._parser
         if body is not parser.last:

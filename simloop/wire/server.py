@@ -14,6 +14,10 @@ SDKs send when their base URL lacks it).
 call each body belongs to, the token counts), `checks` (the rules and the size), `threads` (message threads),
 `answer` (the model's answer planned), `failures` (errors and scripted faults) and `openai_wires` (the
 OpenAI wires' translation; their ``previous_response_id`` chains are ``stored_responses``).
+
+The fast lane (`simloop.wire.fastlane`, `SimServer._fast`): a tool loop's next request that is the previous one
+plus simloop's own plain reply and its tool_results skips the rules' walk (which it is proven to pass) and the
+routing; every other request takes the full path, the lane's oracle (`_FAST_LANE`).
 """
 
 from __future__ import annotations
@@ -26,13 +30,14 @@ from pydantic_core import from_json
 
 from simloop.models import Ids, ModelPolicy, ModelRequest, RecordedError
 from simloop.protocol import openai_responses
-from simloop.protocol.validate import Rejection, validate_count_tokens_request
+from simloop.protocol.validate import Rejection, context_window, validate_count_tokens_request
 from simloop.scenario import Reply
 from simloop.transcript import SUBRUN, Request, Response, Transcript
 from simloop.wire import failures
 from simloop.wire.answer import ReplyKinds, compose, make_turn, planned
 from simloop.wire.bodies import CallNumbers, _BodyParser, estimate_tokens, request_tokens
 from simloop.wire.checks import Checks
+from simloop.wire.fastlane import Lane, offer
 from simloop.wire.openai_wires import OPENAI_WIRES, _Chat, is_openai_path, route
 from simloop.wire.planned import COUNT_TOKENS, JSON, MESSAGES, READ_HEADERS, Budget, InternalFailure, Planned
 from simloop.wire.threads import Expanded, MessageThreads
@@ -41,6 +46,10 @@ __all__ = [
     "OPENAI_WIRES", "READ_HEADERS", "Budget", "InternalFailure", "Planned", "SimServer", "estimate_tokens",
     "is_openai_path", "request_tokens", "route",
 ]
+
+#: Whether a `SimServer` made from now on takes the fast lane (`simloop.wire.fastlane`) where it can; False: the
+#: full path for every request (the lane's oracle: `tests/test_fastlane.py` runs both).  Private.
+_FAST_LANE = True
 
 
 class SimServer:
@@ -75,6 +84,9 @@ class SimServer:
         self._parser = _BodyParser()
         self._checks = Checks(self._parser, sign_thinking=sign_thinking)
         self._kinds = ReplyKinds()
+        self._fast_lane = _FAST_LANE  # False: every request takes the full path (the fast lane's oracle)
+        self._lane: Lane | None = None  # what the next request must be to take the fast lane
+        self._lane_taken = 0  # requests answered on the fast lane
         # the Responses API's stored responses of this run: id -> the input and output items it chains
         self.stored_responses = openai_responses.ResponseStore()
 
@@ -114,6 +126,7 @@ class SimServer:
     # -- reading and routing -------------------------------------------------------
 
     def _handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Planned:
+        lane, self._lane = self._lane, None  # only the request right after a plain answer may take the lane
         path = route(path)
         self.requests += 1
         attempt = _int(headers.get("x-stainless-retry-count"))
@@ -122,6 +135,10 @@ class SimServer:
             parsed = (self._parser.parse(body) if path == MESSAGES else from_json(body)) if body else None
         except ValueError:
             parsed = None
+        if lane is not None and path == MESSAGES and method == "POST":
+            fast = self._fast(lane, headers, parsed, body, call, attempt)
+            if fast is not None:
+                return fast
         wire = OPENAI_WIRES.get(path)  # an OpenAI wire: recorded as the Messages request it stands for
         chat = wire(parsed, self.stored_responses, self.now()) if wire is not None else None
         req = Request(
@@ -142,6 +159,36 @@ class SimServer:
         if chat is not None:
             return self._chat(req, chat, method, headers, body, request_id)
         return self._route(req, method, headers, parsed, body, request_id, expanded)
+
+    def _fast(
+        self, lane: Lane, headers: Mapping[str, str], parsed: Any, raw: bytes, call: int, attempt: int,
+    ) -> Planned | None:
+        """The fast lane (`simloop.wire.fastlane`): a request that extends the one just answered plainly by that
+        answer and its tool results, answered without walking the rules; None: the full path answers it.
+
+        The same steps as the full path's, in its order, for a request it would accept: recorded, ``on_request``,
+        its id drawn, its tokens counted, then the one reply (`_reply`).
+        """
+        if not (headers.get("x-api-key") or headers.get("authorization", "").startswith("Bearer ")):
+            return None
+        seen = lane.admit(parsed, self._parser)
+        if seen is None:
+            return None
+        tokens = estimate_tokens(len(raw) - self._checks.settings(parsed))
+        if tokens > context_window(parsed.get("model"), headers.get("anthropic-beta", "")):
+            return None  # too long (or only by its bytes): the full path counts what the model reads
+        req = Request(
+            t=self.now(), index=self.requests - 1, call=call, attempt=attempt, path=MESSAGES,
+            stream=bool(parsed.get("stream")), body=parsed, input_tokens=0, subrun=SUBRUN.get(),
+            own=self.own() if self.own is not None else None,
+        )
+        self.transcript.append(req)
+        if self.on_request is not None:
+            self.on_request(self)
+        request_id = self.ids.request()
+        req.input_tokens = tokens
+        self._lane_taken += 1
+        return self._reply(req, parsed, parsed, request_id, None, None, seen)
 
     def _route(
         self, req: Request, method: str, headers: Mapping[str, str], parsed: Any, body: bytes, request_id: str,
@@ -207,6 +254,14 @@ class SimServer:
         if rejection is not None:
             self._rejected(req, effective, rejection)
             return failures.reject(req, rejection, request_id)
+        return self._reply(req, body, effective, request_id, expanded, chat, None)
+
+    def _reply(
+        self, req: Request, body: dict[str, Any], effective: dict[str, Any], request_id: str,
+        expanded: Expanded | None, chat: _Chat | None, seen: frozenset[str] | None,
+    ) -> Planned:
+        """An accepted model request answered by the policy and planned; a plain answer on the Messages wire opens
+        the fast lane to the next request (``seen``: the tool_use ids of ``body``'s history, when known)."""
         mreq = ModelRequest(
             call=req.call, attempt=req.attempt, body=effective, conversation=effective["messages"], stream=req.stream
         )
@@ -223,6 +278,8 @@ class SimServer:
         composed = compose(req, make_turn(answer, kind, mreq, ids), reply, effective, self.ids, openai=chat is not None)
         if expanded is not None:
             self._threads.store(body, effective, composed.message)
+        elif chat is None and self._fast_lane and not composed.crash:
+            self._lane = offer(body, composed.message, seen)
         return planned(composed, req, request_id, chat)
 
     def _rejected(self, req: Request, effective: dict[str, Any], rejection: Rejection) -> None:
