@@ -236,7 +236,7 @@ def test_every_package_of_simloop_ships_in_the_wheel() -> None:
 
 
 #: The facades users know, each delegating to its pieces: the most lines each may take (docstrings included).
-FACADES = {"simloop.sim": ("Sim", 260), "simloop.wire.server": ("SimServer", 200)}
+FACADES = {"simloop.sim": ("Sim", 260), "simloop.wire.server": ("SimServer", 240)}
 
 
 @pytest.mark.parametrize("module", sorted(FACADES))

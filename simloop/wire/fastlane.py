@@ -20,10 +20,11 @@ same bytes, transcript and verdict.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from simloop.protocol.validate import _ID_RE, thinking_signature
-from simloop.wire.bodies import _BodyParser
+from simloop.protocol.validate import _ID_RE, context_window, thinking_signature
+from simloop.wire.bodies import _BodyParser, estimate_tokens
 
 __all__ = ["Lane", "offer"]
 
@@ -49,6 +50,22 @@ class Lane:
         self.uses = uses
         self.count = len(doc["messages"]) + 2
         self.seen = seen
+
+    def take(
+        self, doc: Any, parser: _BodyParser, headers: Mapping[str, str], raw: bytes, settings: Callable[[Any], int],
+    ) -> tuple[frozenset[str], int] | None:
+        """(the tool_use ids of ``doc``'s history, its input tokens) if the request takes the lane: authenticated,
+        `admit`ted, and inside the model's context window by its bytes (``settings``: the bytes of its settings,
+        which the model does not read); else None, and the full path decides (it counts what the model reads)."""
+        if not (headers.get("x-api-key") or headers.get("authorization", "").startswith("Bearer ")):
+            return None
+        seen = self.admit(doc, parser)
+        if seen is None:
+            return None
+        tokens = estimate_tokens(len(raw) - settings(doc))
+        if tokens > context_window(doc.get("model"), headers.get("anthropic-beta", "")):
+            return None
+        return seen, tokens
 
     def admit(self, doc: Any, parser: _BodyParser) -> frozenset[str] | None:
         """The tool_use ids of ``doc``'s history if it takes the lane (else None: the full path decides)."""

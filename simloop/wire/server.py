@@ -30,7 +30,7 @@ from pydantic_core import from_json
 
 from simloop.models import Ids, ModelPolicy, ModelRequest, RecordedError
 from simloop.protocol import openai_responses
-from simloop.protocol.validate import Rejection, context_window, validate_count_tokens_request
+from simloop.protocol.validate import Rejection, validate_count_tokens_request
 from simloop.scenario import Reply
 from simloop.transcript import SUBRUN, Request, Response, Transcript
 from simloop.wire import failures
@@ -141,21 +141,14 @@ class SimServer:
                 return fast
         wire = OPENAI_WIRES.get(path)  # an OpenAI wire: recorded as the Messages request it stands for
         chat = wire(parsed, self.stored_responses, self.now()) if wire is not None else None
-        req = Request(
-            t=self.now(), index=self.requests - 1, call=call, attempt=attempt, path=path,
-            stream=isinstance(parsed, dict) and bool(parsed.get("stream")),
-            body=chat.internal if chat is not None else parsed, input_tokens=0, subrun=SUBRUN.get(),
-            own=self.own() if self.own is not None else None,
-        )
         # A thread continuation stands for its whole history: record that before the budgets may halt the
         # run here, so that the transcript never shows a request as only the messages it added.
         expanded = self._threads.expand(parsed) if path == MESSAGES and type(parsed) is dict and "thread" in parsed else None
-        if expanded is not None and expanded[0] is not parsed:
-            req.messages = expanded[0]["messages"]
-        self.transcript.append(req)
-        if self.on_request is not None:
-            self.on_request(self)
-        request_id = self.ids.request()
+        req, request_id = self._recorded(
+            call, attempt, path, isinstance(parsed, dict) and bool(parsed.get("stream")),
+            chat.internal if chat is not None else parsed,
+            expanded[0]["messages"] if expanded is not None and expanded[0] is not parsed else None,
+        )
         if chat is not None:
             return self._chat(req, chat, method, headers, body, request_id)
         return self._route(req, method, headers, parsed, body, request_id, expanded)
@@ -169,26 +162,28 @@ class SimServer:
         The same steps as the full path's, in its order, for a request it would accept: recorded, ``on_request``,
         its id drawn, its tokens counted, then the one reply (`_reply`).
         """
-        if not (headers.get("x-api-key") or headers.get("authorization", "").startswith("Bearer ")):
+        taken = lane.take(parsed, self._parser, headers, raw, self._checks.settings)
+        if taken is None:
             return None
-        seen = lane.admit(parsed, self._parser)
-        if seen is None:
-            return None
-        tokens = estimate_tokens(len(raw) - self._checks.settings(parsed))
-        if tokens > context_window(parsed.get("model"), headers.get("anthropic-beta", "")):
-            return None  # too long (or only by its bytes): the full path counts what the model reads
-        req = Request(
-            t=self.now(), index=self.requests - 1, call=call, attempt=attempt, path=MESSAGES,
-            stream=bool(parsed.get("stream")), body=parsed, input_tokens=0, subrun=SUBRUN.get(),
-            own=self.own() if self.own is not None else None,
-        )
-        self.transcript.append(req)
-        if self.on_request is not None:
-            self.on_request(self)
-        request_id = self.ids.request()
+        seen, tokens = taken
+        req, request_id = self._recorded(call, attempt, MESSAGES, bool(parsed.get("stream")), parsed)
         req.input_tokens = tokens
         self._lane_taken += 1
         return self._reply(req, parsed, parsed, request_id, None, None, seen)
+
+    def _recorded(
+        self, call: int, attempt: int, path: str, stream: bool, body: Any, messages: list[Any] | None = None,
+    ) -> tuple[Request, str]:
+        """The request recorded (``messages``: the whole history a thread continuation stands for), the budgets
+        checked (``on_request``), and its id drawn: the first steps of every request, on either path."""
+        req = Request(t=self.now(), index=self.requests - 1, call=call, attempt=attempt, path=path, stream=stream,
+                      body=body, input_tokens=0, subrun=SUBRUN.get(), own=self.own() if self.own is not None else None)
+        if messages is not None:
+            req.messages = messages
+        self.transcript.append(req)
+        if self.on_request is not None:
+            self.on_request(self)
+        return req, self.ids.request()
 
     def _route(
         self, req: Request, method: str, headers: Mapping[str, str], parsed: Any, body: bytes, request_id: str,
