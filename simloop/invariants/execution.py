@@ -366,17 +366,18 @@ def _unreal_results(v: _View, declared: dict[str, str]) -> dict[int, list[tuple[
         if s.matched is not None:
             bound.setdefault(s.matched, []).append((pos, s))
     found: dict[int, list[tuple[str, str, str]]] = {}  # request position -> (tool_use id, kind, detail)
+    issued_at, sent_at, use_block, starts_of = v.issued, v.result_sent, v.use_block, v.starts_of  # (looked up once)
     for uid, block in v.result_block.items():
-        issued = v.issued.get(uid)
-        sent = v.result_sent.get(uid)
+        issued = issued_at.get(uid)
+        sent = sent_at.get(uid)
         if issued is None or sent is None:
             continue  # a result for no tool_use: pairing's
-        use = v.use_block[uid]
+        use = use_block[uid]
         name = str(use.get("name"))
         if name not in declared:
             continue
         text = result_text(block)
-        done = [(p, s) for p, s in bound.get(uid, []) if p < sent]
+        done = [(p, s) for p, s in bound.get(uid, ()) if p < sent]
         if done:  # an execution answered it: only a denied commit is wrong (the text is searched only then)
             committed = next((s for _, s in done if _committed_before(v, s, sent)), None)
             if committed is not None and _NOT_RUN.search(text) and not _HEDGED.search(text):
@@ -386,7 +387,7 @@ def _unreal_results(v: _View, declared: dict[str, str]) -> dict[int, list[tuple[
             continue
         if issued[1].stop_reason in (*CUT_STOPS, "refusal"):
             continue  # a call the loop rightly never ran; how it settles the history is pairing's
-        ran = [s for p, s in v.starts_of.get(name, ()) if p < sent]
+        ran = [s for p, s in starts_of.get(name, ()) if p < sent]
         # (the text first: a substring test, where the inputs are compared as canonical JSON)
         if any(_carries(v, s, text) for s in ran):
             continue
@@ -436,8 +437,7 @@ def _committed_before(v: _View, s: ToolStart, pos: int) -> bool:
 
 def _carries(v: _View, s: ToolStart, text: str) -> bool:
     """Does ``text`` carry execution ``s``'s output (its result's first characters)?"""
-    end = v.ends.get(s.exec)
-    probe = ((end[1].result or "") if end is not None else "")[:200].strip()
+    probe = v.probe(s.exec)
     return bool(probe) and probe in text
 
 
