@@ -170,3 +170,53 @@ def test_canon_of_what_is_not_json_is_its_repr() -> None:
     thing = type("Thing", (), {"__repr__": lambda self: "T"})()
     odd = {"b": thing, "a": math.inf, "c": [-0.0, {"z": 1, "y": True}]}
     assert _base._canon(odd) == json.dumps(odd, sort_keys=True, separators=(",", ":"), default=repr)
+
+
+# -- `_clean`, the clean chain's one walk, against `_walk` on generated conversations --------------------------------
+
+_IDS = st.sampled_from(["toolu_1", "toolu_2", "toolu_3", 1])  # a small pool: ids repeat; one is not a string
+
+
+def _block(kind: str, uid: Any) -> Any:
+    if kind == "use":
+        return {"type": "tool_use", "id": uid, "name": "s", "input": {}}
+    if kind == "result":
+        return {"type": "tool_result", "tool_use_id": uid, "content": "x"}
+    return {"type": "text", "text": "t"} if kind == "text" else "not a block"
+
+
+@st.composite
+def _conversations(draw: st.DrawFn) -> list[Any]:
+    """A tool loop's history (each call answered at once), then a few edits of any kind: most stay clean or
+    break one rule."""
+    messages: list[Any] = [{"role": "user", "content": "go"}]
+    for step in range(draw(st.integers(0, 4))):
+        ids = [draw(st.sampled_from([f"toolu_{step}_{k}"] * 3 + ["toolu_again"]))  # one id may come back
+               for k in range(draw(st.integers(0, 3)))]
+        messages.append({"role": "assistant", "content": [{"type": "text", "text": "t"},
+                                                          *(_block("use", u) for u in ids)]})
+        if ids:
+            answered = list(dict.fromkeys(ids)) if draw(st.booleans()) else ids  # a repeated id answered once
+            messages.append({"role": "user", "content": [_block("result", u) for u in answered]})
+    for _ in range(draw(st.integers(0, 2))):
+        at = draw(st.integers(0, len(messages)))
+        role = draw(st.sampled_from(["user", "assistant", "system", None]))
+        kinds = draw(st.lists(st.sampled_from(["use", "result", "text", "odd"]), max_size=3))
+        content = draw(st.sampled_from(["list", "str", "none"]))
+        body: Any = [_block(k, draw(_IDS)) for k in kinds] if content == "list" else "hi" if content == "str" else None
+        edit = draw(st.sampled_from(["insert", "replace", "delete", "not a message"]))
+        if edit == "insert":
+            messages.insert(at, {"role": role, "content": body})
+        elif edit == "not a message":
+            messages.insert(at, 7)
+        elif messages and edit == "replace":
+            messages[min(at, len(messages) - 1)] = {"role": role, "content": body}
+        elif messages:
+            del messages[min(at, len(messages) - 1)]
+    return messages
+
+
+@settings(max_examples=300, deadline=None)
+@given(_conversations())
+def test_clean_agrees_with_the_walk(messages: list[Any]) -> None:
+    assert conversation._clean(messages) == (not conversation._walk(messages).found)
