@@ -108,6 +108,16 @@ def test_the_shortcut_is_taken_and_left() -> None:
 # -- the view's filing, against the isinstance chain it replaced --------------------------------------------------
 
 
+def _reference_twins(v: _base._View, uses: list[dict[str, Any]]) -> None:
+    for i, a in enumerate(uses):
+        for b in uses[i + 1:]:
+            if a.get("name") == b.get("name") and a.get("input") == b.get("input") and _base._canon(
+                    a.get("input")) == _base._canon(b.get("input")):
+                ida, idb = str(a.get("id")), str(b.get("id"))
+                v.twins.setdefault(ida, []).append(idb)
+                v.twins.setdefault(idb, []).append(ida)
+
+
 def _reference_view(t: Transcript) -> _base._View:
     v = _base._View(t, size=len(t.events))
     for pos, e in enumerate(t.events):
@@ -126,7 +136,7 @@ def _reference_view(t: Transcript) -> _base._View:
                         v.issued[uid] = (pos, e)
                         v.use_block[uid] = block
                 if len(uses) > 1:
-                    _base._find_twins(v, uses)
+                    _reference_twins(v, uses)
         elif isinstance(e, ToolStart):
             v.starts.append((pos, e))
         elif isinstance(e, ToolEnd):
@@ -144,7 +154,8 @@ def _reference_view(t: Transcript) -> _base._View:
 
 
 @pytest.mark.parametrize(("module", "options"), [
-    ("correct_sync", {"turns": 2, "abort": True}), ("correct_sync", {"restarts": 2}), ("approval_reused", {}),
+    ("correct_sync", {}), ("correct_sync", {"turns": 2, "abort": True}), ("correct_sync", {"restarts": 2}),
+    ("approval_reused", {}), ("durable_resend", {}),
 ])
 def test_the_view_files_events_as_the_isinstance_chain_did(module: str, options: dict[str, Any],
                                                           tmp_path: Any) -> None:
@@ -220,3 +231,16 @@ def _conversations(draw: st.DrawFn) -> list[Any]:
 @given(_conversations())
 def test_clean_agrees_with_the_walk(messages: list[Any]) -> None:
     assert conversation._clean(messages) == (not conversation._walk(messages).found)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", 1, 1.0, True]), st.sampled_from([{}, {"x": 1}, {"x": 1.0}, {"x": True}]),
+                          st.sampled_from(["toolu_1", "toolu_2", "toolu_3"])), max_size=6))
+def test_twins_are_found_as_every_pair_was_compared(calls: list[tuple[Any, Any, str]]) -> None:
+    """Names that are equal across types (1, 1.0, True), inputs equal but not as JSON, ids that repeat."""
+    uses = [{"type": "tool_use", "id": uid, "name": name, "input": value} for name, value, uid in calls]
+    want, got = _base._View(Transcript.__new__(Transcript), 0), _base._View(Transcript.__new__(Transcript), 0)
+    _reference_twins(want, uses)
+    _base._find_twins(got, uses)
+    assert got.twins == want.twins
+    assert [list(x) for x in got.twins.items()] == [list(x) for x in want.twins.items()]  # (the order too)

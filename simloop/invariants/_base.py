@@ -371,21 +371,35 @@ def _assign(
 
 
 def _find_twins(v: _View, uses: list[dict[str, Any]]) -> None:
-    """Note the identical calls (the same name and input) among one reply's tool_uses, in ``v.twins``."""
+    """Note the identical calls (the same name and input) among one reply's tool_uses, in ``v.twins``.
+
+    Only calls of one name are compared (a name's calls found in one pass), in the order every pair was compared
+    before, so each id's twins are listed in the same order.
+    """
+    names = [u.get("name") for u in uses]
+    try:
+        of_name: dict[Any, list[int]] = {}
+        for k, name in enumerate(names):
+            of_name.setdefault(name, []).append(k)
+        if len(of_name) == len(uses):
+            return  # no two calls of one name
+        groups = [of_name[name] for name in names]
+    except TypeError:  # a name that is no key (not simloop's own reply): every call against every other
+        groups = [list(range(len(uses)))] * len(uses)
+    inputs = [u.get("input") for u in uses]
     canon: dict[int, str] = {}  # index in uses -> its input's canonical form, made once, when first needed
 
     def canon_of(k: int) -> str:
         made = canon.get(k)
         if made is None:
-            made = canon[k] = _canon(uses[k].get("input"))
+            made = canon[k] = _canon(inputs[k])
         return made
 
-    for i, a in enumerate(uses):
-        for j in range(i + 1, len(uses)):
-            b = uses[j]
+    for i, group in enumerate(groups):
+        for j in group:
             # (== first: it is cheap, and calls that differ, the common case, never reach the canonical form)
-            if a.get("name") == b.get("name") and a.get("input") == b.get("input") and canon_of(i) == canon_of(j):
-                ida, idb = str(a.get("id")), str(b.get("id"))
+            if j > i and names[i] == names[j] and inputs[i] == inputs[j] and canon_of(i) == canon_of(j):
+                ida, idb = str(uses[i].get("id")), str(uses[j].get("id"))
                 v.twins.setdefault(ida, []).append(idb)
                 v.twins.setdefault(idb, []).append(ida)
 
