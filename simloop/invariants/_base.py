@@ -574,11 +574,25 @@ def _own_from(e: Event, t0: float) -> dict[str, Any]:
     return {"own": own - t0} if own is not None else {}
 
 
+def _slices(t: Transcript) -> list[TurnSlice]:
+    """`turn_slices` of ``t`` as it is now: cut once and shared by the per-turn invariants `check` runs in turn
+    (one entry, like the view's; `check` lets it go when it is done)."""
+    cached = _LAST_SLICES[0]
+    if cached is not None and cached[0] is t and cached[1] == len(t.events):
+        return cached[2]
+    slices = turn_slices(t)
+    _LAST_SLICES[0] = (t, len(t.events), slices)
+    return slices
+
+
+_LAST_SLICES: list[tuple[Transcript, int, list[TurnSlice]] | None] = [None]
+
+
 def per_turn(check: Invariant) -> Invariant:
     """``check`` run on each user turn (see `turn_slices`); a violation names its turn and conversation step."""
 
     def each(t: Transcript) -> list[Violation]:
-        slices = turn_slices(t)
+        slices = _slices(t)
         if len(slices) == 1:
             return check(slices[0].transcript)
         out: list[Violation] = []
