@@ -74,11 +74,14 @@ def _said(t: Transcript) -> list[tuple[str, str, int | None, str]]:
     ("correct_sync", {}), ("correct_stream", {}), ("correct_sync", {"turns": 2, "abort": True}),
     ("openai_loop", {}), ("results_split", {}), ("made_up_ids", {}), ("text_before_results", {}),
     ("note_drops_results", {}), ("tools_from_max_tokens", {}), ("durable_resend", {}),
+    ("openai_responses_loop", {}), ("correct_delegate", {}), ("approval_reused", {"approvals": True}),
 ])
 def test_check_is_the_same_with_the_shortcut_on_and_off(
     module: str, options: dict[str, Any], tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     transcripts = _worlds(module, options, tmp_path)
+    taken = sum(conversation._clean_chain(t.requests) for t in transcripts)
+    assert taken or not module.startswith("correct")  # a correct loop's runs take the shortcut
     for t in transcripts:
         monkeypatch.setattr(conversation, "_SHORTCUT", [True])
         fast = _said(t)
