@@ -9,6 +9,11 @@ outer one: time a few at a time), and prints each piece's CPU per run and per ca
     python bench/insitu.py [--runs 300] [--pieces transport,server,validator,response,headers]
     python bench/insitu.py --pieces sim_init,client,close,run,drive    # the run's fixed costs
     python bench/insitu.py --pieces patched,running,watching,guarding,prng,threads_left   # the run machinery
+    python bench/insitu.py --throughput 4 --pieces check,invariants,view   # verify's examples: what check costs
+
+With ``--throughput N`` the pieces are timed in `bench/detect.py`'s throughput line instead (N chunks of 25 full
+`verify` examples of `examples.correct_sync`, each followed by its bare run), per example; ``invariants`` times
+each invariant of the catalogue (``inv.ID``: the first to read the shared view builds it).
 """
 
 from __future__ import annotations
@@ -29,11 +34,15 @@ import random
 
 import overhead
 
+import simloop._campaign.world
 import simloop._sim.clients
 import simloop._sim.guard
 import simloop._sim.runner
+import simloop.generated
+import simloop.invariants
 import simloop.models
 import simloop.sim
+import simloop.tools
 from simloop._runtime.clock import VirtualClock
 from simloop._runtime.watchdog import Watchdog
 from simloop.protocol import validate
@@ -74,6 +83,13 @@ PIECES: dict[str, tuple[Any, str]] = {
     "drive": (simloop._sim.runner.Runner, "_drive"),
     "threads_left": (simloop._sim.runner, "threads_left"),
     "record": (simloop._sim.runner.Runner, "returned"),
+    # a verify example's own pieces (--throughput)
+    "check": (simloop.sim.Sim, "check"),
+    "view": (simloop.invariants._base, "_build_view"),
+    "tools": (simloop.tools.ToolBox, "run"),
+    "ledger": (simloop.tools.ToolBox, "_begin"),
+    "generated": (simloop.generated.GeneratedModel, "reply"),
+    "world": (simloop._campaign.world.World, "draw"),
 }
 
 #: name -> (owner, attribute): context managers of the run machinery, timed on entry and exit (name.enter, name.exit)
@@ -83,6 +99,16 @@ BLOCKS: dict[str, tuple[Any, str]] = {
     "watching": (Watchdog, "watching"),
     "guarding": (simloop._sim.runner, "guarding"),  # the network guard
 }
+
+
+class _Catalogue:
+    """The invariants' catalogue as an owner of attributes, for `_wrap`."""
+
+    def __getattr__(self, name: str) -> Any:
+        return simloop.invariants.CATALOGUE[name]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        simloop.invariants.CATALOGUE[name] = value
 
 
 class _TimedBlock:
@@ -107,6 +133,11 @@ class _TimedBlock:
 
 
 def _wrap(name: str) -> None:
+    if name == "invariants":  # each invariant of the catalogue, as `check` calls it
+        for invariant in list(simloop.invariants.CATALOGUE):
+            PIECES[f"inv.{invariant}"] = (_Catalogue(), invariant)
+            _wrap(f"inv.{invariant}")
+        return
     if name == "prng":  # the global PRNG saved, seeded and restored around each run
         for attr in ("getstate", "seed", "setstate"):
             PIECES[f"prng.{attr}"] = (random, attr)  # (the module Sim.run calls)
@@ -136,9 +167,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=300, help="alternating bare and simulated 10-call runs")
     parser.add_argument("--pieces", default="transport,server,validator,response,headers",
                         help=f"comma-separated, of: {', '.join([*PIECES, *BLOCKS, 'prng'])}")
+    parser.add_argument("--throughput", type=int, default=0, metavar="CHUNKS",
+                        help="time the pieces in detect.py's throughput line instead, per example")
     args = parser.parse_args()
     for name in args.pieces.split(","):
         _wrap(name)
+    if args.throughput:
+        _throughput(args.throughput)
+        return
     client = overhead.bare_client()
     for _ in range(20):
         overhead.loop(client), overhead.sim_run()
@@ -160,6 +196,25 @@ def main() -> None:
         per_run = ns / args.runs / 1000
         print(f"  {name:12s} {per_run:8.1f} us a run  {per_run / overhead.STEPS:7.1f} us a call  "
               f"{ns / CALLS[name] / 1000:7.1f} us each ({CALLS[name] / args.runs:.1f} a run)")
+
+
+def _throughput(chunks: int) -> None:
+    """The pieces' CPU per full `verify` example of `detect.throughput` (the warm-up chunk included)."""
+    import detect
+
+    runs = [0]
+    init = simloop.sim.Sim.__init__
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> None:
+        runs[0] += 1
+        init(self, *args, **kwargs)
+
+    simloop.sim.Sim.__init__ = counted  # type: ignore[method-assign]
+    result = detect.throughput(chunks=chunks)
+    n = max(runs[0], 1)
+    print(f"{n} examples; verify at {result.cpu_ratio:.1%} of bare by CPU time (wrappers included)")
+    for name, ns in sorted(CPU.items(), key=lambda item: -item[1]):
+        print(f"  {name:24s} {ns / n / 1000:8.1f} us an example  ({CALLS[name] / n:.1f} calls)")
 
 
 if __name__ == "__main__":

@@ -170,7 +170,7 @@ def check(transcript: Transcript, *, invariants: Iterable[str] | None = None) ->
         found = [v for i in (*ids, *claimants) for v in CATALOGUE[i](parent)]
         violations = [_renumber(v, calls) for v in _fold_overlaps(found) if v.invariant in ids]
     finally:
-        _base._LAST_VIEW[0] = None  # the view holds the transcript: keep it no longer than the caller does
+        _base._LAST_VIEW[0] = _base._LAST_SLICES[0] = None  # they hold the transcript: no longer than the caller
     for s in subs:
         label = f"in sub-agent run {s.start.run} ({s.start.task[:60]!r}, in {s.start.tool or 'no tool'})"
         for v in check(s.transcript, invariants=ids).violations:

@@ -105,6 +105,7 @@ class _View:
     asked_about: dict[int, str | None] = field(default_factory=dict)  # request position -> its tool_use (_bind_asks)
     twins: dict[str, list[str]] = field(default_factory=dict)  # tool_use id -> the identical calls of its reply
     _inputs: dict[int, str] = field(default_factory=dict)  # exec -> canonical input
+    _probes: dict[int, str] = field(default_factory=dict)  # exec -> its result's first characters (`probe`)
 
     def bound(self, s: ToolStart) -> str | None:
         """The tool_use id execution ``s`` answers, as every invariant reads it (see `_bind`)."""
@@ -121,6 +122,15 @@ class _View:
 
     def before_outcome(self, pos: int) -> bool:
         return self.outcome_pos is None or pos < self.outcome_pos
+
+    def probe(self, exec_: int) -> str:
+        """The first characters of execution ``exec_``'s result, stripped ("" without one): what a tool_result carrying
+        its output holds (memoised: `results_real` looks for each execution's in several results)."""
+        probe = self._probes.get(exec_)
+        if probe is None:
+            end = self.ends.get(exec_)
+            probe = self._probes[exec_] = ((end[1].result or "") if end is not None else "")[:200].strip()
+        return probe
 
     def input_of(self, s: ToolStart) -> str:
         """The execution's input in canonical JSON (memoised: the rerun checks compare executions pairwise)."""
@@ -229,37 +239,58 @@ _LAST_VIEW: list[_View | None] = [None]  # one entry: `check` runs the invariant
 
 def _build_view(t: Transcript) -> _View:
     v = _View(t, size=len(t.events))
+    kinds = _KINDS
+    e: Any  # (filed by its class's branch number, which mypy does not narrow on)
     for pos, e in enumerate(t.events):
-        if isinstance(e, Request):
+        kind = kinds.get(type(e))  # (one lookup, not a chain of isinstance tests: the class picks the branch)
+        if kind is None:
+            kind = _kind_of(e)
+        if kind == 0:
             v.request_at[e.index] = e
             if e.path in MODEL_PATHS:
                 v.model_requests.append((pos, e))
-        elif isinstance(e, Response) and _is_reply(e):
-            req = v.request_at.get(e.index)
-            if req is None or req.path in MODEL_PATHS:
-                v.replies.append((pos, e))
-                uses = e.tool_uses
-                for block in uses:
-                    uid = str(block.get("id"))
-                    if uid not in v.issued:
-                        v.issued[uid] = (pos, e)
-                        v.use_block[uid] = block
-                if len(uses) > 1:
-                    _find_twins(v, uses)
-        elif isinstance(e, ToolStart):
+        elif kind == 1:
+            if _is_reply(e):
+                _add_reply(v, pos, e)
+        elif kind == 2:
             v.starts.append((pos, e))
-        elif isinstance(e, ToolEnd):
+        elif kind == 3:
             v.ends[e.exec] = (pos, e)
-        elif isinstance(e, OutcomeEvent):
+        elif kind == 4:
             v.outcome_pos = pos
-        elif isinstance(e, Restart):
+        elif kind == 5:
             v.restarts.append(pos)
-        elif isinstance(e, ApprovalEvent):
+        elif kind == 6:
             v.asks.append((pos, e))
             v.asked_about[pos] = e.matched
     _bind(v)
     _bind_asks(v)
     return v
+
+
+#: The event classes `_build_view` files, in the order of its branches (a subclass is filed as its first base).
+_FILED: tuple[type, ...] = (Request, Response, ToolStart, ToolEnd, OutcomeEvent, Restart, ApprovalEvent)
+_KINDS: dict[type, int] = {cls: i for i, cls in enumerate(_FILED)}
+
+
+def _kind_of(e: Any) -> int:
+    """The branch of `_build_view` for an event whose class is not in `_KINDS` (a subclass; -1: none)."""
+    return next((i for i, cls in enumerate(_FILED) if isinstance(e, cls)), -1)
+
+
+def _add_reply(v: _View, pos: int, e: Response) -> None:
+    """File a model reply the loop received: its tool_uses as issued (the first reply of an id), its twins."""
+    req = v.request_at.get(e.index)
+    if req is None or req.path in MODEL_PATHS:
+        v.replies.append((pos, e))
+        uses = e.tool_uses
+        for block in uses:
+            uid = str(block.get("id"))
+            if uid not in v.issued:
+                v.issued[uid] = (pos, e)
+                v.use_block[uid] = block
+        if len(uses) > 1:
+            _find_twins(v, uses)
 
 
 # -- how an execution is bound to its tool_use (docs/design.md, How an execution is bound to its tool_use) -------
@@ -340,13 +371,35 @@ def _assign(
 
 
 def _find_twins(v: _View, uses: list[dict[str, Any]]) -> None:
-    """Note the identical calls (the same name and input) among one reply's tool_uses, in ``v.twins``."""
-    for i, a in enumerate(uses):
-        for b in uses[i + 1:]:
+    """Note the identical calls (the same name and input) among one reply's tool_uses, in ``v.twins``.
+
+    Only calls of one name are compared (a name's calls found in one pass), in the order every pair was compared
+    before, so each id's twins are listed in the same order.
+    """
+    names = [u.get("name") for u in uses]
+    try:
+        of_name: dict[Any, list[int]] = {}
+        for k, name in enumerate(names):
+            of_name.setdefault(name, []).append(k)
+        if len(of_name) == len(uses):
+            return  # no two calls of one name
+        groups = [of_name[name] for name in names]
+    except TypeError:  # a name that is no key (not simloop's own reply): every call against every other
+        groups = [list(range(len(uses)))] * len(uses)
+    inputs = [u.get("input") for u in uses]
+    canon: dict[int, str] = {}  # index in uses -> its input's canonical form, made once, when first needed
+
+    def canon_of(k: int) -> str:
+        made = canon.get(k)
+        if made is None:
+            made = canon[k] = _canon(inputs[k])
+        return made
+
+    for i, group in enumerate(groups):
+        for j in group:
             # (== first: it is cheap, and calls that differ, the common case, never reach the canonical form)
-            if a.get("name") == b.get("name") and a.get("input") == b.get("input") and _canon(
-                    a.get("input")) == _canon(b.get("input")):
-                ida, idb = str(a.get("id")), str(b.get("id"))
+            if j > i and names[i] == names[j] and inputs[i] == inputs[j] and canon_of(i) == canon_of(j):
+                ida, idb = str(uses[i].get("id")), str(uses[j].get("id"))
                 v.twins.setdefault(ida, []).append(idb)
                 v.twins.setdefault(idb, []).append(ida)
 
@@ -437,8 +490,14 @@ def _is_reply(r: Response) -> bool:
     return r.kind not in ("error", "rejected") and r.stop_reason is not None and r.fault != "crash"
 
 
+#: One encoder for `_canon`, not one a call (``json.dumps`` with arguments builds a `JSONEncoder` each time); the
+#: same settings, so the same text.
+_CANON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr)
+
+
 def _canon(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr)
+    """``value`` as canonical JSON (keys sorted, no spaces; what is not JSON as its repr): equal inputs compare equal."""
+    return _CANON.encode(value)
 
 
 def _is_write(t: Transcript, s: ToolStart) -> bool:
@@ -515,11 +574,25 @@ def _own_from(e: Event, t0: float) -> dict[str, Any]:
     return {"own": own - t0} if own is not None else {}
 
 
+def _slices(t: Transcript) -> list[TurnSlice]:
+    """`turn_slices` of ``t`` as it is now: cut once and shared by the per-turn invariants `check` runs in turn
+    (one entry, like the view's; `check` lets it go when it is done)."""
+    cached = _LAST_SLICES[0]
+    if cached is not None and cached[0] is t and cached[1] == len(t.events):
+        return cached[2]
+    slices = turn_slices(t)
+    _LAST_SLICES[0] = (t, len(t.events), slices)
+    return slices
+
+
+_LAST_SLICES: list[tuple[Transcript, int, list[TurnSlice]] | None] = [None]
+
+
 def per_turn(check: Invariant) -> Invariant:
     """``check`` run on each user turn (see `turn_slices`); a violation names its turn and conversation step."""
 
     def each(t: Transcript) -> list[Violation]:
-        slices = turn_slices(t)
+        slices = _slices(t)
         if len(slices) == 1:
             return check(slices[0].transcript)
         out: list[Violation] = []

@@ -366,37 +366,60 @@ def _unreal_results(v: _View, declared: dict[str, str]) -> dict[int, list[tuple[
         if s.matched is not None:
             bound.setdefault(s.matched, []).append((pos, s))
     found: dict[int, list[tuple[str, str, str]]] = {}  # request position -> (tool_use id, kind, detail)
+    issued_at, sent_at, use_block, starts_of = v.issued, v.result_sent, v.use_block, v.starts_of  # (looked up once)
     for uid, block in v.result_block.items():
-        issued = v.issued.get(uid)
-        sent = v.result_sent.get(uid)
+        issued = issued_at.get(uid)
+        sent = sent_at.get(uid)
         if issued is None or sent is None:
             continue  # a result for no tool_use: pairing's
-        use = v.use_block[uid]
+        use = use_block[uid]
         name = str(use.get("name"))
         if name not in declared:
             continue
         text = result_text(block)
-        done = [(p, s) for p, s in bound.get(uid, []) if p < sent]
-        if done:  # an execution answered it: only a denied commit is wrong (the text is searched only then)
-            committed = next((s for _, s in done if _committed_before(v, s, sent)), None)
+        done = bound.get(uid)
+        if done is not None and done[0][0] < sent:  # an execution answered it (`bound` is in event order)
+            committed = _first_committed(v, done, sent)  # only a denied commit is wrong: the text searched then
             if committed is not None and _NOT_RUN.search(text) and not _HEDGED.search(text):
                 found.setdefault(sent, []).append((uid, "denied_commit", f"exec {committed.exec}"))
             continue
         if block.get("is_error") is True:
             continue
-        if issued[1].stop_reason in (*CUT_STOPS, "refusal"):
+        if issued[1].stop_reason in _UNRUN_STOPS:
             continue  # a call the loop rightly never ran; how it settles the history is pairing's
-        ran = [s for p, s in v.starts_of.get(name, ()) if p < sent]
-        # (the text first: a substring test, where the inputs are compared as canonical JSON)
-        if any(_carries(v, s, text) for s in ran):
-            continue
-        canon = _canon(use.get("input"))
-        if any(v.input_of(s) == canon for s in ran):
+        if _ran_alike(v, starts_of.get(name, ()), sent, use, text):
             continue
         if _NOT_RUN.search(text):  # (last: the search reads the whole text, a huge output's too)
             continue
         found.setdefault(sent, []).append((uid, "fabricated", text))
     return found
+
+
+#: The replies whose calls a correct loop never runs: cut at max_tokens (or a stop), or refused.
+_UNRUN_STOPS = frozenset({*CUT_STOPS, "refusal"})
+
+
+def _first_committed(v: _View, done: list[tuple[int, ToolStart]], sent: int) -> ToolStart | None:
+    """The first of the executions ``done`` (in event order) begun before ``sent`` whose write committed and
+    returned before it (`_committed_before`), or None."""
+    for pos, s in done:
+        if pos >= sent:
+            return None
+        if _committed_before(v, s, sent):
+            return s
+    return None
+
+
+def _ran_alike(v: _View, starts: Sequence[tuple[int, ToolStart]], sent: int, use: dict[str, Any], text: str) -> bool:
+    """Whether an execution of the tool (``starts``, in event order) begun before ``sent`` gave ``text`` its
+    output (the text first: a substring test), or ran with ``use``'s input (compared as canonical JSON)."""
+    ran = [s for p, s in starts if p < sent]
+    for s in ran:
+        probe = v.probe(s.exec)
+        if probe and probe in text:
+            return True
+    canon = _canon(use.get("input"))
+    return any(v.input_of(s) == canon for s in ran)
 
 
 def _unreal_result(v: _View, request: Request, items: list[tuple[str, str, str]]) -> Violation:
@@ -432,13 +455,6 @@ def _committed_before(v: _View, s: ToolStart, pos: int) -> bool:
     """
     end = v.ends.get(s.exec)
     return end is not None and end[0] < pos and end[1].committed and end[1].status == "ok" and _is_write(v.t, s)
-
-
-def _carries(v: _View, s: ToolStart, text: str) -> bool:
-    """Does ``text`` carry execution ``s``'s output (its result's first characters)?"""
-    end = v.ends.get(s.exec)
-    probe = ((end[1].result or "") if end is not None else "")[:200].strip()
-    return bool(probe) and probe in text
 
 
 def _result_path(request: Request, uid: str) -> str | None:

@@ -136,10 +136,10 @@ def _limits(t: Transcript) -> list[Violation]:
     declared = t.header.limits
     out: list[Violation] = []
     done: set[str] = set()  # the budgets already reported: each once, at the first call past it
+    budgets = [(key, check, declared[key]) for key, check in _BUDGETS if declared.get(key) is not None]
     for call in _calls(t, v, priced=declared.get("max_cost_usd") is not None):
-        for key, check in _BUDGETS:
-            limit = declared.get(key)
-            if limit is None or key in done:
+        for key, check, limit in budgets:
+            if key in done:
                 continue
             found = check(t, call, limit)
             if found is not None:
@@ -176,15 +176,18 @@ def _calls(t: Transcript, v: _View, *, priced: bool) -> Iterator[_Call]:
     retries = 0  # the loop's own retries: the same request sent again after it got no reply (an SDK's are one call)
     last: Request | None = None
     for pos, e in enumerate(t.events):
-        if isinstance(e, Response) and pos in reply_positions:
-            used += e.input_tokens + e.output_tokens
-            if priced:
-                spent += reply_cost(e, t.header.prices)
-        elif isinstance(e, Response) and e.fault == "crash":
-            lost.add(e.call)
-        if not isinstance(e, Request) or e.path not in MODEL_PATHS or e.call in calls_seen:
-            if isinstance(e, Request) and e.path in MODEL_PATHS:
-                last = e
+        if isinstance(e, Response):
+            if pos in reply_positions:
+                used += e.input_tokens + e.output_tokens
+                if priced:
+                    spent += reply_cost(e, t.header.prices)
+            elif e.fault == "crash":
+                lost.add(e.call)
+            continue
+        if not isinstance(e, Request) or e.path not in MODEL_PATHS:
+            continue
+        if e.call in calls_seen:
+            last = e
             continue
         calls_seen.add(e.call)  # the first attempt of a logical call; SDK retries are the same call
         if last is not None and last.index not in answered and last.path == e.path and last.body == e.body:
