@@ -1,10 +1,7 @@
-"""The invariants' cheaper paths for the common clean run give the same verdicts as the full computation.
-
-`pairing` answers a chain of requests that each extend the one before from one walk of the last conversation
-(`conversation._clean_chain`); the shared view files events by their class in one lookup (`_base._build_view`);
-`_canon` reuses one encoder.  Each is held to the form it replaced: `check` with the shortcut on and off over the
-transcripts of `simloop.verify`'s generated worlds on reference loops, correct and defective; the view against
-the isinstance chain it replaced; `_canon` against ``json.dumps`` on generated values.
+"""The invariants' cheaper forms give what the forms they replaced gave: the shared view files events by their class
+in one lookup (`_base._build_view`), held to the isinstance chain it replaced over the transcripts of
+`simloop.verify`'s generated worlds on reference loops; `_canon` reuses one encoder, held to ``json.dumps``; a reply's
+twins are found within one name, held to the pairwise comparison.
 """
 
 from __future__ import annotations
@@ -21,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import simloop
-from simloop.invariants import _base, check, conversation
+from simloop.invariants import _base, check
 from simloop.sim import Sim
 from simloop.transcript import (
     ApprovalEvent,
@@ -68,44 +65,6 @@ def _worlds(module: str, options: dict[str, Any], tmp_path: Any) -> list[Transcr
 def _said(t: Transcript) -> list[tuple[str, str, int | None, str]]:
     report = check(t)
     return [(v.invariant, v.message, v.step, repr(v.evidence)) for v in report.violations]
-
-
-@pytest.mark.parametrize(("module", "options"), [
-    ("correct_sync", {}), ("correct_stream", {}), ("correct_sync", {"turns": 2, "abort": True}),
-    ("openai_loop", {}), ("results_split", {}), ("made_up_ids", {}), ("text_before_results", {}),
-    ("note_drops_results", {}), ("tools_from_max_tokens", {}), ("durable_resend", {}),
-    ("openai_responses_loop", {}), ("correct_delegate", {}), ("approval_reused", {"approvals": True}),
-])
-def test_check_is_the_same_with_the_shortcut_on_and_off(
-    module: str, options: dict[str, Any], tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    transcripts = _worlds(module, options, tmp_path)
-    taken = sum(conversation._clean_chain(t.requests) for t in transcripts)
-    assert taken or not module.startswith("correct")  # a correct loop's runs take the shortcut
-    for t in transcripts:
-        monkeypatch.setattr(conversation, "_SHORTCUT", [True])
-        fast = _said(t)
-        monkeypatch.setattr(conversation, "_SHORTCUT", [False])
-        full = _said(t)
-        assert fast == full
-
-
-def test_the_shortcut_is_taken_and_left() -> None:
-    """A clean chain is answered by the shortcut; a chain with an offence, or a history edited, falls back."""
-    def request(i: int, messages: list[Any]) -> Request:
-        return Request(t=0.0, index=i, call=i + 1, attempt=1, path="/v1/messages", stream=False,
-                       body={"messages": messages})
-
-    user = {"role": "user", "content": "go"}
-    use = {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "s", "input": {}}]}
-    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "x"}]}
-    again = {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "s", "input": {}}]}
-    clean = [request(0, [user]), request(1, [user, use, result])]
-    assert conversation._clean_chain(clean)
-    dup = [*clean, request(2, [user, use, result, again, result])]
-    assert not conversation._clean_chain(dup)  # an offence: the full walk reports it
-    edited = [request(0, [user, use, result]), request(1, [user])]
-    assert not conversation._clean_chain(edited)
 
 
 # -- the view's filing, against the isinstance chain it replaced --------------------------------------------------
@@ -184,56 +143,6 @@ def test_canon_of_what_is_not_json_is_its_repr() -> None:
     thing = type("Thing", (), {"__repr__": lambda self: "T"})()
     odd = {"b": thing, "a": math.inf, "c": [-0.0, {"z": 1, "y": True}]}
     assert _base._canon(odd) == json.dumps(odd, sort_keys=True, separators=(",", ":"), default=repr)
-
-
-# -- `_clean`, the clean chain's one walk, against `_walk` on generated conversations --------------------------------
-
-_IDS = st.sampled_from(["toolu_1", "toolu_2", "toolu_3", 1])  # a small pool: ids repeat; one is not a string
-
-
-def _block(kind: str, uid: Any) -> Any:
-    if kind == "use":
-        return {"type": "tool_use", "id": uid, "name": "s", "input": {}}
-    if kind == "result":
-        return {"type": "tool_result", "tool_use_id": uid, "content": "x"}
-    return {"type": "text", "text": "t"} if kind == "text" else "not a block"
-
-
-@st.composite
-def _conversations(draw: st.DrawFn) -> list[Any]:
-    """A tool loop's history (each call answered at once), then a few edits of any kind: most stay clean or
-    break one rule."""
-    messages: list[Any] = [{"role": "user", "content": "go"}]
-    for step in range(draw(st.integers(0, 4))):
-        ids = [draw(st.sampled_from([f"toolu_{step}_{k}"] * 3 + ["toolu_again"]))  # one id may come back
-               for k in range(draw(st.integers(0, 3)))]
-        messages.append({"role": "assistant", "content": [{"type": "text", "text": "t"},
-                                                          *(_block("use", u) for u in ids)]})
-        if ids:
-            answered = list(dict.fromkeys(ids)) if draw(st.booleans()) else ids  # a repeated id answered once
-            messages.append({"role": "user", "content": [_block("result", u) for u in answered]})
-    for _ in range(draw(st.integers(0, 2))):
-        at = draw(st.integers(0, len(messages)))
-        role = draw(st.sampled_from(["user", "assistant", "system", None]))
-        kinds = draw(st.lists(st.sampled_from(["use", "result", "text", "odd"]), max_size=3))
-        content = draw(st.sampled_from(["list", "str", "none"]))
-        body: Any = [_block(k, draw(_IDS)) for k in kinds] if content == "list" else "hi" if content == "str" else None
-        edit = draw(st.sampled_from(["insert", "replace", "delete", "not a message"]))
-        if edit == "insert":
-            messages.insert(at, {"role": role, "content": body})
-        elif edit == "not a message":
-            messages.insert(at, 7)
-        elif messages and edit == "replace":
-            messages[min(at, len(messages) - 1)] = {"role": role, "content": body}
-        elif messages:
-            del messages[min(at, len(messages) - 1)]
-    return messages
-
-
-@settings(max_examples=300, deadline=None)
-@given(_conversations())
-def test_clean_agrees_with_the_walk(messages: list[Any]) -> None:
-    assert conversation._clean(messages) == (not conversation._walk(messages).found)
 
 
 @settings(max_examples=200, deadline=None)

@@ -212,76 +212,6 @@ def _extends(conversation: list[Any], walked: list[Any]) -> bool:
     )
 
 
-#: `pairing` may answer a clean chain of requests from one walk (`_clean_chain`); False (private, for the tests
-#: that hold the shortcut to the full walk) walks every request.
-_SHORTCUT = [True]
-
-
-def _clean_chain(requests: list[Request]) -> bool:
-    """Whether no request has a pairing offence, known from one walk: each conversation extends the one before as
-    `_walk` resumes it (its history unchanged, closed, the new part opening with an assistant message), so each
-    request's offences are among the last one's, and the last conversation, walked whole, has none.
-
-    The common clean run, in one walk instead of one a request; False (walk each) for any other shape.
-    """
-    if not requests:
-        return True
-    last = requests[0].conversation
-    for r in requests[1:]:
-        conversation = r.conversation
-        if not _extends(conversation, last):
-            return False
-        last = conversation
-    return _clean(last)
-
-
-def _clean(conversation: list[Any]) -> bool:
-    """Whether `_walk` finds no offence in ``conversation`` (the same rules, read the same way), without noting
-    where each block is: the common clean history, told cheaply."""
-    turns: list[tuple[str, list[Any]]] = []  # (role, its blocks): consecutive same-role messages merged
-    for msg in conversation:
-        if not isinstance(msg, dict):
-            continue
-        role, content = str(msg.get("role")), msg.get("content")
-        blocks = content if isinstance(content, list) else [_TEXT] if isinstance(content, str) else []
-        if turns and turns[-1][0] == role:
-            turns[-1] = (role, [*turns[-1][1], *blocks])
-        else:
-            turns.append((role, blocks))
-    uses_seen: set[str] = set()
-    results_seen: set[str] = set()
-    pending: set[str] = set()  # the tool_uses of the previous assistant turn
-    for role, blocks in turns:
-        if role == "assistant":
-            pending = set()
-            for b in blocks:
-                if isinstance(b, dict) and b.get("type") == "tool_use":
-                    uid = str(b.get("id"))
-                    if uid in uses_seen:
-                        return False  # a reused id
-                    uses_seen.add(uid)
-                    pending.add(uid)
-            continue
-        leading = True
-        for b in blocks:
-            if not isinstance(b, dict):
-                continue
-            if b.get("type") != "tool_result":
-                leading = False
-                continue
-            uid = str(b.get("tool_use_id"))
-            if uid in results_seen or uid not in pending or not leading:
-                return False  # a second result, an orphan, or a result after other content
-            results_seen.add(uid)
-        if not pending <= results_seen:
-            return False  # a call left unanswered
-        pending = set()
-    return not (turns and turns[-1][0] == "assistant" and pending)  # a prefill that asks for tools
-
-
-_TEXT = {"type": "text"}  # what a string content is to the walk: a block that is no tool_result
-
-
 def pairing(t: Transcript) -> list[Violation]:
     """Every tool_use is answered by exactly one tool_result at the start of the next message; no strays, no dups.
 
@@ -292,10 +222,7 @@ def pairing(t: Transcript) -> list[Violation]:
     seen: set[tuple[str, str]] = set()
     walk: _Walk | None = None
     doubled = _doubled(t)
-    requests = t.requests
-    if not doubled and _SHORTCUT[0] and _clean_chain(requests):
-        return out
-    for r in requests:
+    for r in t.requests:
         if r.index in doubled:
             continue  # its items were sent twice (chained and replayed): request_valid tells that story
         walk = _walk(r.conversation, walk)
