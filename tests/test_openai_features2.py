@@ -113,11 +113,12 @@ def price_usage(usage: Any, model: str, prices: Any) -> float:
 
 def loop(
     sim: Any, wire: str, *, fit: Fit | None = None, price: Price | None = price_usage, retry_errors: int = 0,
-    include_usage: bool = True,
+    include_usage: bool = True, clip: int | None = None, cut_as: str = "truncated",
 ) -> Outcome:
     """A loop on ``wire``: stops before a call once its step cap or cost budget is spent, leaves retries to the
     SDK (``retry_errors`` > 0: the defect that resends after any API error), runs no call of a cut reply, answers
-    every call (a tool that raised with its error text), and ``fit``s its history before each call.  ``sim`` is a
+    every call (a tool that raised with its error text, a long output ``clip``ped), reports a cut reply ``cut_as``,
+    and ``fit``s its history before each call.  ``sim`` is a
     Sim, or a sub-agent (``sim.subagent(...)``: the same loop, started fresh)."""
     client, stream = sim.openai_client, wire.endswith("stream")
     history: list[Any] = [{"role": "user", "content": sim.task}]
@@ -142,10 +143,12 @@ def loop(
             spent += price(usage, model, sim.prices)
         history += items
         if how != "tools":
-            return Outcome({"cut": "truncated", "broken": "error"}.get(how, how), text)
+            return Outcome({"cut": cut_as, "broken": "error"}.get(how, how), text)
         for call_id, name, arguments in calls:
             try:
-                output = sim.run_tool(name, json.loads(arguments), tool_use_id=call_id)
+                output = str(sim.run_tool(name, json.loads(arguments), tool_use_id=call_id))
+                if clip is not None and len(output) > clip:
+                    output = output[:clip] + f"\n[{len(output) - clip} more characters cut]"
             except Exception as exc:  # noqa: BLE001 - an observation for the model, never a retry
                 output = f"Error: {exc}"
             history.append(_answer(wire, call_id, str(output)))
@@ -158,8 +161,8 @@ def drive_for(wire: str, **kw: Any) -> Callable[[Sim], Outcome]:
 
 def run(scenario: Any, drive: Callable[[Sim], Any], **kw: Any) -> tuple[Sim, simloop.Report]:
     with Sim(scenario, **kw) as sim:
-        outcome = sim.run(drive)
-    return sim, sim.check(outcome)
+        sim.outcome = sim.run(drive)  # type: ignore[attr-defined]
+    return sim, sim.check(sim.outcome)  # type: ignore[attr-defined]
 
 
 def ids(report: simloop.Report) -> set[str]:
@@ -211,3 +214,103 @@ def test_a_sub_agents_partial_answer_reported_as_done_is_caught_on_the_openai_wi
     assert ids(report) == {"subagent_honest"}, report
     (v,) = report.violations
     assert v.evidence["reason"] == "truncated" and v.step == 4
+
+
+# -- the context window ----------------------------------------------------------------------------------------------
+
+BIG_BUDGET = Limits(max_steps=10, deadline_s=300, max_total_tokens=10_000_000)
+#: Only long runs: five to eight tool rounds whose outputs are each a quarter of the window (tests/test_context.py).
+LONG = simloop.strategies.plans(
+    min_steps=5, max_steps=8, personas=(("finishes", 1),), faults=False, ending_kinds=("end_turn",),
+    slow=((False, 1),), heavy=((False, 1),), ending_repeats=((1, 1),), long=((True, 1),),
+)
+#: The trimming loop's numbers for gpt-4o's window: each output clipped to about 5,000 tokens (a round of parallel
+#: calls must fit too), the history kept to about 60,000.
+CLIP, HISTORY_BUDGET = 20_000, 60_000
+
+
+def _call_ids(item: dict[str, Any]) -> set[str]:
+    if item.get("type") == "function_call":
+        return {item["call_id"]}
+    return {c["id"] for c in item.get("tool_calls") or []}
+
+
+def _answers(item: dict[str, Any]) -> str | None:
+    return item.get("tool_call_id") or (item.get("call_id") if item.get("type") == "function_call_output" else None)
+
+
+def _oldest_round(history: list[Any]) -> tuple[int, int] | None:
+    """Where the oldest tool round is (the items that called, then those that answered), unless it is the latest."""
+    start = next((i for i, item in enumerate(history) if _call_ids(item)), None)
+    if start is None:
+        return None
+    end, answered = start + 1, False
+    while end < len(history) and (_answers(history[end]) or (_call_ids(history[end]) and not answered)):
+        answered = answered or bool(_answers(history[end]))
+        end += 1
+    return (start, end) if end < len(history) else None
+
+
+def fit(history: list[Any]) -> None:
+    """Drop the oldest tool rounds, never the task nor the latest round, until the history is about
+    ``HISTORY_BUDGET`` tokens (four characters of its JSON a token)."""
+    while len(json.dumps(history)) // 4 > HISTORY_BUDGET and (where := _oldest_round(history)) is not None:
+        del history[where[0]:where[1]]
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_the_context_window_on_the_openai_wires(wire: str, tmp_path: Path) -> None:
+    """A loop that trims its history keeps its claim over long runs; one that claims it and never trims is caught
+    (request_valid); one that claims nothing stops at the wire's own 400 honestly, and resending the refused
+    prompt is caught."""
+    kw: dict[str, Any] = {"limits": BIG_BUDGET, "plan": LONG, "max_examples": 4, "seed": 1, "out_dir": tmp_path}
+    assert simloop.verify(drive_for(wire, fit=fit, clip=CLIP), context=True, **kw).ok
+    assert simloop.verify(drive_for(wire), **kw).ok
+    for defect, claim in ((drive_for(wire), True), (drive_for(wire, retry_errors=2), False)):
+        with pytest.raises(simloop.InvariantViolation) as caught:
+            simloop.verify(defect, context=claim, **kw)
+        assert {v.invariant for v in caught.value.violations} == {"request_valid"}, caught.value
+
+
+# -- cost budgets --------------------------------------------------------------------------------------------------
+
+COST_FILE = ROOT / "scenarios" / "cost-budget.yaml"
+#: A few calls' worth of gpt-4o at its list price ($2.50 / $10 per million tokens) in the generated world.
+SMALL_BUDGET = Limits(max_steps=10, max_cost_usd=0.003)
+
+
+def output_only(usage: Any, model: str, prices: Any) -> float:
+    """Defect: prices the completion alone, read from the wire's own field ("the output is what we pay for")."""
+    out = getattr(usage, "completion_tokens", None) or getattr(usage, "output_tokens", 0)
+    return cost_usd({"output_tokens": out}, model, prices)
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_the_cost_budget_file_on_the_openai_wires(wire: str) -> None:
+    """Priced as the README says, the cache writes and reads of the scripted usage reach each wire's usage and the
+    loop stops before the fourth call; a loop that drops its budget, or prices the output alone, is caught."""
+    scenario = load_scenario(COST_FILE)
+    sim, report = run(scenario, drive_for(wire))
+    assert report.ok and sim.outcome.reason == "cost_budget", report  # type: ignore[attr-defined]
+    assert len(sim.transcript.requests) == 3
+    for defect in (drive_for(wire, price=None), drive_for(wire, price=output_only)):
+        _, report = run(scenario, defect)
+        assert ids(report) == {"limits"} and "max_cost_usd" in report.violations[0].message, report
+
+
+def test_a_chat_stream_priced_without_include_usage_is_caught() -> None:
+    """A Chat Completions stream carries its usage only when asked (``stream_options.include_usage``): without
+    it there is none to price, so the budget never stops the loop."""
+    scenario = load_scenario(COST_FILE)
+    assert run(scenario, drive_for("chat-stream"))[1].ok
+    _, report = run(scenario, drive_for("chat-stream", include_usage=False))
+    assert ids(report) == {"limits"}, report
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_verify_holds_the_openai_loops_to_their_cost_budget(wire: str, tmp_path: Path) -> None:
+    kw: dict[str, Any] = {"limits": SMALL_BUDGET, "seed": 3, "out_dir": tmp_path}
+    assert simloop.verify(drive_for(wire), max_examples=60, **kw).ok
+    with pytest.raises(simloop.InvariantViolation) as caught:
+        simloop.verify(drive_for(wire, price=output_only), max_examples=100, **kw)
+    assert {v.invariant for v in caught.value.violations} == {"limits"}, caught.value
