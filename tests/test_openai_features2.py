@@ -218,7 +218,7 @@ def test_a_sub_agents_partial_answer_reported_as_done_is_caught_on_the_openai_wi
 
 # -- the context window ----------------------------------------------------------------------------------------------
 
-BIG_BUDGET = Limits(max_steps=10, deadline_s=300, max_total_tokens=10_000_000)
+BIG_BUDGET = Limits(max_steps=10)  # what these loops check (no clock, no token count)
 #: Only long runs: five to eight tool rounds whose outputs are each a quarter of the window (tests/test_context.py).
 LONG = simloop.strategies.plans(
     min_steps=5, max_steps=8, personas=(("finishes", 1),), faults=False, ending_kinds=("end_turn",),
@@ -270,6 +270,29 @@ def test_the_context_window_on_the_openai_wires(wire: str, tmp_path: Path) -> No
         with pytest.raises(simloop.InvariantViolation) as caught:
             simloop.verify(defect, context=claim, **kw)
         assert {v.invariant for v in caught.value.violations} == {"request_valid"}, caught.value
+
+
+#: A log that a single read brings to about 150,000 tokens: inside the default 200k window, past gpt-4o's 128k.
+LONG_LOG = {"name": "long-log", "task": "Why did checkout fail?", "strict": False, "requires": ["context"],
+            "tools": [{"name": "read_log", "results": ["41,000 lines"]}],
+            "model": [{"tool_use": [{"name": "read_log", "input": {}}]}, {"end_turn": "The pool ran dry."}],
+            "faults": [{"tool": "read_log", "kind": "huge_output", "size": 600_000}]}
+WINDOW_400 = {"chat": "This model's maximum context length is 128000 tokens. However, your messages resulted in ",
+              "responses": "Your input exceeds the context window of this model."}
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_gpt_4o_is_held_to_its_own_window(wire: str) -> None:
+    """Before: every OpenAI model had the default 200k window, so a request of 150k tokens to gpt-4o was answered
+    and a loop claiming to manage its context passed where the real API refuses it (gpt-4o's window is 128k)."""
+    sim, report = run(LONG_LOG, drive_for(wire))
+    assert 128_000 < sim.transcript.requests[-1].input_tokens < 200_000
+    (refused,) = [r for r in sim.transcript.responses if r.kind == "rejected"]
+    assert refused.error is not None and refused.error["error"]["code"] == "context_length_exceeded"
+    assert refused.error["error"]["message"].startswith(WINDOW_400[wire.split("-")[0]])
+    assert ids(report) == {"request_valid"} and report.violations[0].evidence["claim"] == "context", report
+    sim, report = run(LONG_LOG, drive_for(wire, fit=fit, clip=CLIP))
+    assert report.ok and sim.outcome.reason == "final", report  # type: ignore[attr-defined]
 
 
 # -- cost budgets --------------------------------------------------------------------------------------------------
