@@ -21,7 +21,7 @@ import simloop
 from simloop import Limits, Outcome, Sim
 from simloop.pricing import cost_usd
 from simloop.scenario import load_scenario
-from simloop.transcript import SubagentEnd, SubagentStart
+from simloop.transcript import SubagentEnd, SubagentStart, ToolStart
 
 openai = pytest.importorskip("openai", reason="the OpenAI wires need the openai SDK: pip install 'simloop[openai]'")
 
@@ -216,6 +216,52 @@ def test_a_sub_agents_partial_answer_reported_as_done_is_caught_on_the_openai_wi
     assert v.evidence["reason"] == "truncated" and v.step == 4
 
 
+BOMB = {"name": "bomb", "task": "Research the refund policy.", "tools": [DELEGATE, {"name": "search", "kind": "read"}],
+        "model": [{"tool_use": [{"name": "delegate", "input": {"task": "find it"}}]}], "then": "end_turn"}
+
+
+def bomb(wire: str) -> Callable[[Sim], Outcome]:
+    """Defect: a delegate tool that starts sub-agents until one finds something (none does: each is capped at one
+    step and the model keeps delegating), each with a fresh budget."""
+
+    def drive(sim: Sim) -> Outcome:
+        def delegate(task: str = "") -> str:
+            while True:
+                outcome = sim.subagent(task, limits=Limits(max_steps=1)).run(lambda sub: loop(sub, wire))
+                if outcome.reason == "final" and "found" in outcome.text:
+                    return outcome.text
+
+        sim.bind_tool("delegate", delegate)
+        return loop(sim, wire)
+
+    return drive
+
+
+@pytest.mark.parametrize("wire", ["chat", "responses"])
+def test_the_runaway_bounds_hold_across_sub_runs_on_the_openai_wires(wire: str) -> None:
+    from simloop.sim import RUNAWAY_MODEL_CALLS, RUNAWAY_SUBRUNS
+
+    sim, report = run(BOMB, bomb(wire))
+    assert [v.invariant for v in report.violations] == ["stops"], report
+    assert report.violations[0].evidence["budget"] == "subagents" and "kept starting sub-agents" in str(report)
+    assert len(sim.transcript.of(SubagentStart)) == RUNAWAY_SUBRUNS * RUNAWAY_MODEL_CALLS
+    # ten delegations a reply, three replies, each sub-agent answering at once: bounded, no runaway
+    ten = {"tool_use": [{"name": "delegate", "input": {"task": f"part {i}"}} for i in range(10)]}
+    sim, report = run({**BOMB, "model": [ten, ten, ten], "then": "end_turn"}, delegating(wire))
+    assert report.ok and len(sim.transcript.of(SubagentEnd)) == 30, report
+
+
+@pytest.mark.parametrize("wire", ["chat-stream", "responses"])
+def test_verify_with_a_delegate_tool_on_the_openai_wires(wire: str, tmp_path: Path) -> None:
+    from simloop.strategies import DEFAULT_TOOLS
+
+    kw: dict[str, Any] = {"tools": [*DEFAULT_TOOLS, simloop.ToolSpec(**DELEGATE)], "seed": 2, "out_dir": tmp_path}
+    assert simloop.verify(delegating(wire), max_examples=40, **kw).ok
+    with pytest.raises(simloop.InvariantViolation) as caught:
+        simloop.verify(delegating(wire, honest=False), max_examples=100, **kw)
+    assert {v.invariant for v in caught.value.violations} == {"subagent_honest"}, caught.value
+
+
 # -- the context window ----------------------------------------------------------------------------------------------
 
 BIG_BUDGET = Limits(max_steps=10)  # what these loops check (no clock, no token count)
@@ -270,6 +316,24 @@ def test_the_context_window_on_the_openai_wires(wire: str, tmp_path: Path) -> No
         with pytest.raises(simloop.InvariantViolation) as caught:
             simloop.verify(defect, context=claim, **kw)
         assert {v.invariant for v in caught.value.violations} == {"request_valid"}, caught.value
+
+
+FILLED = {"name": "filled", "task": "Why did checkout fail?", "strict": False,
+          "tools": [{"name": "read_log", "results": ["41,000 lines"]}],
+          "model": [{"tool_use": [{"name": "read_log", "input": {}}]},
+                    {"max_tokens": {"text": "The checkout failed because the pool", "tool_use": [
+                        {"name": "read_log", "input": {}}], "stop_reason": "model_context_window_exceeded"}}]}
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_a_reply_that_filled_the_window_is_a_cut_reply_on_the_openai_wires(wire: str) -> None:
+    """``model_context_window_exceeded`` reaches Chat Completions as ``length`` and Responses as ``incomplete``:
+    reported ``truncated`` it is honest, reported ``final`` it is caught, and its cut call never runs."""
+    sim, report = run(FILLED, drive_for(wire))
+    assert report.ok and sim.outcome.reason == "truncated", report  # type: ignore[attr-defined]
+    assert len(sim.transcript.of(ToolStart)) == 1  # the first reply's call; the cut one is not run
+    _, report = run(FILLED, drive_for(wire, cut_as="final"))
+    assert ids(report) == {"truncation"}, report
 
 
 #: A log that a single read brings to about 150,000 tokens: inside the default 200k window, past gpt-4o's 128k.
@@ -328,6 +392,24 @@ def test_a_chat_stream_priced_without_include_usage_is_caught() -> None:
     assert run(scenario, drive_for("chat-stream"))[1].ok
     _, report = run(scenario, drive_for("chat-stream", include_usage=False))
     assert ids(report) == {"limits"}, report
+
+
+NEGOTIATED = {"input": 0.5, "output": 2.0, "cache_write": 0.5, "cache_read": 0.25}  # a fifth of gpt-4o's
+
+
+def at_negotiated_price(usage: Any, model: str, prices: Any) -> float:
+    """A loop that pays its own price for gpt-4o, whatever the scenario says."""
+    return cost_usd(usage.model_dump(), model, {"gpt-4o": NEGOTIATED})
+
+
+@pytest.mark.parametrize("wire", ["chat-stream", "responses-stream"])
+def test_verify_takes_the_prices_the_loop_pays_on_the_openai_wires(wire: str, tmp_path: Path) -> None:
+    kw: dict[str, Any] = {"limits": Limits(max_steps=10, max_cost_usd=0.0008), "seed": 4, "out_dir": tmp_path}
+    drive = drive_for(wire, price=at_negotiated_price)
+    assert simloop.verify(drive, prices={"gpt-4o": NEGOTIATED}, max_examples=30, **kw).ok
+    with pytest.raises(simloop.InvariantViolation) as caught:  # at the list price the budget runs out sooner
+        simloop.verify(drive, max_examples=100, **kw)
+    assert {v.invariant for v in caught.value.violations} == {"limits"}, caught.value
 
 
 @pytest.mark.parametrize("wire", WIRES)
