@@ -176,16 +176,19 @@ DELEGATE = {"name": "delegate", "kind": "read", "description": "Hand a research 
             "input_schema": {"type": "object", "properties": {"task": {"type": "string"}}, "required": ["task"]}}
 
 
-def delegating(wire: str, *, honest: bool = True) -> Callable[[Sim], Outcome]:
+STOPPED_EARLY = "the sub-agent stopped early ({reason})"
+
+
+def delegating(wire: str, *, honest: bool = True, says: str = STOPPED_EARLY) -> Callable[[Sim], Outcome]:
     """The README's delegate tool on ``wire``: the sub-agent is the same loop, started fresh (``sub``'s client,
-    task, tools and limits); a sub-run that did not finish is the tool's error (``honest``), or, the defect, its
-    last text is handed back as the result."""
+    task, tools and limits); a sub-run that did not finish is the tool's error (``honest``; its message ``says``),
+    or, the defect, its last text is handed back as the result."""
 
     def drive(sim: Sim) -> Outcome:
         def delegate(task: str = "") -> str:
             outcome = sim.subagent(task, limits=Limits(max_steps=4)).run(lambda sub: loop(sub, wire))
             if honest and outcome.reason != "final":  # cut, capped or failed: an error, never a result
-                raise RuntimeError(f"the sub-agent stopped early ({outcome.reason})")
+                raise RuntimeError(says.format(reason=outcome.reason, text=outcome.text))
             return outcome.text or "Done."
 
         if any(t["name"] == "delegate" for t in sim.tool_schemas):
@@ -214,6 +217,20 @@ def test_a_sub_agents_partial_answer_reported_as_done_is_caught_on_the_openai_wi
     assert ids(report) == {"subagent_honest"}, report
     (v,) = report.violations
     assert v.evidence["reason"] == "truncated" and v.step == 4
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_a_delegate_that_raises_is_an_error_the_parent_reads_on_the_openai_wires(wire: str) -> None:
+    """Before: these wires have no ``is_error``, so a correct delegate whose error does not name the reason (the
+    loop answers "Error: ...", as the README's loops do) was reported ``subagent_honest`` here and passed on the
+    Messages API; a delegate that returns its partial text as the result is still caught."""
+    says = "Sub-agent did not return an answer. Its last words: {text}"
+    _, report = run(load_scenario(SUBAGENT_FILE), delegating(wire, says=says))
+    assert report.ok, report
+    partial = load_scenario(SUBAGENT_FILE).model_dump(exclude_none=True)
+    partial["model"][-1] = {"max_tokens": "Error rates in March: a database failover on the 3rd, and"}
+    _, report = run(partial, delegating(wire, honest=False))
+    assert ids(report) == {"subagent_honest"}, report
 
 
 BOMB = {"name": "bomb", "task": "Research the refund policy.", "tools": [DELEGATE, {"name": "search", "kind": "read"}],
@@ -415,7 +432,9 @@ def test_verify_takes_the_prices_the_loop_pays_on_the_openai_wires(wire: str, tm
 @pytest.mark.parametrize("wire", WIRES)
 def test_verify_holds_the_openai_loops_to_their_cost_budget(wire: str, tmp_path: Path) -> None:
     kw: dict[str, Any] = {"limits": SMALL_BUDGET, "seed": 3, "out_dir": tmp_path}
-    assert simloop.verify(drive_for(wire), max_examples=60, **kw).ok
+    assert simloop.verify(drive_for(wire), max_examples=40, **kw).ok
+    if wire.endswith("stream"):
+        return  # the twin on the plain wires (the scripted file catches it on all four)
     with pytest.raises(simloop.InvariantViolation) as caught:
         simloop.verify(drive_for(wire, price=output_only), max_examples=100, **kw)
     assert {v.invariant for v in caught.value.violations} == {"limits"}, caught.value
