@@ -429,6 +429,36 @@ def test_verify_takes_the_prices_the_loop_pays_on_the_openai_wires(wire: str, tm
     assert {v.invariant for v in caught.value.violations} == {"limits"}, caught.value
 
 
+PRICED = {"tool_use": [{"name": "search", "input": {"q": "it"}}], "usage": {"input_tokens": 1000, "output_tokens": 100}}
+#: The parent delegates; its sub-agent searches three times at $0.0035 a reply (gpt-4o), then would answer.
+SUB_COST = {"name": "sub-cost", "task": "Research the refund policy.", "then": "end_turn",
+            "tools": [DELEGATE, {"name": "search", "kind": "read"}],
+            "model": [{"tool_use": [{"name": "delegate", "input": {"task": "find it"}}]}, PRICED, PRICED, PRICED,
+                      {"end_turn": "found"}, {"end_turn": "done"}]}
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_a_sub_agents_cost_budget_is_its_own_on_the_openai_wires(wire: str) -> None:
+    def drive(price: Price | None) -> Callable[[Sim], Outcome]:
+        def delegate_drive(sim: Sim) -> Outcome:
+            def delegate(task: str = "") -> str:
+                sub = sim.subagent(task, limits=Limits(max_steps=6, max_cost_usd=0.005))
+                outcome = sub.run(lambda sub: loop(sub, wire, price=price))
+                if outcome.reason != "final":
+                    raise RuntimeError(f"the sub-agent stopped early ({outcome.reason})")
+                return outcome.text
+
+            sim.bind_tool("delegate", delegate)
+            return loop(sim, wire)
+
+        return delegate_drive
+
+    sim, report = run(SUB_COST, drive(price_usage))
+    assert report.ok and [e.reason for e in sim.transcript.of(SubagentEnd)] == ["cost_budget"], report
+    _, report = run(SUB_COST, drive(None))  # the sub-agent's loop prices nothing
+    assert ids(report) == {"limits"} and report.violations[0].evidence["subagent"] == 1, report
+
+
 @pytest.mark.parametrize("wire", WIRES)
 def test_verify_holds_the_openai_loops_to_their_cost_budget(wire: str, tmp_path: Path) -> None:
     kw: dict[str, Any] = {"limits": SMALL_BUDGET, "seed": 3, "out_dir": tmp_path}
