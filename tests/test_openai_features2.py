@@ -335,6 +335,28 @@ def test_the_context_window_on_the_openai_wires(wire: str, tmp_path: Path) -> No
         assert {v.invariant for v in caught.value.violations} == {"request_valid"}, caught.value
 
 
+@pytest.mark.parametrize(("model", "window"), [("gpt-4o", 128_000), ("gpt-4o-mini", 128_000), ("o3", 200_000),
+                                               ("gpt-5-mini", 272_000), ("gpt-4.1", 1_047_576)])
+def test_each_openai_model_has_its_own_window(model: str, window: int) -> None:
+    """Before: every OpenAI model had the default 200k window (gpt-4.1's is 1M: a claiming loop keeping to 250k
+    was reported, where the real API answers)."""
+    prompt = "word " * 192_000  # some 240,000 tokens, as the simulator counts
+
+    def drive(sim: Sim) -> Outcome:
+        try:
+            sim.openai_client.chat.completions.create(model=model, messages=[{"role": "user", "content": prompt}])
+        except openai.BadRequestError as exc:
+            return Outcome("error", str(exc))
+        return Outcome("final", "")
+
+    sim, _ = run({"name": "w", "task": "t", "model": [{"end_turn": "ok"}], "strict": False}, drive)
+    assert 200_000 < sim.transcript.requests[0].input_tokens < 272_000
+    refused = [r.error["error"]["message"] for r in sim.transcript.responses if r.error is not None]
+    said = (f"This model's maximum context length is {window} tokens. However, your messages resulted in "
+            f"{sim.transcript.requests[0].input_tokens} tokens. Please reduce the length of the messages.")
+    assert refused == ([said] if window < 240_000 else [])
+
+
 FILLED = {"name": "filled", "task": "Why did checkout fail?", "strict": False,
           "tools": [{"name": "read_log", "results": ["41,000 lines"]}],
           "model": [{"tool_use": [{"name": "read_log", "input": {}}]},
