@@ -233,6 +233,25 @@ def test_a_delegate_that_raises_is_an_error_the_parent_reads_on_the_openai_wires
     assert ids(report) == {"subagent_honest"}, report
 
 
+def test_an_async_sub_agent_reads_sub_async_openai_client() -> None:
+    """An async drive whose sub-agent runs on ``sub.async_openai_client``: its calls are the sub-run's, and a cut
+    sub-run the drive takes for an answer is caught inside it (truncation)."""
+
+    async def drive(sim: Sim) -> Outcome:
+        with sim.subagent("Summarise the March reports.", limits={"max_steps": 2}) as sub:
+            reply = await sub.async_openai_client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": sub.task}])
+            sub.finish(("final", reply.choices[0].message.content or ""))  # BUG: a "length" reply is no answer
+        reply = await sim.async_openai_client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": sim.task}])
+        return Outcome("final", reply.choices[0].message.content or "")
+
+    sim, report = run({"name": "a", "task": "t", "model": [{"max_tokens": "Two outages in"}, {"end_turn": "Done."}],
+                       "strict": False}, drive)
+    assert [r.subrun for r in sim.transcript.requests] == [1, None]
+    assert [(v.invariant, v.evidence.get("subagent")) for v in report.violations] == [("truncation", 1)], report
+
+
 BOMB = {"name": "bomb", "task": "Research the refund policy.", "tools": [DELEGATE, {"name": "search", "kind": "read"}],
         "model": [{"tool_use": [{"name": "delegate", "input": {"task": "find it"}}]}], "then": "end_turn"}
 
