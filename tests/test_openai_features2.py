@@ -21,7 +21,7 @@ import simloop
 from simloop import Limits, Outcome, Sim
 from simloop.pricing import cost_usd
 from simloop.scenario import load_scenario
-from simloop.transcript import SubagentEnd, SubagentStart, ToolStart
+from simloop.transcript import OutcomeEvent, SubagentEnd, SubagentStart, ToolStart
 
 openai = pytest.importorskip("openai", reason="the OpenAI wires need the openai SDK: pip install 'simloop[openai]'")
 
@@ -118,8 +118,8 @@ def loop(
     """A loop on ``wire``: stops before a call once its step cap or cost budget is spent, leaves retries to the
     SDK (``retry_errors`` > 0: the defect that resends after any API error), runs no call of a cut reply, answers
     every call (a tool that raised with its error text, a long output ``clip``ped), reports a cut reply ``cut_as``,
-    and ``fit``s its history before each call.  ``sim`` is a
-    Sim, or a sub-agent (``sim.subagent(...)``: the same loop, started fresh)."""
+    and ``fit``s its history before each call.  ``sim`` is a Sim, or a sub-agent (``sim.subagent(...)``: the same
+    loop, started fresh)."""
     client, stream = sim.openai_client, wire.endswith("stream")
     history: list[Any] = [{"role": "user", "content": sim.task}]
     spent, budget = 0.0, sim.limits.max_cost_usd if price is not None else None
@@ -161,8 +161,13 @@ def drive_for(wire: str, **kw: Any) -> Callable[[Sim], Outcome]:
 
 def run(scenario: Any, drive: Callable[[Sim], Any], **kw: Any) -> tuple[Sim, simloop.Report]:
     with Sim(scenario, **kw) as sim:
-        sim.outcome = sim.run(drive)  # type: ignore[attr-defined]
-    return sim, sim.check(sim.outcome)  # type: ignore[attr-defined]
+        outcome = sim.run(drive)
+    return sim, sim.check(outcome)
+
+
+def reason(sim: Sim) -> str:
+    """How the run's loop said it stopped."""
+    return sim.transcript.of(OutcomeEvent)[-1].reason
 
 
 def ids(report: simloop.Report) -> set[str]:
@@ -388,7 +393,7 @@ def test_a_reply_that_filled_the_window_is_a_cut_reply_on_the_openai_wires(wire:
     """``model_context_window_exceeded`` reaches Chat Completions as ``length`` and Responses as ``incomplete``:
     reported ``truncated`` it is honest, reported ``final`` it is caught, and its cut call never runs."""
     sim, report = run(FILLED, drive_for(wire))
-    assert report.ok and sim.outcome.reason == "truncated", report  # type: ignore[attr-defined]
+    assert report.ok and reason(sim) == "truncated", report
     assert len(sim.transcript.of(ToolStart)) == 1  # the first reply's call; the cut one is not run
     _, report = run(FILLED, drive_for(wire, cut_as="final"))
     assert ids(report) == {"truncation"}, report
@@ -414,7 +419,7 @@ def test_gpt_4o_is_held_to_its_own_window(wire: str) -> None:
     assert refused.error["error"]["message"].startswith(WINDOW_400[wire.split("-")[0]])
     assert ids(report) == {"request_valid"} and report.violations[0].evidence["claim"] == "context", report
     sim, report = run(LONG_LOG, drive_for(wire, fit=fit, clip=CLIP))
-    assert report.ok and sim.outcome.reason == "final", report  # type: ignore[attr-defined]
+    assert report.ok and reason(sim) == "final", report
 
 
 # -- cost budgets --------------------------------------------------------------------------------------------------
@@ -436,7 +441,7 @@ def test_the_cost_budget_file_on_the_openai_wires(wire: str) -> None:
     loop stops before the fourth call; a loop that drops its budget, or prices the output alone, is caught."""
     scenario = load_scenario(COST_FILE)
     sim, report = run(scenario, drive_for(wire))
-    assert report.ok and sim.outcome.reason == "cost_budget", report  # type: ignore[attr-defined]
+    assert report.ok and reason(sim) == "cost_budget", report
     assert len(sim.transcript.requests) == 3
     for defect in (drive_for(wire, price=None), drive_for(wire, price=output_only)):
         _, report = run(scenario, defect)
