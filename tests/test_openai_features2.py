@@ -381,6 +381,53 @@ def test_each_openai_model_has_its_own_window(model: str, window: int) -> None:
     assert refused == ([said] if window < 240_000 else [])
 
 
+def chained(truncation: str | None = None) -> Callable[[Sim], Outcome]:
+    """The README's Responses loop with the conversation kept on the server (``previous_response_id`` and only the
+    new outputs as input); ``truncation="auto"`` is how it keeps inside the window: the API drops the oldest items."""
+
+    def drive(sim: Sim) -> Outcome:
+        tools: Any = [{"type": "function", "name": t["name"], "parameters": t["input_schema"], "strict": False}
+                      for t in sim.tool_schemas]
+        new: list[Any] = [{"role": "user", "content": sim.task}]
+        previous = None
+        for _ in range(10):
+            try:
+                response = sim.openai_client.responses.create(
+                    model=MODEL, input=new, tools=tools, previous_response_id=previous,
+                    **({"truncation": truncation} if truncation else {}))
+            except openai.APIError as exc:  # the SDK has retried what is worth retrying
+                return Outcome("error", str(exc))
+            previous = response.id
+            if response.status == "incomplete":
+                return Outcome("truncated", response.output_text)
+            calls = [item for item in response.output if item.type == "function_call"]
+            if not calls:
+                return Outcome("final", response.output_text)
+            new = []
+            for call in calls:
+                try:
+                    out = sim.run_tool(call.name, json.loads(call.arguments), tool_use_id=call.call_id)
+                except Exception as exc:  # noqa: BLE001 - an observation for the model, never a retry
+                    out = f"Error: {exc}"
+                new.append({"type": "function_call_output", "call_id": call.call_id, "output": str(out)})
+        return Outcome("max_steps", "no answer in 10 calls")
+
+    return drive
+
+
+def test_truncation_auto_keeps_a_chained_responses_loop_inside_the_window(tmp_path: Path) -> None:
+    """Before: ``truncation: "auto"`` was not honoured, so a request over the window got the 400 the real API sends
+    only with ``truncation: "disabled"`` (the default), and a loop keeping its claim the documented way was reported
+    ``request_valid``."""
+    sim, report = run(LONG_LOG, chained("auto"))
+    assert report.ok and reason(sim) == "final", report
+    assert sim.transcript.requests[-1].input_tokens == 128_000  # the model reads the window's worth
+    _, report = run(LONG_LOG, chained())
+    assert ids(report) == {"request_valid"}, report
+    kw: dict[str, Any] = {"limits": BIG_BUDGET, "plan": LONG, "max_examples": 4, "seed": 1, "out_dir": tmp_path}
+    assert simloop.verify(chained("auto"), context=True, **kw).ok
+
+
 FILLED = {"name": "filled", "task": "Why did checkout fail?", "strict": False,
           "tools": [{"name": "read_log", "results": ["41,000 lines"]}],
           "model": [{"tool_use": [{"name": "read_log", "input": {}}]},
