@@ -400,6 +400,10 @@ def chained(truncation: str | None = None) -> Callable[[Sim], Outcome]:
             previous = response.id
             if response.status == "incomplete":
                 return Outcome("truncated", response.output_text)
+            refusals = [part.refusal for item in response.output if item.type == "message"
+                        for part in item.content if part.type == "refusal"]
+            if refusals:  # the model declined: a refusal, not an empty answer
+                return Outcome("refusal", refusals[0])
             calls = [item for item in response.output if item.type == "function_call"]
             if not calls:
                 return Outcome("final", response.output_text)
