@@ -24,7 +24,7 @@ class SubAgent:
     """One sub-agent run: the parent run's simulated API and tools, a fresh context (its own task, tools and limits).
 
     Use it as the drive of the sub-agent's loop: ``outcome = sim.subagent(task).run(drive)``, where ``drive(sub)``
-    reads ``sub.client``, ``sub.tool_schemas``, ``sub.run_tool``, ``sub.task``, ``sub.limits`` as a drive reads
+    reads ``sub.client`` (or ``sub.openai_client``), ``sub.tool_schemas``, ``sub.run_tool``, ``sub.task``, ``sub.limits`` as a drive reads
     the Sim's, and returns the sub-agent's `Outcome`.  Or as a context: ``with sim.subagent(task) as sub: ...;
     sub.finish(outcome)``.  Every model call and tool execution between its start and its end is the sub-run's.
 
@@ -68,6 +68,16 @@ class SubAgent:
     @property
     def async_client(self) -> Any:
         return self._sim.async_client
+
+    @property
+    def openai_client(self) -> Any:
+        """The ``openai`` client on the run's simulated API (the parent's own, as `client`): a sub-agent loop on the
+        Chat Completions or Responses wire reads it as a drive reads ``sim.openai_client``."""
+        return self._sim.openai_client
+
+    @property
+    def async_openai_client(self) -> Any:
+        return self._sim.async_openai_client
 
     @property
     def tool_schemas(self) -> list[dict[str, Any]]:

@@ -13,7 +13,7 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-from simloop.invariants._base import MODEL_PATHS, Violation, _own_from, _view, result_text
+from simloop.invariants._base import MODEL_PATHS, Violation, _own_from, _View, _view, result_text
 from simloop.transcript import (
     Event,
     OutcomeEvent,
@@ -159,7 +159,8 @@ def _renumbered(events: list[Event], t0: float) -> tuple[list[Event], dict[int, 
 def subagent_honest(t: Transcript) -> list[Violation]:
     """The parent is not told that a sub-agent run did what it did not: the tool_result answering the delegate
     call a sub-run ran in, when that run stopped short of a final answer (``max_steps``, ``truncated``, ``error``,
-    any reason but ``final``), is ``is_error`` or says so (names the reason, or "incomplete", "partial", ...)."""
+    any reason but ``final``), is ``is_error`` or says so (names the reason, or "incomplete", "partial", ...), or
+    the tool raised and the result opens as its error ("Error: ...": the OpenAI wires have no ``is_error``)."""
     starts = {e.run: e for e in t.events if isinstance(e, SubagentStart)}
     if not starts:
         return []
@@ -169,12 +170,13 @@ def subagent_honest(t: Transcript) -> list[Violation]:
         start = starts.get(end.run)
         if start is None or start.exec is None or end.reason in (None, "final"):
             continue
-        tool_use = next((v.bound(s) for _, s in v.starts if s.exec == start.exec), None)
+        execution = next((s for _, s in v.starts if s.exec == start.exec), None)
+        tool_use = v.bound(execution) if execution is not None else None
         block = v.result_block.get(tool_use) if tool_use else None
         if block is None or block.get("is_error"):
             continue  # not sent (pairing's), or sent as an error: the parent knows
         text = result_text(block)
-        if _says_short(text, end.reason):
+        if _says_short(text, end.reason) or _told_it_raised(v, start.exec, text):
             continue
         pos = v.result_sent.get(str(tool_use), len(t.events))
         step = v.step_at(pos)
@@ -189,6 +191,17 @@ def subagent_honest(t: Transcript) -> list[Violation]:
                     "result": text[:200]}
         out.append(Violation("subagent_honest", message, step, evidence))
     return out
+
+
+#: A tool_result's text that opens as an error report ("Error: ...", "RuntimeError: ...", ``{"error": ...}``).
+_ERROR_OPENING = re.compile(r"^\W*(?:\w*error|exception)\b", re.IGNORECASE)
+
+
+def _told_it_raised(v: _View, exec_: int | None, text: str) -> bool:
+    """The delegate tool raised and its tool_result opens as an error report: how a loop on a wire with no
+    ``is_error`` flag (Chat Completions, Responses) tells the model a tool failed, as the README's loops do."""
+    end = v.ends.get(exec_) if exec_ is not None else None
+    return end is not None and end[1].status == "raised" and _ERROR_OPENING.match(text) is not None
 
 
 def _says_short(text: str, reason: str) -> bool:

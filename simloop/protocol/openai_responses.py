@@ -490,7 +490,8 @@ def _frame(body: dict[str, Any], *, rid: str, created: int, model: str) -> dict[
         "text": {"format": {"type": "text"}, "verbosity": "medium"}, "tool_choice": body.get("tool_choice", "auto"),
         "tools": [{"type": "function", "description": None, "parameters": None, "strict": True, **t}
                   if isinstance(t, dict) and t.get("type") == "function" else t for t in tools],
-        "top_logprobs": 0, "top_p": 1.0, "truncation": "disabled", "usage": None, "user": None,
+        "top_logprobs": 0, "top_p": 1.0,
+        "truncation": "auto" if body.get("truncation") == "auto" else "disabled", "usage": None, "user": None,
         **({"prompt": body["prompt"]} if isinstance(body.get("prompt"), dict) else {}),
     }
 

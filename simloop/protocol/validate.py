@@ -65,11 +65,22 @@ LARGE_WINDOW = 1_000_000
 # it with the beta.  Unknown names get the default: every model the API has served takes at least 200k.
 _LARGE = re.compile(r"^claude-(?:opus-4-[6-9]|sonnet-4-[6-9]|(?:opus|sonnet|haiku|fable|mythos)-5)(?![0-9])")
 _LARGE_WITH_BETA = re.compile(r"^claude-sonnet-4(?:-5)?(?![0-9])")
+#: The OpenAI models whose input window is not the default, by name prefix: gpt-4o and gpt-4o-mini (and
+#: gpt-4-turbo), 128,000 tokens, as their 400 says ("This model's maximum context length is 128000 tokens. However,
+#: your messages resulted in 192041 tokens.": assafelovic/gpt-researcher#680, Integuru-AI/Integuru#30 on gpt-4o);
+#: the gpt-4.1 family 1,047,576 (its model card: pamelafox/openai-messages-token-helper#25, zed-industries/zed#28708);
+#: the gpt-5 family 272,000 of input (a 400,000 window less 128,000 of output: coder/mux#1223).  o1, o3 and o4-mini
+#: have the default 200,000.
+_OPENAI_WINDOWS = (
+    (re.compile(r"^(?:gpt-4o|chatgpt-4o|gpt-4-turbo)(?![0-9])"), 128_000),
+    (re.compile(r"^gpt-4\.1(?![0-9])"), 1_047_576),
+    (re.compile(r"^gpt-5(?![0-9])"), 272_000),
+)
 
 
 def context_window(model: Any, betas: str = "") -> int:
     """The model's input window in tokens: 1M for the models that have it (natively, or with `CONTEXT_1M_BETA`
-    among the request's ``anthropic-beta`` values), 200k otherwise."""
+    among the request's ``anthropic-beta`` values), the OpenAI models' own (`_OPENAI_WINDOWS`), 200k otherwise."""
     name = model if isinstance(model, str) else ""
     key = (name, betas)
     window = _WINDOWS.get(key)
@@ -88,7 +99,7 @@ def _context_window(name: str, betas: str) -> int:
         return LARGE_WINDOW
     if _LARGE_WITH_BETA.match(name) and CONTEXT_1M_BETA in (b.strip() for b in betas.split(",")):
         return LARGE_WINDOW
-    return DEFAULT_WINDOW
+    return next((window for prefix, window in _OPENAI_WINDOWS if prefix.match(name)), DEFAULT_WINDOW)
 
 
 #: What an image costs at most (its pixels / 750, capped by the API's resizing): base64 sources are counted so,

@@ -31,12 +31,14 @@ class Checks:
 
     def check(
         self, req: Request, body: dict[str, Any], effective: dict[str, Any], nbytes: int, *, betas: str,
-        rules: bool, sign_thinking: bool,
+        rules: bool, sign_thinking: bool, truncates: bool = False,
     ) -> Rejection | None:
         """The refusal of ``effective`` (what ``body``, ``nbytes`` with its thread's history, stands for), if any.
 
         ``rules``: the Messages API's own rules apply (an OpenAI wire's were checked on its own request: cache
-        breakpoints, thinking signatures, server tools, ... are not its API's).
+        breakpoints, thinking signatures, server tools, ... are not its API's).  ``truncates``: the API fits a
+        request over the window by dropping its oldest input (the Responses API's ``truncation: "auto"``), so the
+        model reads the window's worth and nothing is refused for size.
         """
         validator = self._validator
         if validator.signed_by_sim != sign_thinking:
@@ -50,7 +52,9 @@ class Checks:
         if req.input_tokens > window:  # by its bytes; then without what the model does not read as text
             opaque, sources = opaque_bytes(effective)
             read = req.input_tokens - opaque // 4 + sources * IMAGE_TOKENS
-            if read > window:
+            if read > window and truncates:
+                req.input_tokens = window
+            elif read > window:
                 return prompt_too_long(read, window)
         return None
 

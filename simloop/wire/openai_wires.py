@@ -51,6 +51,10 @@ class _Chat:
         self.include_usage = isinstance(options, dict) and options.get("include_usage") is True
         self.created = openai_chat.CREATED_EPOCH + int(now)
 
+    def truncates(self) -> bool:
+        """Whether the API drops the oldest input to fit the model's window instead of refusing the request."""
+        return False
+
     def planned(
         self, turn: Turn, message: dict[str, Any], rec: Response, request_id: str, latency: float, *, stream: bool,
     ) -> Planned:
@@ -174,6 +178,11 @@ class _Responses(_Chat):
 
     def context_error(self, tokens: str, limit: str) -> tuple[str, str]:
         return openai_responses.CONTEXT_EXCEEDED, "input"
+
+    def truncates(self) -> bool:
+        """``truncation: "auto"``: the Responses API drops items from the beginning of the conversation to fit the
+        window (the default, ``disabled``, refuses the request with a 400)."""
+        return self.body.get("truncation") == "auto"
 
 
 #: The OpenAI wires, by route: a request there is read by its wire (``read(body, stored, now)``: ``stored``, the

@@ -245,7 +245,8 @@ class SimServer:
         else:
             effective, history_bytes = body, 0
         rejection = self._checks.check(req, body, effective, len(raw) + history_bytes, betas=betas,
-                                       rules=chat is None, sign_thinking=self.sign_thinking)
+                                       rules=chat is None, sign_thinking=self.sign_thinking,
+                                       truncates=chat is not None and chat.truncates())
         if rejection is not None:
             self._rejected(req, effective, rejection)
             return failures.reject(req, rejection, request_id)
