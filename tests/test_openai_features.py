@@ -21,6 +21,7 @@ import pytest
 
 import simloop
 from simloop import Outcome, Sim
+from simloop.transcript import Request, ToolStart, TurnStart
 
 openai = pytest.importorskip("openai", reason="the OpenAI wires need the openai SDK: pip install 'simloop[openai]'")
 
@@ -132,15 +133,7 @@ def chat_turn(sim: Sim, messages: list[Any], *, stop: Stop = _never, stream: boo
 
 
 def _responses_reply(sim: Sim, items: list[Any], tools: list[Any], stream: bool, stop: Stop) -> Any:
-    if not stream:
-        return sim.openai_client.responses.create(model=MODEL, input=items, tools=tools)
-    with sim.openai_client.responses.stream(model=MODEL, input=items, tools=tools) as events:
-        for event in events:
-            if stop():
-                return None
-            if event.type in ("response.completed", "response.incomplete"):  # get_final_response() wants completed
-                final = event.response
-        return final
+    return _chained_reply(sim, {"model": MODEL, "input": items, "tools": tools}, stream, stop)
 
 
 def responses_turn(sim: Sim, items: list[Any], *, stop: Stop = _never, stream: bool = False, run_tool: Any = None,
@@ -241,6 +234,8 @@ def chained_turn(sim: Sim, state: dict[str, Any], *, stop: Stop = _never, stream
 
 
 def _chained_reply(sim: Sim, args: dict[str, Any], stream: bool, stop: Stop) -> Any:
+    """One Responses call; None when Stop was pressed while it streamed.  Streamed, the response is the one the last
+    event carries (the SDK's ``get_final_response()`` raises on an ``incomplete`` one)."""
     if not stream:
         return sim.openai_client.responses.create(**args)
     final = None
@@ -250,7 +245,7 @@ def _chained_reply(sim: Sim, args: dict[str, Any], stream: bool, stop: Stop) -> 
                 return None
             if event.type in ("response.completed", "response.incomplete"):
                 final = event.response
-    return final
+    return final  # (None only if the stream ended without either: the SDK raises first)
 
 
 def _turn(wire: str) -> tuple[Callable[..., Outcome], bool]:
@@ -374,7 +369,7 @@ async def _aresponses(sim: Sim, items: list[Any], stream: bool) -> Any:
         async for event in events:
             if event.type in ("response.completed", "response.incomplete"):
                 final = event.response
-    return final
+    return final  # (None only if the stream ended without either: the SDK raises first)
 
 
 async def async_responses(sim: Sim, stream: bool = False) -> Outcome:
@@ -406,3 +401,280 @@ async def async_responses(sim: Sim, stream: bool = False) -> Outcome:
         return spent
     except asyncio.CancelledError:
         return Outcome("aborted", "")
+
+
+def _pending(history: list[Any], chat: bool) -> list[tuple[str, str, str]]:
+    """The calls of the conversation's last reply not yet answered: (call id, name, arguments)."""
+    if chat:
+        last = history[-1]
+        calls = last.get("tool_calls", []) if last.get("role") == "assistant" else []
+        return [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in calls]
+    answered = {i["call_id"] for i in history if i.get("type") == "function_call_output"}
+    return [(i["call_id"], i["name"], i["arguments"]) for i in history
+            if i.get("type") == "function_call" and i["call_id"] not in answered]
+
+
+def _ask(sim: Sim, history: list[Any], chat: bool) -> str | None:
+    """One model call, its reply appended to ``history``; returns how the turn ended (None: calls to run)."""
+    if chat:
+        reply = sim.openai_client.chat.completions.create(
+            model=MODEL, messages=history, parallel_tool_calls=False,
+            tools=[{"type": "function", "function": {"name": t["name"], "parameters": t["input_schema"]}}
+                   for t in sim.tool_schemas])
+        choice = reply.choices[0]
+        history.append(choice.message.model_dump(exclude_none=True, include={"role", "content", "tool_calls"}))
+        ended = {"tool_calls": None, "length": "truncated"}
+        return ended.get(choice.finish_reason, "refusal" if choice.message.refusal else "final")
+    response = sim.openai_client.responses.create(
+        model=MODEL, input=history, parallel_tool_calls=False,
+        tools=[{"type": "function", "name": t["name"], "parameters": t["input_schema"], "strict": False}
+               for t in sim.tool_schemas])
+    history += [item.model_dump(exclude_none=True) for item in response.output]
+    if response.status == "incomplete":
+        return "truncated"
+    if any(p.type == "refusal" for i in response.output if i.type == "message" for p in i.content):
+        return "refusal"
+    return None if any(i.type == "function_call" for i in response.output) else "final"
+
+
+def forgets_finished_writes(wire: str) -> Callable[[Sim], Outcome]:
+    """Defect (tests/test_restart.py's `_forgets_finished_writes` on these wires): a durable loop that checkpoints its
+    conversation in ``sim.store`` as each reply arrives, and keeps a mark for each write while it runs, dropped once
+    the write returned (its result is in the conversation now, the loop reasons: but that is saved only with the next
+    reply).  A crash during the next model call leaves neither mark nor result: the resumed loop runs the saved
+    reply's calls again.  One call a reply (``parallel_tool_calls=False``), so only a crash in a model call shows it."""
+    chat = wire.startswith("chat")
+
+    def drive(sim: Sim) -> Outcome:
+        saved: list[Any] = sim.store.setdefault("history", [{"role": "user", "content": sim.task}])
+        running: set[str] = sim.store.setdefault("running", set())
+        history = copy.deepcopy(saved)
+        for _ in range(LIMITS.max_steps):
+            for call_id, name, arguments in _pending(history, chat):
+                if name + arguments in running:
+                    out = "Not run again: this write was attempted before (it may have taken effect)."
+                else:
+                    running.add(name + arguments)
+                    out = _run(sim, sim.run_tool, name, arguments, call_id)
+                    running.discard(name + arguments)  # BUG: forgotten before the checkpoint records the result
+                history.append({"role": "tool", "tool_call_id": call_id, "content": out} if chat else
+                               {"type": "function_call_output", "call_id": call_id, "output": out})
+            try:
+                ended = _ask(sim, history, chat)
+            except openai.APIError as exc:
+                return Outcome("error", str(exc))
+            saved[:] = copy.deepcopy(history)  # the checkpoint: as each reply arrives
+            if ended is not None:
+                return Outcome(ended, "")
+        return Outcome("max_steps", "")
+
+    return drive
+
+
+# == helpers for the tests ==========================================================================================
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = ROOT / "scenarios"
+STREAMED = [w for w in WIRES if w.endswith("stream")]
+UNSTREAMED = [w for w in WIRES if w not in STREAMED]
+SEARCH = {"name": "search", "kind": "read", "input_schema": {"type": "object"}, "results": ["found"]}
+EMAIL = {"name": "send_email", "kind": "write", "input_schema": {"type": "object"}, "results": ["sent"]}
+
+
+def run(scenario: Any, drive: Callable[[Sim], Any]) -> tuple[Sim, simloop.Report]:
+    with Sim(scenario) as sim:
+        outcome = sim.run(drive)
+    return sim, sim.check(outcome)
+
+
+def found(report: simloop.Report) -> set[str]:
+    return {v.invariant for v in report.violations}
+
+
+def caught(drive: Callable[[Sim], Any], tmp_path: Path, **kw: Any) -> simloop.InvariantViolation:
+    with pytest.raises(simloop.InvariantViolation) as failure:
+        simloop.verify(drive, limits=LIMITS, seed=0, out_dir=tmp_path, **kw)
+    return failure.value
+
+
+# == the user's Stop ================================================================================================
+
+
+@pytest.mark.parametrize("wire", WIRES)
+@pytest.mark.parametrize("file", ["stop-button-during-tool", "stop-button-while-streaming"])
+def test_stop_holds_for_the_correct_loop_and_catches_a_loop_that_runs_tools_after_it(wire: str, file: str) -> None:
+    sim, report = run(SCENARIOS / f"{file}.yaml", conversation(wire))
+    assert report.ok, report
+    assert [o.reason for o in sim.outcomes] == ["aborted", "final"]
+    assert [e.tool for e in sim.transcript.of(ToolStart)] == (["search"] if file == "stop-button-during-tool" else [])
+    for bug in ("ignores_stop", "reads_to_end"):  # Stop read before model calls only; a stream read to its end
+        sim, report = run(SCENARIOS / f"{file}.yaml", conversation(wire, bug))
+        assert found(report) == {"abort"}, (bug, report)
+        assert "the loop then ran send_email" in str(report), report
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_a_stop_that_leaves_the_replys_calls_unanswered_is_caught_on_the_next_turn(wire: str) -> None:
+    # Stop while the reply is on its way: a loop that reads it whole, sees Stop and returns without answering its
+    # calls leaves a history the next turn's request is refused for; a streaming loop that stops reading drops the
+    # reply and leaves nothing open
+    _, report = run(SCENARIOS / "stop-button-while-streaming.yaml", conversation(wire, "leaves_calls_open"))
+    if wire in STREAMED:
+        assert report.ok, report
+    else:
+        assert found(report) == {"abort", "pairing"}, report
+        assert "the history the aborted turn left was refused on the next turn" in str(report)
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_a_write_that_ran_as_stop_came_reported_not_run_breaks_results_real(wire: str) -> None:
+    world = {"name": "stop", "task": "Email ann.", "followups": ["Did it go?"], "tools": [EMAIL], "then": "end_turn",
+             "model": [{"tool_use": [{"name": "send_email", "input": {"to": "ann@example.com"}}]}, {"end_turn": "Yes."}],
+             "abort": {"tool_call": 1}}  # Stop while the email goes out: its effect is done
+    _, report = run(world, conversation(wire))
+    assert report.ok, report
+    _, report = run(world, conversation(wire, "hides_result"))
+    assert found(report) == {"results_real"}, report
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_verify_abort_and_turns_hold_for_the_correct_loop(wire: str) -> None:
+    report = simloop.verify(conversation(wire), limits=LIMITS, abort=True, turns=2, seed=0, max_examples=60)
+    assert report.ok and report.examples == 60
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_verify_abort_finds_the_loops_that_ignore_stop(wire: str, tmp_path: Path) -> None:
+    for bug in ("ignores_stop", *(("reads_to_end",) if wire in STREAMED else ())):
+        failure = caught(conversation(wire, bug), tmp_path, abort=True, max_examples=100)
+        assert {v.invariant for v in failure.violations} == {"abort"}, (bug, failure)
+        assert failure.scenario is not None and failure.scenario.abort is not None
+
+
+_POINTS = [*({"after_call": n} for n in (1, 2, 3)), *({"tool_call": n} for n in (1, 2)),
+           *({"at": s} for s in (0.0, 0.5, 1.5, 2.5))]
+_ASYNC = {"chat": async_chat, "responses": async_responses}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("api", sorted(_ASYNC))
+def test_the_async_stop_recipe_ends_in_a_sound_verdict_wherever_stop_lands(api: str, stream: bool) -> None:
+    model = [{"tool_use": [{"name": "search", "input": {"q": "a"}}], "latency": 1},
+             {"tool_use": [{"name": "search", "input": {"q": "b"}}], "latency": 1},
+             {"end_turn": "done", "latency": 1}]
+
+    async def drive(sim: Sim) -> Outcome:
+        return await _ASYNC[api](sim, stream)
+
+    for point in _POINTS:
+        sim, report = run({"name": "stop", "task": "Hi.", "tools": [SEARCH], "model": model, "then": "end_turn",
+                           "abort": point}, drive)
+        assert report.ok, (point, report)
+        # Stop after the final reply arrived (after_call 3) may be reported as the answer it is
+        assert sim.outcomes[-1].reason == ("final" if point == {"after_call": 3} else "aborted"), point
+    assert simloop.verify(drive, limits=LIMITS, abort=True, seed=1, max_examples=40).ok
+
+
+# == crash and restart ==============================================================================================
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_a_durable_loop_sends_the_email_once_across_a_crash_and_a_naive_one_twice(wire: str) -> None:
+    sim, report = run(SCENARIOS / "crash-after-email.yaml", durable(wire))
+    assert report.ok and sim.lives == 2, report
+    assert sim.store["calls"], "the loop kept its keys in sim.store"
+    sim, report = run(SCENARIOS / "crash-after-email.yaml", durable(wire, "no_keys"))
+    assert found(report) == {"no_rerun"}, report
+    assert "after the process died and restarted" in str(report)
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_a_crash_with_a_model_call_in_flight_resumes_soundly(wire: str) -> None:
+    world = {"name": "c", "task": "Email the customer.", "tools": [EMAIL], "then": "end_turn", "model": [
+        {"tool_use": [{"name": "send_email", "input": {"to": "a@example.com"}}]},
+        {"end_turn": "Done.", "crash": True},  # answered, and the process dies before the loop reads it
+        {"end_turn": "Sent."}]}
+    sim, report = run(world, durable(wire))
+    assert report.ok and sim.lives == 2 and sim.outcomes[-1] == Outcome("final", "Sent."), report
+    if not wire.startswith("chained"):  # the checkpoint-as-replies-arrive defect (one wire of each API suffices)
+        _, report = run(world, forgets_finished_writes(wire))
+        assert found(report) == {"no_rerun"}, report
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_verify_restarts_holds_for_the_durable_loop(wire: str) -> None:
+    assert simloop.verify(durable(wire), limits=LIMITS, restarts=1, seed=0, max_examples=40).ok
+
+
+@pytest.mark.parametrize("wire", UNSTREAMED)  # (the scripted test above catches it streamed too)
+def test_verify_restarts_finds_the_naive_durable_loop(wire: str, tmp_path: Path) -> None:
+    failure = caught(durable(wire, "no_keys"), tmp_path, restarts=1, max_examples=100)
+    assert {v.invariant for v in failure.violations} == {"no_rerun"}, failure
+    assert failure.scenario is not None and any(f.kind == "crash" for f in failure.scenario.faults)
+    assert simloop.replay(durable(wire), failure.scenario_path or "").ok
+
+
+@pytest.mark.parametrize("wire", ["chat", "responses"])
+def test_verify_restarts_crashes_model_calls_in_flight_on_the_openai_wires(wire: str, tmp_path: Path) -> None:
+    failure = caught(forgets_finished_writes(wire), tmp_path, restarts=1, max_examples=100)
+    assert {v.invariant for v in failure.violations} == {"no_rerun"}, failure
+    scenario = failure.scenario
+    assert scenario is not None and [r.crash for r in scenario.model].count(True) == 1
+    assert not any(f.kind == "crash" for f in scenario.faults)  # a write's crash leaves its mark: not this bug
+    assert simloop.replay(durable(wire), failure.scenario_path or "").ok
+
+
+# == conversations ==================================================================================================
+
+_CHAT = {"name": "chat", "task": "Find the refund policy.", "followups": ["Now email it to ann.", "Thanks."],
+         "tools": [SEARCH, EMAIL], "then": "end_turn", "model": [
+             {"tool_use": [{"name": "search", "input": {"q": "refund policy"}}]},
+             {"end_turn": "Refunds within 30 days."},
+             {"max_tokens": {"text": "Emailing.", "tool_use": [
+                 {"name": "search", "input": {"q": "ann"}},
+                 {"name": "send_email", "input": {"to": "ann@example.com", "body": "Refunds within 30 days of"}}]}},
+             {"end_turn": "You're welcome."}]}
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_each_turn_carries_the_conversation_and_the_defects_that_break_it_are_caught(wire: str) -> None:
+    sim, report = run(_CHAT, conversation(wire))
+    assert report.ok, report
+    assert [o.reason for o in sim.outcomes] == ["final", "truncated", "final"]
+    last = sim.transcript.requests[-1].conversation  # the whole conversation (a chain expanded)
+    assert "Find the refund policy." in json.dumps(last[0]) and "found" in json.dumps(last)
+    # the tool messages left out of the next turn's history; a cut reply's calls left unanswered
+    # (kept on the server, the history is whole: what a chained loop can drop is what it owes, the cut calls' answers)
+    for bug, turn in (("drops_tool_results", 3 if wire.startswith("chained") else 2), ("cut_calls_unanswered", 3)):
+        sim, report = run(_CHAT, conversation(wire, bug))
+        assert found(report) == {"pairing"}, (bug, report)
+        assert _turn_of(sim, report.violations[0].step) == turn - 1  # the turn whose request was refused
+
+
+def _turn_of(sim: Sim, step: int | None) -> int:
+    """The (0-based) user turn model call ``step`` was made in."""
+    turn = 0
+    for e in sim.transcript.events:
+        if isinstance(e, TurnStart):
+            turn = e.turn
+        elif isinstance(e, Request) and e.call == step:
+            return turn
+    raise AssertionError(f"no model call {step}")
+
+
+@pytest.mark.parametrize("wire", WIRES)
+@pytest.mark.parametrize("first", [{"end_turn": ""}, {"refusal": "I can't help with that."}], ids=["empty", "refusal"])
+def test_an_empty_answer_or_a_refusal_kept_in_the_history_is_sendable(wire: str, first: dict[str, Any]) -> None:
+    world = {"name": "c", "task": "Hi.", "followups": ["And?"], "tools": [SEARCH], "then": "end_turn",
+             "model": [first, {"end_turn": "Sure."}]}
+    sim, report = run(world, conversation(wire))
+    assert report.ok and [o.reason for o in sim.outcomes] == ["refusal" if "refusal" in first else "final", "final"]
+
+
+@pytest.mark.parametrize("wire", UNSTREAMED)
+def test_verify_turns_finds_a_history_broken_between_turns(wire: str, tmp_path: Path) -> None:
+    for bug in ("drops_tool_results", "cut_calls_unanswered"):
+        failure = caught(conversation(wire, bug), tmp_path, turns=2, max_examples=100)
+        assert {v.invariant for v in failure.violations} == {"pairing"}, (bug, failure)
+        assert failure.scenario is not None and len(failure.scenario.followups) == 1
+        assert simloop.replay(conversation(wire), failure.scenario_path or "").ok
