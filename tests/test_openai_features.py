@@ -252,6 +252,10 @@ def _turn(wire: str) -> tuple[Callable[..., Outcome], bool]:
     return (chat_turn if wire.startswith("chat") else responses_turn), wire.endswith("stream")
 
 
+def _fabricated(name: str, input: Any, tool_use_id: str | None = None) -> str:
+    return "done"  # BUG (bug="fabricates"): a stub's success; the tool never ran
+
+
 def conversation(wire: str, bug: str | None = None) -> Callable[[Sim], list[Outcome]]:
     """README, Conversations and The Stop button: every user turn through one history, Stop wired."""
     turn, stream = _turn(wire)
@@ -263,13 +267,15 @@ def conversation(wire: str, bug: str | None = None) -> Callable[[Sim], list[Outc
             state: dict[str, Any] = {"new": []}
             for text in sim.user_turns:
                 state["new"] = [*(state["new"] if bug != "drops_tool_results" else []), {"role": "user", "content": text}]
-                outcomes.append(chained_turn(sim, state, stop=sim.abort.is_set, stream=stream, bug=bug))
+                outcomes.append(chained_turn(sim, state, stop=sim.abort.is_set, stream=stream, bug=bug,
+                                             run_tool=_fabricated if bug == "fabricates" else None))
             return outcomes
         for text in sim.user_turns:
             if bug == "drops_tool_results":  # BUG: "only the talk matters": the tool messages are left out
                 history[:] = [m for m in history if m.get("role") != "tool" and m.get("type") != "function_call_output"]
             history.append({"role": "user", "content": text})
-            outcomes.append(turn(sim, history, stop=sim.abort.is_set, stream=stream, bug=bug))
+            outcomes.append(turn(sim, history, stop=sim.abort.is_set, stream=stream, bug=bug,
+                                 run_tool=_fabricated if bug == "fabricates" else None))
         return outcomes
 
     return drive
@@ -477,6 +483,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "scenarios"
 STREAMED = [w for w in WIRES if w.endswith("stream")]
 UNSTREAMED = [w for w in WIRES if w not in STREAMED]
+#: How each wire names a tool's result and its call (reports speak the loop's wire).
+WORDS = {w: ("tool message", "tool call") if w.startswith("chat") else ("function_call_output", "function_call")
+         for w in WIRES}
 SEARCH = {"name": "search", "kind": "read", "input_schema": {"type": "object"}, "results": ["found"]}
 EMAIL = {"name": "send_email", "kind": "write", "input_schema": {"type": "object"}, "results": ["sent"]}
 
@@ -523,7 +532,10 @@ def test_a_stop_that_leaves_the_replys_calls_unanswered_is_caught_on_the_next_tu
         assert report.ok, report
     else:
         assert found(report) == {"abort", "pairing"}, report
-        assert "the history the aborted turn left was refused on the next turn" in str(report)
+        [stop] = [v for v in report.violations if v.invariant == "abort"]
+        assert stop.message.startswith("the history the aborted turn left was refused on the next turn"), stop
+        result, call = WORDS[wire]  # (it said "no tool_use without its result" on every wire)
+        assert stop.message.endswith(f"a correct loop leaves no {call} without its {result} when it stops"), stop
 
 
 @pytest.mark.parametrize("wire", WIRES)
@@ -535,6 +547,21 @@ def test_a_write_that_ran_as_stop_came_reported_not_run_breaks_results_real(wire
     assert report.ok, report
     _, report = run(world, conversation(wire, "hides_result"))
     assert found(report) == {"results_real"}, report
+    # in the words of the wire the loop speaks (they were the Messages API's: "the tool_result ... (tool_use ...)")
+    result, call = WORDS[wire]
+    assert report.violations[0].message.startswith(f"the {result} for send_email ({call} call_"), report
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_a_success_no_tool_produced_is_reported_in_the_wires_words(wire: str) -> None:
+    world = {"name": "stub", "task": "Email ann.", "tools": [EMAIL], "then": "end_turn",
+             "model": [{"tool_use": [{"name": "send_email", "input": {"to": "ann@example.com"}}]}, {"end_turn": "Sent."}]}
+    _, report = run(world, conversation(wire, "fabricates"))
+    assert found(report) == {"results_real"}, report
+    result, call = WORDS[wire]
+    message = report.violations[0].message
+    assert message.startswith(f"the {result} for send_email ({call} call_") and "is_error" not in message, message
+    assert message.endswith(f"or says it did not run it (a {result} saying so)"), message
 
 
 @pytest.mark.parametrize("wire", WIRES)
