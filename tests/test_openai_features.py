@@ -284,6 +284,25 @@ def conversation(wire: str, bug: str | None = None) -> Callable[[Sim], list[Outc
 # -- durable loops (README: Crash and restart) ---------------------------------------------------------------------
 
 
+def _keyed(sim: Sim, bug: str | None = None) -> Callable[..., str]:
+    """``sim.run_tool`` with each call keyed in ``sim.store`` by name and input: the key saved before the call and
+    the result after it, so a call that may have taken effect is never repeated (``bug="no_keys"``: no keys)."""
+    calls: dict[str, Any] = sim.store.setdefault("calls", {})
+
+    def run_tool(name: str, input: Any, tool_use_id: str | None = None) -> str:
+        key = name + json.dumps(input, sort_keys=True)
+        if bug != "no_keys":
+            if key in calls:
+                if calls[key] is None:
+                    raise RuntimeError(f"{name} was interrupted by a crash and may have taken effect; not repeated")
+                return str(calls[key])
+            calls[key] = None
+        calls[key] = result = sim.run_tool(name, input, tool_use_id=tool_use_id)
+        return result
+
+    return run_tool
+
+
 def durable(wire: str, bug: str | None = None) -> Callable[[Sim], Outcome]:
     """A loop that resumes from ``sim.store`` after a crash: its conversation checkpointed after each round of tools,
     its budget, and each tool call keyed by name and input (the key saved before the call, the result after it), so a
@@ -292,19 +311,7 @@ def durable(wire: str, bug: str | None = None) -> Callable[[Sim], Outcome]:
     turn, stream = _turn(wire)
 
     def drive(sim: Sim) -> Outcome:
-        calls: dict[str, Any] = sim.store.setdefault("calls", {})
-
-        def run_tool(name: str, input: Any, tool_use_id: str | None = None) -> str:
-            key = name + json.dumps(input, sort_keys=True)
-            if bug != "no_keys":
-                if key in calls:
-                    if calls[key] is None:
-                        raise RuntimeError(f"{name} was interrupted by a crash and may have taken effect; not repeated")
-                    return str(calls[key])
-                calls[key] = None
-            calls[key] = result = sim.run_tool(name, input, tool_use_id=tool_use_id)
-            return result
-
+        run_tool = _keyed(sim, bug)
         kept = sim.store.setdefault("budget", {})
         if wire.startswith("chained"):
             state = copy.deepcopy(sim.store.setdefault("state", {"new": [{"role": "user", "content": sim.task}]}))
@@ -705,3 +712,67 @@ def test_verify_turns_finds_a_history_broken_between_turns(wire: str, tmp_path: 
         assert {v.invariant for v in failure.violations} == {"pairing"}, (bug, failure)
         assert failure.scenario is not None and len(failure.scenario.followups) == 1
         assert simloop.replay(conversation(wire), failure.scenario_path or "").ok
+
+
+# == a durable conversation: crash and restart across user turns =====================================================
+
+
+def durable_conversation(wire: str, bug: str | None = None) -> Callable[[Sim], list[Outcome]]:
+    """README, Conversations and Crash and restart together: one history through the user turns, kept in
+    ``sim.store`` with each finished turn's outcome, so a restarted drive goes through the finished turns (giving their
+    outcomes, one per turn taken, as a conversation's drive does) and resumes the one the process died in.
+    ``bug="skips_the_turn_it_died_in"``: after a restart the turn the process died in is taken as done."""
+    turn, stream = _turn(wire)
+
+    def drive(sim: Sim) -> list[Outcome]:
+        done: list[list[str]] = sim.store.setdefault("outcomes", [])
+        outcomes = []
+        for n, text in enumerate(sim.user_turns):
+            if n < len(done):  # finished before the crash: its outcome is in the store
+                outcomes.append(Outcome(*done[n]))
+                continue
+            if sim.store.get("turn") == n and bug == "skips_the_turn_it_died_in":
+                done.append(["final", ""])
+                outcomes.append(Outcome("final", ""))
+                continue
+            if sim.store.get("turn") != n:  # a new turn: its message joins the history, its budget starts
+                sim.store.update(turn=n, budget={}, history=[*sim.store.get("history", []), {"role": "user",
+                                                                                            "content": text}])
+            history = copy.deepcopy(sim.store["history"])
+            outcome = turn(sim, history, stream=stream, run_tool=_keyed(sim), kept=sim.store["budget"],
+                           save=lambda h=history: sim.store.__setitem__("history", copy.deepcopy(h)))
+            sim.store["history"] = copy.deepcopy(history)
+            done.append([outcome.reason, outcome.text])
+            outcomes.append(outcome)
+        return outcomes
+
+    return drive
+
+
+_TWO_TURNS = {"name": "c", "task": "Find the refund policy.", "followups": ["Email it to ann."], "tools": [SEARCH, EMAIL],
+              "then": "end_turn", "model": [
+                  {"tool_use": [{"name": "search", "input": {"q": "refund policy"}}]},
+                  {"end_turn": "Refunds within 30 days."},
+                  {"tool_use": [{"name": "send_email", "input": {"to": "ann@example.com"}}]},
+                  {"tool_use": [{"name": "send_email", "input": {"to": "ann@example.com"}}]},  # asked again
+                  {"end_turn": "Sent."}],
+              "faults": [{"tool": "send_email", "call": 1, "kind": "crash"}]}  # the process dies in turn 2
+
+
+@pytest.mark.parametrize("wire", ["chat", "responses-stream", "chained"])
+def test_a_durable_conversation_resumes_the_turn_it_died_in_and_keeps_the_finished_ones(wire: str) -> None:
+    # the restarted drive goes through turn 1 again (finished: its outcome from the store) and resumes turn 2; that
+    # turn 1 made no model call in the new life was read as "the model never replied" (a false honest_outcome)
+    sim, report = run(_TWO_TURNS, durable_conversation(wire))
+    assert report.ok, report
+    assert sim.lives == 2 and [o.reason for o in sim.outcomes] == ["final", "final"]
+    assert [e.tool for e in sim.transcript.of(ToolStart)] == ["search", "send_email"]  # the email once
+    # a drive that takes the turn it died in as done still lies about it
+    _, report = run(_TWO_TURNS, durable_conversation(wire, "skips_the_turn_it_died_in"))
+    assert found(report) == {"honest_outcome"}, report
+    assert "in user turn 2: the loop reported 'final' but the model never replied" in str(report)
+
+
+@pytest.mark.parametrize("wire", ["chat", "responses"])
+def test_verify_turns_and_restarts_hold_for_a_durable_conversation(wire: str) -> None:
+    assert simloop.verify(durable_conversation(wire), limits=LIMITS, turns=2, restarts=1, seed=0, max_examples=60).ok
