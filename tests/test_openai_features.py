@@ -721,7 +721,9 @@ def durable_conversation(wire: str, bug: str | None = None) -> Callable[[Sim], l
     """README, Conversations and Crash and restart together: one history through the user turns, kept in
     ``sim.store`` with each finished turn's outcome, so a restarted drive goes through the finished turns (giving their
     outcomes, one per turn taken, as a conversation's drive does) and resumes the one the process died in.
-    ``bug="skips_the_turn_it_died_in"``: after a restart the turn the process died in is taken as done."""
+    ``bug="skips_the_turn_it_died_in"``: after a restart the turn the process died in is taken as done.  The history is
+    the loop's (``wire``: chat or responses, streamed or not), Stop wired."""
+    assert not wire.startswith("chained"), "a durable conversation here keeps its own history"
     turn, stream = _turn(wire)
 
     def drive(sim: Sim) -> list[Outcome]:
@@ -740,7 +742,7 @@ def durable_conversation(wire: str, bug: str | None = None) -> Callable[[Sim], l
                                                                                             "content": text}])
             history = copy.deepcopy(sim.store["history"])
             outcome = turn(sim, history, stream=stream, run_tool=_keyed(sim), kept=sim.store["budget"],
-                           save=lambda h=history: sim.store.__setitem__("history", copy.deepcopy(h)))
+                           stop=sim.abort.is_set, save=lambda h=history: sim.store.__setitem__("history", copy.deepcopy(h)))
             sim.store["history"] = copy.deepcopy(history)
             done.append([outcome.reason, outcome.text])
             outcomes.append(outcome)
@@ -759,7 +761,7 @@ _TWO_TURNS = {"name": "c", "task": "Find the refund policy.", "followups": ["Ema
               "faults": [{"tool": "send_email", "call": 1, "kind": "crash"}]}  # the process dies in turn 2
 
 
-@pytest.mark.parametrize("wire", ["chat", "responses-stream", "chained"])
+@pytest.mark.parametrize("wire", ["chat", "chat-stream", "responses", "responses-stream"])
 def test_a_durable_conversation_resumes_the_turn_it_died_in_and_keeps_the_finished_ones(wire: str) -> None:
     # the restarted drive goes through turn 1 again (finished: its outcome from the store) and resumes turn 2; that
     # turn 1 made no model call in the new life was read as "the model never replied" (a false honest_outcome)
@@ -774,5 +776,6 @@ def test_a_durable_conversation_resumes_the_turn_it_died_in_and_keeps_the_finish
 
 
 @pytest.mark.parametrize("wire", ["chat", "responses"])
-def test_verify_turns_and_restarts_hold_for_a_durable_conversation(wire: str) -> None:
-    assert simloop.verify(durable_conversation(wire), limits=LIMITS, turns=2, restarts=1, seed=0, max_examples=60).ok
+def test_verify_turns_restarts_and_abort_hold_for_a_durable_conversation(wire: str) -> None:
+    assert simloop.verify(durable_conversation(wire), limits=LIMITS, turns=2, restarts=1, abort=True, seed=0,
+                          max_examples=60).ok
