@@ -779,3 +779,31 @@ def test_a_durable_conversation_resumes_the_turn_it_died_in_and_keeps_the_finish
 def test_verify_turns_restarts_and_abort_hold_for_a_durable_conversation(wire: str) -> None:
     assert simloop.verify(durable_conversation(wire), limits=LIMITS, turns=2, restarts=1, abort=True, seed=0,
                           max_examples=60).ok
+
+
+def _messages_durable_conversation(sim: Sim) -> list[Outcome]:
+    """The same durable conversation on the Messages wire (tests/loops/readme.py's loop, the README's `durable`
+    resume): the fix in `turn_slices` is the wires' own, not this file's."""
+    from tests.loops.readme import run_agent
+
+    done: list[list[str]] = sim.store.setdefault("outcomes", [])
+    history: list[Any] = sim.store.setdefault("history", [])  # kept in place: it survives the crash
+    outcomes = []
+    for n, text in enumerate(sim.user_turns):
+        if n < len(done):
+            outcomes.append(Outcome(*done[n]))
+            continue
+        resume = sim.store.get("turn") == n
+        if resume and history and history[-1]["role"] == "assistant":
+            history.pop()  # the round that died: the model asks again, and the store answers what had run
+        sim.store["turn"] = n
+        reason, answer = run_agent(sim.client, sim.tool_schemas, _keyed(sim), text, history=history, resume=resume,
+                                   budget=sim.store.setdefault(f"budget{n}", {}))
+        done.append([reason, answer])
+        outcomes.append(Outcome(reason, answer))
+    return outcomes
+
+
+def test_a_durable_conversation_on_the_messages_wire_holds_too() -> None:
+    sim, report = run(_TWO_TURNS, _messages_durable_conversation)
+    assert report.ok and sim.lives == 2 and [o.reason for o in sim.outcomes] == ["final", "final"], report
