@@ -399,15 +399,6 @@ def _unreal_results(v: _View, declared: dict[str, str]) -> dict[int, list[tuple[
     return found
 
 
-#: How each wire names a tool's result, its call, and a result saying the call failed or did not run (reports use
-#: the words of the wire the loop speaks: the OpenAI wires have no ``is_error``).
-_RESULT_WORDS = {
-    MESSAGES_PATH: ("tool_result", "tool_use", "an is_error tool_result"),
-    "/v1/chat/completions": ("tool message", "tool call", "a tool message saying so"),
-    "/v1/responses": ("function_call_output", "function_call", "a function_call_output saying so"),
-}
-
-
 def _unreal_result(v: _View, request: Request, items: list[tuple[str, str, str]]) -> Violation:
     """The violation of ``request``, which sent the results ``items`` that are not real: it names the first."""
     uid, kind, detail = items[0]
@@ -433,6 +424,15 @@ def _unreal_result(v: _View, request: Request, items: list[tuple[str, str, str]]
         )
     evidence = {"request": request.index, "path": path, "tool_use_id": uid, "tool": name, "kind": kind}
     return Violation("results_real", message, request.call, evidence)
+
+
+#: How each wire names a tool's result, its call, and a result saying the call failed or did not run (reports use
+#: the words of the wire the loop speaks: the OpenAI wires have no ``is_error``).
+_RESULT_WORDS = {
+    MESSAGES_PATH: ("tool_result", "tool_use", "an is_error tool_result"),
+    "/v1/chat/completions": ("tool message", "tool call", "a tool message saying so"),
+    "/v1/responses": ("function_call_output", "function_call", "a function_call_output saying so"),
+}
 
 
 def _committed_before(v: _View, s: ToolStart, pos: int) -> bool:
