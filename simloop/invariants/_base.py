@@ -536,6 +536,8 @@ def turn_slices(t: Transcript) -> list[TurnSlice]:
     untagged = [e for _, e in outcomes if e.turn is None]
     # the outcomes are the last life's: a turn of a life that died before the drive returned has none
     last_life = max((pos for pos, e in enumerate(t.events) if isinstance(e, Restart)), default=-1)
+    replayed = _replayed(t, marks, last_life, end)
+    ran = set(replayed.values())
     out: list[TurnSlice] = []
     calls_before = 0
     for i, start in enumerate(marks):
@@ -548,8 +550,10 @@ def turn_slices(t: Transcript) -> list[TurnSlice]:
         base = calls_before if first_call is None else first_call - 1
         shifted: list[Event] = [_shift(e, t0, base) for e in events if not isinstance(e, TurnStart)]
         outcome = by_turn.get(mark.turn)
-        if start < last_life or any(isinstance(e, Restart) for e in events):  # a life that died: no outcome known
-            outcome = None
+        if i in ran:
+            pass  # a turn finished before its life died, whose outcome the last life gave from its store
+        elif i in replayed or start < last_life or any(isinstance(e, Restart) for e in events):
+            outcome = None  # a life that died: no outcome known (or one judged where the turn ran)
         elif outcome is None and i == len(marks) - 1 and untagged:
             outcome = untagged[-1]
         if outcome is not None:
@@ -557,6 +561,29 @@ def turn_slices(t: Transcript) -> list[TurnSlice]:
         out.append(TurnSlice(mark.turn, base, t0, Transcript(header=t.header, events=shifted)))
         calls_before = max((e.call for e in events if isinstance(e, Request) and e.path in MODEL_PATHS),
                            default=base)
+    return out
+
+
+def _replayed(t: Transcript, marks: list[int], last_life: int, end: int) -> dict[int, int]:
+    """The turns the last life took again without a model call, each (its index in ``marks``) with the mark of the
+    earlier life that ran it to its end: a durable conversation keeps its finished turns in ``sim.store`` and goes
+    through them again after a restart, giving their outcomes, which are judged on the replies of that life."""
+
+    def span(i: int) -> list[Event]:
+        return t.events[marks[i] : marks[i + 1] if i + 1 < len(marks) else end]
+
+    def called(i: int) -> bool:
+        return any(isinstance(e, Request) and e.path in MODEL_PATHS for e in span(i))
+
+    turns = [e.turn for e in t.events if isinstance(e, TurnStart)]  # each mark's turn
+    out: dict[int, int] = {}
+    for i, start in enumerate(marks):
+        if start < last_life or called(i):
+            continue
+        ran = [j for j in range(i) if marks[j] < last_life and turns[j] == turns[i] and called(j)
+               and not any(isinstance(e, Restart) for e in span(j))]
+        if ran:
+            out[i] = ran[-1]
     return out
 
 

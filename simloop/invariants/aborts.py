@@ -3,7 +3,7 @@ history the next turn can send)."""
 
 from __future__ import annotations
 
-from simloop.invariants._base import _FINAL_STOPS, MODEL_PATHS, Violation, _is_reply, _view, too_large
+from simloop.invariants._base import _FINAL_STOPS, MESSAGES_PATH, MODEL_PATHS, Violation, _is_reply, _view, too_large
 from simloop.protocol.render import CUT_STOPS
 from simloop.transcript import AbortEvent, OutcomeEvent, Request, Response, Restart, ToolStart, Transcript, TurnStart
 
@@ -78,11 +78,17 @@ def _after_stop(t: Transcript, at: int, event: AbortEvent) -> list[Violation]:
         # (a prompt refused for its size is the window's, not the aborted turn's: see request_valid)
         if first is not None and isinstance(answer, Response) and answer.kind == "rejected" and not too_large(answer):
             why = (answer.rejection or {}).get("message", "")
+            left = _OPEN.get(first.path, _OPEN[MESSAGES_PATH])
             message = (f"the history the aborted turn left was refused on the next turn (400: {why}); a correct loop "
-                       "leaves no tool_use without its result and no empty assistant message when it stops")
+                       f"leaves {left} when it stops")
             out.append(Violation("abort", message, first.call, {"request": first.index, "abort_t": event.t}))
     return out
 
+
+#: What a stopped turn must not leave open, in the words of each wire.
+_OPEN = {MESSAGES_PATH: "no tool_use without its result and no empty assistant message",
+         "/v1/chat/completions": "no tool call without its tool message",
+         "/v1/responses": "no function_call without its function_call_output"}
 
 #: The replies that end a turn by themselves, and the reason a loop honestly gives for each.
 _ENDS_TURN = {**dict.fromkeys(_FINAL_STOPS, "final"), "refusal": "refusal", **dict.fromkeys(CUT_STOPS, "truncated")}

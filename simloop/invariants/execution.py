@@ -428,9 +428,10 @@ def _unreal_result(v: _View, request: Request, items: list[tuple[str, str, str]]
     name = str(v.use_block[uid].get("name"))
     path = _result_path(request, uid)
     more = f" ({len(items) - 1} more such result(s) in this request)" if len(items) > 1 else ""
+    result, call, failed = _RESULT_WORDS.get(request.path, _RESULT_WORDS[MESSAGES_PATH])
     if kind == "denied_commit":
         message = (
-            f"the tool_result for {name} (tool_use {uid}) tells the model it was not run or was interrupted, but "
+            f"the {result} for {name} ({call} {uid}) tells the model it was not run or was interrupted, but "
             f"{detail} had committed its write before that result was sent{more}; a correct loop reports what "
             "ran: the tool's result (or its error), so the model does not ask for the write again"
         )
@@ -440,12 +441,21 @@ def _unreal_result(v: _View, request: Request, items: list[tuple[str, str, str]]
             "; not one tool execution reached simloop's ledger in this run: the loop's tools are not routed "
             "through sim.run_tool (or sim.arun_tool, the tools endpoint, MCP), so its own tools ran or none did")
         message = (
-            f"the tool_result for {name} (tool_use {uid}) reports a success ({shown!r}) but no execution of "
+            f"the {result} for {name} ({call} {uid}) reports a success ({shown!r}) but no execution of "
             f"{name} produced it{more}{unrouted}; a correct loop runs each tool call through sim.run_tool and "
-            "sends back what it returned, or says it did not run it (an is_error tool_result)"
+            f"sends back what it returned, or says it did not run it ({failed})"
         )
     evidence = {"request": request.index, "path": path, "tool_use_id": uid, "tool": name, "kind": kind}
     return Violation("results_real", message, request.call, evidence)
+
+
+#: How each wire names a tool's result, its call, and a result saying the call failed or did not run (reports use
+#: the words of the wire the loop speaks: the OpenAI wires have no ``is_error``).
+_RESULT_WORDS = {
+    MESSAGES_PATH: ("tool_result", "tool_use", "an is_error tool_result"),
+    "/v1/chat/completions": ("tool message", "tool call", "a tool message saying so"),
+    "/v1/responses": ("function_call_output", "function_call", "a function_call_output saying so"),
+}
 
 
 def _committed_before(v: _View, s: ToolStart, pos: int) -> bool:
