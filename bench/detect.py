@@ -381,7 +381,7 @@ def main() -> None:
         t = speed
         print(f"throughput: {t.verify_per_s:.1f} full 10-call examples/s vs {t.bare_per_s:.1f}/s for the same loop "
               f"and calls bare: {t.ratio:.0%} of the limit the SDK sets by the wall clock, {t.cpu_ratio:.0%} by CPU "
-              f"time (median of {t.chunks} chunks; target >= 80%)")
+              f"time (median of {t.chunks} chunks; target >= 75%, issue 44)")
     if not args.skip_memory:
         small = peak_memory(100)
         large = peak_memory(args.memory_examples)
