@@ -66,3 +66,47 @@ def test_reply_kinds_are_the_replies_own() -> None:
     end, fault = Reply(end_turn="done"), Reply(error=529)
     assert [kinds.kind(end), kinds.kind(fault), kinds.kind(end)] == [end.kind, fault.kind, end.kind]
     assert fault.kind == "error" and end.kind != "error"
+
+
+def test_the_server_answers_one_request_at_a_time_whatever_thread_calls() -> None:
+    """Parallel sub-agents call from several threads: a request's parse, checks and reply must not interleave with
+    another's (before: the second thread's request ran inside the first's model call)."""
+    import json
+    import random
+    import threading
+
+    from simloop.models import Ids, ModelRequest
+    from simloop.transcript import Header, Transcript
+    from simloop.wire.server import SimServer
+
+    first_in, second_in = threading.Event(), threading.Event()
+    overlapped: list[bool] = []
+
+    class Policy:
+        def reply(self, request: ModelRequest) -> Reply:
+            if not first_in.is_set():
+                first_in.set()
+                overlapped.append(second_in.wait(0.3))  # the other thread's request, in the middle of this one?
+            else:
+                second_in.set()
+            return Reply(end_turn="done")
+
+        def leftovers(self) -> list[str]:
+            return []
+
+    server = SimServer(Policy(), Transcript(header=Header(scenario="one-at-a-time", seed=0)),
+                       ids=Ids(random.Random(0)), now=lambda: 0.0)
+    body = json.dumps({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}).encode()
+    statuses: list[int] = []
+
+    def call() -> None:
+        statuses.append(server.handle("POST", "/v1/messages", {"x-api-key": "k"}, body).status)
+
+    first = threading.Thread(target=call)
+    first.start()
+    assert first_in.wait(10)
+    second = threading.Thread(target=call)
+    second.start()
+    first.join(10)
+    second.join(10)
+    assert overlapped == [False] and statuses == [200, 200]

@@ -23,6 +23,7 @@ routing; every other request takes the full path, the lane's oracle (`_FAST_LANE
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -79,6 +80,7 @@ class SimServer:
         self.own: Callable[[], float | None] | None = None  # the caller's own time when behind (set by the Sim)
         self.sign_thinking = sign_thinking
         self.requests = 0
+        self._one_at_a_time = threading.RLock()  # (re-entrant: a model function may call the API itself)
         self._numbers = CallNumbers()
         self._threads = MessageThreads()
         self._parser = _BodyParser()
@@ -104,10 +106,13 @@ class SimServer:
     def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Planned:
         """Plan the response to one HTTP request (never raises an Exception: see `InternalFailure`).
 
-        ``headers`` is looked up by lower-case name; only the `READ_HEADERS` are read.
+        ``headers`` is looked up by lower-case name; only the `READ_HEADERS` are read.  One request at a time: the
+        loop's threads (parallel sub-agents, say) may call at once, and a request's parse, numbering, checks and
+        reply read state the one before left (the incremental parse, the fast lane, the model's draws).
         """
         try:
-            return self._handle(method, path, headers, body)
+            with self._one_at_a_time:
+                return self._handle(method, path, headers, body)
         except BaseException as e:
             if isinstance(e, Exception):
                 raise InternalFailure(e) from e
