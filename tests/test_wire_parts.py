@@ -70,23 +70,35 @@ def test_reply_kinds_are_the_replies_own() -> None:
 
 def test_the_server_answers_one_request_at_a_time_whatever_thread_calls() -> None:
     """Parallel sub-agents call from several threads: a request's parse, checks and reply must not interleave with
-    another's (before: the second thread's request ran inside the first's model call)."""
+    another's (before: the second thread's request ran inside the first's model call).  No clock is read: the first
+    model call waits until the second request is either inside its own model call or held at the server's door."""
+    import inspect
     import json
     import random
+    import sys
     import threading
 
     from simloop.models import Ids, ModelRequest
     from simloop.transcript import Header, Transcript
     from simloop.wire.server import SimServer
 
+    lines, first_line = inspect.getsourcelines(SimServer.handle)
+    door = next((n for n, line in enumerate(lines, first_line) if "with self._one_at_a_time" in line), -1)
     first_in, second_in = threading.Event(), threading.Event()
+    second_thread: list[int] = []
     overlapped: list[bool] = []
+
+    def held_at_the_door() -> bool:
+        frame = sys._current_frames().get(second_thread[0]) if second_thread else None
+        return frame is not None and frame.f_code is SimServer.handle.__code__ and frame.f_lineno == door
 
     class Policy:
         def reply(self, request: ModelRequest) -> Reply:
             if not first_in.is_set():
                 first_in.set()
-                overlapped.append(second_in.wait(0.3))  # the other thread's request, in the middle of this one?
+                while not (second_in.is_set() or held_at_the_door()):
+                    pass  # (the other thread runs at the interpreter's next switch)
+                overlapped.append(second_in.is_set())
             else:
                 second_in.set()
             return Reply(end_turn="done")
@@ -107,6 +119,7 @@ def test_the_server_answers_one_request_at_a_time_whatever_thread_calls() -> Non
     assert first_in.wait(10)
     second = threading.Thread(target=call)
     second.start()
+    second_thread.append(second.ident or 0)
     first.join(10)
     second.join(10)
     assert overlapped == [False] and statuses == [200, 200]
