@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -32,6 +30,7 @@ from simloop.transcript import Header, Transcript
 from simloop.wire import server as server_module
 from simloop.wire.planned import Planned
 from simloop.wire.server import SimServer
+from tests._runs import every_run
 
 AUTH = {"x-api-key": "k"}
 POOL = ["toolu_a", "toolu_b", "toolu_c", "toolu_d", "toolu_e", "toolu_f"]  # few: ids repeat across a history
@@ -355,39 +354,17 @@ def test_the_lane_is_taken_by_a_plain_tool_loop() -> None:
     assert jsonl == oracle
 
 
-@contextmanager
-def _transcripts(taken: list[int]) -> Iterator[list[str]]:
-    """The JSONL transcript of every `Sim.run` inside the block (as `bench/fingerprint.py` collects them), and
-    how many of its requests took the lane (``taken``)."""
-    seen: list[str] = []
-    run: Callable[..., Any] = Sim.run
-
-    def recording(self: Sim, drive: Any) -> Any:
-        try:
-            return run(self, drive)
-        finally:
-            seen.append(self.transcript.to_jsonl())
-            taken.append(self.server._lane_taken)
-
-    Sim.run = recording  # type: ignore[method-assign]
-    try:
-        yield seen
-    finally:
-        Sim.run = run  # type: ignore[method-assign]
-
-
 def _search(drive: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any, *, fast: bool,
             options: dict[str, Any]) -> tuple[list[str], str]:
     monkeypatch.setattr(server_module, "_FAST_LANE", fast)
-    taken: list[int] = []
-    with _transcripts(taken) as seen:
+    with every_run() as ran:
         try:
             simloop.verify(drive, max_examples=12, seed=5, out_dir=tmp_path / str(fast), **options)
             said = "passed"
         except simloop.InvariantViolation as e:
             said = ",".join(v.invariant for v in e.violations)
-    assert (sum(taken) > 0) == fast  # on: some calls took the lane; off: none
-    return seen, said
+    assert (sum(sim.server._lane_taken for sim in ran) > 0) == fast  # on: some calls took the lane; off: none
+    return [sim.transcript.to_jsonl() for sim in ran], said
 
 
 @pytest.mark.parametrize(("module", "options"), [

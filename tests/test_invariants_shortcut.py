@@ -9,8 +9,6 @@ from __future__ import annotations
 import importlib
 import json
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -19,7 +17,6 @@ from hypothesis import strategies as st
 
 import simloop
 from simloop.invariants import _base, check
-from simloop.sim import Sim
 from simloop.transcript import (
     ApprovalEvent,
     OutcomeEvent,
@@ -30,36 +27,18 @@ from simloop.transcript import (
     ToolStart,
     Transcript,
 )
-
-
-@contextmanager
-def _kept() -> Iterator[list[Transcript]]:
-    """The transcript of every `Sim.run` inside the block."""
-    seen: list[Transcript] = []
-    run = Sim.run
-
-    def recording(self: Sim, drive: Any) -> Any:
-        try:
-            return run(self, drive)
-        finally:
-            seen.append(self.transcript)
-
-    Sim.run = recording  # type: ignore[method-assign]
-    try:
-        yield seen
-    finally:
-        Sim.run = run  # type: ignore[method-assign]
+from tests._runs import every_run
 
 
 def _worlds(module: str, options: dict[str, Any], tmp_path: Any) -> list[Transcript]:
     drive = importlib.import_module(f"examples.{module}").drive
-    with _kept() as seen:
+    with every_run() as ran:
         try:
             simloop.verify(drive, max_examples=12, seed=5, out_dir=tmp_path, **options)
         except simloop.InvariantViolation:
             pass
-    assert seen
-    return seen
+    assert ran
+    return [sim.transcript for sim in ran]
 
 
 def _said(t: Transcript) -> list[tuple[str, str, int | None, str]]:

@@ -86,7 +86,7 @@ def _chat_reply(sim: Sim, messages: list[Any], tools: list[Any], stream: bool, s
 
 def chat_turn(sim: Sim, messages: list[Any], *, stop: Stop = _never, stream: bool = False, run_tool: Any = None,
               bug: str | None = None, kept: dict[str, Any] | None = None,
-              save: Callable[[], None] = lambda: None) -> Outcome:
+                   save: Callable[[], None] = lambda: None) -> Outcome:
     """One user turn on Chat Completions: Stop checked before each call, while streaming, after each reply and
     before each tool; a call not run is answered so (the history stays sendable)."""
     tools = [{"type": "function", "function": {"name": t["name"], "parameters": t["input_schema"]}}
@@ -138,7 +138,7 @@ def _responses_reply(sim: Sim, items: list[Any], tools: list[Any], stream: bool,
 
 def responses_turn(sim: Sim, items: list[Any], *, stop: Stop = _never, stream: bool = False, run_tool: Any = None,
                    bug: str | None = None, kept: dict[str, Any] | None = None,
-              save: Callable[[], None] = lambda: None) -> Outcome:
+                   save: Callable[[], None] = lambda: None) -> Outcome:
     """One user turn on the Responses API, the conversation a list of input items kept by the loop."""
     tools = [{"type": "function", "name": t["name"], "parameters": t["input_schema"], "strict": False}
              for t in sim.tool_schemas]
@@ -182,7 +182,7 @@ def responses_turn(sim: Sim, items: list[Any], *, stop: Stop = _never, stream: b
 
 def chained_turn(sim: Sim, state: dict[str, Any], *, stop: Stop = _never, stream: bool = False,
                  run_tool: Any = None, bug: str | None = None, kept: dict[str, Any] | None = None,
-              save: Callable[[], None] = lambda: None) -> Outcome:
+                   save: Callable[[], None] = lambda: None) -> Outcome:
     """One user turn on the Responses API, the conversation kept on the server: each request names the previous
     response and sends only what is new (``state["new"]``); what a turn owes (the answers to calls it did not run)
     goes with the next turn's message."""

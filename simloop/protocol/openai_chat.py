@@ -40,7 +40,9 @@ __all__ = [
     "finish_reason",
     "render_chunks",
     "render_completion",
+    "set_tools",
     "to_internal",
+    "tool_choice",
     "validate_chat",
 ]
 
@@ -360,12 +362,11 @@ def to_internal(body: dict[str, Any]) -> dict[str, Any]:
         internal["system"] = "\n\n".join(system)
     tools = body.get("tools")
     if isinstance(tools, list) and tools:
-        internal["tools"] = [_tool(t) for t in tools if isinstance(t, dict) and t.get("type", "function") == "function"]
-        choice = _tool_choice(body.get("tool_choice"))
-        if body.get("parallel_tool_calls") is False:
-            choice = {**(choice or {"type": "auto"}), "disable_parallel_tool_use": True}
-        if choice is not None:
-            internal["tool_choice"] = choice
+        choice = body.get("tool_choice")
+        named = choice.get("function") if isinstance(choice, dict) else None
+        set_tools(internal, [t["function"] for t in tools if isinstance(t, dict) and t.get("type", "function") == "function"],
+                  tool_choice(choice, named.get("name") if isinstance(named, dict) else None),
+                  body.get("parallel_tool_calls"))
     stop = body.get("stop")
     if isinstance(stop, str) and stop:
         internal["stop_sequences"] = [stop]
@@ -376,8 +377,19 @@ def to_internal(body: dict[str, Any]) -> dict[str, Any]:
     return internal
 
 
-def _tool(tool: dict[str, Any]) -> dict[str, Any]:
-    fn = tool["function"]
+def set_tools(internal: dict[str, Any], functions: list[dict[str, Any]], choice: dict[str, Any] | None,
+              parallel: Any) -> None:
+    """Put an OpenAI request's function tools (each a ``name``, ``description`` and ``parameters``), its tool choice
+    (`tool_choice`'s) and its ``parallel_tool_calls`` into ``internal``, the Messages request it stands for (both
+    wires: Chat Completions nests each function under ``function``, Responses does not)."""
+    internal["tools"] = [_function_tool(fn) for fn in functions]
+    if parallel is False:
+        choice = {**(choice or {"type": "auto"}), "disable_parallel_tool_use": True}
+    if choice is not None:
+        internal["tool_choice"] = choice
+
+
+def _function_tool(fn: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"name": fn["name"]}
     if isinstance(fn.get("description"), str):
         out["description"] = fn["description"]
@@ -386,15 +398,15 @@ def _tool(tool: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _tool_choice(choice: Any) -> dict[str, Any] | None:
+def tool_choice(choice: Any, name: Any) -> dict[str, Any] | None:
+    """The Messages API's ``tool_choice`` for an OpenAI one (``name``: the function a ``{"type": "function"}``
+    choice names, where its wire puts it)."""
     if choice in ("auto", "none"):
         return {"type": choice}
     if choice == "required":
         return {"type": "any"}
-    if isinstance(choice, dict) and choice.get("type") == "function":
-        fn = choice.get("function")
-        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
-            return {"type": "tool", "name": fn["name"]}
+    if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(name, str):
+        return {"type": "tool", "name": name}
     return None
 
 

@@ -39,6 +39,8 @@ from simloop.protocol.openai_chat import (
     _text_of,
     cache_tokens,
     image_block,
+    set_tools,
+    tool_choice,
 )
 from simloop.protocol.render import CUT_STOPS, Turn
 from simloop.protocol.validate import Rejection
@@ -378,12 +380,10 @@ def to_internal(body: dict[str, Any], items: list[Any]) -> dict[str, Any]:
         internal["system"] = "\n\n".join(system)
     tools = body.get("tools")
     if isinstance(tools, list) and tools:
-        internal["tools"] = [_tool(t) for t in tools if isinstance(t, dict) and t.get("type") == "function"]
-        choice = _tool_choice(body.get("tool_choice"))
-        if body.get("parallel_tool_calls") is False:
-            choice = {**(choice or {"type": "auto"}), "disable_parallel_tool_use": True}
-        if choice is not None:
-            internal["tool_choice"] = choice
+        choice = body.get("tool_choice")
+        set_tools(internal, [t for t in tools if isinstance(t, dict) and t.get("type") == "function"],
+                  tool_choice(choice, choice.get("name") if isinstance(choice, dict) else None),
+                  body.get("parallel_tool_calls"))
     if body.get("stream"):
         internal["stream"] = True
     return internal
@@ -393,25 +393,6 @@ def model_of(body: Mapping[str, Any]) -> str:
     """The request's ``model``; `PROMPT_MODEL` for one naming only a stored ``prompt``."""
     model = body.get("model")
     return str(model) if model is not None else PROMPT_MODEL
-
-
-def _tool(tool: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": tool["name"]}
-    if isinstance(tool.get("description"), str):
-        out["description"] = tool["description"]
-    params = tool.get("parameters")
-    out["input_schema"] = params if isinstance(params, dict) else {"type": "object", "properties": {}}
-    return out
-
-
-def _tool_choice(choice: Any) -> dict[str, Any] | None:
-    if choice in ("auto", "none"):
-        return {"type": choice}
-    if choice == "required":
-        return {"type": "any"}
-    if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("name"), str):
-        return {"type": "tool", "name": choice["name"]}
-    return None
 
 
 # -- the reply, as a response object -------------------------------------------------------------------------------
