@@ -19,6 +19,7 @@ each invariant of the catalogue (``inv.ID``: the first to read the shared view b
 from __future__ import annotations
 
 import argparse
+import inspect
 import statistics
 import sys
 import time
@@ -54,6 +55,9 @@ CALLS: dict[str, int] = defaultdict(int)
 #: name -> (owner, attribute): the pieces that can be timed
 PIECES: dict[str, tuple[Any, str]] = {
     "transport": (transport.SimTransport, "handle_request"),  # the whole simulated call
+    "atransport": (transport.AsyncSimTransport, "handle_async_request"),  # the same, async (--async-stream)
+    "render_sse": (answer, "render_sse"),  # a streamed reply's events
+    "event_loop": (VirtualClock, "new_event_loop"),
     "server": (server.SimServer, "handle"),
     "validator": (validate.ConversationValidator, "validate"),
     "parser": (bodies._BodyParser, "parse"),
@@ -150,6 +154,18 @@ def _wrap(name: str) -> None:
         return
     owner, attr = PIECES[name]
     real: Callable[..., Any] = getattr(owner, attr)
+    if inspect.iscoroutinefunction(real):  # (timed around its one step: a reply with no latency never waits)
+
+        async def atimed(*args: Any, **kwargs: Any) -> Any:
+            start = time.thread_time_ns()
+            try:
+                return await real(*args, **kwargs)
+            finally:
+                CPU[name] += time.thread_time_ns() - start
+                CALLS[name] += 1
+
+        setattr(owner, attr, atimed)
+        return
 
     def timed(*args: Any, **kwargs: Any) -> Any:
         start = time.thread_time_ns()
@@ -169,25 +185,34 @@ def main() -> None:
                         help=f"comma-separated, of: {', '.join([*PIECES, *BLOCKS, 'prng'])}")
     parser.add_argument("--throughput", type=int, default=0, metavar="CHUNKS",
                         help="time the pieces in detect.py's throughput line instead, per example")
+    parser.add_argument("--async-stream", action="store_true",
+                        help="the async streaming run of overhead.py --async-stream instead (pieces: atransport, ...)")
     args = parser.parse_args()
     for name in args.pieces.split(","):
         _wrap(name)
     if args.throughput:
         _throughput(args.throughput)
         return
-    client = overhead.bare_client()
+    bare_run: Callable[[], int]
+    sim_run: Callable[[], int]
+    if args.async_stream:
+        aclient = overhead.bare_async_stream_client()
+        bare_run, sim_run = (lambda: overhead.bare_async_stream_run(aclient)), overhead.sim_async_stream_run
+    else:
+        client = overhead.bare_client()
+        bare_run, sim_run = (lambda: overhead.loop(client)), overhead.sim_run
     for _ in range(20):
-        overhead.loop(client), overhead.sim_run()
+        bare_run(), sim_run()
     CPU.clear()
     CALLS.clear()
     bare: list[float] = []
     simulated: list[float] = []
     for _ in range(args.runs):
         start = time.process_time()
-        overhead.loop(client)
+        bare_run()
         bare.append(time.process_time() - start)
         start = time.process_time()
-        overhead.sim_run()
+        sim_run()
         simulated.append(time.process_time() - start)
     b, s = statistics.median(bare) * 1e6, statistics.median(simulated) * 1e6
     print(f"process CPU per 10-call run (median): bare {b:.0f} us, simulated {s:.0f} us (wrappers included), "

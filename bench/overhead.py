@@ -41,6 +41,7 @@ from simloop._runtime.realtime import REAL
 from simloop.protocol.render import Turn, render_json, render_sse
 
 STEPS = 10
+MODEL = "claude-sonnet-5"  # what the loop asks for, and what both sides answer with (the real API echoes it)
 TOOLS: list[ToolParam] = [{"name": "search", "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}}}]
 SCENARIO = simloop.Scenario.model_validate(
     {
@@ -55,7 +56,7 @@ def loop(client: anthropic.Anthropic) -> int:
     """A 10-step conversation: the same calls on both sides (tool ids echo what the reply gave)."""
     messages: list[MessageParam] = [{"role": "user", "content": "Find the refund policy."}]
     for step in range(STEPS):
-        reply = client.messages.create(model="claude-sonnet-5", max_tokens=1024, messages=messages, tools=TOOLS)
+        reply = client.messages.create(model=MODEL, max_tokens=1024, messages=messages, tools=TOOLS)
         if reply.stop_reason != "tool_use":
             return step + 1
         dumped: list[Any] = [b.model_dump(exclude_none=True) for b in reply.content]  # as a bare loop might keep it
@@ -83,12 +84,12 @@ def turns_of_the_loop() -> list[tuple[str, Turn]]:
 
 def bodies_of_the_loop() -> list[bytes]:
     """The 10-step loop's replies as the API sends them (JSON)."""
-    return [render_json(turn, id=id, model="m", input_tokens=10) for id, turn in turns_of_the_loop()]
+    return [render_json(turn, id=id, model=MODEL, input_tokens=10) for id, turn in turns_of_the_loop()]
 
 
 def streams_of_the_loop() -> list[bytes]:
     """The 10-step loop's replies as the API streams them (the SSE events of each, joined)."""
-    return [b"".join(render_sse(turn, id=id, model="m", input_tokens=10)) for id, turn in turns_of_the_loop()]
+    return [b"".join(render_sse(turn, id=id, model=MODEL, input_tokens=10)) for id, turn in turns_of_the_loop()]
 
 
 def bare_handler(bodies: list[bytes] | None = None) -> Callable[[httpx2.Request], httpx2.Response]:
@@ -114,7 +115,7 @@ async def stream_loop(client: anthropic.AsyncAnthropic) -> int:
     """`loop` on the async client, each call streamed (``messages.stream``, the final message accumulated)."""
     messages: list[MessageParam] = [{"role": "user", "content": "Find the refund policy."}]
     for step in range(STEPS):
-        async with client.messages.stream(model="claude-sonnet-5", max_tokens=1024, messages=messages,
+        async with client.messages.stream(model=MODEL, max_tokens=1024, messages=messages,
                                           tools=TOOLS) as stream:
             reply = await stream.get_final_message()
         if reply.stop_reason != "tool_use":

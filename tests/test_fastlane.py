@@ -11,6 +11,7 @@ A false pass (a request the full path refuses, accepted on the lane) is the bug 
 
 from __future__ import annotations
 
+import importlib
 import json
 import random
 from typing import Any
@@ -38,7 +39,8 @@ POOL = ["toolu_a", "toolu_b", "toolu_c", "toolu_d", "toolu_e", "toolu_f"]  # few
 # What a loop sends instead of (or around) the plain next request.
 EDITS = [
     "plain", "plain", "plain", "plain", "reorder", "duplicate_result", "wrong_id", "missing_result", "text_after",
-    "text_before", "cache_control", "is_error", "is_error_string", "list_content", "empty_list", "null_content",
+    "text_before", "cache_control", "is_error", "is_error_string", "list_content", "list_contents", "list_blank_text",
+    "list_cache_control", "list_bad_block", "empty_list", "null_content",
     "int_content", "extra_result_key", "edit_earlier", "edit_reply", "reply_extra_key", "user_extra_key",
     "head_model", "head_tools", "head_system", "head_max_tokens", "retry", "resend", "no_auth", "count_tokens",
     "fresh", "no_assistant", "invalid_json", "spaced_json", "bad_tool_id", "only_user_text", "result_for_another",
@@ -159,6 +161,15 @@ def _edited(messages: list[Any], edit: str) -> list[Any]:
         first["is_error"] = "yes"
     elif edit == "list_content":
         first["content"] = [{"type": "text", "text": "result"}]
+    elif edit == "list_contents":  # every result a list of text blocks, keys in pydantic-ai's order
+        for result in results:
+            result["content"] = [{"text": "result", "type": "text"}, {"text": "more", "type": "text"}]
+    elif edit == "list_blank_text":
+        first["content"] = [{"type": "text", "text": ""}]
+    elif edit == "list_cache_control":
+        first["content"] = [{"type": "text", "text": "result", "cache_control": {"type": "ephemeral"}}]
+    elif edit == "list_bad_block":
+        first["content"] = [{"type": "text", "text": "result"}, {"type": "video"}]
     elif edit == "empty_list":
         first["content"] = []
     elif edit == "null_content":
@@ -354,6 +365,29 @@ def test_the_lane_is_taken_by_a_plain_tool_loop() -> None:
     assert jsonl == oracle
 
 
+@pytest.mark.parametrize("framework", ["pydantic_ai", "langgraph"])
+def test_the_lane_is_taken_by_framework_loops(framework: str) -> None:
+    """pydantic-ai sends every tool result as a list of text blocks, LangGraph as a string: both take the lane after
+    the first call, and the run is the one the full path gives."""
+    pytest.importorskip({"pydantic_ai": "pydantic_ai", "langgraph": "langgraph"}[framework],
+                        reason=f"pip install 'simloop[{framework.replace('_', '-')}]'")
+    adapter = importlib.import_module(f"simloop.adapters.{framework}")
+    scenario = simloop.Scenario.model_validate({
+        "task": "Find the refund policy.", "tools": [{"name": "search"}],
+        "model": [{"text": "Let me look.", "tool_use": [{"name": "search", "input": {"q": "refund"}}], "repeat": 4},
+                  {"end_turn": "Refunds take 5 days."}],
+    })
+    runs = []
+    for fast in (True, False):
+        with Sim(scenario, seed=3) as sim:
+            sim.server._fast_lane = fast
+            sim.run(adapter.make_drive())
+            runs.append((sim.server._lane_taken, sim.server.calls, sim.transcript.to_jsonl(), sim.check().ok))
+    (taken, calls, jsonl, ok), (none, _, oracle, oracle_ok) = runs
+    assert calls == 5 and taken == 4 and none == 0
+    assert jsonl == oracle and ok and oracle_ok
+
+
 def _search(drive: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any, *, fast: bool,
             options: dict[str, Any]) -> tuple[list[str], str]:
     monkeypatch.setattr(server_module, "_FAST_LANE", fast)
@@ -444,7 +478,7 @@ def results(draw: st.DrawFn, ids: list[str]) -> list[Any]:
     blocks: list[Any] = []
     for use_id in chosen:
         block: dict[str, Any] = {"type": draw(mostly("tool_result", "document")), "tool_use_id": use_id,
-                                 "content": draw(mostly("r", "", None, 7, [], [{"type": "text", "text": "r"}]))}
+                                 "content": draw(mostly("r", "", None, 7, [], *TEXT_LISTS))}
         extra = draw(mostly("none", "is_error", "is_error_string", "cache_control", "other"))
         if extra == "is_error":
             block["is_error"] = True
@@ -459,6 +493,16 @@ def results(draw: st.DrawFn, ids: list[str]) -> list[Any]:
         blocks.insert(draw(st.integers(0, len(blocks))), {"type": "text", "text": "note"})
     return blocks
 
+
+#: A tool_result's content as a list of blocks: plain text (as pydantic-ai sends every result, in its key order) and
+#: what the lane must leave to the full path, or pass exactly as the rules do.
+TEXT_LISTS: list[list[Any]] = [
+    [{"type": "text", "text": "r"}], [{"text": "r", "type": "text"}], [{"type": "text", "text": "r"}] * 2,
+    [{"type": "text", "text": ""}], [{"type": "text", "text": " "}], [{"type": "text", "text": 5}], [{"type": "text"}],
+    [{"type": "text", "text": "r", "cache_control": {"type": "ephemeral"}}], [{"type": "text", "text": "r", "x": 1}],
+    [{"type": "texts", "text": "r"}], ["r"], [{"type": "text", "text": "r"}, {"type": "image"}],
+    [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}],
+]
 
 HISTORIES: list[list[Any]] = [
     [{"role": "user", "content": "Go."}],

@@ -11,11 +11,11 @@ Why it is exact: the previous request passed the full check and ended with a use
 the same head (model, tools, system, thinking, ...: the same bytes) and the same history; what they would read of
 the two new messages is what `offer` and `Lane.admit` demand of them (plain text and tool_use blocks with valid,
 new, distinct ids, thinking blocks as simloop signs them; a user turn answering each call once, in any order, with
-string results; no cache_control, no citations, no server tools anywhere in the history).  With thinking on, the
-reply must open with its thinking block: the tool turn the rule reads then opens either with it or, when the last
-genuine user turn lies further back, where it opened in the previous request, which passed.  Anything else is left to the full path,
-which stays the oracle: `tests/test_fastlane.py` runs both on generated histories and edge bodies and demands the
-same bytes, transcript and verdict.
+results that are strings or lists of plain text blocks; no cache_control, no citations, no server tools anywhere
+in the history).  With thinking on, the reply must open with its thinking block: the tool turn the rule reads then
+opens either with it or, when the last genuine user turn lies further back, where it opened in the previous
+request, which passed.  Anything else is left to the full path, which stays the oracle: `tests/test_fastlane.py`
+runs both on generated histories and edge bodies and demands the same bytes, transcript and verdict.
 """
 
 from __future__ import annotations
@@ -86,7 +86,8 @@ class Lane:
             if type(block) is not dict or block.get("type") != "tool_result" or not block.keys() <= _RESULT_KEYS:
                 return None
             result, error = block.get("content"), block.get("is_error")
-            if (result is not None and type(result) is not str) or (error is not None and type(error) is not bool):
+            if (result is not None and type(result) is not str and not _texts(result)) or (
+                    error is not None and type(error) is not bool):
                 return None
             answered.add(block.get("tool_use_id"))
         if answered != uses:  # each call answered once (as many results as calls), no stray result
@@ -95,6 +96,17 @@ class Lane:
         if seen is None or not seen.isdisjoint(uses):
             return None
         return seen | uses
+
+
+def _texts(result: Any) -> bool:
+    """Whether a tool_result's content is a list of plain text blocks (as pydantic-ai sends every result): the rules
+    read only each block's type there, and its cache_control (which the lane leaves to the full path)."""
+    if type(result) is not list:
+        return False
+    for block in result:
+        if type(block) is not dict or block.keys() != _TEXT_KEYS or block["type"] != "text" or type(block["text"]) is not str:
+            return False
+    return True
 
 
 def offer(body: dict[str, Any], message: dict[str, Any], seen: frozenset[str] | None) -> Lane | None:

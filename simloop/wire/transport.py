@@ -61,17 +61,36 @@ def _read_timeout(request: httpx2.Request) -> float:
 
 
 def _response(request: httpx2.Request, planned: Planned, content: Any) -> httpx2.Response:
-    if type(content) is not bytes:  # SSE events: a stream the client reads as it goes
+    if type(content) is not bytes:  # a stream cut or ending in an error event: the client reads it as it goes
         return httpx2.Response(planned.status, headers=planned.headers, content=content, request=request)
-    # The headers ``content=`` would give; the body is handed over already read (what ``content=`` gets
-    # by reading a byte stream through the decoders: a good part of a call's cost, for bytes we have).
+    # The headers ``content=`` would give (none for a stream, which the API sends chunked); the body is handed
+    # over already read (what ``content=`` gets by reading a byte stream through the decoders: a good part of a
+    # call's cost, for bytes we have; a whole stream's events are one chunk either way, see `_iter_events`).
     # Should httpx2 stop honouring ``_content``, the client reads the stream instead: slower, not wrong.
-    headers = [*planned.headers, ("Content-Length", str(len(content)))] if content else planned.headers
-    response = httpx2.Response(planned.status, headers=headers, stream=httpx2.ByteStream(content), request=request)
+    if planned.events is None:
+        headers = [*planned.headers, ("Content-Length", str(len(content)))] if content else planned.headers
+        response = httpx2.Response(planned.status, headers=headers, stream=httpx2.ByteStream(content), request=request)
+    else:  # a stream read to its end: nothing is left on the wire (the openai SDK drains it after ``[DONE]``)
+        response = httpx2.Response(planned.status, headers=planned.headers, stream=_READ_TO_THE_END, request=request)
+        response.is_stream_consumed = True
     response._content = content
     # The client never times a response it does not read: ``elapsed`` is the virtual time it took.
     response.elapsed = timedelta(seconds=planned.latency) if planned.latency else _NO_TIME
     return response
+
+
+class _ReadToTheEnd(httpx2.SyncByteStream, httpx2.AsyncByteStream):
+    """The raw stream of a response whose body was handed over already read: nothing left, as after a real one."""
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(())
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        return
+        yield b""  # (an async generator with nothing to give)
+
+
+_READ_TO_THE_END = _ReadToTheEnd()
 
 
 def _fault(request: httpx2.Request, kind: str | None, call: int = 0) -> BaseException:
@@ -113,15 +132,23 @@ class SimTransport(httpx2.BaseTransport):
             server.deliver(planned)
             raise _fault(request, planned.raise_, call)
         server.deliver(planned)
-        if planned.events is None:
-            return _response(request, planned, planned.body)
-        return _response(request, planned, _iter_events(request, planned))
+        return _response(request, planned, _content(request, planned, _iter_events))
 
     def close(self) -> None:
         # Let go of the run (server, transcript, clock): the SDK client around this transport sits in a
         # reference cycle, which would otherwise keep the whole run alive until a full garbage collection.
         self.server = None
         self.sleep = _closed_sleep
+
+
+def _content(request: httpx2.Request, planned: Planned, events: Callable[[httpx2.Request, Planned], Any]) -> Any:
+    """The body: the JSON bytes, a whole stream's events as bytes, or ``events`` (a stream cut or ending in an
+    error event, which the client must meet as it reads)."""
+    if planned.events is None:
+        return planned.body
+    if planned.cut_after is None and planned.error_event is None:
+        return b"".join(planned.events)
+    return events(request, planned)
 
 
 def _iter_events(request: httpx2.Request, planned: Planned) -> Iterator[bytes]:
@@ -170,9 +197,7 @@ class AsyncSimTransport(httpx2.AsyncBaseTransport):
             server.deliver(planned)
             raise _fault(request, planned.raise_, call)
         server.deliver(planned)
-        if planned.events is None:
-            return _response(request, planned, planned.body)
-        return _response(request, planned, _aiter_events(request, planned))
+        return _response(request, planned, _content(request, planned, _aiter_events))
 
     async def aclose(self) -> None:
         self.server = None  # see SimTransport.close
