@@ -7,7 +7,9 @@ simloop cost nothing, so that what the bar allows the rest is a number, not a gu
 loop on `httpx2.MockTransport`; the full simulated run; and the same fresh-`Sim` run whose simulator is
 replaced by a transport serving the bytes the simulator rendered for that run (captured beforehand):
 every part of a run but the per-call simulator (the `Sim`, its client, the worker thread, the clock, the
-watchdog, the guards, `close`).  What 90% leaves each simulated call follows.
+watchdog, the guards, `close`); and the same run on a minimal simulator (`_minimal`: the whole body parsed and
+checked for roles, pairing and unique ids, the reply rendered; nothing recorded).  What 90% leaves each
+simulated call follows.
 
 ``verify`` (the bar: 80% of the bare limit per example) alternates chunks of the bare loop of
 `bench/detect.py`'s throughput plan, of `verify` itself, and of `verify` whose example draws the world and
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import random
 import statistics
 import sys
 import time
@@ -38,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx2
 import overhead
+from pydantic_core import from_json, to_json
 
 import simloop
 from simloop.wire import transport
@@ -62,6 +66,46 @@ def median_cpu(runs: dict[str, Callable[[], object]], rounds: int) -> dict[str, 
             runs[name]()
             times[name].append(CPU() - start)
     return {name: statistics.median(t) for name, t in times.items()}
+
+
+def _minimal(self: transport.SimTransport, request: httpx2.Request) -> httpx2.Response:
+    """A minimal simulator, the calibration of what the wire work costs in situ: the whole body parsed, roles
+    alternating, each tool_result answering a tool_use of the message before, tool_use ids unique, the next reply
+    (`overhead.py`'s: nine calls, then an answer) rendered with ids drawn and the usage counted; no transcript,
+    budgets, clock, policy or lane."""
+    doc = from_json(request.read())
+    seen: set[str] = set()
+    role: str | None = None
+    calls: list[str] = []
+    for message in doc["messages"]:
+        if message["role"] == role:
+            return httpx2.Response(400, request=request)
+        role, content = message["role"], message["content"]
+        if type(content) is list:
+            answered = {b["tool_use_id"] for b in content if b["type"] == "tool_result"}
+            if role == "user" and answered != set(calls):
+                return httpx2.Response(400, request=request)
+            calls = [b["id"] for b in content if b["type"] == "tool_use"]
+            if seen.intersection(calls):
+                return httpx2.Response(400, request=request)
+            seen.update(calls)
+    step = (len(doc["messages"]) + 1) // 2
+    draw = _RNG.getrandbits
+    if step < overhead.STEPS:
+        reply: list[Any] = [{"type": "tool_use", "id": f"toolu_01{draw(88):022x}", "name": "search",
+                             "input": {"q": "refund"}}]
+    else:
+        reply = [{"type": "text", "text": "ok"}]
+    body = to_json({"id": f"msg_01{draw(88):022x}", "type": "message", "role": "assistant", "model": doc["model"],
+                    "content": reply, "stop_reason": "tool_use" if step < overhead.STEPS else "end_turn",
+                    "stop_sequence": None, "usage": {"input_tokens": len(request.content) // 4, "output_tokens": 19}})
+    response = httpx2.Response(200, headers=[("content-type", "application/json"), ("request-id", "req_1")],
+                               stream=httpx2.ByteStream(body), request=request)
+    response._content = body  # as the simulator hands its bytes over (transport._response)
+    return response
+
+
+_RNG = random.Random(0)
 
 
 def overhead_floor(pairs: int) -> None:
@@ -93,14 +137,23 @@ def overhead_floor(pairs: int) -> None:
         finally:
             transport.SimTransport.handle_request = real  # type: ignore[method-assign]
 
+    def with_minimal_simulator() -> None:
+        transport.SimTransport.handle_request = _minimal  # type: ignore[method-assign]
+        try:
+            overhead.sim_run()
+        finally:
+            transport.SimTransport.handle_request = real  # type: ignore[method-assign]
+
     transport.SimTransport.handle_request = real  # type: ignore[method-assign]
     client = overhead.bare_client()
-    t = median_cpu({"bare": lambda: overhead.loop(client), "sim": overhead.sim_run, "floor": without_simulator}, pairs)
+    t = median_cpu({"bare": lambda: overhead.loop(client), "sim": overhead.sim_run, "floor": without_simulator,
+                    "minimal": with_minimal_simulator}, pairs)
     steps = overhead.STEPS
     allowed = t["bare"] / 0.9
     print(f"overhead, CPU per {steps}-call run (median of {pairs} alternating rounds):")
     print(f"  bare SDK                          {t['bare'] * 1e6:7.0f} us")
     print(f"  fresh Sim, simulator taken out    {t['floor'] * 1e6:7.0f} us  ({t['bare'] / t['floor']:.1%} of bare)")
+    print(f"  fresh Sim, a minimal simulator    {t['minimal'] * 1e6:7.0f} us  ({t['bare'] / t['minimal']:.1%} of bare)")
     print(f"  fresh Sim, simulated              {t['sim'] * 1e6:7.0f} us  ({t['bare'] / t['sim']:.1%} of bare)")
     print(f"  90% allows {allowed * 1e6:.0f} us a run: {(allowed - t['floor']) * 1e6 / steps:.0f} us a simulated call; "
           f"the simulator takes {(t['sim'] - t['floor']) * 1e6 / steps:.0f} us a call")

@@ -187,6 +187,8 @@ def main() -> None:
                         help="time the pieces in detect.py's throughput line instead, per example")
     parser.add_argument("--async-stream", action="store_true",
                         help="the async streaming run of overhead.py --async-stream instead (pieces: atransport, ...)")
+    parser.add_argument("--pydantic-ai", action="store_true",
+                        help="the pydantic-ai run of overhead.py --pydantic-ai instead")
     args = parser.parse_args()
     for name in args.pieces.split(","):
         _wrap(name)
@@ -195,7 +197,11 @@ def main() -> None:
         return
     bare_run: Callable[[], int]
     sim_run: Callable[[], int]
-    if args.async_stream:
+    if args.pydantic_ai:
+        import overhead_pai
+
+        bare_run, sim_run = overhead_pai.sides()
+    elif args.async_stream:
         aclient = overhead.bare_async_stream_client()
         bare_run, sim_run = (lambda: overhead.bare_async_stream_run(aclient)), overhead.sim_async_stream_run
     else:
