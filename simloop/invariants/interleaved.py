@@ -40,6 +40,7 @@ class _Chain:
 
     first: int  # event position of its first request
     head: list[Any]  # its first request's messages
+    thread: int  # the thread that made its first call (`Request.thread`, 0 for the first)
     last: int = -1  # event position of its last request
     messages: list[Any] = field(default_factory=list)
     reply: Response | None = None
@@ -47,7 +48,7 @@ class _Chain:
 
 
 def split_conversations(t: Transcript) -> list[Conversation] | None:
-    """The run's conversations when it holds several that overlap in time, else None (check it as one run).
+    """The run's conversations when it holds several at once, else None (check it as one run).
 
     Cheap for a loop of one conversation: every request extending the one before (the walk the views make anyway)
     answers None without looking further."""
@@ -55,15 +56,16 @@ def split_conversations(t: Transcript) -> list[Conversation] | None:
     if not v.forks:
         return None
     chains, chain_of_call = _chains(v)
+    _stretch(v, chains, chain_of_call)
     groups = _sequential(chains)
     if len(groups) < 2:
         return None
-    group_of_call = {call: g for g, members in enumerate(groups) for ch in members for call in ch.calls}
-    return _assemble(t, v, groups, {c: group_of_call[id_] for c, id_ in chain_of_call.items()})
+    group_of_chain = {id(ch): g for g, members in enumerate(groups) for ch in members}
+    return _assemble(t, v, groups, {call: group_of_chain[id(ch)] for call, ch in chain_of_call.items()})
 
 
-def _chains(v: _View) -> tuple[list[_Chain], dict[int, int]]:
-    """The model calls linked into chains (each carrying the one before), and call -> the first call of its chain."""
+def _chains(v: _View) -> tuple[list[_Chain], dict[int, _Chain]]:
+    """The model calls linked into chains (each carrying the one before), and call -> its chain."""
     replies: dict[int, Response] = {r.index: r for _, r in v.replies}
     chains: list[_Chain] = []
     of_call: dict[int, _Chain] = {}
@@ -72,14 +74,30 @@ def _chains(v: _View) -> tuple[list[_Chain], dict[int, int]]:
         if chain is None:  # a new logical call (an SDK retry is the call it retries)
             chain = _carried_on(chains, r.conversation)
             if chain is None:
-                chain = _Chain(first=pos, head=r.conversation)
+                chain = _Chain(first=pos, head=r.conversation, thread=r.thread or 0)
                 chains.append(chain)
             chain.calls.append(r.call)
             of_call[r.call] = chain
         chain.last, chain.messages = pos, r.conversation
         reply = replies.get(r.index)
         chain.reply = reply if reply is not None and _is_reply(reply) else None
-    return chains, {call: ch.calls[0] for call, ch in of_call.items()}
+    return chains, of_call
+
+
+def _stretch(v: _View, chains: list[_Chain], of_call: dict[int, _Chain]) -> None:
+    """Each chain's span to its last event: its replies, and the tool executions they asked for (a loop that runs
+    its tools and stops is still at work until they end)."""
+    for pos, reply in v.replies:
+        chain = of_call.get(reply.call)
+        if chain is not None:
+            chain.last = max(chain.last, pos)
+    for pos, s in v.starts:
+        uid = v.bound(s)
+        issued = v.issued.get(uid) if uid is not None else None
+        chain = of_call.get(issued[1].call) if issued is not None else None
+        if chain is not None:
+            end = v.ends.get(s.exec)
+            chain.last = max(chain.last, pos, end[0] if end is not None else pos)
 
 
 def _carried_on(chains: list[_Chain], messages: list[Any]) -> _Chain | None:
@@ -115,23 +133,30 @@ def _field(block: Any, key: str) -> Any:
 
 
 def _sequential(chains: list[_Chain]) -> list[list[_Chain]]:
-    """Chains that follow one another (one begins after the other's last call) as one conversation; chains that
-    overlap in time as conversations of their own.  A chain joins the conversation it extends (its last messages
-    a prefix of the chain's first), else the one that ended last."""
+    """The chains as conversations: chains that overlap in time are conversations of their own; a chain that begins
+    after another ended (a loop that started its history over, retried a request without its reply...) goes on
+    that one's conversation: the one it extends (its last messages a prefix of the chain's first), else the one that
+    ended last.  When several threads made model calls, a chain goes on only a conversation of its own thread, one
+    it extends or that opens with the same first message."""
+    several = len({c.thread for c in chains}) > 1
     groups: list[list[_Chain]] = []
     for chain in sorted(chains, key=lambda c: c.first):
         ended = [g for g in groups if g[-1].last < chain.first]
+        extends = [g for g in ended if chain.head[: len(g[-1].messages)] == g[-1].messages]
+        if several:
+            opening, extended = chain.head[:1], {id(g) for g in extends}
+            ended = [g for g in ended if g[0].thread == chain.thread and (id(g) in extended or g[0].head[:1] == opening)]
+            kept = {id(g) for g in ended}
+            extends = [g for g in extends if id(g) in kept]
         if not ended:
             groups.append([chain])
             continue
-        extends = [g for g in ended if chain.head[: len(g[-1].messages)] == g[-1].messages]
-        pick = max(extends or ended, key=lambda g: g[-1].last)
-        pick.append(chain)
+        max(extends or ended, key=lambda g: g[-1].last).append(chain)
     return groups
 
 
 def _assemble(t: Transcript, v: _View, groups: list[list[_Chain]], group_of: dict[int, int]) -> list[Conversation]:
-    """Each conversation's events: its calls and replies, the executions bound to its calls, the run's shared
+    """Each conversation's events (``group_of``: call -> its conversation's index): its calls and replies, the executions bound to its calls, the run's shared
     events; its calls numbered from 1."""
     of_request = {r.index: group_of[r.call] for _, r in v.model_requests}
     of_exec: dict[int, int] = {}
