@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from pathlib import Path
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -90,14 +91,22 @@ def _together(outcomes: list[Outcome]) -> Outcome:
     return next((o for o in outcomes if o.reason != "final"), Outcome("final", "; ".join(o.text for o in outcomes)))
 
 
-def _threads(*, same: bool = False, barrier: bool = False) -> Callable[[Sim], Outcome]:
+def _threads(*, same: bool = False, barrier: bool = False, start: bool = False) -> Callable[[Sim], Outcome]:
     """Four correct loops on a thread pool.  With ``barrier``, each waits after running its tools until all four
-    ran theirs: every tool ends before another thread's next model call (the interleaving that misfired)."""
+    ran theirs: every tool ends before another thread's next model call (the interleaving that misfired).  With
+    ``start``, the four start together (four threads, none reused by the pool for another's loop)."""
 
     def drive(sim: Sim) -> Outcome:
         wait = threading.Barrier(N).wait if barrier else None
+        started = threading.Barrier(N)
+
+        def loop(task: str) -> Outcome:
+            if start:
+                started.wait()
+            return _loop(sim, task, before_next=_once(wait))
+
         with ThreadPoolExecutor(N) as pool:
-            futures = [pool.submit(_loop, sim, task, before_next=_once(wait)) for task in _tasks(sim, same)]
+            futures = [pool.submit(loop, task) for task in _tasks(sim, same)]
             return _together([f.result() for f in futures])
 
     return drive
@@ -152,15 +161,23 @@ def test_four_loops_as_asyncio_tasks_hold_every_invariant() -> None:
 
 
 def _verified_threads(sim: Sim) -> Outcome:
-    """The reference loop four times at once on threads (the run's limits and tools each)."""
+    """The reference loop four times at once on threads (the run's limits and tools each), started together: four
+    threads (a pool that runs one loop after another on one thread reads as one conversation)."""
+    started = threading.Barrier(N)
+
+    def loop(task: str) -> Outcome:
+        started.wait()
+        return correct_sync.run_agent(sim.client, tool_params(sim.tool_schemas), sim.run_tool, task, sim.limits,
+                                      model=sim.model)
+
     with ThreadPoolExecutor(N) as pool:
-        futures = [pool.submit(correct_sync.run_agent, sim.client, tool_params(sim.tool_schemas), sim.run_tool, task,
-                               sim.limits, model=sim.model) for task in _tasks(sim, same=False)]
+        futures = [pool.submit(loop, task) for task in _tasks(sim, same=False)]
         return _together([f.result() for f in futures])
 
 
-def test_verify_passes_four_reference_loops_on_threads() -> None:
+def test_verify_passes_four_reference_loops_on_threads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Generated runs (API errors, tool faults, cut and refused replies...) shared by four loops at once."""
+    monkeypatch.chdir(tmp_path)  # (a failure's scenario is saved under .simloop/)
     report = simloop.verify(_verified_threads, max_examples=25, limits=simloop.Limits(max_steps=8), seed=7)
     assert report.ok and report.examples == 25
 
@@ -223,7 +240,7 @@ def test_a_refusal_in_one_thread_is_not_read_as_carried_on_by_the_others() -> No
     conversations (before: refusal reported them as carrying on the refused one)."""
     sim = Sim(_world({"refusal": "I can't help with that."},
                      *({"tool_use": [{"name": "search", "input": {"q": f"q{i}"}}]} for i in range(N - 1))), seed=2)
-    outcome = sim.run(_threads(same=True, barrier=False))
+    outcome = sim.run(_threads(same=True, start=True))
     report = sim.check()
     assert outcome.reason == "refusal" and report.ok, str(report)
 
@@ -240,4 +257,4 @@ def test_each_thread_is_held_to_its_own_step_cap() -> None:
     sim = Sim(world, seed=4)
     sim.run(_one_defect(uncapped=True))
     found = [(v.invariant, v.evidence.get("conversation"), v.step) for v in sim.check().violations]
-    assert found == [("limits", 1, 8)], str(sim.check())
+    assert found == [("limits", 1, 7)], str(sim.check())

@@ -41,7 +41,9 @@ class _Chain:
     first: int  # event position of its first request
     head: list[Any]  # its first request's messages
     thread: int  # the thread that made its first call (`Request.thread`, 0 for the first)
-    last: int = -1  # event position of its last request
+    start: float  # the virtual time of its first call
+    last: int = -1  # event position of its last event (`_stretch`)
+    end: float = 0.0  # the virtual time of its last event: a reply arrives after its latency
     messages: list[Any] = field(default_factory=list)
     reply: Response | None = None
     calls: list[int] = field(default_factory=list)
@@ -50,10 +52,10 @@ class _Chain:
 def split_conversations(t: Transcript) -> list[Conversation] | None:
     """The run's conversations when it holds several at once, else None (check it as one run).
 
-    Cheap for a loop of one conversation: every request extending the one before (the walk the views make anyway)
-    answers None without looking further."""
+    Cheap for a loop of one conversation: every request extending the one before (the walk the views make anyway),
+    each answered before the next, answers None without looking further."""
     v = _view(t)
-    if not v.forks:
+    if not v.forks and not _overlapping(t, v):
         return None
     chains, chain_of_call = _chains(v)
     _stretch(v, chains, chain_of_call)
@@ -62,6 +64,24 @@ def split_conversations(t: Transcript) -> list[Conversation] | None:
         return None
     group_of_chain = {id(ch): g for g, members in enumerate(groups) for ch in members}
     return _assemble(t, v, groups, {call: group_of_chain[id(ch)] for call, ch in chain_of_call.items()})
+
+
+def _overlapping(t: Transcript, v: _View) -> bool:
+    """Whether a model request was sent before the one before it was answered (in the order of events, or in virtual
+    time: a reply arrives after its latency): two calls in flight at once."""
+    answered: dict[int, Response] = {}
+    where: dict[int, int] = {}
+    for pos, e in enumerate(t.events):
+        if isinstance(e, Response) and e.index not in answered:
+            answered[e.index], where[e.index] = e, pos
+    previous: Request | None = None
+    for pos, r in v.model_requests:
+        if previous is not None and previous.call != r.call:
+            reply = answered.get(previous.index)
+            if reply is None or where[previous.index] > pos or reply.t > r.t:
+                return True
+        previous = r
+    return False
 
 
 def _chains(v: _View) -> tuple[list[_Chain], dict[int, _Chain]]:
@@ -74,7 +94,7 @@ def _chains(v: _View) -> tuple[list[_Chain], dict[int, _Chain]]:
         if chain is None:  # a new logical call (an SDK retry is the call it retries)
             chain = _carried_on(chains, r.conversation)
             if chain is None:
-                chain = _Chain(first=pos, head=r.conversation, thread=r.thread or 0)
+                chain = _Chain(first=pos, head=r.conversation, thread=r.thread or 0, start=r.t)
                 chains.append(chain)
             chain.calls.append(r.call)
             of_call[r.call] = chain
@@ -90,7 +110,7 @@ def _stretch(v: _View, chains: list[_Chain], of_call: dict[int, _Chain]) -> None
     for pos, reply in v.replies:
         chain = of_call.get(reply.call)
         if chain is not None:
-            chain.last = max(chain.last, pos)
+            chain.last, chain.end = max(chain.last, pos), max(chain.end, reply.t)
     for pos, s in v.starts:
         uid = v.bound(s)
         issued = v.issued.get(uid) if uid is not None else None
@@ -98,6 +118,7 @@ def _stretch(v: _View, chains: list[_Chain], of_call: dict[int, _Chain]) -> None
         if chain is not None:
             end = v.ends.get(s.exec)
             chain.last = max(chain.last, pos, end[0] if end is not None else pos)
+            chain.end = max(chain.end, s.t, end[1].t if end is not None else s.t)
 
 
 def _carried_on(chains: list[_Chain], messages: list[Any]) -> _Chain | None:
@@ -133,25 +154,23 @@ def _field(block: Any, key: str) -> Any:
 
 
 def _sequential(chains: list[_Chain]) -> list[list[_Chain]]:
-    """The chains as conversations: chains that overlap in time are conversations of their own; a chain that begins
-    after another ended (a loop that started its history over, retried a request without its reply...) goes on
-    that one's conversation: the one it extends (its last messages a prefix of the chain's first), else the one that
-    ended last.  When several threads made model calls, a chain goes on only a conversation of its own thread, one
-    it extends or that opens with the same first message."""
-    several = len({c.thread for c in chains}) > 1
+    """The chains as conversations.  Chains that overlap (in the order of events, or in virtual time: a reply arrives
+    after its latency, while another task may call) are conversations of their own.  A chain that begins
+    after another ended (a loop that started its history over, or retried a request without its reply) goes on that
+    one's conversation when it extends it (its first messages start with the other's last) or opens with the same
+    first message, and the two were made on one thread; the one that ended last when several may.  Otherwise it is
+    a new conversation (another loop's, begun on a thread the first one left)."""
     groups: list[list[_Chain]] = []
     for chain in sorted(chains, key=lambda c: c.first):
-        ended = [g for g in groups if g[-1].last < chain.first]
+        ended = [g for g in groups
+                 if g[-1].last < chain.first and g[-1].end <= chain.start and g[0].thread == chain.thread]
         extends = [g for g in ended if chain.head[: len(g[-1].messages)] == g[-1].messages]
-        if several:
-            opening, extended = chain.head[:1], {id(g) for g in extends}
-            ended = [g for g in ended if g[0].thread == chain.thread and (id(g) in extended or g[0].head[:1] == opening)]
-            kept = {id(g) for g in ended}
-            extends = [g for g in extends if id(g) in kept]
-        if not ended:
+        opening = chain.head[:1]
+        akin = extends or [g for g in ended if g[0].head[:1] == opening]
+        if akin:
+            max(akin, key=lambda g: g[-1].last).append(chain)
+        else:
             groups.append([chain])
-            continue
-        max(extends or ended, key=lambda g: g[-1].last).append(chain)
     return groups
 
 
