@@ -7,19 +7,20 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from pathlib import Path
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import anthropic
 import pytest
 
 import simloop
-from examples import correct_async, correct_sync
+from examples import correct_async, correct_sync, rerun_after_api_error
 from examples._common import tool_params
 from simloop import Outcome, Sim
-from simloop.transcript import ToolStart
+from simloop.invariants import check
+from simloop.transcript import Request, ToolStart, Transcript
 
 N = 4
 TOOLS = [
@@ -134,6 +135,19 @@ def test_four_loops_on_threads_interleaved_hold_every_invariant(same: bool) -> N
     assert report.ok, str(report)
 
 
+def test_a_transcript_read_back_tells_the_threads_apart(tmp_path: Path) -> None:
+    """Each call's thread is written (the first thread's left out, as every transcript wrote it) and read back: the
+    file checks as the run did."""
+    sim = Sim(_world(), seed=5)
+    sim.run(_threads(same=True, barrier=True))
+    threads = {r.thread for r in sim.transcript.of(Request)}
+    assert threads == {None, 1, 2, 3}
+    lines = sim.transcript.to_jsonl().splitlines()
+    assert sum('"thread"' in line for line in lines) == 3 * 2  # a thread's two calls each, the first thread's none
+    read = Transcript.read(sim.transcript.write(tmp_path / "run.jsonl"))
+    assert {r.thread for r in read.of(Request)} == threads and check(read).ok
+
+
 def test_four_loops_on_threads_pass_whatever_the_scheduling() -> None:
     """60 runs as the threads happen to be scheduled, one task and own tasks: no false alarm (before: 5 to 59)."""
     alarms = []
@@ -160,26 +174,46 @@ def test_four_loops_as_asyncio_tasks_hold_every_invariant() -> None:
         assert sim.check().ok, str(sim.check())
 
 
-def _verified_threads(sim: Sim) -> Outcome:
-    """The reference loop four times at once on threads (the run's limits and tools each), started together: four
-    threads (a pool that runs one loop after another on one thread reads as one conversation)."""
-    started = threading.Barrier(N)
+def _on_threads(run_agent: Callable[..., Outcome]) -> Callable[[Sim], Outcome]:
+    """A drive that runs ``run_agent`` four times at once on a thread pool, each on a task of its own."""
 
-    def loop(task: str) -> Outcome:
-        started.wait()
-        return correct_sync.run_agent(sim.client, tool_params(sim.tool_schemas), sim.run_tool, task, sim.limits,
-                                      model=sim.model)
+    def drive(sim: Sim) -> Outcome:
+        with ThreadPoolExecutor(N) as pool:
+            futures = [pool.submit(run_agent, sim.client, tool_params(sim.tool_schemas), sim.run_tool, task,
+                                   sim.limits, model=sim.model) for task in _tasks(sim, same=False)]
+            return _together([f.result() for f in futures])
 
-    with ThreadPoolExecutor(N) as pool:
-        futures = [pool.submit(loop, task) for task in _tasks(sim, same=False)]
-        return _together([f.result() for f in futures])
+    return drive
 
 
-def test_verify_passes_four_reference_loops_on_threads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Generated runs (API errors, tool faults, cut and refused replies...) shared by four loops at once."""
+async def _gathered(sim: Sim) -> Outcome:
+    """The async reference loop four times at once, as asyncio tasks."""
+    runs = (correct_async.run_agent(sim.async_client, tool_params(sim.tool_schemas), sim.arun_tool, task, sim.limits,
+                                    model=sim.model) for task in _tasks(sim, same=False))
+    return _together(list(await asyncio.gather(*runs)))
+
+
+@pytest.mark.parametrize("drive", [_on_threads(correct_sync.run_agent), _gathered], ids=["threads", "asyncio"])
+def test_verify_passes_four_reference_loops_at_once(
+    drive: Callable[[Sim], Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Generated runs (API errors, tool faults, cut and refused replies, slow replies...) shared by four loops at
+    once (before: results_sent, refusal or limits failed every search of 5 seeds)."""
     monkeypatch.chdir(tmp_path)  # (a failure's scenario is saved under .simloop/)
-    report = simloop.verify(_verified_threads, max_examples=25, limits=simloop.Limits(max_steps=8), seed=7)
-    assert report.ok and report.examples == 25
+    for seed in (7, 8):
+        report = simloop.verify(drive, max_examples=25, limits=simloop.Limits(max_steps=8), seed=seed)
+        assert report.ok and report.examples == 25
+
+
+def test_verify_catches_a_rerun_in_loops_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's one-bug loop (it runs the last turn's tools again when the next call fails), four at once:
+    caught, in the conversation whose call failed."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(simloop.InvariantViolation) as caught:
+        simloop.verify(_on_threads(rerun_after_api_error.run_agent), max_examples=60, seed=7,
+                       limits=simloop.Limits(max_steps=8))
+    assert {v.invariant for v in caught.value.violations} == {"no_rerun"}, str(caught.value)
+    assert all("in conversation " in v.message and v.evidence["conversation"] for v in caught.value.violations)
 
 
 # -- a defect in one of the loops is caught, and named by its conversation ------------------------------------------
@@ -222,7 +256,7 @@ def test_a_thread_that_drops_its_turn_is_caught_in_its_conversation() -> None:
     sim.run(_one_defect(drop_turn=True))
     found = [(v.invariant, v.evidence.get("conversation")) for v in sim.check().violations]
     assert found == [("results_sent", 1)], str(sim.check())
-    assert "in conversation 1 (opening 'Find it. (part 0)')" in sim.check().violations[0].message
+    assert "in conversation 1 (from step 1, opening 'Find it. (part 0)')" in sim.check().violations[0].message
 
 
 def test_a_thread_that_reruns_a_write_after_an_api_error_is_caught_in_its_conversation() -> None:

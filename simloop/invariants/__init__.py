@@ -203,7 +203,8 @@ def _found(t: Transcript, names: tuple[str, ...]) -> list[Violation]:
         return [v for i in names for v in CATALOGUE[i](t)]
     found = [v for i in names for v in CATALOGUE[i](t) if i not in _PER_CONVERSATION or _of_the_outcome(v)]
     for c in conversations:
-        label = f"in conversation {c.number} (opening {c.opening[:60]!r})"
+        opening = c.opening if len(c.opening) <= 60 else c.opening[:57] + "..."
+        label = f"in conversation {c.number} (from step {c.calls.get(1, 1)}, opening {opening!r})"
         for i in names:
             if i not in _PER_CONVERSATION:
                 continue

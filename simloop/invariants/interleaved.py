@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simloop.invariants._base import MODEL_PATHS, _is_reply, _View, _view
+from simloop.invariants.subagents import _renumbered
 from simloop.transcript import Event, OutcomeEvent, Request, Response, ToolEnd, ToolStart, Transcript
 
 __all__ = ["Conversation", "split_conversations"]
@@ -205,17 +206,12 @@ def _assemble(t: Transcript, v: _View, groups: list[list[_Chain]], group_of: dic
 
 
 def _conversation(t: Transcript, number: int, events: list[Event]) -> Conversation:
-    """One conversation's events as a transcript with its calls numbered 1, 2, ... (and the map back)."""
-    new: dict[int, int] = {}
-    opening = ""
-    for e in events:
-        if isinstance(e, Request) and e.path in MODEL_PATHS and e.call not in new:
-            new[e.call] = len(new) + 1
-            if len(new) == 1:
-                opening = _opening(e.conversation)
-    own = [dataclasses.replace(e, call=new.get(e.call, e.call)) if isinstance(e, (Request, Response)) else e
-           for e in events]
-    return Conversation(number, opening, {n: old for old, n in new.items()}, Transcript(header=t.header, events=own))
+    """One conversation's events as a transcript with its calls numbered 1, 2, ... and its times counted from its
+    first call (its loop's deadline is its own), and the map back to the run's calls."""
+    first = next((e for e in events if isinstance(e, Request) and e.path in MODEL_PATHS), None)
+    own, calls = _renumbered(events, first.t if first is not None else 0.0)
+    opening = _opening(first.conversation) if first is not None else ""
+    return Conversation(number, opening, calls, Transcript(header=t.header, events=own))
 
 
 def _opening(messages: list[Any]) -> str:
