@@ -292,3 +292,23 @@ def test_each_thread_is_held_to_its_own_step_cap() -> None:
     sim.run(_one_defect(uncapped=True))
     found = [(v.invariant, v.evidence.get("conversation"), v.step) for v in sim.check().violations]
     assert found == [("limits", 1, 7)], str(sim.check())
+
+
+def test_one_loop_that_starts_over_from_its_task_is_still_one_conversation() -> None:
+    """A loop on one thread that runs its tools, then calls again with its history started over from the task (the
+    results dropped): one conversation, so results_sent still sees the dropped result."""
+
+    def drive(sim: Sim) -> Outcome:
+        tools = tool_params(sim.tool_schemas)
+        first = sim.client.messages.create(model=sim.model, max_tokens=512, tools=tools,
+                                           messages=[{"role": "user", "content": sim.task}])
+        for call in (b for b in first.content if b.type == "tool_use"):
+            sim.run_tool(call.name, call.input)
+        again = sim.client.messages.create(model=sim.model, max_tokens=512, tools=tools,
+                                           messages=[{"role": "user", "content": sim.task}])
+        return Outcome("final", "".join(b.text for b in again.content if b.type == "text"))
+
+    sim = Sim(_world({"tool_use": [{"name": "search", "input": {"q": "a"}}]}), seed=1)
+    sim.run(drive)
+    found = [(v.invariant, v.evidence.get("conversation")) for v in sim.check().violations]
+    assert found == [("results_sent", None)], str(sim.check())
