@@ -2,11 +2,13 @@
 with its own history, on one Sim.  `split_conversations` tells them apart, so `check` holds each to the rules of a
 run of its own (docs/design.md, Conversations, "Several conversations at once").
 
-A conversation is a chain of model calls, each carrying the one before it: its messages start with the earlier
-call's, followed by that call's reply (or, after a call that got no reply, the same messages sent again).  A call
-that carries on no chain begins one; chains that do not overlap in time (a loop that restarts its history, retries
-a refused or cut request, compacts its context) are one conversation, so a loop that talks one conversation at a time
-is never split.  Each tool execution belongs to the conversation whose reply asked for it (its binding).
+A chain is model calls each carrying the one before: its messages start with the earlier call's, followed by that
+call's reply (or, after a call that got no reply, the same messages sent again).  A call that carries on no chain
+begins one.  Chains that overlap (in the order of events or in virtual time) are conversations of their own; a
+chain that begins after another ended, on the same thread (`Request.thread`), goes on its conversation when it
+extends it or opens with the same first message (a loop that started over, retried a refused or cut request).  A
+run whose every call extends the one before, each answered before the next, is one conversation, found at no cost.
+Each tool execution belongs to the conversation whose reply asked for it (its binding).
 """
 
 from __future__ import annotations
@@ -176,13 +178,13 @@ def _sequential(chains: list[_Chain]) -> list[list[_Chain]]:
 
 
 def _assemble(t: Transcript, v: _View, groups: list[list[_Chain]], group_of: dict[int, int]) -> list[Conversation]:
-    """Each conversation's events (``group_of``: call -> its conversation's index): its calls and replies, the executions bound to its calls, the run's shared
-    events; its calls numbered from 1."""
+    """Each conversation's events (``group_of``: call -> its conversation's index): its calls and replies, the
+    executions bound to its calls' tool_uses, the run's shared events."""
     of_request = {r.index: group_of[r.call] for _, r in v.model_requests}
     of_exec: dict[int, int] = {}
     current = 0  # the conversation of the latest model call: what an event with no better place belongs to
     events: list[list[Event]] = [[] for _ in groups]
-    for pos, e in enumerate(t.events):
+    for e in t.events:
         where: int | None = None
         if isinstance(e, Request):
             where = current = of_request.get(e.index, current)
