@@ -198,7 +198,7 @@ def test_verify_passes_four_reference_loops_at_once(
     drive: Callable[[Sim], Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Generated runs (API errors, tool faults, cut and refused replies, slow replies...) shared by four loops at
-    once (before: results_sent, refusal or limits failed every search of 5 seeds)."""
+    once (before: results_sent failed every search of 5 seeds, on threads and on asyncio)."""
     monkeypatch.chdir(tmp_path)  # (a failure's scenario is saved under .simloop/)
     for seed in (7, 8):
         report = simloop.verify(drive, max_examples=25, limits=simloop.Limits(max_steps=8), seed=seed)
