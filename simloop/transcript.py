@@ -109,6 +109,9 @@ class Request:
     input_tokens: int = 0
     subrun: int | None = None  # the sub-agent run it was made in (`SUBRUN`), None: the top run
     own: float | None = None  # the calling thread's own time, when behind ``t`` (see `ToolStart`)
+    # the calling thread, numbered in the order threads first called (None: the first, and a loop in another
+    # process): several conversations at once on threads are told apart by it (docs/design.md, Conversations)
+    thread: int | None = None
     type: str = "request"
 
     @property
@@ -478,7 +481,7 @@ def _line(obj: Any) -> str:
     data = asdict(obj)
     if data.get("subrun", 0) is None:
         del data["subrun"]  # the top run's calls and tools write what they always wrote
-    for name in ("own", "heard", "seq"):
+    for name in ("own", "heard", "seq", "thread"):
         if data.get(name, 0) is None:
             del data[name]  # a thread that lived up to the clock's time writes what it always wrote
     if isinstance(obj, Header) and obj.approval is None:

@@ -38,6 +38,7 @@ from simloop.invariants.conversation import pairing, request_valid
 from simloop.invariants.execution import no_rerun, results_real, results_sent, results_together, tool_errors
 from simloop.invariants.exits import crash, no_work_after_return
 from simloop.invariants.honesty import honest_outcome, refusal, truncation
+from simloop.invariants.interleaved import split_conversations
 from simloop.invariants.stopping import limits, stops
 from simloop.invariants.subagents import split_runs, subagent_honest
 from simloop.protocol.render import CUT_STOPS
@@ -167,7 +168,7 @@ def check(transcript: Transcript, *, invariants: Iterable[str] | None = None) ->
     # sub-agent runs (sim.subagent) are checked as runs of their own, the parent without their calls
     parent, calls, subs = split_runs(transcript) if _has_subruns(transcript) else (transcript, None, [])
     try:
-        found = [v for i in (*ids, *claimants) for v in CATALOGUE[i](parent)]
+        found = _found(parent, (*ids, *claimants))
         violations = [_renumber(v, calls) for v in _fold_overlaps(found) if v.invariant in ids]
     finally:
         _base._LAST_VIEW[0] = _base._LAST_SLICES[0] = None  # they hold the transcript: no longer than the caller
@@ -179,6 +180,46 @@ def check(transcript: Transcript, *, invariants: Iterable[str] | None = None) ->
             out = Violation(v.invariant, f"{label}: {v.message}", step, {**v.evidence, "subagent": s.start.run})
             violations.append(out)
     return Report(violations, ids, transcript)
+
+
+#: The invariants each conversation of a run that holds several at once is held to as a run of its own (see
+#: `_found`); the others read the run whole: its outcome, Stop, approvals, threads, halts and sub-runs are the run's.
+_PER_CONVERSATION = frozenset({
+    "pairing", "request_valid", "no_rerun", "truncation", "refusal", "limits", "tool_errors", "results_sent",
+    "results_together", "results_real",
+})
+
+
+def _found(t: Transcript, names: tuple[str, ...]) -> list[Violation]:
+    """The violations of the invariants ``names`` in ``t``.
+
+    A run that holds several conversations at once (independent loops on threads or tasks, each its own history:
+    `split_conversations`) has each held to the per-conversation rules as a run of its own, its calls numbered from
+    1 (its step cap counts its own calls; "the next request" is its own), and its violations name it; the run's
+    outcome is held to the run (a cut reply reported as final, an exception that escaped it).
+    """
+    conversations = split_conversations(t) if _PER_CONVERSATION.intersection(names) else None
+    if conversations is None:
+        return [v for i in names for v in CATALOGUE[i](t)]
+    found = [v for i in names for v in CATALOGUE[i](t) if i not in _PER_CONVERSATION or _of_the_outcome(v)]
+    for c in conversations:
+        opening = c.opening if len(c.opening) <= 60 else c.opening[:57] + "..."
+        label = f"in conversation {c.number} (from step {c.calls.get(1, 1)}, opening {opening!r})"
+        for i in names:
+            if i not in _PER_CONVERSATION:
+                continue
+            for v in CATALOGUE[i](c.transcript):
+                step = c.calls.get(v.step, v.step) if v.step is not None else None
+                found.append(Violation(v.invariant, f"{label}: {v.message}", step,
+                                       {**v.evidence, "conversation": c.number}))
+    return found
+
+
+def _of_the_outcome(v: Violation) -> bool:
+    """A per-conversation invariant's violation that reads the run's outcome: a cut reply reported as final, a
+    tool's exception that escaped the loop (a conversation has no outcome of its own to read them from)."""
+    return (v.invariant == "truncation" and "last_stop_reason" in v.evidence) or (
+        v.invariant == "tool_errors" and v.evidence.get("kind") == "escaped")
 
 
 def _has_subruns(t: Transcript) -> bool:

@@ -154,6 +154,12 @@ class _View:
         return self._results[0]
 
     @property
+    def forks(self) -> int:
+        """How many model requests do not extend the messages of the request before them (0: one history throughout,
+        the common case; more: a reset history, a retry without the reply, or several conversations at once)."""
+        return self._results[3]
+
+    @property
     def split_results(self) -> list[Split]:
         """The assistant turns whose tool_results went back in more than one user message, each once."""
         return self._results[1]
@@ -164,7 +170,7 @@ class _View:
         return self._results[2]
 
     @functools.cached_property
-    def _results(self) -> tuple[dict[str, int], list[Split], dict[str, dict[str, Any]]]:
+    def _results(self) -> tuple[dict[str, int], list[Split], dict[str, dict[str, Any]], int]:
         """One walk over the results the requests carry: where each first went, and the turns split apart.
 
         A loop resends its history with each request, so only the messages a request adds to the previous
@@ -178,12 +184,14 @@ class _View:
         walked: list[Any] = []
         turn: tuple[int, list[str]] | None = None  # the last assistant message: index, tool_use ids
         carrying: list[int] = []  # the user messages after it that carry its results
+        forks = 0
         for pos, r in self.model_requests:
             conversation = r.conversation
             # the history the last request sent (the same objects, usually) holds no result not recorded yet
             n = len(walked) if conversation[: len(walked)] == walked else 0
             if n == 0:
                 turn, carrying = None, []
+                forks += bool(walked)
             walked = conversation
             for i in range(n, len(conversation)):
                 m = conversation[i]
@@ -210,7 +218,7 @@ class _View:
                     if len(carrying) > 1 and turn[1][0] not in split_ids:
                         split_ids.add(turn[1][0])
                         splits.append(Split(r, turn[0], turn[1], carrying))  # the list grows with later messages
-        return first, splits, blocks
+        return first, splits, blocks, forks
 
 
 @dataclass(frozen=True, slots=True)

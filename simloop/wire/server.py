@@ -81,6 +81,8 @@ class SimServer:
         self.sign_thinking = sign_thinking
         self.requests = 0
         self._one_at_a_time = threading.RLock()  # (re-entrant: a model function may call the API itself)
+        self._caller: int | None = None  # the calling thread's ident, when the transport gave it
+        self._callers: dict[int, int] = {}  # thread ident -> its number in `Request.thread`, in order of first call
         self._numbers = CallNumbers()
         self._threads = MessageThreads()
         self._parser = _BodyParser()
@@ -103,15 +105,19 @@ class SimServer:
 
     # -- entry point -----------------------------------------------------------
 
-    def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Planned:
+    def handle(
+        self, method: str, path: str, headers: Mapping[str, str], body: bytes, *, thread: int | None = None,
+    ) -> Planned:
         """Plan the response to one HTTP request (never raises an Exception: see `InternalFailure`).
 
         ``headers`` is looked up by lower-case name; only the `READ_HEADERS` are read.  One request at a time: the
         loop's threads (parallel sub-agents, say) may call at once, and a request's parse, numbering, checks and
-        reply read state the one before left (the incremental parse, the fast lane, the model's draws).
+        reply read state the one before left (the incremental parse, the fast lane, the model's draws).  ``thread``
+        is the calling thread's ident (the in-process transports pass it; `Request.thread` numbers them).
         """
         try:
             with self._one_at_a_time:
+                self._caller = thread
                 return self._handle(method, path, headers, body)
         except BaseException as e:
             if isinstance(e, Exception):
@@ -182,13 +188,22 @@ class SimServer:
         """The request recorded (``messages``: the whole history a thread continuation stands for), the budgets
         checked (``on_request``), and its id drawn: the first steps of every request, on either path."""
         req = Request(t=self.now(), index=self.requests - 1, call=call, attempt=attempt, path=path, stream=stream,
-                      body=body, input_tokens=0, subrun=SUBRUN.get(), own=self.own() if self.own is not None else None)
+                      body=body, input_tokens=0, subrun=SUBRUN.get(), own=self.own() if self.own is not None else None,
+                      thread=self._thread())
         if messages is not None:
             req.messages = messages
         self.transcript.append(req)
         if self.on_request is not None:
             self.on_request(self)
         return req, self.ids.request()
+
+    def _thread(self) -> int | None:
+        """The calling thread's number (`Request.thread`): None for the first thread that called (a loop on one
+        thread writes what it always wrote), 1, 2, ... for the others in the order they first called."""
+        if self._caller is None:
+            return None
+        number = self._callers.setdefault(self._caller, len(self._callers))
+        return number or None
 
     def _route(
         self, req: Request, method: str, headers: Mapping[str, str], parsed: Any, body: bytes, request_id: str,

@@ -10,6 +10,7 @@ talks to the simulator unmodified.  Latency is spent on the virtual clock:
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -120,7 +121,8 @@ class SimTransport(httpx2.BaseTransport):
         if server is None:
             raise RuntimeError(_CLOSED)
         body = request.read()
-        planned = server.handle(request.method, request.url.path, _headers(request), body)
+        planned = server.handle(request.method, request.url.path, _headers(request), body,
+                                 thread=threading.get_ident())
         if planned.latency:
             self.world(planned.latency)
             self.sleep(planned.latency)
@@ -187,7 +189,8 @@ class AsyncSimTransport(httpx2.AsyncBaseTransport):
         if server is None:
             raise RuntimeError(_CLOSED)
         body = await request.aread()
-        planned = server.handle(request.method, request.url.path, _headers(request), body)
+        planned = server.handle(request.method, request.url.path, _headers(request), body,
+                                 thread=threading.get_ident())
         if planned.latency:
             await self._wait(planned.latency)
         if planned.raise_ is not None:
