@@ -109,8 +109,9 @@ class Request:
     input_tokens: int = 0
     subrun: int | None = None  # the sub-agent run it was made in (`SUBRUN`), None: the top run
     own: float | None = None  # the calling thread's own time, when behind ``t`` (see `ToolStart`)
-    # the calling thread, numbered in the order threads first called (None: the first, and a loop in another
-    # process): several conversations at once on threads are told apart by it (docs/design.md, Conversations)
+    # the calling thread: None for the drive's own (and a loop in another process), 1, 2, ... for the loop's other
+    # threads in the order they first called: several conversations at once are told apart by it (docs/design.md,
+    # Conversations)
     thread: int | None = None
     type: str = "request"
 

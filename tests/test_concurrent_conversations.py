@@ -136,14 +136,14 @@ def test_four_loops_on_threads_interleaved_hold_every_invariant(same: bool) -> N
 
 
 def test_a_transcript_read_back_tells_the_threads_apart(tmp_path: Path) -> None:
-    """Each call's thread is written (the first thread's left out, as every transcript wrote it) and read back: the
-    file checks as the run did."""
+    """Each call's thread is written (the loop's own threads, numbered; the drive's thread left out, as every
+    transcript wrote it) and read back: the file checks as the run did."""
     sim = Sim(_world(), seed=5)
     sim.run(_threads(same=True, barrier=True))
     threads = {r.thread for r in sim.transcript.of(Request)}
-    assert threads == {None, 1, 2, 3}
+    assert threads == {1, 2, 3, 4}  # the pool's four threads; the drive made no call itself
     lines = sim.transcript.to_jsonl().splitlines()
-    assert sum('"thread"' in line for line in lines) == 3 * 2  # a thread's two calls each, the first thread's none
+    assert sum('"thread"' in line for line in lines) == 4 * 2  # each thread's two calls
     read = Transcript.read(sim.transcript.write(tmp_path / "run.jsonl"))
     assert {r.thread for r in read.of(Request)} == threads and check(read).ok
 
@@ -312,3 +312,43 @@ def test_one_loop_that_starts_over_from_its_task_is_still_one_conversation() -> 
     sim.run(drive)
     found = [(v.invariant, v.evidence.get("conversation")) for v in sim.check().violations]
     assert found == [("results_sent", None)], str(sim.check())
+
+
+def test_one_loop_that_starts_over_with_a_summary_keeps_its_step_cap() -> None:
+    """A loop on the drive's own thread that starts its history over with another first message (a summary in place
+    of its task) is still one loop: its declared cap counts across the restart, so going past it is caught."""
+
+    def drive(sim: Sim) -> Outcome:
+        tools = tool_params(sim.tool_schemas)
+        messages: list[Any] = [{"role": "user", "content": sim.task}]
+        for step in range(5):  # the defect: five calls under a cap of 3
+            if step == 2:
+                messages = [{"role": "user", "content": "Summary so far: searched twice. Go on."}]
+            reply = sim.client.messages.create(model=sim.model, max_tokens=512, tools=tools, messages=messages)
+            calls = [b for b in reply.content if b.type == "tool_use"]
+            results = [{"type": "tool_result", "tool_use_id": c.id, "content": sim.run_tool(c.name, c.input)}
+                       for c in calls]
+            messages += [{"role": "assistant", "content": reply.content}, {"role": "user", "content": results}]
+        return Outcome("max_steps", "")
+
+    world = {**_world(*({"tool_use": [{"name": "search", "input": {"q": f"q{i}"}}]} for i in range(5))),
+             "limits": {"max_steps": 3}}
+    sim = Sim(world, seed=2)
+    sim.run(drive)
+    assert {r.thread for r in sim.transcript.of(Request)} == {None}  # the drive's own thread
+    found = [(v.invariant, v.evidence.get("conversation")) for v in sim.check().violations]
+    assert ("limits", None) in found, str(sim.check())
+
+
+def test_loops_a_pool_runs_one_after_another_on_one_thread_are_told_apart() -> None:
+    """A pool of one thread runs four correct loops in turn (each on its own task): calls from the loop's own thread,
+    so each new history is a conversation of its own, held to its own cap."""
+
+    def drive(sim: Sim) -> Outcome:
+        with ThreadPoolExecutor(1) as pool:
+            return _together(list(pool.map(lambda task: _loop(sim, task), _tasks(sim, same=False))))
+
+    sim = Sim({**_world(), "limits": {"max_steps": 3}}, seed=3)
+    sim.run(drive)
+    assert {r.thread for r in sim.transcript.of(Request)} == {1}
+    assert sim.check().ok, str(sim.check())

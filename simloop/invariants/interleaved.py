@@ -7,7 +7,9 @@ call's reply (or, after a call that got no reply, the same messages sent again).
 begins one.  Chains that overlap (in the order of events or in virtual time) are conversations of their own; a
 chain that begins after another ended, on the same thread (`Request.thread`), goes on its conversation when it
 extends it or opens with the same first message (a loop that started over, retried a refused or cut request).  A
-run whose every call extends the one before, each answered before the next, is one conversation, found at no cost.
+run whose every call extends the one before, each answered before the next, is one conversation, found at no cost;
+so is a run whose calls all came from the drive's own thread, its chains each begun after the ones before ended
+(one loop that started over).
 Each tool execution belongs to the conversation whose reply asked for it (its binding).
 """
 
@@ -43,7 +45,7 @@ class _Chain:
 
     first: int  # event position of its first request
     head: list[Any]  # its first request's messages
-    thread: int  # the thread that made its first call (`Request.thread`, 0 for the first)
+    thread: int  # the thread that made its first call (`Request.thread`, 0 for the drive's own)
     start: float  # the virtual time of its first call
     last: int = -1  # event position of its last event (`_stretch`)
     end: float = 0.0  # the virtual time of its last event: a reply arrives after its latency
@@ -62,11 +64,30 @@ def split_conversations(t: Transcript) -> list[Conversation] | None:
         return None
     chains, chain_of_call = _chains(v)
     _stretch(v, chains, chain_of_call)
+    if not _several_threads(v) and _one_after_another(chains):
+        return None
     groups = _sequential(chains)
     if len(groups) < 2:
         return None
     group_of_chain = {id(ch): g for g, members in enumerate(groups) for ch in members}
     return _assemble(t, v, groups, {call: group_of_chain[id(ch)] for call, ch in chain_of_call.items()})
+
+
+def _several_threads(v: _View) -> bool:
+    """Whether model calls came from a thread other than the drive's own (`Request.thread`): the loop's threads."""
+    return any(r.thread for _, r in v.model_requests)
+
+
+def _one_after_another(chains: list[_Chain]) -> bool:
+    """Whether each chain began after every chain before it had ended (its replies read, its tools done).  On the
+    drive's own thread that is one loop, whatever its histories: one that starts over with another first message (a
+    summary in place of its task) keeps its step cap and every rule across the restart, as it always did."""
+    last, end = -1, 0.0
+    for chain in sorted(chains, key=lambda c: c.first):
+        if chain.first < last or chain.start < end:
+            return False
+        last, end = max(last, chain.last), max(end, chain.end)
+    return True
 
 
 def _overlapping(t: Transcript, v: _View) -> bool:

@@ -83,6 +83,7 @@ class SimServer:
         self._one_at_a_time = threading.RLock()  # (re-entrant: a model function may call the API itself)
         self._caller: int | None = None  # the calling thread's ident, when the transport gave it
         self._callers: dict[int, int] = {}  # thread ident -> its number in `Request.thread`, in order of first call
+        self.drive_thread: int | None = None  # the thread the drive runs on (set by the Sim): `Request.thread` None
         self._numbers = CallNumbers()
         self._threads = MessageThreads()
         self._parser = _BodyParser()
@@ -198,12 +199,13 @@ class SimServer:
         return req, self.ids.request()
 
     def _thread(self) -> int | None:
-        """The calling thread's number (`Request.thread`): None for the first thread that called (a loop on one
-        thread writes what it always wrote), 1, 2, ... for the others in the order they first called."""
-        if self._caller is None:
+        """The calling thread's number (`Request.thread`): None for the drive's own thread (a loop run by its drive
+        writes what it always wrote) and outside a Sim's run, 1, 2, ... for the others in the order they first
+        called (the loop's own threads: a pool running several loops, say)."""
+        caller = self._caller
+        if caller is None or caller == self.drive_thread:
             return None
-        number = self._callers.setdefault(self._caller, len(self._callers))
-        return number or None
+        return self._callers.setdefault(caller, len(self._callers) + 1)
 
     def _route(
         self, req: Request, method: str, headers: Mapping[str, str], parsed: Any, body: bytes, request_id: str,
