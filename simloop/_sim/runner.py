@@ -79,7 +79,7 @@ class Runner:
     def run(self, drive: Drive) -> Outcome:
         """The drive, on this (the worker) thread, in the run's world; then what it left behind."""
         sim = self.sim
-        tid = sim.server.drive_thread = threading.get_ident()  # (its model calls are the drive's: `Request.thread`)
+        tid = sim.server.callers.drive = threading.get_ident()  # (its model calls are the drive's: `Request.thread`)
         with self.clock.patched(), guarding(self.clock, sim.network, self.guard.blocked), running(self.clock) as proc:
             self._proc = proc
             self.mcp.run_began(proc)

@@ -37,6 +37,7 @@ from simloop.transcript import SUBRUN, Request, Response, Transcript
 from simloop.wire import failures
 from simloop.wire.answer import ReplyKinds, compose, make_turn, planned
 from simloop.wire.bodies import CallNumbers, _BodyParser, estimate_tokens, request_tokens
+from simloop.wire.callers import Callers
 from simloop.wire.checks import Checks
 from simloop.wire.fastlane import Lane, offer
 from simloop.wire.openai_wires import OPENAI_WIRES, _Chat, is_openai_path, route
@@ -81,9 +82,7 @@ class SimServer:
         self.sign_thinking = sign_thinking
         self.requests = 0
         self._one_at_a_time = threading.RLock()  # (re-entrant: a model function may call the API itself)
-        self._caller: int | None = None  # the calling thread's ident, when the transport gave it
-        self._callers: dict[int, int] = {}  # thread ident -> its number in `Request.thread`, in order of first call
-        self.drive_thread: int | None = None  # the thread the drive runs on (set by the Sim): `Request.thread` None
+        self.callers = Callers()  # which thread made each call (`Request.thread`)
         self._numbers = CallNumbers()
         self._threads = MessageThreads()
         self._parser = _BodyParser()
@@ -106,19 +105,16 @@ class SimServer:
 
     # -- entry point -----------------------------------------------------------
 
-    def handle(
-        self, method: str, path: str, headers: Mapping[str, str], body: bytes, *, thread: int | None = None,
-    ) -> Planned:
+    def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes, *,
+               thread: int | None = None) -> Planned:
         """Plan the response to one HTTP request (never raises an Exception: see `InternalFailure`).
 
-        ``headers`` is looked up by lower-case name; only the `READ_HEADERS` are read.  One request at a time: the
-        loop's threads (parallel sub-agents, say) may call at once, and a request's parse, numbering, checks and
-        reply read state the one before left (the incremental parse, the fast lane, the model's draws).  ``thread``
-        is the calling thread's ident (the in-process transports pass it; `Request.thread` numbers them).
-        """
+        ``headers`` by lower-case name (only the `READ_HEADERS` are read); ``thread``: the caller's (`Callers`).  One
+        request at a time: its parse, numbering, checks and reply read the state the one before left (the incremental
+        parse, the fast lane, the model's draws), so the loop's threads (parallel sub-agents, say) take turns."""
         try:
             with self._one_at_a_time:
-                self._caller = thread
+                self.callers.current = thread
                 return self._handle(method, path, headers, body)
         except BaseException as e:
             if isinstance(e, Exception):
@@ -165,9 +161,8 @@ class SimServer:
             return self._chat(req, chat, method, headers, body, request_id)
         return self._route(req, method, headers, parsed, body, request_id, expanded)
 
-    def _fast(
-        self, lane: Lane, headers: Mapping[str, str], parsed: Any, raw: bytes, call: int, attempt: int,
-    ) -> Planned | None:
+    def _fast(self, lane: Lane, headers: Mapping[str, str], parsed: Any, raw: bytes, call: int,
+              attempt: int) -> Planned | None:
         """The fast lane (`simloop.wire.fastlane`): a request that extends the one just answered plainly by that
         answer and its tool results, answered without walking the rules; None: the full path answers it.
 
@@ -190,22 +185,13 @@ class SimServer:
         checked (``on_request``), and its id drawn: the first steps of every request, on either path."""
         req = Request(t=self.now(), index=self.requests - 1, call=call, attempt=attempt, path=path, stream=stream,
                       body=body, input_tokens=0, subrun=SUBRUN.get(), own=self.own() if self.own is not None else None,
-                      thread=self._thread())
+                      thread=self.callers.number())
         if messages is not None:
             req.messages = messages
         self.transcript.append(req)
         if self.on_request is not None:
             self.on_request(self)
         return req, self.ids.request()
-
-    def _thread(self) -> int | None:
-        """The calling thread's number (`Request.thread`): None for the drive's own thread (a loop run by its drive
-        writes what it always wrote) and outside a Sim's run, 1, 2, ... for the others in the order they first
-        called (the loop's own threads: a pool running several loops, say)."""
-        caller = self._caller
-        if caller is None or caller == self.drive_thread:
-            return None
-        return self._callers.setdefault(caller, len(self._callers) + 1)
 
     def _route(
         self, req: Request, method: str, headers: Mapping[str, str], parsed: Any, body: bytes, request_id: str,
