@@ -210,7 +210,7 @@ def test_verify_catches_a_rerun_in_loops_at_once(tmp_path: Path, monkeypatch: py
     caught, in the conversation whose call failed."""
     monkeypatch.chdir(tmp_path)
     with pytest.raises(simloop.InvariantViolation) as caught:
-        simloop.verify(_on_threads(rerun_after_api_error.run_agent), max_examples=60, seed=7,
+        simloop.verify(_on_threads(rerun_after_api_error.run_agent), max_examples=150, seed=7,
                        limits=simloop.Limits(max_steps=8))
     assert {v.invariant for v in caught.value.violations} == {"no_rerun"}, str(caught.value)
     assert all("in conversation " in v.message and v.evidence["conversation"] for v in caught.value.violations)
