@@ -31,6 +31,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from simloop._runtime.order import turn
 from simloop.errors import SimulatedCrash, UsageError
 from simloop.protocol.render import CUT_STOPS
 from simloop.scenario import Fault, Scenario, ToolSpec
@@ -170,6 +171,7 @@ class ToolBox:
     def _begin(
         self, name: str, input: Any, tool_use_id: str | None, arrived: int | None = None
     ) -> tuple[ToolStart, ToolSpec | None, Fault | None]:
+        turn()  # a run's threads execute simultaneous tools in start/submit order (simloop._runtime.order)
         if self.on_call is not None:
             self.on_call()
         if not isinstance(name, str):

@@ -29,6 +29,7 @@ from typing import Any
 
 from pydantic_core import from_json
 
+from simloop._runtime.order import turn
 from simloop.models import Ids, ModelPolicy, ModelRequest, RecordedError
 from simloop.protocol import openai_responses
 from simloop.protocol.validate import Rejection, validate_count_tokens_request
@@ -110,6 +111,7 @@ class SimServer:
         loop's threads (parallel sub-agents, say) may call at once, and a request's parse, numbering, checks and
         reply read state the one before left (the incremental parse, the fast lane, the model's draws).
         """
+        turn()  # a run's threads call at once in start/submit order (simloop._runtime.order)
         try:
             with self._one_at_a_time:
                 return self._handle(method, path, headers, body)
