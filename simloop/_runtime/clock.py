@@ -393,6 +393,8 @@ class VirtualClock(ThreadTime):
                 self._depth -= 1
                 uninstall()
             self._released = True
+            if self.order is not None:
+                self.order.close()  # (its threads, parked or left, wait at no gate)
 
     def _leave(self, tid: int, owner: bool, slots: list[tuple[int, str]]) -> None:  # with LOCK held
         if self._released:  # `release` already undid this block's share
@@ -424,7 +426,7 @@ class VirtualClock(ThreadTime):
             order = self.order
             try:
                 got = order.cond_wait(cond, timeout) if order is not None else None  # (a participant's, seen)
-                return original(cond, timeout) if got is None else got  # type: ignore[no-any-return]
+                return original(cond, timeout) if got is None else got
             finally:
                 if self._behind or self._seq:
                     self._caught_up()  # what it waited for happened before now
@@ -461,7 +463,7 @@ class VirtualClock(ThreadTime):
             run, clock, order = thread.run, self, self.order
             began = self.own_ns()  # it lives from its starter's own time
             # its turn at the simulator among the run's threads (None: not ordered, a pool's worker, say)
-            ticket = order.ticket() if order is not None and orderable(thread._target or type(thread)) else None
+            ticket = order.ticket() if order is not None and orderable(getattr(thread, "_target", None) or type(thread)) else None
 
             @functools.wraps(run)
             def run_on_clock() -> None:

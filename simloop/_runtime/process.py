@@ -420,7 +420,7 @@ def _submit(self: concurrent.futures.ThreadPoolExecutor, fn: Callable[..., Any],
     threads = list(getattr(self, "_threads", ()))
     outside = bool(threads) and not any(t.ident in run.clock._thread_ids for t in threads)
     order = run.clock.order
-    ticket = order.ticket() if order is not None and orderable(fn) else None  # its turn, in submit order
+    ticket = order.ticket(self) if order is not None and orderable(fn) else None  # its turn, in submit order
     try:
         future = _REAL_SUBMIT(self, _adopted(run, fn, ticket), *args, **kwargs)
     except BaseException:
