@@ -103,6 +103,7 @@ class Order:
         tid = get_ident()
         with self._cond:
             entry = self._entries[0] = self._of[tid] = _Entry(0)
+            self._last = 0  # (as if it had just acted: what it starts takes the next turn, as the OS mostly does)
             self.active = True
         try:
             yield
@@ -112,9 +113,13 @@ class Order:
                 self._drop(entry, tid)
 
     def ticket(self, pool: Any = None) -> int | None:
-        """A ticket for a thread being started, or a job being submitted to ``pool``, now (None: the order is off)."""
+        """A ticket for a thread being started, or a job being submitted to ``pool``, now (None: the order is off).
+
+        Starting or submitting is a turn of its own: participants that submit at once (LangGraph's tasks, each
+        running a ToolNode on its thread) get their jobs' tickets in a fixed order too."""
         if not self.active:
             return None
+        self.turn()
         with self._cond:
             ticket = self._next
             self._next += 1
