@@ -96,6 +96,12 @@ Each thread's own time
     where its starter was, a pool job where its submitter was.  The invariants read it (docs/design.md, Virtual
     time): a gated call is held to the answers its thread had heard, the drive's return to its own time.
 
+Threads in turn
+    In a Sim's sync run, the drive's thread, the threads it starts and the pool jobs it submits act on the
+    simulator (a model call, a tool, a virtual sleep) one at a time, in a fixed round-robin order, once all of
+    them are at such an action or in a wait simloop sees: ``Order`` (`simloop._runtime.order`, ``self.order``);
+    the waits below tell it when a thread waits (``Order.cond_wait``, ``Order.joins``).
+
 Limits: sleeps in plain threads that are not loop jobs advance the clock at once (they add up rather than
 overlap); ``threading.Timer``, ``lock.acquire(timeout=)`` and waits while other threads run are real time;
 threads started through ``_thread`` directly do not inherit virtual time; one loop per clock is precise

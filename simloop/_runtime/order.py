@@ -40,7 +40,7 @@ from simloop._runtime.registry import get_ident, threads
 __all__ = ["GRACE", "Order", "acting", "orderable", "turn"]
 
 #: Real seconds a participant may show no sign of life (no simulator action, no wait begun or ended) and still
-#: hold up the higher tickets: past it, it is taken as blocked where simloop cannot see (or busy), and they go.
+#: hold the others up: past it, it is taken as blocked where simloop cannot see (or busy), and they go.
 GRACE = 0.5
 
 _REAL_WAIT = threading.Condition.wait  # (the patched one, during a run, would mark the gate itself as a wait)
