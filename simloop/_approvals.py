@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from simloop._runtime.halt import LoopHalted
+from simloop._runtime.order import acting
 from simloop.errors import UsageError
 from simloop.scenario import Approval, Scenario
 from simloop.transcript import ApprovalEvent, Response, Transcript
@@ -50,13 +51,14 @@ class Gate:
         """Ask the person; block in virtual time until the answer or the end of the wait (see the module)."""
         if not self.on:
             return True
-        asked, answer, wait = self._ask(tool, input, timeout)
-        try:
-            self.sleep(wait if math.isfinite(wait) else self.forever() + 1.0)
-        except LoopHalted:  # the runaway bound unwound the wait: it is in the log, unanswered, all the same
-            self._record(tool, input, tool_use_id, asked, "none")
-            raise
-        return self._record(tool, input, tool_use_id, asked, answer)
+        with acting():  # one turn among the run's threads, the wait included (simloop._runtime.order)
+            asked, answer, wait = self._ask(tool, input, timeout)
+            try:
+                self.sleep(wait if math.isfinite(wait) else self.forever() + 1.0)
+            except LoopHalted:  # the runaway bound unwound the wait: it is in the log, unanswered, all the same
+                self._record(tool, input, tool_use_id, asked, "none")
+                raise
+            return self._record(tool, input, tool_use_id, asked, answer)
 
     async def aapprove(
         self, tool: str, input: Any, *, tool_use_id: str | None = None, timeout: float | None = None

@@ -31,6 +31,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from simloop._runtime.order import acting, turn
 from simloop.errors import SimulatedCrash, UsageError
 from simloop.protocol.render import CUT_STOPS
 from simloop.scenario import Fault, Scenario, ToolSpec
@@ -111,10 +112,11 @@ class ToolBox:
     def run(self, name: str, input: Any, *, tool_use_id: str | None = None, arrived: int | None = None) -> str:
         """Execute one tool call now (sync); returns its output or raises its fault.  ``arrived``: when the MCP
         request for it reached simloop's server (a transcript position: `simloop._arrivals`)."""
-        start, spec, fault = self._begin(name, input, tool_use_id, arrived)
-        if fault is not None and fault.kind in ("slow", "timeout"):
-            self.sleep(self._latency(start, fault))
-        return self._finish(start, spec, fault, input)
+        with acting():  # one turn among the run's threads, latency included (simloop._runtime.order)
+            start, spec, fault = self._begin(name, input, tool_use_id, arrived)
+            if fault is not None and fault.kind in ("slow", "timeout"):
+                self.sleep(self._latency(start, fault))
+            return self._finish(start, spec, fault, input)
 
     def _latency(self, start: ToolStart, fault: Fault) -> float:
         """A slow or timed-out execution's latency; the first execution answering a tool_use tells ``world`` of it
@@ -170,6 +172,7 @@ class ToolBox:
     def _begin(
         self, name: str, input: Any, tool_use_id: str | None, arrived: int | None = None
     ) -> tuple[ToolStart, ToolSpec | None, Fault | None]:
+        turn()  # a run's threads execute simultaneous tools in start/submit order (simloop._runtime.order)
         if self.on_call is not None:
             self.on_call()
         if not isinstance(name, str):

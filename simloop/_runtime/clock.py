@@ -96,6 +96,12 @@ Each thread's own time
     where its starter was, a pool job where its submitter was.  The invariants read it (docs/design.md, Virtual
     time): a gated call is held to the answers its thread had heard, the drive's return to its own time.
 
+Threads in turn
+    In a Sim's sync run, the drive's thread, the threads it starts and the pool jobs it submits act on the
+    simulator (a model call, a tool, a virtual sleep) one at a time, in a fixed round-robin order, once all of
+    them are at such an action or in a wait simloop sees: ``Order`` (`simloop._runtime.order`, ``self.order``);
+    the waits below tell it when a thread waits (``Order.cond_wait``, ``Order.joins``).
+
 Limits: sleeps in plain threads that are not loop jobs advance the clock at once (they add up rather than
 overlap); ``threading.Timer``, ``lock.acquire(timeout=)`` and waits while other threads run are real time;
 threads started through ``_thread`` directly do not inherit virtual time; one loop per clock is precise
@@ -122,6 +128,7 @@ from typing import Any, TypeVar
 from simloop._runtime.eventloop import VirtualTimeDeadlock, VirtualTimeEventLoop, default_clock
 from simloop._runtime.halt import LoopHalted
 from simloop._runtime.jobs import Job
+from simloop._runtime.order import Order, orderable
 from simloop._runtime.patches import install, rebind, tick_freezegun, unbind, uninstall
 from simloop._runtime.realtime import BYSTANDERS, EPOCH, MONOTONIC_ORIGIN, NS, REAL, RealTimeThread
 from simloop._runtime.registry import LOCK, TLS, get_ident, saved, threads
@@ -184,6 +191,8 @@ class VirtualClock(ThreadTime):
         #: simloop's own loopback servers for this run's loops (``port``, ``busy()``): see `VirtualTimeEventLoop`.
         self.own_servers: list[Any] = []
         self._loops: list[VirtualTimeEventLoop] = []  # the loops running on this clock now
+        #: The order of the run's threads at the simulator (a Sim's sync run makes it: `ordered`); None: unordered.
+        self.order: Order | None = None
 
     _cond: threading.Condition  # (made by `__getattr__`)
 
@@ -199,6 +208,14 @@ class VirtualClock(ThreadTime):
             if cond is None:
                 cond = self._cond = threading.Condition(threading.Lock())
         return cond
+
+    def ordered(self) -> Order:
+        """The run's `Order` (made at the first call): a Sim's sync drive runs inside its ``drive()`` block, and
+        the threads and pool jobs it starts act on the simulator in start/submit order."""
+        order = self.order
+        if order is None:
+            order = self.order = Order()
+        return order
 
     def running_loop(self) -> VirtualTimeEventLoop | None:
         """The virtual-time loop running on this clock, when there is exactly one (another thread may schedule on it)."""
@@ -249,6 +266,9 @@ class VirtualClock(ThreadTime):
             if self._behind or self._seq:
                 self._caught_up()
             return
+        order = self.order
+        if order is not None and order._of:
+            order.turn()  # (a thread started in the run sleeps in its turn: docs/design.md, Virtual time)
         job: Job | None = getattr(TLS, "job", None)
         with self._cond:
             if job is not None and job.loop.simloop_clock is self and job.loop.is_running():
@@ -379,6 +399,8 @@ class VirtualClock(ThreadTime):
                 self._depth -= 1
                 uninstall()
             self._released = True
+            if self.order is not None:
+                self.order.close()  # (its threads, parked or left, wait at no gate)
 
     def _leave(self, tid: int, owner: bool, slots: list[tuple[int, str]]) -> None:  # with LOCK held
         if self._released:  # `release` already undid this block's share
@@ -407,8 +429,10 @@ class VirtualClock(ThreadTime):
         original = saved["threading.Condition.wait"]
         if (timeout is None or isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                 or not 0 < timeout < math.inf or not self._nobody_else()):
+            order = self.order
             try:
-                return original(cond, timeout)  # type: ignore[no-any-return]
+                got = order.cond_wait(cond, timeout) if order is not None else None  # (a participant's, seen)
+                return original(cond, timeout) if got is None else got
             finally:
                 if self._behind or self._seq:
                     self._caught_up()  # what it waited for happened before now
@@ -420,9 +444,14 @@ class VirtualClock(ThreadTime):
     def _received(self, key: str, *args: Any, **kwargs: Any) -> Any:
         """``Thread.join``, ``Event.wait``, ``Queue.get``, ``Future.result`` (`_SYNCS`) in a thread on this clock:
         the real one; what it waited for or received happened by now, so the thread has lived up to now."""
+        order = self.order
+        # (the others wait in a Condition.wait, which `_wait` marks for the order, with its waiter lock: no earlier)
+        entry = order.joins(args[0]) if order is not None and key == "threading.Thread.join" else None
         try:
             return saved[key](*args, **kwargs)
         finally:
+            if entry is not None:
+                order.wait_ends(entry)  # type: ignore[union-attr]
             if self._behind or self._seq:
                 self._caught_up()
 
@@ -437,8 +466,10 @@ class VirtualClock(ThreadTime):
 
     def _start_thread(self, thread: threading.Thread) -> None:
         if not isinstance(thread, RealTimeThread):
-            run, clock = thread.run, self
+            run, clock, order = thread.run, self, self.order
             began = self.own_ns()  # it lives from its starter's own time
+            # its turn at the simulator among the run's threads (None: not ordered, a pool's worker, say)
+            ticket = order.ticket() if order is not None and orderable(getattr(thread, "_target", None) or type(thread)) else None
 
             @functools.wraps(run)
             def run_on_clock() -> None:
@@ -450,9 +481,12 @@ class VirtualClock(ThreadTime):
                         clock._thread_ids.add(tid)
                 if adopted:
                     clock.begin_at(began)
+                before = order.begin(ticket) if ticket is not None else None  # type: ignore[union-attr]
                 try:
                     run()
                 finally:
+                    if ticket is not None:
+                        order.end(ticket, before)  # type: ignore[union-attr]
                     if adopted:
                         with LOCK:
                             clock._unregister(tid)
@@ -463,7 +497,16 @@ class VirtualClock(ThreadTime):
                         del thread.run
 
             thread.run = run_on_clock  # type: ignore[method-assign]
-            saved["threading.Thread.start"](thread)
+            thread._simloop_ticket = ticket  # type: ignore[attr-defined]  # (`Order.joins`: when its turn ends)
+            held = order.holds() if order is not None else None  # (its wait for the thread to begin is no turn)
+            try:
+                saved["threading.Thread.start"](thread)
+            except BaseException:
+                if ticket is not None:
+                    order.end(ticket, here=False)  # type: ignore[union-attr]
+                raise
+            finally:
+                Order.unholds(held)
             # start() waits for the thread to begin (an Event), not for what it does: the starter stays where it was
             self.begin_at(began)
             return

@@ -42,6 +42,7 @@ from simloop._runtime.audit import on_events
 from simloop._runtime.clock import VirtualClock
 from simloop._runtime.halt import LoopHalted
 from simloop._runtime.netguard import _OWN
+from simloop._runtime.order import orderable
 from simloop._runtime.realtime import REAL
 from simloop._runtime.registry import LOCK as _CLOCK_LOCK
 from simloop._runtime.registry import threads as _threads
@@ -360,9 +361,11 @@ def _raise_signal(sig: int) -> None:
     _REAL_RAISE_SIGNAL(sig)
 
 
-def _adopted(run: Run, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` run on ``run``'s clock (virtual time, the network guard) by whatever thread calls it."""
+def _adopted(run: Run, fn: Callable[..., Any], ticket: int | None = None) -> Callable[..., Any]:
+    """``fn`` run on ``run``'s clock (virtual time, the network guard) by whatever thread calls it; ``ticket``: its
+    turn at the simulator among the run's threads (`simloop._runtime.order`)."""
     clock = run.clock
+    order = clock.order
     began = clock.own_ns() if _threads.get(_get_ident()) is clock else None  # the job lives from its submitter's time
 
     def on_the_run(*args: Any, **kwargs: Any) -> Any:
@@ -375,9 +378,12 @@ def _adopted(run: Run, fn: Callable[..., Any]) -> Callable[..., Any]:
                 _threads[tid] = clock
         if began is not None and _threads.get(tid) is clock:
             clock.begin_at(began)
+        before = order.begin(ticket) if ticket is not None and order is not None else None
         try:
             return fn(*args, **kwargs)
         finally:
+            if ticket is not None and order is not None:
+                order.end(ticket, before, keep=True)  # (its future's callback ends it, once its waiters are woken)
             if adopted:
                 with _CLOCK_LOCK:
                     if _threads.get(tid) is clock:
@@ -413,7 +419,16 @@ def _submit(self: concurrent.futures.ThreadPoolExecutor, fn: Callable[..., Any],
         return _REAL_SUBMIT(self, fn, *args, **kwargs)
     threads = list(getattr(self, "_threads", ()))
     outside = bool(threads) and not any(t.ident in run.clock._thread_ids for t in threads)
-    future = _REAL_SUBMIT(self, _adopted(run, fn), *args, **kwargs)
+    order = run.clock.order
+    ticket = order.ticket(self) if order is not None and orderable(fn) else None  # its turn, in submit order
+    try:
+        future = _REAL_SUBMIT(self, _adopted(run, fn, ticket), *args, **kwargs)
+    except BaseException:
+        if ticket is not None and order is not None:
+            order.end(ticket, here=False)
+        raise
+    if ticket is not None and order is not None:  # (a job cancelled before it ran ends there)
+        future.add_done_callback(lambda _: order.end(ticket, here=False))
     if outside:  # a pool made outside the run (its threads are not the run's: `Sim` does not see them left busy)
         run.futures.append((future, getattr(fn, "__qualname__", repr(fn))))
     return future

@@ -98,6 +98,14 @@ class Runner:
 
     def _drive(self, drive: Drive) -> Outcome:
         """The drive, its lives, and what it returned or raised, as the run's outcome."""
+        if inspect.iscoroutinefunction(drive):
+            return self._outcome(drive)
+        # a sync drive: the threads and pool jobs it starts act on the simulator in start/submit order, up to the
+        # outcome's record (simloop._runtime.order)
+        with self.clock.ordered().drive():
+            return self._outcome(drive)
+
+    def _outcome(self, drive: Drive) -> Outcome:
         sim = self.sim
         try:
             if inspect.iscoroutinefunction(drive):

@@ -29,6 +29,7 @@ from typing import Any
 
 from pydantic_core import from_json
 
+from simloop._runtime.order import turn
 from simloop.models import Ids, ModelPolicy, ModelRequest, RecordedError
 from simloop.protocol import openai_responses
 from simloop.protocol.validate import Rejection, validate_count_tokens_request
@@ -99,10 +100,6 @@ class SimServer:
         """Logical model calls so far (an SDK's retries of a call are that call)."""
         return self._numbers.calls
 
-    @calls.setter
-    def calls(self, value: int) -> None:
-        self._numbers.calls = value
-
     # -- entry point -----------------------------------------------------------
 
     def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes, *,
@@ -112,6 +109,7 @@ class SimServer:
         ``headers`` by lower-case name (only the `READ_HEADERS` are read); ``thread``: the caller's (`Callers`).  One
         request at a time: its parse, numbering, checks and reply read the state the one before left (the incremental
         parse, the fast lane, the model's draws), so the loop's threads (parallel sub-agents, say) take turns."""
+        turn()  # a run's threads call at once in start/submit order (simloop._runtime.order)
         try:
             with self._one_at_a_time:
                 self.callers.current = thread

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx2
 
+from simloop._runtime.order import acting
 from simloop.errors import SimulatedCrash
 from simloop.wire.server import READ_HEADERS, Planned, SimServer
 
@@ -117,24 +118,25 @@ class SimTransport(httpx2.BaseTransport):
         self.world = world  # told of the world's time before it is spent (the Sim's runaway bound moves on)
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
-        server = self.server
-        if server is None:
-            raise RuntimeError(_CLOSED)
-        body = request.read()
-        planned = server.handle(request.method, request.url.path, _headers(request), body,
-                                 thread=threading.get_ident())
-        if planned.latency:
-            self.world(planned.latency)
-            self.sleep(planned.latency)
-        if planned.raise_ is not None:
-            if planned.raise_ == "timeout":
-                self.world(_read_timeout(request))
-                self.sleep(_read_timeout(request))
-            call = planned.record.call if planned.record is not None else 0
+        with acting():  # one turn among the run's threads, latency included (simloop._runtime.order)
+            server = self.server
+            if server is None:
+                raise RuntimeError(_CLOSED)
+            body = request.read()
+            planned = server.handle(request.method, request.url.path, _headers(request), body,
+                                     thread=threading.get_ident())
+            if planned.latency:
+                self.world(planned.latency)
+                self.sleep(planned.latency)
+            if planned.raise_ is not None:
+                if planned.raise_ == "timeout":
+                    self.world(_read_timeout(request))
+                    self.sleep(_read_timeout(request))
+                call = planned.record.call if planned.record is not None else 0
+                server.deliver(planned)
+                raise _fault(request, planned.raise_, call)
             server.deliver(planned)
-            raise _fault(request, planned.raise_, call)
-        server.deliver(planned)
-        return _response(request, planned, _content(request, planned, _iter_events))
+            return _response(request, planned, _content(request, planned, _iter_events))
 
     def close(self) -> None:
         # Let go of the run (server, transcript, clock): the SDK client around this transport sits in a
