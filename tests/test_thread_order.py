@@ -190,17 +190,16 @@ def _waits_on_the_next(how: str) -> tuple[Sim, float]:
 
 
 def test_a_job_waiting_on_an_event_a_later_job_sets_lets_it_go_at_once() -> None:
-    sim, took = _waits_on_the_next("event")
+    sim, _ = _waits_on_the_next("event")
     assert [s.input["q"] for s in sim.transcript.of(ToolStart)] == ["second", "first"]
     assert sim.clock.order is not None and sim.clock.order.fallbacks == 0  # the wait is seen: no grace spent
-    assert took < GRACE * 4
 
 
 def test_a_job_blocked_where_simloop_cannot_see_lets_the_later_one_go_after_the_grace() -> None:
     sim, took = _waits_on_the_next("lock")
     assert [s.input["q"] for s in sim.transcript.of(ToolStart)] == ["second", "first"]
     assert sim.clock.order is not None and sim.clock.order.fallbacks >= 1
-    assert GRACE <= took < GRACE * 8
+    assert took >= GRACE  # (no upper bound in real time: a loaded machine may take longer, never less)
 
 
 def test_a_job_queued_behind_a_full_pool_holds_nobody_up() -> None:
@@ -209,11 +208,9 @@ def test_a_job_queued_behind_a_full_pool_holds_nobody_up() -> None:
         with cf.ThreadPoolExecutor(max_workers=1) as one:
             return list(one.map(lambda b: sim.run_tool(b.name, b.input), uses))
 
-    started = REAL.monotonic()
     with Sim(AT_ONCE, seed=3) as sim:
         assert sim.run(pool_loop(work)).reason == "final"
     assert sim.clock.order is not None and sim.clock.order.fallbacks == 0
-    assert REAL.monotonic() - started < GRACE * 4
     assert [s.input["q"] for s in sim.transcript.of(ToolStart)] == ["a", "b", "c", "d", "e"]
 
 
