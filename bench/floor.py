@@ -130,24 +130,22 @@ def overhead_floor(pairs: int) -> None:
         response._content = body  # as the simulator hands its bytes over (transport._response)
         return response
 
-    def without_simulator() -> None:
-        transport.SimTransport.handle_request = canned  # type: ignore[method-assign]
-        try:
-            overhead.sim_run()
-        finally:
-            transport.SimTransport.handle_request = real  # type: ignore[method-assign]
+    def served_by(handle: Callable[[transport.SimTransport, httpx2.Request], httpx2.Response]) -> Callable[[], None]:
+        """The fresh-`Sim` run with its simulator replaced by ``handle``."""
 
-    def with_minimal_simulator() -> None:
-        transport.SimTransport.handle_request = _minimal  # type: ignore[method-assign]
-        try:
-            overhead.sim_run()
-        finally:
-            transport.SimTransport.handle_request = real  # type: ignore[method-assign]
+        def run() -> None:
+            transport.SimTransport.handle_request = handle  # type: ignore[method-assign, assignment]
+            try:
+                overhead.sim_run()
+            finally:
+                transport.SimTransport.handle_request = real  # type: ignore[method-assign]
+
+        return run
 
     transport.SimTransport.handle_request = real  # type: ignore[method-assign]
     client = overhead.bare_client()
-    t = median_cpu({"bare": lambda: overhead.loop(client), "sim": overhead.sim_run, "floor": without_simulator,
-                    "minimal": with_minimal_simulator}, pairs)
+    t = median_cpu({"bare": lambda: overhead.loop(client), "sim": overhead.sim_run, "floor": served_by(canned),
+                    "minimal": served_by(_minimal)}, pairs)
     steps = overhead.STEPS
     allowed = t["bare"] / 0.9
     print(f"overhead, CPU per {steps}-call run (median of {pairs} alternating rounds):")
