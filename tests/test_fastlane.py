@@ -216,9 +216,11 @@ TOOLS = [{"name": "search", "input_schema": {"type": "object"}}, {"name": "looku
 
 @st.composite
 def answers(draw: st.DrawFn) -> Turn | Reply:
-    kind = draw(st.sampled_from(["tools", "tools", "tools", "end", "error", "blank"]))
+    kind = draw(st.sampled_from(["tools", "tools", "tools", "end", "error", "blank", "scripted", "scripted"]))
     if kind == "end":
-        return Reply(end_turn="Done.")
+        return Reply(end_turn=draw(st.sampled_from(["Done.", "Done.", " ", ""])))
+    if kind == "scripted":  # the server draws the ids: answered on the lane by `answer.plain` where it can
+        return scripted_calls(draw)
     if kind == "error":
         return Reply.model_validate({"error": draw(st.sampled_from([500, 529]))})
     ids = draw(st.lists(st.sampled_from(POOL), min_size=1, max_size=3))  # may repeat, within a reply or across
@@ -233,6 +235,24 @@ def answers(draw: st.DrawFn) -> Turn | Reply:
     content += [{"type": "tool_use", "id": i, "name": draw(st.sampled_from(["search", "lookup"])),
                  "input": {"q": draw(st.sampled_from(["refund", "x"]))}} for i in ids]
     return Turn(content=content, stop_reason="tool_use")
+
+
+def scripted_calls(draw: st.DrawFn) -> Reply:
+    """Scripted tool calls, with what takes one off the lane's own planning (a usage, thinking) or its next request
+    off the lane (blank text), and a latency."""
+    calls = [{"name": draw(st.sampled_from(["search", "lookup"])), "input": {"q": draw(st.sampled_from(["refund", "x"]))}}
+             for _ in range(draw(st.integers(1, 3)))]
+    spec: dict[str, Any] = {"tool_use": calls}
+    text = draw(st.sampled_from([None, None, "Let me look.", " ", ""]))
+    if text is not None:
+        spec["text"] = text
+    if draw(st.integers(0, 3)) == 0:
+        spec["usage"] = {"input_tokens": 7, "output_tokens": 3}
+    if draw(st.integers(0, 3)) == 0:
+        spec["thinking"] = "Hmm."
+    if draw(st.booleans()):
+        spec["latency"] = 1.5
+    return Reply.model_validate(spec)
 
 
 @st.composite
@@ -346,8 +366,18 @@ def readme_loop(sim: Sim) -> simloop.Outcome:
         ]})
 
 
-def test_the_lane_is_taken_by_a_plain_tool_loop() -> None:
-    """Every call after the first of a README-style tool loop is answered on the lane, and the run is the same."""
+def test_the_lane_is_taken_by_a_plain_tool_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every call after the first of a README-style tool loop is answered on the lane, its scripted replies planned
+    at once (`answer.plain`), and the run is the same."""
+    planned: list[tuple[Any, bool]] = []  # (the request, whether `answer.plain` planned its reply)
+
+    def plain(*args: Any) -> Any:
+        lean = real(*args)
+        planned.append((args[2], lean is not None))
+        return lean
+
+    real = server_module.plain
+    monkeypatch.setattr(server_module, "plain", plain)
     scenario = simloop.Scenario.model_validate({
         "task": "Find the refund policy.", "tools": [{"name": "search"}],
         "model": [{"text": "Let me look.", "tool_use": [{"name": "search", "input": {"q": "refund"}},
@@ -360,8 +390,11 @@ def test_the_lane_is_taken_by_a_plain_tool_loop() -> None:
             sim.server._fast_lane = fast
             sim.run(readme_loop)
             runs.append((sim.server._lane_taken, sim.server.calls, sim.transcript.to_jsonl()))
-    (taken, calls, jsonl), (none, _, oracle) = runs
+            ours = {id(event) for event in sim.transcript.events}  # (not the SDK's warm-up run's, when it comes first)
+            runs[-1] += ([at_once for request, at_once in planned if id(request) in ours],)
+    (taken, calls, jsonl, at_once), (none, _, oracle, not_at_once) = runs
     assert calls == 6 and taken == 5 and none == 0
+    assert at_once == [True] * 5 and not_at_once == []
     assert jsonl == oracle
 
 

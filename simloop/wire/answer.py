@@ -15,7 +15,7 @@ from simloop.transcript import Request, Response
 from simloop.wire.openai_wires import _Chat
 from simloop.wire.planned import JSON, SSE, Planned
 
-__all__ = ["Answer", "ReplyKinds", "compose", "make_turn", "planned"]
+__all__ = ["Answer", "ReplyKinds", "compose", "make_turn", "plain", "planned"]
 
 
 class ReplyKinds:
@@ -102,3 +102,38 @@ def planned(answer: Answer, req: Request, request_id: str, chat: _Chat | None) -
         return Planned(headers=[SSE, ("request-id", request_id)], events=events, latency=latency, record=rec)
     body = answer.body_json if answer.body_json is not None else to_json(answer.message)
     return Planned(headers=[JSON, ("request-id", request_id)], body=body, latency=latency, record=rec)
+
+
+def plain(reply: Reply, kind: str, req: Request, body: dict[str, Any], ids: Ids, request_id: str,
+          ) -> tuple[Planned, dict[str, Any]] | None:
+    """The fast lane's answer to a scripted reply of text or tool calls, and its message: what `make_turn`,
+    `compose` and `planned` make of it (the same draws, in their order; the same bytes and record), without their
+    general cases, which the lane rules out or this leaves to them (None): a server call the history leaves
+    running (the lane's history holds none), thinking, or a reply with a usage, a crash or server calls."""
+    if kind == "tool_use":
+        calls = reply.tool_use
+    elif kind != "end_turn":
+        return None
+    cfg = body.get("thinking")
+    if (reply.usage is not None or reply.crash or reply.server_tools
+            or (isinstance(cfg, dict) and cfg.get("type") in ("enabled", "adaptive"))):
+        return None
+    text = reply.text if kind == "tool_use" else reply.end_turn
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    if kind == "tool_use":
+        for call in calls or ():
+            content.append({"type": "tool_use", "id": ids.tool_use(), "name": call.name, "input": dict(call.input)})
+    turn = Turn(content=content, stop_reason=kind)
+    msg_id, model = ids.message(), str(body.get("model", "claude-sonnet-5"))
+    if req.stream:
+        message = render_message(turn, id=msg_id, model=model, input_tokens=req.input_tokens)
+        rec = Response(t=0.0, index=req.index, call=req.call, status=200, kind=kind, stop_reason=kind,
+                       message=message, latency=reply.latency)
+        events = render_sse(turn, id=msg_id, model=model, input_tokens=req.input_tokens, message=message)
+        return Planned(headers=[SSE, ("request-id", request_id)], events=events, latency=reply.latency,
+                       record=rec), message
+    message, rendered = render_message_json(turn, id=msg_id, model=model, input_tokens=req.input_tokens)
+    rec = Response(t=0.0, index=req.index, call=req.call, status=200, kind=kind, stop_reason=kind, message=message,
+                   latency=reply.latency)
+    return Planned(headers=[JSON, ("request-id", request_id)], body=rendered, latency=reply.latency,
+                   record=rec), message

@@ -36,7 +36,7 @@ from simloop.protocol.validate import Rejection, validate_count_tokens_request
 from simloop.scenario import Reply
 from simloop.transcript import SUBRUN, Request, Response, Transcript
 from simloop.wire import failures
-from simloop.wire.answer import ReplyKinds, compose, make_turn, planned
+from simloop.wire.answer import ReplyKinds, compose, make_turn, plain, planned
 from simloop.wire.bodies import CallNumbers, _BodyParser, estimate_tokens, request_tokens
 from simloop.wire.callers import Callers
 from simloop.wire.checks import Checks
@@ -268,6 +268,11 @@ class SimServer:
             call=req.call, attempt=req.attempt, body=effective, conversation=effective["messages"], stream=req.stream
         )
         answer = self.policy.reply(mreq)
+        if seen is not None and type(answer) is Reply:  # on the fast lane: a scripted reply, planned at once
+            lean = plain(answer, self._kinds.kind(answer), req, body, self.ids, request_id)
+            if lean is not None:
+                self._lane = offer(body, lean[1], seen)
+                return lean[0]
         # the OpenAI wires' tool call ids are shaped as theirs (``call_...``), drawn from the same random stream
         ids = self.ids if chat is None else self.ids.for_openai()
         if isinstance(answer, RecordedError):
