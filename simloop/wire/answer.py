@@ -12,6 +12,7 @@ from simloop.models import Ids, ModelRequest, _turn, turn_from_reply
 from simloop.protocol.render import Turn, render_message, render_message_json, render_sse
 from simloop.scenario import Reply
 from simloop.transcript import Request, Response
+from simloop.wire.fastlane import Lane, offer
 from simloop.wire.openai_wires import _Chat
 from simloop.wire.planned import JSON, SSE, Planned
 
@@ -104,15 +105,14 @@ def planned(answer: Answer, req: Request, request_id: str, chat: _Chat | None) -
     return Planned(headers=[JSON, ("request-id", request_id)], body=body, latency=latency, record=rec)
 
 
-def plain(reply: Reply, kind: str, req: Request, body: dict[str, Any], ids: Ids, request_id: str,
-          ) -> tuple[Planned, dict[str, Any]] | None:
-    """The fast lane's answer to a scripted reply of text or tool calls, and its message: what `make_turn`,
-    `compose` and `planned` make of it (the same draws, in their order; the same bytes and record), without their
-    general cases, which the lane rules out or this leaves to them (None): a server call the history leaves
-    running (the lane's history holds none), thinking, or a reply with a usage, a crash or server calls."""
-    if kind == "tool_use":
-        calls = reply.tool_use
-    elif kind != "end_turn":
+def plain(reply: Reply | None, kind: str | None, req: Request, body: dict[str, Any], ids: Ids, request_id: str,
+          seen: frozenset[str]) -> tuple[Planned, Lane | None] | None:
+    """The fast lane's answer to a scripted reply of text or tool calls, and the lane it opens (`offer`; ``seen``:
+    the tool_use ids of ``body``'s history): what `make_turn`, `compose` and `planned` make of it (the same draws,
+    in their order; the same bytes and record), without their general cases, which the lane rules out or this
+    leaves to them (None): a server call the history leaves running (the lane's history holds none), thinking, or
+    a reply with a usage, a crash or server calls."""
+    if reply is None or kind not in ("tool_use", "end_turn"):
         return None
     cfg = body.get("thinking")
     if (reply.usage is not None or reply.crash or reply.server_tools
@@ -121,19 +121,18 @@ def plain(reply: Reply, kind: str, req: Request, body: dict[str, Any], ids: Ids,
     text = reply.text if kind == "tool_use" else reply.end_turn
     content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
     if kind == "tool_use":
-        for call in calls or ():
+        for call in reply.tool_use or ():
             content.append({"type": "tool_use", "id": ids.tool_use(), "name": call.name, "input": dict(call.input)})
     turn = Turn(content=content, stop_reason=kind)
-    msg_id, model = ids.message(), str(body.get("model", "claude-sonnet-5"))
+    msg_id, model, latency = ids.message(), str(body.get("model", "claude-sonnet-5")), reply.latency
     if req.stream:
         message = render_message(turn, id=msg_id, model=model, input_tokens=req.input_tokens)
-        rec = Response(t=0.0, index=req.index, call=req.call, status=200, kind=kind, stop_reason=kind,
-                       message=message, latency=reply.latency)
         events = render_sse(turn, id=msg_id, model=model, input_tokens=req.input_tokens, message=message)
-        return Planned(headers=[SSE, ("request-id", request_id)], events=events, latency=reply.latency,
-                       record=rec), message
-    message, rendered = render_message_json(turn, id=msg_id, model=model, input_tokens=req.input_tokens)
+        head, rendered = [SSE, ("request-id", request_id)], b""
+    else:
+        message, rendered = render_message_json(turn, id=msg_id, model=model, input_tokens=req.input_tokens)
+        head, events = [JSON, ("request-id", request_id)], None
     rec = Response(t=0.0, index=req.index, call=req.call, status=200, kind=kind, stop_reason=kind, message=message,
-                   latency=reply.latency)
-    return Planned(headers=[JSON, ("request-id", request_id)], body=rendered, latency=reply.latency,
-                   record=rec), message
+                   latency=latency)
+    return (Planned(headers=head, body=rendered, events=events, latency=latency, record=rec),
+            offer(body, message, seen))

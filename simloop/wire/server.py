@@ -268,17 +268,15 @@ class SimServer:
             call=req.call, attempt=req.attempt, body=effective, conversation=effective["messages"], stream=req.stream
         )
         answer = self.policy.reply(mreq)
-        if seen is not None and type(answer) is Reply:  # on the fast lane: a scripted reply, planned at once
-            lean = plain(answer, self._kinds.kind(answer), req, body, self.ids, request_id)
-            if lean is not None:
-                self._lane = offer(body, lean[1], seen)
-                return lean[0]
+        reply = answer if isinstance(answer, Reply) else None
+        kind = self._kinds.kind(reply) if reply is not None else None
+        if seen is not None and (lean := plain(reply, kind, req, body, self.ids, request_id, seen)) is not None:
+            self._lane = lean[1]  # on the fast lane: a scripted reply of text or calls, planned at once
+            return lean[0]
         # the OpenAI wires' tool call ids are shaped as theirs (``call_...``), drawn from the same random stream
         ids = self.ids if chat is None else self.ids.for_openai()
         if isinstance(answer, RecordedError):
             return failures.recorded_error(req, answer)
-        reply = answer if isinstance(answer, Reply) else None
-        kind = self._kinds.kind(reply) if reply is not None else None
         if kind == "error":
             assert reply is not None
             return failures.fault(req, reply, mreq, request_id, self.ids, chat=chat)
