@@ -172,16 +172,16 @@ def _served(plans: list[Planned]) -> tuple[Callable[..., httpx2.Response], Calla
 
 
 def served_by(run: Callable[[], object], handle: Callable[..., httpx2.Response],
-              ahandle: Callable[..., Any] | None = None) -> Callable[[], None]:
+              ahandle: Callable[..., Any] | None = None) -> Callable[[], object]:
     """``run`` (a fresh-`Sim` run) with its simulator replaced by ``handle`` (and ``ahandle`` for async clients)."""
     sync, asynchronous = transport.SimTransport.handle_request, transport.AsyncSimTransport.handle_async_request
 
-    def replaced() -> None:
+    def replaced() -> object:
         transport.SimTransport.handle_request = handle  # type: ignore[method-assign]
         if ahandle is not None:
             transport.AsyncSimTransport.handle_async_request = ahandle  # type: ignore[method-assign]
         try:
-            run()
+            return run()
         finally:
             transport.SimTransport.handle_request = sync  # type: ignore[method-assign]
             transport.AsyncSimTransport.handle_async_request = asynchronous  # type: ignore[method-assign]
