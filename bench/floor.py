@@ -60,7 +60,8 @@ def median_cpu(runs: dict[str, Callable[[], object]], rounds: int) -> dict[str, 
     """Median CPU seconds of each run, the runs alternating ``rounds`` times (after a warm-up).
 
     A run costs some 0.3-0.5 ms less right after a run of its own kind (caches; the loop on another thread):
-    rotating the order gives each run each predecessor equally often.
+    rotating the order gives each run each predecessor equally often.  Fair among runs of different kinds (the
+    peers); runs of one kind (variants of a `Sim` run) find each other's caches warm: see `after_bare`.
     """
     for _ in range(10):
         for run in runs.values():
