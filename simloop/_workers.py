@@ -181,9 +181,9 @@ def _start(
     try:
         with warnings.catch_warnings():
             if method == "fork" and _only_ours():
-                # Python (3.12+) warns of any fork in a multi-threaded process, in the summary of every test suite
-                # that ran a Sim before `verify(workers=N)`.  simloop's own idle threads hold nothing a child needs
-                # (each resets its state after a fork): not the user's to act on.
+                # Python (3.12+) warns of any fork in a multi-threaded process.  simloop's own idle threads hold
+                # nothing a child needs (each resets its state after a fork): not the user's to act on, and a test
+                # suite's `filterwarnings = error` would fail `verify(workers=N)` over it.
                 warnings.filterwarnings("ignore", _MULTI_THREADED_FORK, DeprecationWarning)
             for share in shares:
                 proc = ctx.Process(target=_worker, args=(share, stop, results, progress),

@@ -218,10 +218,10 @@ def test_two_machines_share_a_redis_database(redis_url: str, tmp_path: Path) -> 
 
 
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="Python 3.12 began warning of a fork in a multi-threaded process")
-def test_workers_fork_without_pythons_warning_when_only_simloops_idle_threads_run(tmp_path: Path) -> None:
+def test_workers_fork_without_a_warning_that_an_error_filter_would_raise(tmp_path: Path) -> None:
     # simloop's own threads (its parked drive workers, the watchdog's monitor) reset their state in a forked
-    # child, so Python's caution about forking a multi-threaded process is not the user's to act on; it landed
-    # in the warnings summary of every suite that ran a Sim before `verify(workers=N)`.
+    # child, so Python's caution about forking a multi-threaded process is not the user's to act on; under
+    # `-W error` (a test suite's `filterwarnings = error`) it would fail every `verify(workers=N)`.
     assert simloop.verify(correct_sync.drive, max_examples=2, seed=4, out_dir=tmp_path).ok  # (an earlier test's run)
     assert threading.active_count() > 1  # its drive's thread waits for the next run: the process is multi-threaded
     with warnings.catch_warnings(record=True) as caught:
