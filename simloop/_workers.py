@@ -24,9 +24,7 @@ import multiprocessing
 import queue
 import signal
 import sys
-import threading
 import traceback
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -179,35 +177,14 @@ def _start(
     if froze:
         gc.freeze()
     try:
-        with warnings.catch_warnings():
-            if method == "fork" and _only_ours():
-                # Python (3.12+) warns of any fork in a multi-threaded process.  simloop's own idle threads hold
-                # nothing a child needs (each resets its state after a fork): not the user's to act on, and a test
-                # suite's `filterwarnings = error` would fail `verify(workers=N)` over it.
-                warnings.filterwarnings("ignore", _MULTI_THREADED_FORK, DeprecationWarning)
-            for share in shares:
-                proc = ctx.Process(target=_worker, args=(share, stop, results, progress),
-                                   name=f"simloop-worker-{share.index}")
-                proc.start()
-                procs.append((share.index, proc))
+        for share in shares:
+            proc = ctx.Process(target=_worker, args=(share, stop, results, progress),
+                               name=f"simloop-worker-{share.index}")
+            proc.start()
+            procs.append((share.index, proc))
     finally:
         if froze:
             gc.unfreeze()
-
-
-_MULTI_THREADED_FORK = r"This process \(pid=\d+\) is multi-threaded, use of fork\(\) may lead to deadlocks"
-
-
-def _only_ours() -> bool:
-    """Whether every other thread of the process is one of simloop's own that a forked child does without: a
-    drive's worker waiting for its next run, or the watchdog's monitor.  Another thread (the user's, or a run's
-    abandoned one) may hold a lock at the fork: then Python's warning stands."""
-    from simloop._runtime.watchdog import monitor_thread
-    from simloop._runtime.worker import idle_workers
-
-    ours = {id(thread) for thread in idle_workers()} | {id(monitor_thread())}
-    here = threading.current_thread()
-    return all(thread is here or id(thread) in ours for thread in threading.enumerate())
 
 
 def _collect(results: Any, procs: list[tuple[int, Any]], told: _Told) -> None:

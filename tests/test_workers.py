@@ -12,8 +12,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import threading
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -215,33 +213,3 @@ def test_two_machines_share_a_redis_database(redis_url: str, tmp_path: Path) -> 
                               capture_output=True, text=True, timeout=300, check=False)
         outputs.append(done.stdout.strip())
     assert outputs[1] == "first run failed"  # what the first machine found, the second replays first
-
-
-@pytest.mark.skipif(sys.version_info < (3, 12), reason="Python 3.12 began warning of a fork in a multi-threaded process")
-def test_workers_fork_without_a_warning_that_an_error_filter_would_raise(tmp_path: Path) -> None:
-    # simloop's own threads (its parked drive workers, the watchdog's monitor) reset their state in a forked
-    # child, so Python's caution about forking a multi-threaded process is not the user's to act on; under
-    # `-W error` (a test suite's `filterwarnings = error`) it would fail every `verify(workers=N)`.
-    assert simloop.verify(correct_sync.drive, max_examples=2, seed=4, out_dir=tmp_path).ok  # (an earlier test's run)
-    assert threading.active_count() > 1  # its drive's thread waits for the next run: the process is multi-threaded
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        report = simloop.verify(correct_sync.drive, max_examples=20, workers=2, seed=4, out_dir=tmp_path)
-    assert report.ok and report.examples == 20
-    assert [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)] == []
-
-
-@pytest.mark.skipif(sys.version_info < (3, 12), reason="Python 3.12 began warning of a fork in a multi-threaded process")
-def test_a_thread_of_the_users_own_keeps_pythons_fork_warning(tmp_path: Path) -> None:
-    # Another thread may hold a lock at the fork: then the warning is the user's to see.
-    release = threading.Event()
-    theirs = threading.Thread(target=release.wait, name="the user's own", daemon=True)
-    theirs.start()
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            assert simloop.verify(correct_sync.drive, max_examples=4, workers=2, seed=4, out_dir=tmp_path).ok
-    finally:
-        release.set()
-        theirs.join()
-    assert any("multi-threaded" in str(w.message) for w in caught if issubclass(w.category, DeprecationWarning))

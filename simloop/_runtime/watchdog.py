@@ -34,7 +34,7 @@ from types import FrameType
 from simloop._runtime.halt import LoopHalted
 from simloop._runtime.realtime import REAL, RealTimeThread
 
-__all__ = ["Watchdog", "monitor_thread", "park", "where_in", "where_of"]
+__all__ = ["Watchdog", "park", "where_in", "where_of"]
 
 #: The least real time an import may take before the watchdog halts it (it then counts as a spin).
 IMPORT_GRACE = 60.0
@@ -350,11 +350,6 @@ class _Monitor:
 
 _MONITOR = _Monitor()
 os.register_at_fork(after_in_child=_MONITOR.reset)  # (the lock may have been held at the fork, too)
-
-
-def monitor_thread() -> threading.Thread | None:
-    """The watchdogs' monitor thread, if one runs (a forked child starts its own: see `_Monitor.reset`)."""
-    return _MONITOR.thread if _MONITOR.alive else None
 
 
 def where_in(thread_id: int) -> str:

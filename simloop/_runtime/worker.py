@@ -29,7 +29,7 @@ from typing import Any, Generic, TypeVar
 from simloop._runtime.realtime import BYSTANDERS, RealTimeThread
 from simloop._runtime.stack import hold_fresh_stack
 
-__all__ = ["Abandoned", "idle_workers", "run_on_worker"]
+__all__ = ["Abandoned", "run_on_worker"]
 
 T = TypeVar("T")
 _POLL = 0.05  # real seconds between the caller's checks of a run that has not finished
@@ -81,12 +81,6 @@ class _Worker(RealTimeThread):
 
 _IDLE: list[_Worker] = []
 _LOCK = threading.Lock()
-
-
-def idle_workers() -> list[threading.Thread]:
-    """The workers waiting for their next run (they hold nothing: a forked child does without them)."""
-    with _LOCK:
-        return list(_IDLE)
 
 
 def _after_fork() -> None:
