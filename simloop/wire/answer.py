@@ -108,10 +108,10 @@ def planned(answer: Answer, req: Request, request_id: str, chat: _Chat | None) -
 def plain(reply: Reply | None, kind: str | None, req: Request, body: dict[str, Any], ids: Ids, request_id: str,
           seen: frozenset[str]) -> tuple[Planned, Lane | None] | None:
     """The fast lane's answer to a scripted reply of text or tool calls, and the lane it opens (`offer`; ``seen``:
-    the tool_use ids of ``body``'s history): what `make_turn`, `compose` and `planned` make of it (the same draws,
-    in their order; the same bytes and record), without their general cases, which the lane rules out or this
-    leaves to them (None): a server call the history leaves running (the lane's history holds none), thinking, or
-    a reply with a usage, a crash or server calls."""
+    the tool_use ids of ``body``'s history): its turn made at once, as `make_turn` makes it (the same draws, in their
+    order), without its general cases, which the lane rules out or this leaves to it (None): a server call the
+    history leaves running (the lane's history holds none), thinking, or a reply with a usage, a crash or server
+    calls."""
     if reply is None or kind not in ("tool_use", "end_turn"):
         return None
     cfg = body.get("thinking")
@@ -123,16 +123,5 @@ def plain(reply: Reply | None, kind: str | None, req: Request, body: dict[str, A
     if kind == "tool_use":
         for call in reply.tool_use or ():
             content.append({"type": "tool_use", "id": ids.tool_use(), "name": call.name, "input": dict(call.input)})
-    turn = Turn(content=content, stop_reason=kind)
-    msg_id, model, latency = ids.message(), str(body.get("model", "claude-sonnet-5")), reply.latency
-    if req.stream:
-        message = render_message(turn, id=msg_id, model=model, input_tokens=req.input_tokens)
-        events = render_sse(turn, id=msg_id, model=model, input_tokens=req.input_tokens, message=message)
-        head, rendered = [SSE, ("request-id", request_id)], b""
-    else:
-        message, rendered = render_message_json(turn, id=msg_id, model=model, input_tokens=req.input_tokens)
-        head, events = [JSON, ("request-id", request_id)], None
-    rec = Response(t=0.0, index=req.index, call=req.call, status=200, kind=kind, stop_reason=kind, message=message,
-                   latency=latency)
-    return (Planned(headers=head, body=rendered, events=events, latency=latency, record=rec),
-            offer(body, message, seen))
+    composed = compose(req, Turn(content=content, stop_reason=kind), reply, body, ids, openai=False)
+    return planned(composed, req, request_id, None), offer(body, composed.message, seen)

@@ -271,7 +271,7 @@ class SimServer:
         reply = answer if isinstance(answer, Reply) else None
         kind = self._kinds.kind(reply) if reply is not None else None
         if seen is not None and (lean := plain(reply, kind, req, body, self.ids, request_id, seen)) is not None:
-            self._lane = lean[1]  # on the fast lane: a scripted reply of text or calls, planned at once
+            self._lane = lean[1]  # on the fast lane: a scripted reply of text or calls, its turn made at once
             return lean[0]
         # the OpenAI wires' tool call ids are shaped as theirs (``call_...``), drawn from the same random stream
         ids = self.ids if chat is None else self.ids.for_openai()
