@@ -56,20 +56,28 @@ from simloop.wire.server import SimServer
 CPU = time.process_time  # the process's: a Sim runs the loop on a worker thread
 
 
-def median_cpu(runs: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
-    """Median CPU seconds of each run, the runs alternating ``rounds`` times (after a warm-up).
+def median_cpu(runs: dict[str, Callable[[], object]], rounds: int, *,
+               after: Callable[[], object] | None = None) -> dict[str, float]:
+    """Median CPU seconds of each run, the runs alternating ``rounds`` times (after a warm-up), each first in turn;
+    with ``after``, each run right after one of it, timed as ``"bare"`` (as `bench/overhead.py` alternates them).
 
     A run costs some 0.3-0.5 ms less right after a run of its own kind (caches; the loop on another thread):
     rotating the order gives each run each predecessor equally often.  Fair among runs of different kinds (the
-    peers); runs of one kind (variants of a `Sim` run) find each other's caches warm: see `after_bare`.
+    peers); runs of one kind (variants of a `Sim` run) find each other's caches warm: measure them ``after`` a bare one.
     """
     for _ in range(10):
         for run in runs.values():
+            if after is not None:
+                after()
             run()
-    times: dict[str, list[float]] = {name: [] for name in runs}
+    times: dict[str, list[float]] = {name: [] for name in ([] if after is None else ["bare"]) + list(runs)}
     order = list(runs)
     for n in range(rounds):  # in turn each run first: each follows each other one as often (what ran before matters)
         for name in order[n % len(order):] + order[: n % len(order)]:
+            if after is not None:
+                start = CPU()
+                after()
+                times["bare"].append(CPU() - start)
             start = CPU()
             runs[name]()
             times[name].append(CPU() - start)
@@ -114,26 +122,6 @@ def _minimal(self: transport.SimTransport, request: httpx2.Request) -> httpx2.Re
 
 
 _RNG = random.Random(0)
-
-
-def after_bare(bare: Callable[[], object], runs: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
-    """Median CPU seconds of the bare run and of each of ``runs``, each run right after a bare one (as
-    `bench/overhead.py` alternates them), the runs in turn first, ``rounds`` times (after a warm-up)."""
-    order = list(runs)
-    for _ in range(10):
-        for run in runs.values():
-            bare()
-            run()
-    times: dict[str, list[float]] = {name: [] for name in ["bare", *runs]}
-    for n in range(rounds):
-        for name in order[n % len(order):] + order[: n % len(order)]:
-            start = CPU()
-            bare()
-            times["bare"].append(CPU() - start)
-            start = CPU()
-            runs[name]()
-            times[name].append(CPU() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def _plans(run: Callable[[], object]) -> list[Planned]:
@@ -206,7 +194,7 @@ def overhead_floor(pairs: int, drive: str = "sync") -> None:
     runs = {"sim": simulated, "floor": served_by(simulated, *_served(_plans(simulated)))}
     if drive == "sync":
         runs["minimal"] = served_by(simulated, _minimal)
-    t = after_bare(bare, runs, pairs)
+    t = median_cpu(runs, pairs, after=bare)
     steps, bar = overhead.STEPS, 0.90 if drive == "sync" else 0.95
     allowed = t["bare"] / bar
     print(f"overhead ({drive}), CPU per {steps}-call run (median of {pairs} rounds, each run after a bare one):")
